@@ -1,0 +1,125 @@
+#include "actors/router.hpp"
+
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+namespace switchyard::actors {
+namespace {
+
+// A request relayed to a runner, failed by the router if the runner is lost.
+struct Outstanding {
+  std::function<void(caf::error)> fail;
+};
+
+struct Device {
+  std::string name;
+  runner_actor runner;
+  std::unordered_map<uint64_t, Outstanding> outstanding;
+};
+
+struct RouterState {
+  std::unordered_map<DeviceId, Device> devices;
+  uint64_t next_token = 1;
+  static inline const char* name = "switchyard.router";
+};
+
+using Self = router_actor::stateful_pointer<RouterState>;
+
+caf::error unknown_device(DeviceId id) {
+  return make_error(Errc::unknown_device, "device #" + std::to_string(id) + " is not attached (lost or never added)");
+}
+
+void lose_device(Self self, DeviceId id, const std::string& why) {
+  auto it = self->state.devices.find(id);
+  if (it == self->state.devices.end()) return;
+  auto outstanding = std::move(it->second.outstanding);
+  auto name = it->second.name;
+  self->state.devices.erase(it);
+  for (auto& [token, o] : outstanding) o.fail(make_error(Errc::device_lost, "device " + name + " lost: " + why));
+}
+
+// Relays a request to a device's runner; the reply (or the loss of the
+// device) reaches the original requester.
+template <class Reply, class... Ts>
+caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
+  auto it = self->state.devices.find(id);
+  if (it == self->state.devices.end()) return unknown_device(id);
+  auto rp = self->make_response_promise<Reply>();
+  auto token = self->state.next_token++;
+  it->second.outstanding.emplace(token, Outstanding{[rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
+  auto forget = [self, id, token] {
+    if (auto d = self->state.devices.find(id); d != self->state.devices.end()) d->second.outstanding.erase(token);
+  };
+  self->request(it->second.runner, caf::infinite, xs...)
+      .then(
+          [rp, forget](Reply& r) mutable {
+            forget();
+            rp.deliver(std::move(r));
+          },
+          [rp, forget](caf::error& e) mutable {
+            forget();
+            if (rp.pending()) rp.deliver(std::move(e));
+          });
+  return rp;
+}
+
+}  // namespace
+
+router_actor spawn_router(caf::actor_system& sys) {
+  return sys.spawn([](Self self) -> router_actor::behavior_type {
+    self->set_down_handler([self](caf::down_msg& msg) {
+      for (auto& [id, dev] : self->state.devices)
+        if (dev.runner.address() == msg.source) {
+          lose_device(self, id, caf::to_string(msg.reason));
+          return;
+        }
+    });
+    return {
+        [self](submit_atom, DeviceId id, std::vector<OperationIr>& ops) {
+          auto it = self->state.devices.find(id);
+          if (it == self->state.devices.end()) return;  // lost: its futures fail through read/sync
+          self->send(it->second.runner, submit_atom::value, std::move(ops));
+        },
+        [self](read_atom, DeviceId id, TensorId t) { return relay<TensorData>(self, id, read_atom::value, t); },
+        [self](sync_atom, DeviceId id) { return relay<done_atom>(self, id, sync_atom::value); },
+        [self](stats_atom, DeviceId id) { return relay<DeviceStats>(self, id, stats_atom::value); },
+        [self](bridge_atom, DeviceId src, TensorId src_id, DeviceId dst, TensorIr& dst_ir) {
+          auto& devs = self->state.devices;
+          auto d = devs.find(dst);
+          if (d == devs.end()) return;
+          auto target = d->second.runner;
+          // Expect first: ops on the new tensor, forwarded after this, wait for it.
+          self->send(target, expect_atom::value, dst_ir);
+          auto s = devs.find(src);
+          if (s == devs.end()) {
+            self->send(target, import_atom::value, dst_ir.id, unknown_device(src));
+            return;
+          }
+          auto token = self->state.next_token++;
+          auto fail = [self, target, id = dst_ir.id](caf::error e) { self->send(target, import_atom::value, id, std::move(e)); };
+          s->second.outstanding.emplace(token, Outstanding{fail});
+          self->request(s->second.runner, caf::infinite, export_atom::value, src_id, caf::actor_cast<caf::actor>(target),
+                        dst_ir.id)
+              .then(
+                  [self, src, token](done_atom) {
+                    if (auto it = self->state.devices.find(src); it != self->state.devices.end())
+                      it->second.outstanding.erase(token);
+                  },
+                  [self, src, token, fail](caf::error& e) {
+                    auto it = self->state.devices.find(src);
+                    if (it == self->state.devices.end() || it->second.outstanding.erase(token) == 0) return;
+                    fail(std::move(e));
+                  });
+        },
+        [self](attach_atom, DeviceId id, std::string& name, runner_actor& runner) {
+          self->monitor(runner);
+          self->state.devices[id] = Device{std::move(name), std::move(runner), {}};
+          return done_atom::value;
+        },
+        [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },
+    };
+  });
+}
+
+}  // namespace switchyard::actors

@@ -1,0 +1,374 @@
+#include "actors/runner.hpp"
+
+#include <deque>
+#include <functional>
+#include <new>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "switchyard/messages/op_rules.hpp"
+
+namespace switchyard::actors {
+namespace {
+
+using backends::BufferPtr;
+
+struct Entry {
+  enum class State : uint8_t { ready, pending, failed };
+  TensorIr meta;
+  State state = State::pending;
+  BufferPtr buffer;
+  caf::error error;
+  uint32_t users = 0;     // deferred ops that read it
+  bool released = false;  // the client holds no reference any more
+  std::vector<std::function<void(Entry&)>> waiters;
+};
+
+struct RunnerState {
+  std::string name;
+  std::shared_ptr<backends::Backend> backend;
+  std::unordered_map<TensorId, Entry> table;
+  std::deque<OperationIr> deferred;  // ops waiting on pending inputs, in order
+  std::unordered_map<TensorId, caf::expected<TensorData>> early_imports;
+  std::vector<caf::typed_response_promise<done_atom>> syncs;
+  DeviceStats stats;
+  uint64_t live_bytes = 0;
+
+  static inline const char* name_hint = "switchyard.runner";
+};
+
+using Self = runner_actor::stateful_pointer<RunnerState>;
+
+std::string id_str(TensorId id) { return "tensor #" + std::to_string(id.value); }
+
+caf::error on_device(const RunnerState& st, const caf::error& err) {
+  auto info = describe(err);
+  return make_error(info.code, st.name + ": " + info.message);
+}
+
+void erase_if_unused(RunnerState& st, std::unordered_map<TensorId, Entry>::iterator it) {
+  auto& e = it->second;
+  if (e.released && e.users == 0 && e.waiters.empty() && e.state != Entry::State::pending) {
+    if (e.buffer) st.live_bytes -= e.buffer->size();
+    st.table.erase(it);
+  }
+}
+
+void release(RunnerState& st, TensorId id) {
+  auto it = st.table.find(id);
+  if (it == st.table.end()) return;  // never created here (e.g. its op was rejected)
+  it->second.released = true;
+  erase_if_unused(st, it);
+}
+
+void resolve(RunnerState& st, TensorId id, BufferPtr buffer, caf::error err) {
+  auto it = st.table.find(id);
+  if (it == st.table.end()) return;
+  auto& e = it->second;
+  if (err) {
+    e.state = Entry::State::failed;
+    e.error = std::move(err);
+  } else {
+    e.state = Entry::State::ready;
+    e.buffer = std::move(buffer);
+    st.live_bytes += e.buffer->size();
+  }
+  auto waiters = std::move(e.waiters);
+  e.waiters.clear();
+  for (auto& w : waiters) w(e);
+  it = st.table.find(id);
+  if (it != st.table.end()) erase_if_unused(st, it);
+}
+
+// Creates (or, for a deferred op, finds) the entries of an op's outputs.
+bool declare_outputs(RunnerState& st, OperationIr& op, bool pending_exists) {
+  bool ok = true;
+  op.each_output([&](const TensorIr& t) {
+    auto [it, inserted] = st.table.try_emplace(t.id);
+    if (!inserted && !pending_exists) {
+      ok = false;
+      return;
+    }
+    it->second.meta = t;
+    it->second.state = Entry::State::pending;
+  });
+  return ok;
+}
+
+void fail_outputs(RunnerState& st, OperationIr& op, const caf::error& err) {
+  ++st.stats.ops_failed;
+  op.each_output([&](const TensorIr& t) { resolve(st, t.id, nullptr, err); });
+}
+
+// Releases inputs the client marked as used for the last time.
+void release_last_uses(RunnerState& st, OperationIr& op) {
+  op.each_input([&](const TensorIr& t) {
+    if (t.status == TensorStatus::read_write) release(st, t.id);
+  });
+}
+
+void run(RunnerState& st, OperationIr& op) {
+  std::array<BufferPtr, 4> small_in;
+  std::vector<BufferPtr> many_in;
+  size_t n_in = 0;
+  op.each_input([&](const TensorIr&) { ++n_in; });
+  std::span<BufferPtr> ins = n_in <= small_in.size() ? std::span<BufferPtr>(small_in.data(), n_in)
+                                                      : std::span<BufferPtr>((many_in.resize(n_in), many_in.data()), n_in);
+  size_t i = 0;
+  caf::error err;
+  op.each_input([&](const TensorIr& t) {
+    auto it = st.table.find(t.id);
+    if (it == st.table.end()) {
+      if (!err) err = make_error(Errc::unknown_tensor, op.name() + ": input " + id_str(t.id) + " does not exist");
+    } else if (it->second.state == Entry::State::failed) {
+      if (!err) err = it->second.error;  // poison spreads unchanged
+    } else if (it->second.meta.shape != t.shape || it->second.meta.dtype != t.dtype) {
+      if (!err)
+        err = make_error(Errc::protocol_error, op.name() + ": input " + id_str(t.id) + " is " +
+                                                   it->second.meta.shape.to_string() + " " +
+                                                   std::string(name_of(it->second.meta.dtype)) + ", op says " +
+                                                   t.shape.to_string() + " " + std::string(name_of(t.dtype)));
+    } else {
+      ins[i] = it->second.buffer;
+    }
+    ++i;
+  });
+  // The table's references go first, so a last-use buffer can be reused.
+  release_last_uses(st, op);
+  if (err) {
+    fail_outputs(st, op, err);
+    return;
+  }
+  if (!st.backend->supports(op)) {
+    fail_outputs(st, op, make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes"));
+    return;
+  }
+  std::array<BufferPtr, 1> outs;
+  try {
+    err = st.backend->execute(op, ins, outs);
+  } catch (const std::bad_alloc&) {
+    err = make_error(Errc::out_of_memory, op.name() + ": out of host memory");
+  } catch (const std::exception& ex) {
+    err = make_error(Errc::kernel_failure, op.name() + ": " + ex.what());
+  }
+  if (!err && !outs[0]) err = make_error(Errc::kernel_failure, op.name() + ": backend produced no output");
+  if (err) {
+    fail_outputs(st, op, on_device(st, err));
+    return;
+  }
+  ++st.stats.ops_executed;
+  size_t o = 0;
+  op.each_output([&](const TensorIr& t) { resolve(st, t.id, o++ == 0 ? std::move(outs[0]) : nullptr, {}); });
+}
+
+bool has_pending_input(RunnerState& st, OperationIr& op) {
+  bool pending = false;
+  op.each_input([&](const TensorIr& t) {
+    auto it = st.table.find(t.id);
+    pending = pending || (it != st.table.end() && it->second.state == Entry::State::pending);
+  });
+  return pending;
+}
+
+void complete_syncs(Self self) {
+  auto& st = self->state;
+  if (!st.deferred.empty() || st.syncs.empty()) return;
+  auto err = st.backend->synchronize();
+  for (auto& p : st.syncs) {
+    if (err) p.deliver(on_device(st, err));
+    else p.deliver(done_atom::value);
+  }
+  st.syncs.clear();
+}
+
+// Runs deferred ops whose inputs have all arrived, keeping their order.
+void drain(Self self) {
+  auto& st = self->state;
+  for (auto it = st.deferred.begin(); it != st.deferred.end();) {
+    if (has_pending_input(st, *it)) {
+      ++it;
+      continue;
+    }
+    OperationIr op = std::move(*it);
+    it = st.deferred.erase(it);
+    op.each_input([&](const TensorIr& t) {
+      auto e = st.table.find(t.id);
+      if (e != st.table.end()) {
+        --e->second.users;
+      }
+    });
+    run(st, op);
+    op.each_input([&](const TensorIr& t) {
+      auto e = st.table.find(t.id);
+      if (e != st.table.end()) erase_if_unused(st, e);
+    });
+  }
+  complete_syncs(self);
+}
+
+void submit_one(Self self, OperationIr& op) {
+  auto& st = self->state;
+  if (auto* drop = std::get_if<DropOp>(&op.op)) {
+    release(st, drop->id);
+    return;
+  }
+  if (auto* seed = std::get_if<SeedOp>(&op.op)) {
+    st.backend->seed(seed->seed);
+    return;
+  }
+  if (!declare_outputs(st, op, false)) {
+    ++st.stats.ops_failed;
+    release_last_uses(st, op);
+    return;  // duplicate output id: a misbehaving client; the existing tensor stays intact
+  }
+  if (auto err = validate(op)) {
+    release_last_uses(st, op);
+    fail_outputs(st, op, on_device(st, err));
+    return;
+  }
+  if (has_pending_input(st, op)) {
+    op.each_input([&](const TensorIr& t) {
+      auto it = st.table.find(t.id);
+      if (it != st.table.end()) ++it->second.users;
+    });
+    st.deferred.push_back(std::move(op));
+    return;
+  }
+  run(st, op);
+}
+
+// Calls `f(entry)` once the tensor is ready or failed (now, if it is).
+template <class F>
+void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::error)>& missing) {
+  auto& st = self->state;
+  auto it = st.table.find(id);
+  if (it == st.table.end()) {
+    missing(make_error(Errc::unknown_tensor, st.name + ": " + id_str(id) + " does not exist (dropped, or never created here)"));
+    return;
+  }
+  if (it->second.state == Entry::State::pending) {
+    it->second.waiters.emplace_back(std::move(f));
+    return;
+  }
+  f(it->second);
+}
+
+void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData>)> done) {
+  if (e.state == Entry::State::failed) {
+    done(e.error);
+    return;
+  }
+  self->state.backend->to_data(e.meta, e.buffer, std::move(done));
+}
+
+void import(Self self, TensorId id, caf::expected<TensorData> data) {
+  auto& st = self->state;
+  auto it = st.table.find(id);
+  if (it == st.table.end() || it->second.state != Entry::State::pending) {
+    // The data overtook its expect message (different senders): keep it.
+    st.early_imports.emplace(id, std::move(data));
+    return;
+  }
+  const auto& meta = it->second.meta;
+  if (!data) {
+    resolve(st, id, nullptr, data.error());
+  } else if (data->shape != meta.shape || data->dtype != meta.dtype || data->bytes.size() != meta.bytes()) {
+    resolve(st, id, nullptr,
+            make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " carries " +
+                                                 data->shape.to_string() + " " + std::string(name_of(data->dtype)) +
+                                                 ", expected " + meta.shape.to_string() + " " +
+                                                 std::string(name_of(meta.dtype))));
+  } else {
+    st.stats.bytes_bridged_in += data->bytes.size();
+    auto buffer = st.backend->from_data(meta, std::move(*data));
+    if (buffer) resolve(st, id, std::move(*buffer), {});
+    else resolve(st, id, nullptr, on_device(st, buffer.error()));
+  }
+  drain(self);
+}
+
+runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<backends::Backend> backend) {
+  self->state.name = std::move(name);
+  self->state.backend = std::move(backend);
+  self->state.stats.device = self->state.name;
+  // The backend wakes us from its own threads; poll runs its completions here.
+  self->state.backend->set_waker([handle = runner_actor{self}] { caf::anon_send(handle, poll_atom::value); });
+  return {
+      [self](submit_atom, std::vector<OperationIr>& ops) {
+        for (auto& op : ops) {
+          try {
+            submit_one(self, op);
+          } catch (const std::exception& ex) {
+            // A runner must outlive any op: report and keep serving.
+            fail_outputs(self->state, op, make_error(Errc::kernel_failure, self->state.name + ": " + ex.what()));
+          }
+        }
+        complete_syncs(self);
+      },
+      [self](read_atom, TensorId id) -> caf::result<TensorData> {
+        auto rp = self->make_response_promise<TensorData>();
+        auto deliver = [rp](caf::expected<TensorData> r) mutable {
+          if (r) rp.deliver(std::move(*r));
+          else rp.deliver(std::move(r.error()));
+        };
+        when_resolved(self, id, [self, deliver](Entry& e) { read_entry(self, e, deliver); },
+                      [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+      [self](sync_atom) -> caf::result<done_atom> {
+        auto rp = self->make_response_promise<done_atom>();
+        self->state.syncs.push_back(rp);
+        complete_syncs(self);
+        return rp;
+      },
+      [self](stats_atom) {
+        auto& st = self->state;
+        DeviceStats s = st.stats;
+        s.queue_depth = st.deferred.size();
+        s.live_handles = st.table.size();
+        s.live_bytes = st.live_bytes;
+        s.cached_bytes = st.backend->memory().bytes_cached;
+        return s;
+      },
+      [self](expect_atom, TensorIr& ir) {
+        auto& st = self->state;
+        auto [it, inserted] = st.table.try_emplace(ir.id);
+        if (!inserted) return;  // duplicate id from a misbehaving client
+        it->second.meta = ir;
+        it->second.state = Entry::State::pending;
+        if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
+          auto data = std::move(early->second);
+          st.early_imports.erase(early);
+          import(self, ir.id, std::move(data));
+        }
+      },
+      [self](import_atom, TensorId id, TensorData& data) { import(self, id, std::move(data)); },
+      [self](import_atom, TensorId id, caf::error& err) { import(self, id, std::move(err)); },
+      [self](export_atom, TensorId id, caf::actor& target, TensorId dst) -> caf::result<done_atom> {
+        auto rp = self->make_response_promise<done_atom>();
+        auto send = [self, target, dst, rp](caf::expected<TensorData> r) mutable {
+          if (r) {
+            self->state.stats.bytes_bridged_out += r->bytes.size();
+            self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, std::move(*r));
+          } else {
+            self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, r.error());
+          }
+          rp.deliver(done_atom::value);
+        };
+        when_resolved(self, id, [self, send](Entry& e) { read_entry(self, e, send); },
+                      [send](caf::error err) mutable { send(std::move(err)); });
+        return rp;
+      },
+      [self](poll_atom) { self->state.backend->poll(); },
+  };
+}
+
+}  // namespace
+
+runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,
+                          std::shared_ptr<backends::Backend> backend) {
+  return sys.spawn<caf::detached>(runner, std::move(device_name), std::move(backend));
+}
+
+}  // namespace switchyard::actors

@@ -1,0 +1,112 @@
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <thread>
+
+#include "backends/cpu/kernels.hpp"
+
+namespace switchyard::backends::cpu {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const DeviceOptions& options)
+      : pool_(options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads),
+        ctx_{pool_, buffers_} {}
+
+  [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
+  [[nodiscard]] bool supports(DType) const noexcept override { return true; }
+
+  caf::expected<BufferPtr> from_data(const TensorIr&, TensorData data) override {
+    return BufferPtr{std::make_shared<HostBuffer>(std::move(data.bytes))};
+  }
+
+  void to_data(const TensorIr& t, const BufferPtr& buffer, ReadCallback done) override {
+    const Bytes* bytes = host_bytes(buffer);
+    if (bytes == nullptr) {
+      done(make_error(Errc::invalid_tensor, "cpu: buffer of another backend"));
+      return;
+    }
+    done(TensorData(t.shape, t.dtype, *bytes));
+  }
+
+  caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
+    std::array<const Bytes*, 8> small{};
+    std::array<bool, 8> small_consumable{};
+    std::vector<const Bytes*> many;
+    std::vector<char> many_consumable;
+    const Bytes** bytes = small.data();
+    bool* consumable = small_consumable.data();
+    if (inputs.size() > small.size()) {
+      many.resize(inputs.size());
+      many_consumable.resize(inputs.size());
+      bytes = many.data();
+      consumable = reinterpret_cast<bool*>(many_consumable.data());
+    }
+    size_t i = 0;
+    caf::error err;
+    op.each_input([&](const TensorIr& t) {
+      bytes[i] = host_bytes(inputs[i]);
+      if (bytes[i] == nullptr && !err) err = make_error(Errc::invalid_tensor, "cpu: input buffer of another backend");
+      consumable[i] = bytes[i] != nullptr && reusable(t, inputs[i]);
+      ++i;
+    });
+    if (err) return err;
+    Inputs in{std::span<const Bytes* const>(bytes, inputs.size()), std::span<const bool>(consumable, inputs.size())};
+    auto result = std::visit([&](auto& o) { return run(o, in); }, op.op);
+    if (!result) return std::move(result.error());
+    outputs[0] = std::make_shared<HostBuffer>(std::move(*result));
+    return {};
+  }
+
+  void seed(uint64_t s) override {
+    ctx_.seed = s;
+    ctx_.random_ops = 0;
+  }
+
+  [[nodiscard]] MemoryStats memory() const override {
+    return {buffers_.bytes_in_use(), buffers_.bytes_cached()};
+  }
+
+ private:
+  caf::expected<Bytes> run(FromDataOp& o, const Inputs&) { return o.data.bytes; }
+  caf::expected<Bytes> run(FillOp& o, const Inputs&) { return fill(ctx_, o); }
+  caf::expected<Bytes> run(RandomOp& o, const Inputs&) { return random(ctx_, o); }
+  caf::expected<Bytes> run(UnaryOp& o, const Inputs& in) { return unary(ctx_, o, in); }
+  caf::expected<Bytes> run(BinaryOp& o, const Inputs& in) { return binary(ctx_, o, in); }
+  caf::expected<Bytes> run(ScalarOp& o, const Inputs& in) { return scalar(ctx_, o, in); }
+  caf::expected<Bytes> run(ReduceOp& o, const Inputs& in) { return reduce(ctx_, o, in); }
+  caf::expected<Bytes> run(SoftmaxOp& o, const Inputs& in) { return softmax(ctx_, o, in); }
+  caf::expected<Bytes> run(MatmulOp& o, const Inputs& in) { return matmul(ctx_, o, in); }
+  caf::expected<Bytes> run(CastOp& o, const Inputs& in) { return cast(ctx_, o, in); }
+  caf::expected<Bytes> run(ViewOp& o, const Inputs& in) { return view(ctx_, o, in); }
+  caf::expected<Bytes> run(SliceAssignOp& o, const Inputs& in) { return slice_assign(ctx_, o, in); }
+  caf::expected<Bytes> run(CatOp& o, const Inputs& in) { return cat(ctx_, o, in); }
+  caf::expected<Bytes> run(PadOp& o, const Inputs& in) { return pad(ctx_, o, in); }
+  caf::expected<Bytes> run(IndexOp& o, const Inputs& in) { return index(ctx_, o, in); }
+  caf::expected<Bytes> run(WhereOp& o, const Inputs& in) { return where(ctx_, o, in); }
+  caf::expected<Bytes> run(DropOp&, const Inputs&) {
+    return make_error(Errc::protocol_error, "cpu: drop is handled by the runner");
+  }
+  caf::expected<Bytes> run(SeedOp&, const Inputs&) {
+    return make_error(Errc::protocol_error, "cpu: seed is handled by the runner");
+  }
+
+  ThreadPool pool_;
+  BufferPool buffers_;
+  Context ctx_;
+};
+
+}  // namespace
+
+BackendKind backend_kind() {
+  return BackendKind{
+      "cpu",
+      [] { return 1 << 16; },
+      [] { return std::string{}; },
+      [](int, const DeviceOptions& options) -> std::unique_ptr<Backend> {
+        return std::make_unique<CpuBackend>(options);
+      },
+  };
+}
+
+}  // namespace switchyard::backends::cpu

@@ -1,0 +1,104 @@
+// Batched matrix products: OpenBLAS for floating types, a blocked loop for
+// integers, bias broadcast onto the result (linear).
+
+#include <cblas.h>
+
+#include "backends/cpu/loops.hpp"
+
+namespace switchyard::backends::cpu {
+namespace {
+
+struct Dims {
+  int64_t m, k, n;
+  int64_t batches;
+  std::vector<int64_t> batch_dims, a_batch_strides, b_batch_strides;  // in matrices
+};
+
+Dims plan(const MatmulOp& op) {
+  const auto& a = op.lhs.shape.dims;
+  const auto& b = op.rhs.shape.dims;
+  Dims d{};
+  d.m = op.out.shape.dims[op.out.shape.rank() - 2];
+  d.n = op.out.shape.dims[op.out.shape.rank() - 1];
+  d.k = op.transpose_lhs ? a[a.size() - 2] : a[a.size() - 1];
+  Shape batch{std::vector<int64_t>(op.out.shape.dims.begin(), op.out.shape.dims.end() - 2)};
+  Shape ba{std::vector<int64_t>(a.begin(), a.end() - 2)};
+  Shape bb{std::vector<int64_t>(b.begin(), b.end() - 2)};
+  d.batch_dims = batch.dims;
+  d.a_batch_strides = broadcast_strides(ba, batch);
+  d.b_batch_strides = broadcast_strides(bb, batch);
+  d.batches = batch.numel();
+  return d;
+}
+
+template <class T>
+void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+  std::fill(c, c + m * n, T(0));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) {
+      const T av = ta ? a[p * m + i] : a[i * k + p];
+      if (av == T(0)) continue;
+      T* row = c + i * n;
+      if (tb)
+        for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + av * b[j * k + p]);
+      else
+        for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + av * b[p * n + j]);
+    }
+}
+
+}  // namespace
+
+caf::expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
+  auto out = ctx.buffers.allocate(op.out.bytes());
+  const Dims d = plan(op);
+  const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, c_mat = d.m * d.n;
+  bool ok = true;
+  visit_dtype(op.out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      ok = false;
+    } else {
+      const T* a = in.bytes[0]->as<const T>();
+      const T* b = in.bytes[1]->as<const T>();
+      T* c = out.as<T>();
+      auto one = [&](int64_t batch) {
+        int64_t rem = batch, ao = 0, bo = 0;
+        for (size_t i = d.batch_dims.size(); i-- > 0;) {
+          int64_t idx = rem % d.batch_dims[i];
+          rem /= d.batch_dims[i];
+          ao += idx * d.a_batch_strides[i];
+          bo += idx * d.b_batch_strides[i];
+        }
+        // broadcast_strides count elements of the batch shape; scale to matrices.
+        const T* pa = a + ao * a_mat;
+        const T* pb = b + bo * b_mat;
+        T* pc = c + batch * c_mat;
+        const auto ta = op.transpose_lhs ? CblasTrans : CblasNoTrans;
+        const auto tb = op.transpose_rhs ? CblasTrans : CblasNoTrans;
+        const auto lda = static_cast<blasint>(op.transpose_lhs ? d.m : d.k);
+        const auto ldb = static_cast<blasint>(op.transpose_rhs ? d.k : d.n);
+        const auto m = static_cast<blasint>(d.m), n = static_cast<blasint>(d.n), k = static_cast<blasint>(d.k);
+        if constexpr (std::is_same_v<T, float>)
+          cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
+        else if constexpr (std::is_same_v<T, double>)
+          cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
+        else
+          int_gemm(op.transpose_lhs, op.transpose_rhs, d.m, d.n, d.k, pa, pb, pc);
+      };
+      if (d.k == 0) {
+        std::fill(c, c + op.out.numel(), T(0));
+      } else if (c_mat > 0) {
+        for (int64_t i = 0; i < d.batches; ++i) one(i);
+      }
+      if (op.has_bias()) {
+        const T* bias = in.bytes[2]->as<const T>();
+        map2<T, T>(ctx, c, op.out.shape.strides(), bias, broadcast_strides(op.bias.shape, op.out.shape), c,
+                   op.out.shape, [](T x, T y) { return static_cast<T>(x + y); });
+      }
+    }
+  });
+  if (!ok) return make_error(Errc::unsupported, "cpu: matmul is not defined for bool");
+  return out;
+}
+
+}  // namespace switchyard::backends::cpu

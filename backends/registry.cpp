@@ -1,0 +1,29 @@
+#include <climits>
+
+#include "backends/backend.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/reference/reference_backend.hpp"
+#ifdef SWITCHYARD_WITH_CUDA
+#include "backends/cuda/cuda_backend.hpp"
+#endif
+
+namespace switchyard::backends {
+
+bool Backend::supports(OperationIr& op) const {
+  bool ok = true;
+  op.each_input([&](const TensorIr& t) { ok = ok && supports(t.dtype); });
+  op.each_output([&](const TensorIr& t) { ok = ok && supports(t.dtype); });
+  return ok;
+}
+
+std::vector<BackendKind> backend_kinds() {
+  std::vector<BackendKind> kinds;
+  kinds.push_back(cpu::backend_kind());
+  kinds.push_back(reference::backend_kind());
+#ifdef SWITCHYARD_WITH_CUDA
+  kinds.push_back(cuda::backend_kind());
+#endif
+  return kinds;
+}
+
+}  // namespace switchyard::backends

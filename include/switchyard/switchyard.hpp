@@ -1,0 +1,9 @@
+#pragma once
+
+/// The one header a user includes.
+
+#include "switchyard/device.hpp"
+#include "switchyard/error.hpp"
+#include "switchyard/future.hpp"
+#include "switchyard/runtime.hpp"
+#include "switchyard/tensor.hpp"

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/deserializer.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/serializer.hpp>
+
+#include "switchyard/messages/error.hpp"
+
+namespace switchyard {
+
+/// Shared, 64-byte aligned host memory. Copies share the block: tensor
+/// buffers are immutable once written, so host runners and readers can hold
+/// the same bytes without copying (a host-to-host bridge is a handover).
+/// Writers must hold the only reference (`unique()`), which the runtime
+/// guarantees for freshly allocated outputs and for last-use inputs.
+class Bytes {
+ public:
+  static constexpr size_t alignment = 64;
+
+  Bytes() = default;
+
+  /// Uninitialised block of `size` bytes.
+  [[nodiscard]] static Bytes allocate(size_t size);
+  /// Adopts memory with a custom release (e.g. a pool's free list).
+  [[nodiscard]] static Bytes adopt(std::shared_ptr<std::byte> block, size_t size) {
+    Bytes b;
+    b.block_ = std::move(block);
+    b.size_ = size;
+    return b;
+  }
+  [[nodiscard]] static Bytes copy_of(const void* src, size_t size) {
+    auto b = allocate(size);
+    if (size > 0) std::memcpy(b.data(), src, size);
+    return b;
+  }
+
+  [[nodiscard]] size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::byte* data() const noexcept { return block_.get(); }
+  [[nodiscard]] bool unique() const noexcept { return block_.use_count() == 1; }
+  [[nodiscard]] long use_count() const noexcept { return block_.use_count(); }
+
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return reinterpret_cast<T*>(block_.get());
+  }
+
+ private:
+  std::shared_ptr<std::byte> block_;
+  size_t size_ = 0;
+};
+
+/// Largest payload a peer may declare: the deserializer refuses more than
+/// the message actually carries, so a hostile size never gets allocated.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Bytes& x) {
+  if constexpr (std::is_same_v<Inspector, caf::serializer>) {
+    size_t n = x.size();
+    if (auto err = f.begin_sequence(n)) return err;
+    if (n > 0) {
+      if (auto err = f.apply_raw(n, x.data())) return err;
+    }
+    return f.end_sequence();
+  } else if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
+    size_t n = 0;
+    if (auto err = f.begin_sequence(n)) return err;
+    if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f); bin && n > bin->remaining())
+      return make_error(Errc::protocol_error, "declared payload of " + std::to_string(n) +
+                                                  " bytes exceeds the " +
+                                                  std::to_string(bin->remaining()) +
+                                                  " bytes received");
+    x = Bytes::allocate(n);
+    if (n > 0) {
+      if (auto err = f.apply_raw(n, x.data())) return err;
+    }
+    return f.end_sequence();
+  } else {
+    // Printing inspectors (logs, to_string) show the size only.
+    size_t n = x.size();
+    return f(caf::meta::type_name("bytes"), n);
+  }
+}
+
+}  // namespace switchyard

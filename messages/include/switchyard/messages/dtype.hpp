@@ -1,0 +1,113 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace switchyard {
+
+/// Element type of a tensor. `boolean` is stored as one byte holding 0 or 1.
+enum class DType : uint8_t { f32, f64, i32, i64, u8, boolean };
+
+inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::i32,
+                                       DType::i64, DType::u8,  DType::boolean};
+
+/// Bytes per element.
+[[nodiscard]] constexpr size_t size_of(DType t) noexcept {
+  switch (t) {
+    case DType::f64:
+    case DType::i64: return 8;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::u8:
+    case DType::boolean: return 1;
+  }
+  return 0;
+}
+
+[[nodiscard]] constexpr std::string_view name_of(DType t) noexcept {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::u8: return "u8";
+    case DType::boolean: return "bool";
+  }
+  return "invalid";
+}
+
+[[nodiscard]] std::optional<DType> parse_dtype(std::string_view name) noexcept;
+
+[[nodiscard]] constexpr bool is_valid(DType t) noexcept {
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DType::boolean);
+}
+[[nodiscard]] constexpr bool is_floating(DType t) noexcept {
+  return t == DType::f32 || t == DType::f64;
+}
+[[nodiscard]] constexpr bool is_integral(DType t) noexcept {
+  return t == DType::i32 || t == DType::i64 || t == DType::u8;
+}
+[[nodiscard]] constexpr bool is_bool(DType t) noexcept { return t == DType::boolean; }
+
+/// PyTorch's default floating type: results of true division or of float
+/// scalars applied to integer tensors.
+inline constexpr DType default_float = DType::f32;
+
+/// Type promotion between two tensors, following PyTorch's rules for the
+/// supported types: bool < integers < floats as categories; within a
+/// category the wider type wins; u8 with a signed integer gives that signed
+/// type (i32 or i64), since there is no i16 here.
+[[nodiscard]] constexpr DType promote(DType a, DType b) noexcept {
+  if (a == b) return a;
+  if (is_floating(a) || is_floating(b)) {
+    if (a == DType::f64 || b == DType::f64) return DType::f64;
+    return DType::f32;
+  }
+  if (is_bool(a)) return b;
+  if (is_bool(b)) return a;
+  // Both integral and different.
+  if (a == DType::i64 || b == DType::i64) return DType::i64;
+  return DType::i32;  // {i32, u8}
+}
+
+/// Kind of a C++ scalar taking part in an op (PyTorch decides by the Python
+/// type of the scalar, not by its value; so do we, by the C++ type).
+enum class ScalarKind : uint8_t { boolean, integral, floating };
+
+/// Promotion of a tensor with a scalar: the scalar only matters when its
+/// category is higher than the tensor's.
+[[nodiscard]] constexpr DType promote_scalar(DType t, ScalarKind s) noexcept {
+  if (s == ScalarKind::floating && !is_floating(t)) return default_float;
+  if (s == ScalarKind::integral && is_bool(t)) return DType::i64;
+  return t;
+}
+
+/// Maps C++ element types to DType.
+template <class T>
+struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
+template <class T>
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
+
+/// Calls `f(T{})` with the C++ type stored for `t` (bool for boolean).
+template <class F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::u8: return f(uint8_t{});
+    case DType::boolean: break;
+  }
+  return f(bool{});
+}
+
+}  // namespace switchyard

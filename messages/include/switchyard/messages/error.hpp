@@ -1,0 +1,49 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/make_message.hpp>
+
+namespace switchyard {
+
+/// Every failure Switchyard reports. Carried across actors as `caf::error`
+/// in the "switchyard" category, turned into `switchyard::Error` only at the
+/// client (Future::get or a rejected call).
+enum class Errc : uint8_t {
+  shape_mismatch = 1,
+  dtype_mismatch,
+  invalid_argument,
+  unknown_device,
+  device_mismatch,
+  invalid_tensor,
+  unknown_tensor,
+  kernel_failure,
+  out_of_memory,
+  index_out_of_range,
+  device_lost,
+  runtime_closed,
+  protocol_error,
+  unsupported,
+};
+
+inline constexpr caf::atom_value error_category = caf::atom("switchyard");
+
+[[nodiscard]] const char* to_string(Errc code) noexcept;
+
+[[nodiscard]] inline caf::error make_error(Errc code, std::string what) {
+  return caf::error{static_cast<uint8_t>(code), error_category,
+                    caf::make_message(std::move(what))};
+}
+
+/// Extracts (code, message) from a caf::error of any category; errors of
+/// other categories (CAF's own) map to protocol_error or device_lost.
+struct ErrorInfo {
+  Errc code = Errc::protocol_error;
+  std::string message;
+};
+[[nodiscard]] ErrorInfo describe(const caf::error& err);
+
+}  // namespace switchyard

@@ -1,0 +1,384 @@
+#pragma once
+
+#include <variant>
+#include <vector>
+
+#include "switchyard/messages/error.hpp"
+#include "switchyard/messages/tensor_data.hpp"
+#include "switchyard/messages/tensor_ir.hpp"
+
+namespace switchyard {
+
+// The op set, in families: every backend implements every family, and a
+// kernel is written once per family with the element operation as a
+// parameter. Shape and dtype rules for all of them live in op_rules.hpp.
+
+enum class UnaryKind : uint8_t {
+  neg, abs, sign, exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tanh, sigmoid,
+  relu, gelu, silu, erf, floor, ceil, round, reciprocal, clamp, logical_not,
+  bitwise_not, isnan, isinf,
+};
+
+enum class BinaryKind : uint8_t {
+  add, sub, mul, div, pow, remainder, maximum, minimum, atan2,
+  eq, ne, lt, le, gt, ge,
+  logical_and, logical_or, logical_xor,
+  bitwise_and, bitwise_or, bitwise_xor,
+};
+
+enum class ReduceKind : uint8_t { sum, mean, prod, max, min, argmax, argmin, var, std, any, all };
+
+enum class FillKind : uint8_t { full, arange, eye };
+enum class RandomKind : uint8_t { uniform, normal, bernoulli };
+enum class IndexKind : uint8_t { gather, scatter_add, index_select };
+
+[[nodiscard]] const char* to_string(UnaryKind k) noexcept;
+[[nodiscard]] const char* to_string(BinaryKind k) noexcept;
+[[nodiscard]] const char* to_string(ReduceKind k) noexcept;
+
+[[nodiscard]] constexpr bool is_comparison(BinaryKind k) noexcept {
+  return k >= BinaryKind::eq && k <= BinaryKind::ge;
+}
+[[nodiscard]] constexpr bool is_logical(BinaryKind k) noexcept {
+  return k >= BinaryKind::logical_and && k <= BinaryKind::logical_xor;
+}
+[[nodiscard]] constexpr bool is_bitwise(BinaryKind k) noexcept {
+  return k >= BinaryKind::bitwise_and && k <= BinaryKind::bitwise_xor;
+}
+
+/// Uploads host data into a new tensor.
+struct FromDataOp {
+  TensorIr out;
+  TensorData data;
+  template <class F> void each_input(F&&) {}
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// full(value), arange(start=value, step), eye (ones on the diagonal of the
+/// last two axes).
+struct FillOp {
+  FillKind kind = FillKind::full;
+  TensorIr out;
+  double value = 0;
+  double step = 1;
+  template <class F> void each_input(F&&) {}
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Counter-based random numbers: element i of the n-th random op after a
+/// seed depends only on (seed, n, i), so results do not depend on threads
+/// or launch shapes. uniform in [a, b), normal(mean a, std b), bernoulli(p a).
+struct RandomOp {
+  RandomKind kind = RandomKind::uniform;
+  TensorIr out;
+  double a = 0;
+  double b = 1;
+  template <class F> void each_input(F&&) {}
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// out = op(in); `a` and `b` are clamp's bounds (NaN where absent).
+struct UnaryOp {
+  UnaryKind kind = UnaryKind::neg;
+  TensorIr in;
+  TensorIr out;
+  double a = 0;
+  double b = 0;
+  template <class F> void each_input(F&& f) { f(in); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// out = lhs op rhs with NumPy broadcasting; inputs are converted to the
+/// promoted dtype first.
+struct BinaryOp {
+  BinaryKind kind = BinaryKind::add;
+  TensorIr lhs;
+  TensorIr rhs;
+  TensorIr out;
+  template <class F> void each_input(F&& f) { f(lhs); f(rhs); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// out = lhs op scalar (or scalar op lhs when `scalar_first`).
+struct ScalarOp {
+  BinaryKind kind = BinaryKind::add;
+  TensorIr lhs;
+  double scalar = 0;
+  ScalarKind scalar_kind = ScalarKind::floating;
+  bool scalar_first = false;
+  TensorIr out;
+  template <class F> void each_input(F&& f) { f(lhs); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Reduction over `axes` (sorted, unique, non-negative; empty = all axes).
+/// `correction` is var/std's Bessel correction.
+struct ReduceOp {
+  ReduceKind kind = ReduceKind::sum;
+  TensorIr in;
+  TensorIr out;
+  std::vector<int64_t> axes;
+  bool keepdim = false;
+  int64_t correction = 1;
+  template <class F> void each_input(F&& f) { f(in); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Numerically stable (log_)softmax along one axis.
+struct SoftmaxOp {
+  TensorIr in;
+  TensorIr out;
+  int64_t axis = -1;
+  bool log = false;
+  template <class F> void each_input(F&& f) { f(in); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Batched matrix product over the last two axes with broadcasting of the
+/// batch axes; optional transposes of either operand and an optional bias
+/// (bias.id == 0 when absent) broadcast onto the result: linear = x W^T + b.
+struct MatmulOp {
+  TensorIr lhs;
+  TensorIr rhs;
+  TensorIr bias;
+  TensorIr out;
+  bool transpose_lhs = false;
+  bool transpose_rhs = false;
+  [[nodiscard]] bool has_bias() const noexcept { return static_cast<bool>(bias.id); }
+  template <class F> void each_input(F&& f) {
+    f(lhs);
+    f(rhs);
+    if (has_bias()) f(bias);
+  }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Converts every element to out.dtype (C++ conversion; float to integer
+/// truncates toward zero, out-of-range values wrap as in PyTorch's CPU path).
+struct CastOp {
+  TensorIr in;
+  TensorIr out;
+  template <class F> void each_input(F&& f) { f(in); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Strided gather into a fresh contiguous tensor:
+///   out[i0..ik] = in_flat[offset + sum_k i_k * strides[k]].
+/// Reshape, permute, transpose, expand (stride 0), flip (negative stride),
+/// squeeze/unsqueeze and stepped slices are all this one op.
+struct ViewOp {
+  TensorIr in;
+  TensorIr out;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+  template <class F> void each_input(F&& f) { f(in); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// out = copy of base whose strided region (offset/strides over
+/// value.shape, in base's flat layout) is replaced by value.
+struct SliceAssignOp {
+  TensorIr base;
+  TensorIr value;
+  TensorIr out;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+  template <class F> void each_input(F&& f) { f(base); f(value); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Concatenation along `axis` of same-dtype inputs.
+struct CatOp {
+  std::vector<TensorIr> inputs;
+  TensorIr out;
+  int64_t axis = 0;
+  template <class F> void each_input(F&& f) {
+    for (auto& t : inputs) f(t);
+  }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// Constant padding: `before[k]`/`after[k]` elements on axis k.
+struct PadOp {
+  TensorIr in;
+  TensorIr out;
+  std::vector<int64_t> before;
+  std::vector<int64_t> after;
+  double value = 0;
+  template <class F> void each_input(F&& f) { f(in); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// gather(in, axis, index), scatter_add(in, axis, index, src),
+/// index_select(in, axis, index) with PyTorch's semantics; indices are i64
+/// (or i32), and an index out of range fails the op naming it.
+struct IndexOp {
+  IndexKind kind = IndexKind::gather;
+  TensorIr in;
+  TensorIr index;
+  TensorIr src;  ///< scatter_add only (id 0 otherwise)
+  TensorIr out;
+  int64_t axis = 0;
+  template <class F> void each_input(F&& f) {
+    f(in);
+    f(index);
+    if (kind == IndexKind::scatter_add) f(src);
+  }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// out = cond ? lhs : rhs with broadcasting of all three.
+struct WhereOp {
+  TensorIr cond;
+  TensorIr lhs;
+  TensorIr rhs;
+  TensorIr out;
+  template <class F> void each_input(F&& f) { f(cond); f(lhs); f(rhs); }
+  template <class F> void each_output(F&& f) { f(out); }
+};
+
+/// The client released its last reference to a tensor.
+struct DropOp {
+  TensorId id;
+  template <class F> void each_input(F&&) {}
+  template <class F> void each_output(F&&) {}
+};
+
+/// Restarts the device's random stream.
+struct SeedOp {
+  uint64_t seed = 0;
+  template <class F> void each_input(F&&) {}
+  template <class F> void each_output(F&&) {}
+};
+
+/// One operation as it travels from client to runner.
+struct OperationIr {
+  using Variant = std::variant<FromDataOp, FillOp, RandomOp, UnaryOp, BinaryOp, ScalarOp,
+                               ReduceOp, SoftmaxOp, MatmulOp, CastOp, ViewOp, SliceAssignOp,
+                               CatOp, PadOp, IndexOp, WhereOp, DropOp, SeedOp>;
+  Variant op;
+
+  OperationIr() = default;
+  template <class T, class = std::enable_if_t<!std::is_same_v<std::decay_t<T>, OperationIr>>>
+  OperationIr(T&& x) : op(std::forward<T>(x)) {}  // NOLINT(google-explicit-constructor)
+
+  template <class F> void each_input(F&& f) {
+    std::visit([&](auto& o) { o.each_input(f); }, op);
+  }
+  template <class F> void each_output(F&& f) {
+    std::visit([&](auto& o) { o.each_output(f); }, op);
+  }
+  /// Short name for traces and errors ("binary.add", "matmul", ...).
+  [[nodiscard]] std::string name() const;
+};
+
+// --- inspection ---------------------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FromDataOp& x) {
+  return f(caf::meta::type_name("from_data"), x.out, x.data);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FillOp& x) {
+  return f(caf::meta::type_name("fill"), x.kind, x.out, x.value, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RandomOp& x) {
+  return f(caf::meta::type_name("random"), x.kind, x.out, x.a, x.b);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, UnaryOp& x) {
+  return f(caf::meta::type_name("unary"), x.kind, x.in, x.out, x.a, x.b);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BinaryOp& x) {
+  return f(caf::meta::type_name("binary"), x.kind, x.lhs, x.rhs, x.out);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ScalarOp& x) {
+  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, x.scalar, x.scalar_kind,
+           x.scalar_first, x.out);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReduceOp& x) {
+  return f(caf::meta::type_name("reduce"), x.kind, x.in, x.out, x.axes, x.keepdim, x.correction);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SoftmaxOp& x) {
+  return f(caf::meta::type_name("softmax"), x.in, x.out, x.axis, x.log);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MatmulOp& x) {
+  return f(caf::meta::type_name("matmul"), x.lhs, x.rhs, x.bias, x.out, x.transpose_lhs,
+           x.transpose_rhs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CastOp& x) {
+  return f(caf::meta::type_name("cast"), x.in, x.out);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ViewOp& x) {
+  return f(caf::meta::type_name("view"), x.in, x.out, x.offset, x.strides);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SliceAssignOp& x) {
+  return f(caf::meta::type_name("slice_assign"), x.base, x.value, x.out, x.offset, x.strides);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CatOp& x) {
+  return f(caf::meta::type_name("cat"), x.inputs, x.out, x.axis);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PadOp& x) {
+  return f(caf::meta::type_name("pad"), x.in, x.out, x.before, x.after, x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, IndexOp& x) {
+  return f(caf::meta::type_name("index"), x.kind, x.in, x.index, x.src, x.out, x.axis);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WhereOp& x) {
+  return f(caf::meta::type_name("where"), x.cond, x.lhs, x.rhs, x.out);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DropOp& x) {
+  return f(caf::meta::type_name("drop"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SeedOp& x) {
+  return f(caf::meta::type_name("seed"), x.seed);
+}
+
+namespace detail {
+template <size_t I = 0>
+bool emplace_alternative(OperationIr::Variant& v, size_t index) {
+  if constexpr (I < std::variant_size_v<OperationIr::Variant>) {
+    if (index == I) {
+      v.emplace<I>();
+      return true;
+    }
+    return emplace_alternative<I + 1>(v, index);
+  } else {
+    return false;
+  }
+}
+}  // namespace detail
+
+/// One tag byte, then the alternative. An unknown tag is a protocol error
+/// (CAF's own variant inspector throws there; a hostile peer must not be
+/// able to make a runner throw).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, OperationIr& x) {
+  if constexpr (Inspector::reads_state) {
+    auto tag = static_cast<uint8_t>(x.op.index());
+    return std::visit([&](auto& alt) { return f(caf::meta::type_name("op"), tag, alt); }, x.op);
+  } else {
+    uint8_t tag = 0;
+    if (auto err = f(tag)) return err;
+    if (!detail::emplace_alternative(x.op, tag))
+      return make_error(Errc::protocol_error, "unknown operation tag " + std::to_string(tag));
+    return std::visit([&](auto& alt) { return f(alt); }, x.op);
+  }
+}
+
+}  // namespace switchyard

@@ -1,0 +1,93 @@
+#pragma once
+
+// The actor protocol: atoms and the typed interfaces of runner and router.
+// Every type named here is registered in `register_message_types`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "switchyard/messages/operation_ir.hpp"
+
+namespace switchyard {
+
+/// Bumped whenever a message layout changes; checked when a client connects
+/// to a remote worker.
+inline constexpr uint32_t protocol_version = 1;
+
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using read_atom = caf::atom_constant<caf::atom("read")>;
+using sync_atom = caf::atom_constant<caf::atom("sync")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using expect_atom = caf::atom_constant<caf::atom("expect")>;
+using import_atom = caf::atom_constant<caf::atom("import")>;
+using export_atom = caf::atom_constant<caf::atom("export")>;
+using bridge_atom = caf::atom_constant<caf::atom("bridge")>;
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+using detach_atom = caf::atom_constant<caf::atom("detach")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using poll_atom = caf::atom_constant<caf::atom("poll")>;
+
+/// Counters one runner reports.
+struct DeviceStats {
+  std::string device;
+  uint64_t ops_executed = 0;
+  uint64_t ops_failed = 0;
+  /// Ops waiting on a pending (in-flight) input.
+  uint64_t queue_depth = 0;
+  uint64_t live_handles = 0;
+  uint64_t live_bytes = 0;
+  /// Bytes the backend keeps cached for reuse (pools).
+  uint64_t cached_bytes = 0;
+  uint64_t bytes_bridged_in = 0;
+  uint64_t bytes_bridged_out = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
+  return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_failed,
+           x.queue_depth, x.live_handles, x.live_bytes, x.cached_bytes, x.bytes_bridged_in,
+           x.bytes_bridged_out);
+}
+
+/// One device's executor: owns the device's tensor handles and runs the ops
+/// it receives in order.
+using runner_actor = caf::typed_actor<
+    // Ops in submission order (fire and forget; failures poison outputs).
+    caf::reacts_to<submit_atom, std::vector<OperationIr>>,
+    // A tensor's contents; waits while the tensor is pending.
+    caf::replies_to<read_atom, TensorId>::with<TensorData>,
+    // Completes once every op received before it has run.
+    caf::replies_to<sync_atom>::with<done_atom>,
+    caf::replies_to<stats_atom>::with<DeviceStats>,
+    // Bridge, target side: `TensorIr` will arrive by import; ops on it wait.
+    caf::reacts_to<expect_atom, TensorIr>,
+    caf::reacts_to<import_atom, TensorId, TensorData>,
+    caf::reacts_to<import_atom, TensorId, caf::error>,
+    // Bridge, source side: send tensor `TensorId` to the runner as import of
+    // the second id; replies once sent (or with the error sent instead).
+    caf::replies_to<export_atom, TensorId, caf::actor, TensorId>::with<done_atom>,
+    // An async backend has completions ready (sent by its waker).
+    caf::reacts_to<poll_atom>>;
+
+/// Forwards requests by device and coordinates bridges between runners.
+using router_actor = caf::typed_actor<
+    caf::reacts_to<submit_atom, DeviceId, std::vector<OperationIr>>,
+    caf::replies_to<read_atom, DeviceId, TensorId>::with<TensorData>,
+    caf::replies_to<sync_atom, DeviceId>::with<done_atom>,
+    caf::replies_to<stats_atom, DeviceId>::with<DeviceStats>,
+    // Move tensor (src device, src id) to (dst device) as TensorIr.
+    caf::reacts_to<bridge_atom, DeviceId, TensorId, DeviceId, TensorIr>,
+    // Register a device's runner under an id and a name.
+    caf::replies_to<attach_atom, DeviceId, std::string, runner_actor>::with<done_atom>,
+    // Remove a device: its outstanding requests fail with device_lost.
+    caf::reacts_to<detach_atom, DeviceId>>;
+
+/// Registers every message type and the error category with a config.
+void register_message_types(caf::actor_system_config& cfg);
+
+}  // namespace switchyard

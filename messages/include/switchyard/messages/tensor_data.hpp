@@ -1,0 +1,76 @@
+#pragma once
+
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "switchyard/messages/bytes.hpp"
+#include "switchyard/messages/dtype.hpp"
+#include "switchyard/messages/shape.hpp"
+
+namespace switchyard {
+
+/// Host-side contents of a tensor: owned bytes (little-endian, row-major,
+/// contiguous) with their shape and dtype. What reads return, what from-data
+/// ops and bridges carry.
+struct TensorData {
+  Shape shape;
+  DType dtype = DType::f32;
+  Bytes bytes;
+
+  TensorData() = default;
+  /// Checks that `bytes` holds exactly numel * size_of(dtype) bytes.
+  TensorData(Shape s, DType t, Bytes b);
+
+  template <class T>
+  [[nodiscard]] static TensorData from(std::span<const T> values, Shape s) {
+    if (static_cast<int64_t>(values.size()) != s.numel())
+      throw std::invalid_argument("TensorData: " + std::to_string(values.size()) +
+                                  " values do not fill shape " + s.to_string());
+    return TensorData(std::move(s), dtype_of_v<T>, Bytes::copy_of(values.data(), values.size_bytes()));
+  }
+  template <class T>
+  [[nodiscard]] static TensorData from(const std::vector<T>& values, Shape s) {
+    if constexpr (std::is_same_v<T, bool>) {
+      std::vector<uint8_t> tmp(values.begin(), values.end());
+      auto d = from<uint8_t>(std::span<const uint8_t>(tmp), std::move(s));
+      d.dtype = DType::boolean;
+      return d;
+    } else {
+      return from<T>(std::span<const T>(values), std::move(s));
+    }
+  }
+
+  [[nodiscard]] int64_t numel() const noexcept { return shape.numel(); }
+
+  /// Typed view; throws if T does not match the dtype.
+  template <class T>
+  [[nodiscard]] std::span<const T> as() const {
+    check_dtype(dtype_of_v<T>);
+    return {bytes.as<const T>(), static_cast<size_t>(numel())};
+  }
+  /// Copy converted to T (any dtype to any arithmetic T).
+  template <class T>
+  [[nodiscard]] std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<size_t>(numel()));
+    visit_dtype(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      const S* src = bytes.as<const S>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i]);
+    });
+    return out;
+  }
+  /// Element i converted to double, whatever the dtype.
+  [[nodiscard]] double at(int64_t i) const;
+
+ private:
+  void check_dtype(DType expected) const;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TensorData& x) {
+  return f(caf::meta::type_name("tensor_data"), x.shape, x.dtype, x.bytes);
+}
+
+}  // namespace switchyard

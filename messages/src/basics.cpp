@@ -1,0 +1,149 @@
+#include <sstream>
+
+#include <caf/sec.hpp>
+
+#include "switchyard/messages/dtype.hpp"
+#include "switchyard/messages/error.hpp"
+#include "switchyard/messages/shape.hpp"
+#include "switchyard/messages/tensor_data.hpp"
+
+namespace switchyard {
+
+std::optional<DType> parse_dtype(std::string_view name) noexcept {
+  for (auto t : all_dtypes)
+    if (name_of(t) == name) return t;
+  return std::nullopt;
+}
+
+std::vector<int64_t> Shape::strides() const {
+  std::vector<int64_t> s(dims.size());
+  int64_t acc = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= dims[i];
+  }
+  return s;
+}
+
+std::string Shape::to_string() const {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(dims[i]);
+  }
+  return out + "]";
+}
+
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
+  size_t rank = std::max(a.rank(), b.rank());
+  Shape out;
+  out.dims.resize(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.rank() ? 1 : a.dims[i - (rank - a.rank())];
+    int64_t db = i < rank - b.rank() ? 1 : b.dims[i - (rank - b.rank())];
+    if (da == db || db == 1)
+      out.dims[i] = da;
+    else if (da == 1)
+      out.dims[i] = db;
+    else
+      return std::nullopt;
+  }
+  return out;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& from, const Shape& to) {
+  std::vector<int64_t> out(to.rank(), 0);
+  auto s = from.strides();
+  size_t lead = to.rank() - from.rank();
+  for (size_t i = 0; i < from.rank(); ++i)
+    out[lead + i] = from.dims[i] == 1 && to.dims[lead + i] != 1 ? 0 : s[i];
+  return out;
+}
+
+std::optional<int64_t> normalize_axis(int64_t axis, size_t rank) noexcept {
+  auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r) return std::nullopt;
+  return axis < 0 ? axis + r : axis;
+}
+
+const char* to_string(Errc code) noexcept {
+  switch (code) {
+    case Errc::shape_mismatch: return "shape_mismatch";
+    case Errc::dtype_mismatch: return "dtype_mismatch";
+    case Errc::invalid_argument: return "invalid_argument";
+    case Errc::unknown_device: return "unknown_device";
+    case Errc::device_mismatch: return "device_mismatch";
+    case Errc::invalid_tensor: return "invalid_tensor";
+    case Errc::unknown_tensor: return "unknown_tensor";
+    case Errc::kernel_failure: return "kernel_failure";
+    case Errc::out_of_memory: return "out_of_memory";
+    case Errc::index_out_of_range: return "index_out_of_range";
+    case Errc::device_lost: return "device_lost";
+    case Errc::runtime_closed: return "runtime_closed";
+    case Errc::protocol_error: return "protocol_error";
+    case Errc::unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
+ErrorInfo describe(const caf::error& err) {
+  ErrorInfo info;
+  if (!err) {
+    info.code = Errc::protocol_error;
+    info.message = "empty error";
+    return info;
+  }
+  if (err.category() == error_category) {
+    info.code = static_cast<Errc>(err.code());
+    const auto& ctx = err.context();
+    if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+      info.message = ctx.get_as<std::string>(0);
+    else
+      info.message = to_string(info.code);
+    return info;
+  }
+  if (err.category() == caf::atom("system")) {
+    auto code = static_cast<caf::sec>(err.code());
+    switch (code) {
+      case caf::sec::request_receiver_down:
+      case caf::sec::request_timeout:
+        info.code = Errc::device_lost;
+        info.message = "device lost: " + caf::to_string(code);
+        return info;
+      default:
+        break;
+    }
+  }
+  info.code = Errc::protocol_error;
+  info.message = "actor system error: " + caf::to_string(err);
+  return info;
+}
+
+TensorData::TensorData(Shape s, DType t, Bytes b)
+    : shape(std::move(s)), dtype(t), bytes(std::move(b)) {
+  auto want = static_cast<size_t>(shape.numel()) * size_of(dtype);
+  if (bytes.size() != want)
+    throw std::invalid_argument("TensorData: " + std::to_string(bytes.size()) +
+                                " bytes do not match shape " + shape.to_string() + " of " +
+                                std::string(name_of(dtype)) + " (" + std::to_string(want) +
+                                " bytes)");
+}
+
+void TensorData::check_dtype(DType expected) const {
+  // bool and u8 share storage; reading bool data as u8 is allowed.
+  if (expected == dtype || (expected == DType::u8 && dtype == DType::boolean)) return;
+  throw std::invalid_argument("TensorData: requested " + std::string(name_of(expected)) +
+                              " elements but the tensor holds " + std::string(name_of(dtype)));
+}
+
+double TensorData::at(int64_t i) const {
+  if (i < 0 || i >= numel())
+    throw std::out_of_range("TensorData::at: index " + std::to_string(i) + " outside " +
+                            std::to_string(numel()) + " elements");
+  return visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return static_cast<double>(bytes.as<const T>()[i]);
+  });
+}
+
+}  // namespace switchyard

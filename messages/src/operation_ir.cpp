@@ -1,0 +1,64 @@
+#include "switchyard/messages/operation_ir.hpp"
+
+namespace switchyard {
+
+const char* to_string(UnaryKind k) noexcept {
+  static constexpr const char* names[] = {
+      "neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
+      "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "reciprocal",
+      "clamp", "logical_not", "bitwise_not", "isnan", "isinf"};
+  auto i = static_cast<size_t>(k);
+  return i < std::size(names) ? names[i] : "unary?";
+}
+
+const char* to_string(BinaryKind k) noexcept {
+  static constexpr const char* names[] = {
+      "add", "sub", "mul", "div", "pow", "remainder", "maximum", "minimum", "atan2", "eq", "ne",
+      "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+      "bitwise_or", "bitwise_xor"};
+  auto i = static_cast<size_t>(k);
+  return i < std::size(names) ? names[i] : "binary?";
+}
+
+const char* to_string(ReduceKind k) noexcept {
+  static constexpr const char* names[] = {"sum", "mean", "prod", "max", "min", "argmax",
+                                          "argmin", "var", "std", "any", "all"};
+  auto i = static_cast<size_t>(k);
+  return i < std::size(names) ? names[i] : "reduce?";
+}
+
+namespace {
+struct Namer {
+  std::string operator()(const FromDataOp&) const { return "from_data"; }
+  std::string operator()(const FillOp& x) const {
+    static constexpr const char* n[] = {"full", "arange", "eye"};
+    return n[static_cast<int>(x.kind) % 3];
+  }
+  std::string operator()(const RandomOp& x) const {
+    static constexpr const char* n[] = {"uniform", "normal", "bernoulli"};
+    return n[static_cast<int>(x.kind) % 3];
+  }
+  std::string operator()(const UnaryOp& x) const { return to_string(x.kind); }
+  std::string operator()(const BinaryOp& x) const { return to_string(x.kind); }
+  std::string operator()(const ScalarOp& x) const { return std::string(to_string(x.kind)) + "_scalar"; }
+  std::string operator()(const ReduceOp& x) const { return to_string(x.kind); }
+  std::string operator()(const SoftmaxOp& x) const { return x.log ? "log_softmax" : "softmax"; }
+  std::string operator()(const MatmulOp& x) const { return x.has_bias() ? "linear" : "matmul"; }
+  std::string operator()(const CastOp&) const { return "cast"; }
+  std::string operator()(const ViewOp&) const { return "view"; }
+  std::string operator()(const SliceAssignOp&) const { return "slice_assign"; }
+  std::string operator()(const CatOp&) const { return "cat"; }
+  std::string operator()(const PadOp&) const { return "pad"; }
+  std::string operator()(const IndexOp& x) const {
+    static constexpr const char* n[] = {"gather", "scatter_add", "index_select"};
+    return n[static_cast<int>(x.kind) % 3];
+  }
+  std::string operator()(const WhereOp&) const { return "where"; }
+  std::string operator()(const DropOp&) const { return "drop"; }
+  std::string operator()(const SeedOp&) const { return "seed"; }
+};
+}  // namespace
+
+std::string OperationIr::name() const { return std::visit(Namer{}, op); }
+
+}  // namespace switchyard

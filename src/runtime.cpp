@@ -1,0 +1,143 @@
+#include <cmath>
+
+#include <caf/all.hpp>
+
+#include "core.hpp"
+
+namespace switchyard {
+
+Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
+
+Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
+  core_->start();
+}
+
+Runtime::~Runtime() { core_->close(); }
+
+Device Runtime::device(std::string_view name) const {
+  if (auto id = core_->find(name)) return Device(core_, *id);
+  std::string have;
+  for (DeviceId i = 0; i < core_->device_count(); ++i) have += (have.empty() ? "" : ", ") + core_->info(i).name;
+  throw Error(Errc::unknown_device, "unknown device '" + std::string(name) + "' (this runtime has: " + have + ")");
+}
+
+std::vector<Device> Runtime::devices() const {
+  std::vector<Device> out;
+  for (DeviceId i = 0; i < core_->device_count(); ++i) out.push_back(Device(core_, i));
+  return out;
+}
+
+std::vector<std::string> Runtime::unavailable() const { return core_->unavailable(); }
+
+Future<void> Runtime::sync_all() const {
+  // Chains the devices' syncs; the first failure fails the whole.
+  Promise<void> done;
+  auto result = done.future();
+  auto remaining = std::make_shared<std::atomic<size_t>>(core_->device_count());
+  if (*remaining == 0) {
+    done.set_value();
+    return result;
+  }
+  for (DeviceId i = 0; i < core_->device_count(); ++i) {
+    auto f = core_->sync(i);
+    f.on_complete([done, remaining](std::exception_ptr e) {
+      if (e) done.set_error(e);
+      if (remaining->fetch_sub(1) == 1) done.set_value();
+    });
+  }
+  return result;
+}
+
+std::vector<DeviceStats> Runtime::stats() const {
+  std::vector<Future<DeviceStats>> futures;
+  for (DeviceId i = 0; i < core_->device_count(); ++i) futures.push_back(core_->stats(i));
+  std::vector<DeviceStats> out;
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+// --- Device --------------------------------------------------------------
+
+const std::string& Device::name() const {
+  if (!core_) throw Error(Errc::unknown_device, "use of an empty Device");
+  return core_->info(id_).name;
+}
+
+std::string Device::kind() const {
+  if (!core_) throw Error(Errc::unknown_device, "use of an empty Device");
+  return core_->info(id_).kind;
+}
+
+namespace {
+detail::Core& core_of(const std::shared_ptr<detail::Core>& c) {
+  if (!c) throw Error(Errc::unknown_device, "use of an empty Device");
+  if (c->closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
+  return *c;
+}
+
+Tensor create(const std::shared_ptr<detail::Core>& c, DeviceId d, TensorIr ir, OperationIr op) {
+  return core_of(c).emit(d, ir, std::move(op));
+}
+
+TensorIr new_tensor(detail::Core& c, Shape s, DType t) {
+  for (auto e : s.dims)
+    if (e < 0) throw Error(Errc::shape_mismatch, "shape " + s.to_string() + " has a negative extent");
+  return TensorIr{c.new_id(), std::move(s), t, TensorStatus::not_init};
+}
+}  // namespace
+
+Tensor Device::from_data(TensorData data) const {
+  auto& c = core_of(core_);
+  auto want = static_cast<size_t>(data.shape.numel()) * size_of(data.dtype);
+  if (data.bytes.size() != want)
+    throw Error(Errc::shape_mismatch, "from_data: " + std::to_string(data.bytes.size()) + " bytes for shape " +
+                                          data.shape.to_string() + " of " + std::string(name_of(data.dtype)));
+  auto ir = new_tensor(c, data.shape, data.dtype);
+  return create(core_, id_, ir, FromDataOp{ir, std::move(data)});
+}
+
+Tensor Device::full(Shape shape, double value, DType dtype) const {
+  auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
+  return create(core_, id_, ir, FillOp{FillKind::full, ir, value, 0});
+}
+Tensor Device::zeros(Shape shape, DType dtype) const { return full(std::move(shape), 0, dtype); }
+Tensor Device::ones(Shape shape, DType dtype) const { return full(std::move(shape), 1, dtype); }
+
+Tensor Device::arange(double start, double end, double step, DType dtype) const {
+  if (step == 0 || std::isnan(step) || std::isnan(start) || std::isnan(end))
+    throw Error(Errc::invalid_argument, "arange: step must be non-zero and bounds finite");
+  auto n = static_cast<int64_t>(std::max(0.0, std::ceil((end - start) / step)));
+  auto ir = new_tensor(core_of(core_), Shape{n}, dtype);
+  return create(core_, id_, ir, FillOp{FillKind::arange, ir, start, step});
+}
+
+Tensor Device::eye(int64_t n, int64_t m, DType dtype) const {
+  auto ir = new_tensor(core_of(core_), Shape{n, m < 0 ? n : m}, dtype);
+  return create(core_, id_, ir, FillOp{FillKind::eye, ir, 1, 0});
+}
+
+Tensor Device::uniform(Shape shape, double low, double high, DType dtype) const {
+  if (!is_floating(dtype)) throw Error(Errc::dtype_mismatch, "uniform: needs a floating dtype, got " + std::string(name_of(dtype)));
+  auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
+  return create(core_, id_, ir, RandomOp{RandomKind::uniform, ir, low, high});
+}
+
+Tensor Device::normal(Shape shape, double mean, double stddev, DType dtype) const {
+  if (!is_floating(dtype)) throw Error(Errc::dtype_mismatch, "normal: needs a floating dtype, got " + std::string(name_of(dtype)));
+  auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
+  return create(core_, id_, ir, RandomOp{RandomKind::normal, ir, mean, stddev});
+}
+
+Tensor Device::bernoulli(Shape shape, double p, DType dtype) const {
+  if (!(p >= 0 && p <= 1)) throw Error(Errc::invalid_argument, "bernoulli: probability " + std::to_string(p) + " is outside [0, 1]");
+  auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
+  return create(core_, id_, ir, RandomOp{RandomKind::bernoulli, ir, p, 0});
+}
+
+void Device::seed(uint64_t seed) const { core_of(core_).submit(id_, SeedOp{seed}); }
+
+Future<void> Device::sync() const { return core_of(core_).sync(id_); }
+
+Future<DeviceStats> Device::stats() const { return core_of(core_).stats(id_); }
+
+}  // namespace switchyard

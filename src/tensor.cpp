@@ -1,0 +1,539 @@
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core.hpp"
+#include "switchyard/messages/op_rules.hpp"
+
+namespace switchyard {
+
+using detail::TensorHandle;
+
+namespace {
+
+std::string dt(DType t) { return std::string(name_of(t)); }
+
+template <class T>
+T unwrap(caf::expected<T> x) {
+  if (!x) detail::throw_error(x.error());
+  return std::move(*x);
+}
+
+TensorIr as_input(const TensorHandle& h) {
+  return TensorIr{h.ir.id, h.ir.shape, h.ir.dtype, TensorStatus::read_only};
+}
+
+TensorIr new_output(const TensorHandle& h, TensorSpec spec) {
+  return TensorIr{h.core->new_id(), std::move(spec.shape), spec.dtype, TensorStatus::not_init};
+}
+
+void same_device(const char* op, const TensorHandle& a, const TensorHandle& b) {
+  if (a.core != b.core)
+    throw Error(Errc::device_mismatch, std::string(op) + ": operands belong to different runtimes");
+  if (a.device != b.device)
+    throw Error(Errc::device_mismatch, std::string(op) + ": operands live on " + a.core->info(a.device).name + " and " +
+                                           b.core->info(b.device).name + "; move one with .to(device) first");
+}
+
+Tensor emit(const TensorHandle& h, const TensorIr& out, OperationIr op) {
+  if (h.core->closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
+  return h.core->emit(h.device, out, std::move(op));
+}
+
+Tensor view(const TensorHandle& h, Shape out_shape, int64_t offset, std::vector<int64_t> strides) {
+  auto out = new_output(h, TensorSpec{std::move(out_shape), h.ir.dtype});
+  if (auto err = check_view(h.ir.numel(), out.shape, offset, strides)) detail::throw_error(err);
+  return emit(h, out, ViewOp{as_input(h), out, offset, std::move(strides)});
+}
+
+int64_t axis_of(const char* op, int64_t axis, size_t rank) {
+  auto a = normalize_axis(axis, rank);
+  if (!a)
+    throw Error(Errc::shape_mismatch, std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " +
+                                          std::to_string(rank));
+  return *a;
+}
+
+// Python slice bounds for a positive step.
+void resolve_slice(const char* op, Slice s, int64_t extent, int64_t& start, int64_t& count) {
+  if (s.step <= 0) throw Error(Errc::invalid_argument, std::string(op) + ": step must be positive, got " + std::to_string(s.step));
+  auto clampi = [&](int64_t v) {
+    if (v < 0) v += extent;
+    return std::clamp<int64_t>(v, 0, extent);
+  };
+  start = clampi(s.start);
+  int64_t end = s.end == std::numeric_limits<int64_t>::max() ? extent : clampi(s.end);
+  count = end > start ? (end - start + s.step - 1) / s.step : 0;
+}
+
+struct Region {
+  Shape shape;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+
+Region slice_region(const char* op, const Shape& shape, const std::vector<Slice>& slices) {
+  if (slices.size() > shape.rank())
+    throw Error(Errc::shape_mismatch, std::string(op) + ": " + std::to_string(slices.size()) + " slices for shape " + shape.to_string());
+  Region r{shape, 0, shape.strides()};
+  for (size_t d = 0; d < slices.size(); ++d) {
+    int64_t start = 0, count = 0;
+    resolve_slice(op, slices[d], shape.dims[d], start, count);
+    r.offset += start * r.strides[d];
+    r.strides[d] *= slices[d].step;
+    r.shape.dims[d] = count;
+  }
+  return r;
+}
+
+Tensor reduce(const Tensor& t, const TensorHandle& h, ReduceKind k, std::vector<int64_t> axes, bool keepdim,
+              int64_t correction = 1) {
+  (void)t;
+  auto spec = unwrap(reduce_result(k, h.ir.shape, h.ir.dtype, axes, keepdim));
+  auto out = new_output(h, spec);
+  return emit(h, out, ReduceOp{k, as_input(h), out, std::move(axes), keepdim, correction});
+}
+
+}  // namespace
+
+const TensorHandle& Tensor::handle(const char* op) const {
+  if (!h_) throw Error(Errc::invalid_tensor, std::string(op) + ": use of an empty or moved-from tensor");
+  return *h_;
+}
+
+const Shape& Tensor::shape() const { return handle("shape").ir.shape; }
+DType Tensor::dtype() const { return handle("dtype").ir.dtype; }
+TensorId Tensor::id() const { return handle("id").ir.id; }
+Device Tensor::device() const {
+  const auto& h = handle("device");
+  return Device(h.core, h.device);
+}
+
+Future<TensorData> Tensor::read() const {
+  const auto& h = handle("read");
+  return h.core->read(h.device, h.ir.id);
+}
+
+Tensor Tensor::to(const Device& target) const {
+  const auto& h = handle("to");
+  if (!target.valid()) throw Error(Errc::unknown_device, "to: empty target device");
+  if (target.core_ != h.core) throw Error(Errc::device_mismatch, "to: target device belongs to another runtime");
+  if (h.core->closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
+  if (target.id() == h.device) return *this;
+  TensorIr dst{h.core->new_id(), h.ir.shape, h.ir.dtype, TensorStatus::read_only};
+  h.core->bridge(h.device, h.ir.id, target.id(), dst);
+  return Tensor(std::make_shared<TensorHandle>(h.core, target.id(), dst));
+}
+
+// --- element-wise ---------------------------------------------------------
+
+Tensor Tensor::unary(UnaryKind k) const {
+  const auto& h = handle(to_string(k));
+  auto out = new_output(h, unwrap(unary_result(k, h.ir.shape, h.ir.dtype)));
+  return emit(h, out, UnaryOp{k, as_input(h), out, 0, 0});
+}
+
+Tensor Tensor::clamp(double low, double high) const {
+  const auto& h = handle("clamp");
+  if (!std::isnan(low) && !std::isnan(high) && low > high)
+    throw Error(Errc::invalid_argument, "clamp: low " + std::to_string(low) + " exceeds high " + std::to_string(high));
+  auto out = new_output(h, unwrap(unary_result(UnaryKind::clamp, h.ir.shape, h.ir.dtype)));
+  return emit(h, out, UnaryOp{UnaryKind::clamp, as_input(h), out, low, high});
+}
+
+#define SY_UNARY(name) \
+  Tensor Tensor::name() const { return unary(UnaryKind::name); }
+SY_UNARY(neg)
+SY_UNARY(abs)
+SY_UNARY(sign)
+SY_UNARY(exp)
+SY_UNARY(log)
+SY_UNARY(log1p)
+SY_UNARY(expm1)
+SY_UNARY(sqrt)
+SY_UNARY(rsqrt)
+SY_UNARY(sin)
+SY_UNARY(cos)
+SY_UNARY(tanh)
+SY_UNARY(sigmoid)
+SY_UNARY(relu)
+SY_UNARY(gelu)
+SY_UNARY(silu)
+SY_UNARY(erf)
+SY_UNARY(floor)
+SY_UNARY(ceil)
+SY_UNARY(round)
+SY_UNARY(reciprocal)
+SY_UNARY(logical_not)
+SY_UNARY(bitwise_not)
+SY_UNARY(isnan)
+SY_UNARY(isinf)
+#undef SY_UNARY
+
+Tensor Tensor::binary(BinaryKind k, const Tensor& o) const {
+  const auto& a = handle(to_string(k));
+  const auto& b = o.handle(to_string(k));
+  same_device(to_string(k), a, b);
+  auto out = new_output(a, unwrap(binary_result(k, a.ir.shape, a.ir.dtype, b.ir.shape, b.ir.dtype)));
+  return emit(a, out, BinaryOp{k, as_input(a), as_input(b), out});
+}
+
+Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
+  const auto& a = handle(to_string(k));
+  auto out = new_output(a, unwrap(scalar_result(k, a.ir.shape, a.ir.dtype, s.kind)));
+  return emit(a, out, ScalarOp{k, as_input(a), s.value, s.kind, scalar_first, out});
+}
+
+#define SY_BINARY(name) \
+  Tensor Tensor::name(const Tensor& o) const { return binary(BinaryKind::name, o); }
+SY_BINARY(add)
+SY_BINARY(sub)
+SY_BINARY(mul)
+SY_BINARY(div)
+SY_BINARY(pow)
+SY_BINARY(remainder)
+SY_BINARY(maximum)
+SY_BINARY(minimum)
+SY_BINARY(atan2)
+SY_BINARY(eq)
+SY_BINARY(ne)
+SY_BINARY(lt)
+SY_BINARY(le)
+SY_BINARY(gt)
+SY_BINARY(ge)
+SY_BINARY(logical_and)
+SY_BINARY(logical_or)
+SY_BINARY(logical_xor)
+SY_BINARY(bitwise_and)
+SY_BINARY(bitwise_or)
+SY_BINARY(bitwise_xor)
+#undef SY_BINARY
+
+// --- reductions -------------------------------------------------------------
+
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("sum"), ReduceKind::sum, std::move(axes), keepdim); }
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("mean"), ReduceKind::mean, std::move(axes), keepdim); }
+Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("prod"), ReduceKind::prod, std::move(axes), keepdim); }
+Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("max"), ReduceKind::max, std::move(axes), keepdim); }
+Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("min"), ReduceKind::min, std::move(axes), keepdim); }
+Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("any"), ReduceKind::any, std::move(axes), keepdim); }
+Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("all"), ReduceKind::all, std::move(axes), keepdim); }
+Tensor Tensor::var(std::vector<int64_t> axes, int64_t correction, bool keepdim) const {
+  return reduce(*this, handle("var"), ReduceKind::var, std::move(axes), keepdim, correction);
+}
+Tensor Tensor::std(std::vector<int64_t> axes, int64_t correction, bool keepdim) const {
+  return reduce(*this, handle("std"), ReduceKind::std, std::move(axes), keepdim, correction);
+}
+
+Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
+  const auto& h = handle("argmax");
+  if (!axis) return flatten().argmax(0, false);
+  return reduce(*this, h, ReduceKind::argmax, {*axis}, keepdim);
+}
+
+Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const {
+  const auto& h = handle("argmin");
+  if (!axis) return flatten().argmin(0, false);
+  return reduce(*this, h, ReduceKind::argmin, {*axis}, keepdim);
+}
+
+Tensor Tensor::softmax(int64_t axis) const {
+  const auto& h = handle("softmax");
+  auto out = new_output(h, unwrap(softmax_result(h.ir.shape, h.ir.dtype, axis)));
+  return emit(h, out, SoftmaxOp{as_input(h), out, axis, false});
+}
+
+Tensor Tensor::log_softmax(int64_t axis) const {
+  const auto& h = handle("log_softmax");
+  auto out = new_output(h, unwrap(softmax_result(h.ir.shape, h.ir.dtype, axis)));
+  return emit(h, out, SoftmaxOp{as_input(h), out, axis, true});
+}
+
+// --- linear algebra -----------------------------------------------------------
+
+Tensor Tensor::matmul(const Tensor& o) const {
+  const auto& a = handle("matmul");
+  const auto& b = o.handle("matmul");
+  same_device("matmul", a, b);
+  if (a.ir.shape.rank() == 0 || b.ir.shape.rank() == 0)
+    throw Error(Errc::shape_mismatch, "matmul: operands must have at least one axis, got " + a.ir.shape.to_string() +
+                                          " and " + b.ir.shape.to_string());
+  if (a.ir.shape.rank() == 1) {
+    auto r = unsqueeze(0).matmul(o);
+    return r.squeeze(static_cast<int64_t>(r.rank()) - (b.ir.shape.rank() == 1 ? 1 : 2));
+  }
+  if (b.ir.shape.rank() == 1) return matmul(o.unsqueeze(1)).squeeze(-1);
+  auto out = new_output(a, unwrap(matmul_result(a.ir.shape, a.ir.dtype, b.ir.shape, b.ir.dtype, false, false)));
+  return emit(a, out, MatmulOp{as_input(a), as_input(b), TensorIr{}, out, false, false});
+}
+
+Tensor Tensor::linear(const Tensor& weight, const Tensor& bias) const {
+  const auto& x = handle("linear");
+  const auto& w = weight.handle("linear");
+  same_device("linear", x, w);
+  if (w.ir.shape.rank() != 2)
+    throw Error(Errc::shape_mismatch, "linear: weight must be [out, in], got " + w.ir.shape.to_string());
+  if (x.ir.shape.rank() == 1) return unsqueeze(0).linear(weight, bias).squeeze(0);
+  auto spec = unwrap(matmul_result(x.ir.shape, x.ir.dtype, w.ir.shape, w.ir.dtype, false, true));
+  TensorIr bias_ir;
+  if (bias.defined()) {
+    const auto& b = bias.handle("linear");
+    same_device("linear", x, b);
+    if (b.ir.dtype != spec.dtype)
+      throw Error(Errc::dtype_mismatch, "linear: bias is " + dt(b.ir.dtype) + ", input is " + dt(spec.dtype));
+    auto bc = broadcast_shapes(spec.shape, b.ir.shape);
+    if (!bc || *bc != spec.shape)
+      throw Error(Errc::shape_mismatch, "linear: bias " + b.ir.shape.to_string() + " does not broadcast to " + spec.shape.to_string());
+    bias_ir = as_input(b);
+  }
+  auto out = new_output(x, spec);
+  return emit(x, out, MatmulOp{as_input(x), as_input(w), bias_ir, out, false, true});
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return a.matmul(b); }
+
+// --- dtype and layout -----------------------------------------------------------
+
+Tensor Tensor::cast(DType t) const {
+  const auto& h = handle("cast");
+  if (h.ir.dtype == t) return *this;
+  auto out = new_output(h, TensorSpec{h.ir.shape, t});
+  return emit(h, out, CastOp{as_input(h), out});
+}
+
+Tensor Tensor::reshape(Shape s) const {
+  const auto& h = handle("reshape");
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.rank(); ++i) {
+    if (s.dims[i] == -1) {
+      if (infer >= 0) throw Error(Errc::shape_mismatch, "reshape: more than one -1 in " + s.to_string());
+      infer = static_cast<int64_t>(i);
+    } else if (s.dims[i] < 0) {
+      throw Error(Errc::shape_mismatch, "reshape: invalid extent in " + s.to_string());
+    } else {
+      known *= s.dims[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || h.ir.numel() % known != 0)
+      throw Error(Errc::shape_mismatch, "reshape: cannot infer -1 in " + s.to_string() + " for " + std::to_string(h.ir.numel()) + " elements");
+    s.dims[infer] = h.ir.numel() / known;
+  }
+  if (s.numel() != h.ir.numel())
+    throw Error(Errc::shape_mismatch, "reshape: " + h.ir.shape.to_string() + " (" + std::to_string(h.ir.numel()) +
+                                          " elements) cannot become " + s.to_string());
+  auto strides = s.strides();
+  return view(h, std::move(s), 0, std::move(strides));
+}
+
+Tensor Tensor::flatten() const { return reshape(Shape{-1}); }
+
+Tensor Tensor::permute(std::vector<int64_t> axes) const {
+  const auto& h = handle("permute");
+  const auto rank = h.ir.shape.rank();
+  if (axes.size() != rank)
+    throw Error(Errc::shape_mismatch, "permute: " + std::to_string(axes.size()) + " axes for shape " + h.ir.shape.to_string());
+  std::vector<bool> seen(rank, false);
+  auto in_strides = h.ir.shape.strides();
+  Shape out;
+  std::vector<int64_t> strides;
+  for (auto& a : axes) {
+    a = axis_of("permute", a, rank);
+    if (seen[a]) throw Error(Errc::invalid_argument, "permute: axis " + std::to_string(a) + " repeated");
+    seen[a] = true;
+    out.dims.push_back(h.ir.shape.dims[a]);
+    strides.push_back(in_strides[a]);
+  }
+  return view(h, std::move(out), 0, std::move(strides));
+}
+
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  const auto rank = handle("transpose").ir.shape.rank();
+  std::vector<int64_t> axes(rank);
+  std::iota(axes.begin(), axes.end(), 0);
+  std::swap(axes[axis_of("transpose", a, rank)], axes[axis_of("transpose", b, rank)]);
+  return permute(std::move(axes));
+}
+
+Tensor Tensor::mT() const {
+  if (handle("mT").ir.shape.rank() < 2) throw Error(Errc::shape_mismatch, "mT: needs at least 2 axes, got " + shape().to_string());
+  return transpose(-2, -1);
+}
+
+Tensor Tensor::expand(Shape s) const {
+  const auto& h = handle("expand");
+  const auto& in = h.ir.shape;
+  if (s.rank() < in.rank())
+    throw Error(Errc::shape_mismatch, "expand: cannot expand " + in.to_string() + " to fewer axes " + s.to_string());
+  auto in_strides = in.strides();
+  std::vector<int64_t> strides(s.rank(), 0);
+  size_t lead = s.rank() - in.rank();
+  for (size_t i = 0; i < s.rank(); ++i) {
+    if (i < lead) {
+      if (s.dims[i] < 0) throw Error(Errc::shape_mismatch, "expand: -1 is not allowed for a new axis in " + s.to_string());
+      continue;
+    }
+    int64_t d = in.dims[i - lead];
+    if (s.dims[i] == -1) s.dims[i] = d;
+    if (s.dims[i] == d) {
+      strides[i] = in_strides[i - lead];
+    } else if (d != 1) {
+      throw Error(Errc::shape_mismatch, "expand: " + in.to_string() + " cannot be expanded to " + s.to_string());
+    }
+  }
+  return view(h, std::move(s), 0, std::move(strides));
+}
+
+Tensor Tensor::squeeze(std::optional<int64_t> axis) const {
+  const auto& h = handle("squeeze");
+  Shape out;
+  std::optional<int64_t> a;
+  if (axis) a = axis_of("squeeze", *axis, std::max<size_t>(h.ir.shape.rank(), 1));
+  for (size_t i = 0; i < h.ir.shape.rank(); ++i) {
+    bool drop = h.ir.shape.dims[i] == 1 && (!a || *a == static_cast<int64_t>(i));
+    if (!drop) out.dims.push_back(h.ir.shape.dims[i]);
+  }
+  auto strides = out.strides();
+  return view(h, std::move(out), 0, std::move(strides));
+}
+
+Tensor Tensor::unsqueeze(int64_t axis) const {
+  const auto& h = handle("unsqueeze");
+  auto a = axis_of("unsqueeze", axis, h.ir.shape.rank() + 1);
+  Shape out = h.ir.shape;
+  out.dims.insert(out.dims.begin() + a, 1);
+  auto strides = out.strides();
+  return view(h, std::move(out), 0, std::move(strides));
+}
+
+Tensor Tensor::flip(std::vector<int64_t> axes) const {
+  const auto& h = handle("flip");
+  auto strides = h.ir.shape.strides();
+  int64_t offset = 0;
+  std::vector<bool> seen(h.ir.shape.rank(), false);
+  for (auto a : axes) {
+    a = axis_of("flip", a, h.ir.shape.rank());
+    if (seen[a]) throw Error(Errc::invalid_argument, "flip: axis " + std::to_string(a) + " repeated");
+    seen[a] = true;
+    if (h.ir.shape.dims[a] > 0) offset += (h.ir.shape.dims[a] - 1) * strides[a];
+    strides[a] = -strides[a];
+  }
+  if (h.ir.numel() == 0) offset = 0;
+  return view(h, h.ir.shape, offset, std::move(strides));
+}
+
+Tensor Tensor::slice(int64_t axis, Slice s) const {
+  const auto& h = handle("slice");
+  auto a = axis_of("slice", axis, h.ir.shape.rank());
+  std::vector<Slice> all(a + 1);
+  all[a] = s;
+  return slice(std::move(all));
+}
+
+Tensor Tensor::slice(std::vector<Slice> s) const {
+  const auto& h = handle("slice");
+  auto r = slice_region("slice", h.ir.shape, s);
+  if (r.shape.numel() == 0) r.offset = 0;
+  return view(h, std::move(r.shape), r.offset, std::move(r.strides));
+}
+
+Tensor Tensor::slice_assign(std::vector<Slice> s, const Tensor& value) const {
+  const auto& h = handle("slice_assign");
+  const auto& v = value.handle("slice_assign");
+  same_device("slice_assign", h, v);
+  auto r = slice_region("slice_assign", h.ir.shape, s);
+  auto bc = broadcast_shapes(r.shape, v.ir.shape);
+  if (!bc || *bc != r.shape)
+    throw Error(Errc::shape_mismatch, "slice_assign: value " + v.ir.shape.to_string() + " does not broadcast to the region " + r.shape.to_string());
+  Tensor val = value.cast(h.ir.dtype);
+  if (val.shape() != r.shape) val = val.expand(r.shape);
+  const auto& vh = val.handle("slice_assign");
+  auto out = new_output(h, TensorSpec{h.ir.shape, h.ir.dtype});
+  if (r.shape.numel() == 0) r.offset = 0;
+  return emit(h, out, SliceAssignOp{as_input(h), as_input(vh), out, r.offset, std::move(r.strides)});
+}
+
+Tensor Tensor::pad(std::vector<int64_t> before, std::vector<int64_t> after, double value) const {
+  const auto& h = handle("pad");
+  auto out = new_output(h, unwrap(pad_result(h.ir.shape, h.ir.dtype, before, after)));
+  return emit(h, out, PadOp{as_input(h), out, std::move(before), std::move(after), value});
+}
+
+Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
+  const auto& h = handle("gather");
+  const auto& i = index.handle("gather");
+  same_device("gather", h, i);
+  auto in = as_input(h), idx = as_input(i);
+  auto out = new_output(h, unwrap(index_result(IndexKind::gather, in, idx, nullptr, axis)));
+  return emit(h, out, IndexOp{IndexKind::gather, in, idx, TensorIr{}, out, axis});
+}
+
+Tensor Tensor::scatter_add(int64_t axis, const Tensor& index, const Tensor& src) const {
+  const auto& h = handle("scatter_add");
+  const auto& i = index.handle("scatter_add");
+  const auto& s = src.handle("scatter_add");
+  same_device("scatter_add", h, i);
+  same_device("scatter_add", h, s);
+  auto in = as_input(h), idx = as_input(i), sr = as_input(s);
+  auto out = new_output(h, unwrap(index_result(IndexKind::scatter_add, in, idx, &sr, axis)));
+  return emit(h, out, IndexOp{IndexKind::scatter_add, in, idx, sr, out, axis});
+}
+
+Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
+  const auto& h = handle("index_select");
+  const auto& i = index.handle("index_select");
+  same_device("index_select", h, i);
+  auto in = as_input(h), idx = as_input(i);
+  auto out = new_output(h, unwrap(index_result(IndexKind::index_select, in, idx, nullptr, axis)));
+  return emit(h, out, IndexOp{IndexKind::index_select, in, idx, TensorIr{}, out, axis});
+}
+
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
+  const auto& h = handle("masked_fill");
+  Tensor fill = device().full(Shape{}, value.value, h.ir.dtype);
+  return where(mask, fill, *this);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const auto& c = cond.handle("where");
+  const auto& x = a.handle("where");
+  const auto& y = b.handle("where");
+  same_device("where", c, x);
+  same_device("where", c, y);
+  auto out = new_output(c, unwrap(where_result(as_input(c), as_input(x), as_input(y))));
+  return emit(c, out, WhereOp{as_input(c), as_input(x), as_input(y), out});
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
+  if (tensors.empty()) throw Error(Errc::invalid_argument, "cat: needs at least one tensor");
+  const auto& first = tensors.front().handle("cat");
+  DType t = first.ir.dtype;
+  for (const auto& x : tensors) {
+    same_device("cat", first, x.handle("cat"));
+    t = promote(t, x.dtype());
+  }
+  std::vector<Tensor> cast_inputs;
+  std::vector<TensorIr> inputs;
+  for (const auto& x : tensors) {
+    cast_inputs.push_back(x.cast(t));
+    inputs.push_back(as_input(cast_inputs.back().handle("cat")));
+  }
+  auto out = new_output(first, unwrap(cat_result(inputs, axis)));
+  return emit(first, out, CatOp{std::move(inputs), out, axis});
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
+  if (tensors.empty()) throw Error(Errc::invalid_argument, "stack: needs at least one tensor");
+  const auto& s = tensors.front().shape();
+  auto a = axis_of("stack", axis, s.rank() + 1);
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].shape() != s)
+      throw Error(Errc::shape_mismatch, "stack: tensor " + std::to_string(i) + " has shape " + tensors[i].shape().to_string() +
+                                            ", tensor 0 has " + s.to_string());
+    parts.push_back(tensors[i].unsqueeze(a));
+  }
+  return cat(parts, a);
+}
+
+}  // namespace switchyard
