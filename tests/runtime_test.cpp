@@ -211,6 +211,19 @@ TEST_CASE("An unknown device is an error, never a fallback", "[errors]") {
   CHECK(error_code_of([] { Runtime bad(RuntimeOptions{.devices = {"cpu"}}); }) == Errc::unknown_device);
 }
 
+TEST_CASE("The default runtime starts cpu:0 and says why other devices are missing", "[runtime]") {
+  Runtime rt;
+  auto devices = rt.devices();
+  REQUIRE_FALSE(devices.empty());
+  CHECK(devices.front().name() == "cpu:0");
+  bool has_cuda = false;
+  for (const auto& d : devices) has_cuda = has_cuda || d.kind() == "cuda";
+  if (!has_cuda) {
+    REQUIRE_FALSE(rt.unavailable().empty());
+    CHECK_THAT(rt.unavailable().front(), Catch::Contains("cuda"));
+  }
+}
+
 TEST_CASE("Operands on different devices are rejected with both names", "[errors]") {
   auto rt = make_runtime();
   auto a = rt.device("cpu:0").zeros({2});
