@@ -98,6 +98,10 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
   if (!shape)
     return shape_error(std::string(to_string(k)) + ": shapes " + a.to_string() + " and " +
                        b.to_string() + " cannot be broadcast together");
+  // PyTorch rejects sub with any bool operand, not only bool - bool.
+  if (k == BinaryKind::sub && (is_bool(ta) || is_bool(tb)))
+    return dtype_error("sub with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
+                       " and " + dt(tb));
   auto t = binary_dtype(k, promote(ta, tb), dt(ta) + " and " + dt(tb));
   if (!t) return std::move(t.error());
   return TensorSpec{std::move(*shape), *t};
@@ -105,6 +109,9 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
 
 caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk) {
   static constexpr const char* kinds[] = {"bool", "integer", "float"};
+  if (k == BinaryKind::sub && (is_bool(ta) || sk == ScalarKind::boolean))
+    return dtype_error(std::string("sub with a bool operand is not defined (use logical_xor or logical_not), got ") +
+                       dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
   auto t = binary_dtype(k, promote_scalar(ta, sk),
                         dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
   if (!t) return std::move(t.error());
