@@ -151,9 +151,19 @@ caf::expected<Bytes> run_random(const RandomOp& op, uint64_t seed, uint64_t op_i
 
 double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 
-/// op(x) where x is already in the op's compute dtype; `lo`/`hi` are
+/// Range of an integer dtype as doubles, within what float_to_int converts.
+std::pair<double, double> integer_range(DType t) {
+  switch (t) {
+    case DType::i32: return {-2147483648.0, 2147483647.0};
+    case DType::u8: return {0.0, 255.0};
+    case DType::boolean: return {0.0, 1.0};
+    default: return {-9.2e18, 9.2e18};
+  }
+}
+
+/// op(x) where x is already in the op's compute dtype `t`; `lo`/`hi` are
 /// clamp's bounds (NaN: absent).
-Value unary_value(UnaryKind k, Value x, double lo, double hi) {
+Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
   if (x.floating) {
     const double v = x.f;
     switch (k) {
@@ -202,13 +212,13 @@ Value unary_value(UnaryKind k, Value x, double lo, double hi) {
     case UnaryKind::ceil:
     case UnaryKind::round: return x;
     case UnaryKind::clamp: {
-      // Compared as doubles, so a bound outside the dtype's range (or a
-      // fractional one) behaves as on the number line; the result is then
-      // stored in the dtype, truncating a fractional bound toward zero.
-      double r = static_cast<double>(v);
-      if (!std::isnan(lo) && r < lo) return Value::of_float(lo);
-      if (!std::isnan(hi) && r > hi) return Value::of_float(hi);
-      return x;
+      // Bounds are first limited to the dtype's range (a bound beyond it
+      // does nothing) and truncated toward zero, then compared exactly.
+      const auto [min, max] = integer_range(t);
+      int64_t r = v;
+      if (!std::isnan(lo)) r = std::max(r, float_to_int(std::clamp(lo, min, max)));
+      if (!std::isnan(hi)) r = std::min(r, float_to_int(std::clamp(hi, min, max)));
+      return Value::of_int(r);
     }
     case UnaryKind::logical_not: return Value::of_int(v == 0);
     case UnaryKind::bitwise_not: return Value::of_int(~v);  // bool: handled by the caller
@@ -228,7 +238,7 @@ caf::expected<Bytes> run_unary(const UnaryOp& op, const Bytes& in) {
   auto out = allocate(op.out);
   for (int64_t k = 0; k < op.out.numel(); ++k) {
     Value x = convert(load(in, op.in.dtype, k), compute);
-    Value r = unary_value(op.kind, x, op.a, op.b);
+    Value r = unary_value(op.kind, x, compute, op.a, op.b);
     if (op.kind == UnaryKind::bitwise_not && compute == DType::boolean) r = Value::of_int(!x.i);
     store(out, op.out.dtype, k, r);
   }
