@@ -56,8 +56,9 @@ caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
       if (is_floating(t)) return dtype_error("bitwise_not needs an integer or bool tensor, got " + dt(t));
       return TensorSpec{s, t};
     case UnaryKind::neg:
-    case UnaryKind::sign:
-      if (is_bool(t)) return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors (use logical_not)");
+      if (is_bool(t)) return dtype_error("neg is not defined for bool tensors (use logical_not)");
+      return TensorSpec{s, t};
+    case UnaryKind::sign:  // of bool: the identity, as in PyTorch
       return TensorSpec{s, t};
     default:
       break;
