@@ -191,11 +191,11 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
       if constexpr (is_b || std::is_unsigned_v<T>) return f([](T x) -> T { return x; });
       else return f([](T x) -> T { return x < 0 ? wrap_sub(T(0), x) : x; });
     case UnaryKind::sign:
-      if constexpr (is_b) return false;
+      if constexpr (is_b) return f([](T x) -> T { return x; });
       else return f([](T x) -> T { return static_cast<T>((T(0) < x) - (x < T(0))); });
-    case UnaryKind::relu:
+    case UnaryKind::relu:  // NaN stays NaN, as PyTorch's clamp_min(x, 0)
       if constexpr (is_b) return false;
-      else return f([](T x) -> T { return x > T(0) ? x : T(0); });
+      else return f([](T x) -> T { return x > T(0) || x != x ? x : T(0); });
     case UnaryKind::floor:
       if constexpr (is_f) return f([](T x) -> T { return std::floor(x); });
       else if constexpr (is_b) return false;
