@@ -180,7 +180,7 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
       case UnaryKind::cos: return Value::of_float(std::cos(v));
       case UnaryKind::tanh: return Value::of_float(std::tanh(v));
       case UnaryKind::sigmoid: return Value::of_float(1 / (1 + std::exp(-v)));
-      case UnaryKind::relu: return Value::of_float(v > 0 ? v : 0);
+      case UnaryKind::relu: return Value::of_float(v > 0 || std::isnan(v) ? v : 0);
       case UnaryKind::gelu: return Value::of_float(gelu(v));
       case UnaryKind::silu: return Value::of_float(v / (1 + std::exp(-v)));
       case UnaryKind::erf: return Value::of_float(std::erf(v));
