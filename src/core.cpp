@@ -76,6 +76,12 @@ void Core::start() {
   for (const auto& name : options_.devices) {
     auto req = parse_device(name);
     auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.name == req.kind; });
+    if (kind == kinds.end() && req.index < 0 && req.kind == "cuda") {
+      // "cuda:*" means "every GPU there is": none, when the backend is not
+      // compiled in (the default options must work in a CPU-only build).
+      unavailable_.push_back(req.kind + ": not compiled into this build");
+      continue;
+    }
     if (kind == kinds.end()) {
       std::string known;
       for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k.name;
