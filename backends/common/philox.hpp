@@ -53,8 +53,11 @@ SY_HOST_DEVICE inline double random_value(RandomDraw kind, uint64_t seed, uint64
   Philox4 r = philox4x32(i, op_index, seed);
   double u1 = unit_double(r.v[0], r.v[1]);
   switch (kind) {
+    // Explicit fma: whether a compiler contracts a + b * c into one
+    // instruction depends on flags (-march=native does here), and the
+    // streams must be bit-identical across backends.
     case RandomDraw::uniform:
-      return a + (b - a) * u1;
+      return std::fma(b - a, u1, a);
     case RandomDraw::bernoulli:
       return u1 < a ? 1.0 : 0.0;
     case RandomDraw::normal:
@@ -62,7 +65,7 @@ SY_HOST_DEVICE inline double random_value(RandomDraw kind, uint64_t seed, uint64
       double u2 = unit_double(r.v[2], r.v[3]);
       // 1 - u1 lies in (0, 1], so the log is finite.
       double radius = std::sqrt(-2.0 * std::log(1.0 - u1));
-      return a + b * radius * std::cos(6.283185307179586 * u2);
+      return std::fma(b * radius, std::cos(6.283185307179586 * u2), a);
     }
   }
 }

@@ -1,5 +1,6 @@
 // Creation, unary, binary, scalar, cast and where kernels.
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -83,6 +84,33 @@ T nan_min(T a, T b) {
   return a < b ? a : b;
 }
 
+// A double (a fill value, a scalar operand, a clamp bound) in T with the
+// runtime's cast rule: truncation toward zero and wrapping for integers
+// (a plain static_cast is undefined out of range, e.g. -1.0 to u8).
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return v != 0;
+  else if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(v);
+  else
+    return static_cast<T>((std::isfinite(v) && v > -9.2e18 && v < 9.2e18) ? static_cast<int64_t>(v)
+                                                                           : std::numeric_limits<int64_t>::min());
+}
+
+// A clamp bound for integer T: limited to T's range first, so a bound
+// beyond it does nothing instead of wrapping around.
+template <class T>
+T clamp_bound(double v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const double lo = std::max(static_cast<double>(std::numeric_limits<T>::lowest()), -9.2e18);
+    const double hi = std::min(static_cast<double>(std::numeric_limits<T>::max()), 9.2e18);
+    return from_double<T>(std::clamp(v, lo, hi));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
 Bytes output_for(Context& ctx, const TensorIr& out, const Inputs& in, std::initializer_list<const TensorIr*> candidates) {
   size_t i = 0;
   for (const TensorIr* c : candidates) {
@@ -163,11 +191,11 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
       if constexpr (is_b || std::is_unsigned_v<T>) return f([](T x) -> T { return x; });
       else return f([](T x) -> T { return x < 0 ? wrap_sub(T(0), x) : x; });
     case UnaryKind::sign:
-      if constexpr (is_b) return false;
+      if constexpr (is_b) return f([](T x) -> T { return x; });
       else return f([](T x) -> T { return static_cast<T>((T(0) < x) - (x < T(0))); });
-    case UnaryKind::relu:
+    case UnaryKind::relu:  // NaN stays NaN, as PyTorch's clamp_min(x, 0)
       if constexpr (is_b) return false;
-      else return f([](T x) -> T { return x > T(0) ? x : T(0); });
+      else return f([](T x) -> T { return x > T(0) || x != x ? x : T(0); });
     case UnaryKind::floor:
       if constexpr (is_f) return f([](T x) -> T { return std::floor(x); });
       else if constexpr (is_b) return false;
@@ -184,7 +212,7 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
       if constexpr (is_b) return false;
       else {
         bool has_lo = !std::isnan(lo), has_hi = !std::isnan(hi);
-        T l = has_lo ? static_cast<T>(lo) : T(0), h = has_hi ? static_cast<T>(hi) : T(0);
+        T l = has_lo ? clamp_bound<T>(lo) : T(0), h = has_hi ? clamp_bound<T>(hi) : T(0);
         return f([=](T x) -> T {
           if constexpr (is_f)
             if (std::isnan(x)) return x;
@@ -277,12 +305,12 @@ caf::expected<Bytes> fill(Context& ctx, FillOp& op) {
     T* o = out.as<T>();
     switch (op.kind) {
       case FillKind::full: {
-        T v = static_cast<T>(op.value);
+        T v = from_double<T>(op.value);
         ctx.pool.parallel_for(n, parallel_grain, [&](int64_t b, int64_t e) { std::fill(o + b, o + e, v); });
         break;
       }
       case FillKind::arange:
-        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(op.value + op.step * static_cast<double>(i));
+        for (int64_t i = 0; i < n; ++i) o[i] = from_double<T>(op.value + op.step * static_cast<double>(i));
         break;
       case FillKind::eye: {
         std::fill(o, o + n, T(0));
@@ -393,7 +421,7 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
                                       : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
-    const T s = static_cast<T>(op.scalar);
+    const T s = from_double<T>(op.scalar);
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
       auto strides = op.lhs.shape.strides();

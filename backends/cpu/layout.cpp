@@ -126,6 +126,10 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
         if (v < -axis_len || v >= axis_len) return index_error("index_select", v, axis_len, op.axis);
       }
       auto out = ctx.buffers.allocate(op.out.bytes());
+      if (ind.empty()) {  // a 0-d input has one element whatever the index holds
+        std::memcpy(out.data(), src.data(), elem);
+        return out;
+      }
       int64_t outer = 1, inner = 1;
       for (int64_t i = 0; i < op.axis; ++i) outer *= ind[i];
       for (size_t i = op.axis + 1; i < ind.size(); ++i) inner *= ind[i];

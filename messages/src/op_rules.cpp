@@ -56,8 +56,9 @@ caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
       if (is_floating(t)) return dtype_error("bitwise_not needs an integer or bool tensor, got " + dt(t));
       return TensorSpec{s, t};
     case UnaryKind::neg:
-    case UnaryKind::sign:
-      if (is_bool(t)) return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors (use logical_not)");
+      if (is_bool(t)) return dtype_error("neg is not defined for bool tensors (use logical_not)");
+      return TensorSpec{s, t};
+    case UnaryKind::sign:  // of bool: the identity, as in PyTorch
       return TensorSpec{s, t};
     default:
       break;
@@ -98,6 +99,10 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
   if (!shape)
     return shape_error(std::string(to_string(k)) + ": shapes " + a.to_string() + " and " +
                        b.to_string() + " cannot be broadcast together");
+  // PyTorch rejects sub with any bool operand, not only bool - bool.
+  if (k == BinaryKind::sub && (is_bool(ta) || is_bool(tb)))
+    return dtype_error("sub with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
+                       " and " + dt(tb));
   auto t = binary_dtype(k, promote(ta, tb), dt(ta) + " and " + dt(tb));
   if (!t) return std::move(t.error());
   return TensorSpec{std::move(*shape), *t};
@@ -105,6 +110,9 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
 
 caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk) {
   static constexpr const char* kinds[] = {"bool", "integer", "float"};
+  if (k == BinaryKind::sub && (is_bool(ta) || sk == ScalarKind::boolean))
+    return dtype_error(std::string("sub with a bool operand is not defined (use logical_xor or logical_not), got ") +
+                       dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
   auto t = binary_dtype(k, promote_scalar(ta, sk),
                         dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
   if (!t) return std::move(t.error());

@@ -1,0 +1,334 @@
+// Element-wise ops on every device: hand-computed values per family,
+// broadcasting, dtype promotion, scalars, casts, NaN/Inf and integer edge
+// cases.
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "ops_common.hpp"
+
+using namespace sytest;
+using sy::DType;
+using sy::Tensor;
+using sy::Device;
+
+namespace {
+const double kInf = std::numeric_limits<double>::infinity();
+const double kNan = std::numeric_limits<double>::quiet_NaN();
+}  // namespace
+
+TEST_CASE("unary float ops give hand-computed values", "[ops][unary]") {
+  const std::vector<double> x = {-2, -0.5, 0, 1};
+  auto in = [&](const Device& d) { return make(d, DType::f64, {4}, x); };
+  auto check = [&](std::function<Tensor(Tensor)> f, std::vector<double> want) {
+    expect_all([&](const Device& d) { return f(in(d)); }, DType::f64, {4}, want);
+  };
+  check([](Tensor t) { return t.neg(); }, {2, 0.5, -0.0, -1});
+  check([](Tensor t) { return t.abs(); }, {2, 0.5, 0, 1});
+  check([](Tensor t) { return t.sign(); }, {-1, -1, 0, 1});
+  check([](Tensor t) { return t.exp(); }, {std::exp(-2.0), std::exp(-0.5), 1, std::exp(1.0)});
+  check([](Tensor t) { return t.abs().log(); }, {std::log(2.0), std::log(0.5), -kInf, 0});
+  check([](Tensor t) { return t.abs().log1p(); }, {std::log(3.0), std::log(1.5), 0, std::log(2.0)});
+  check([](Tensor t) { return t.expm1(); }, {std::exp(-2.0) - 1, std::exp(-0.5) - 1, 0, std::exp(1.0) - 1});
+  check([](Tensor t) { return t.abs().sqrt(); }, {std::sqrt(2.0), std::sqrt(0.5), 0, 1});
+  check([](Tensor t) { return t.abs().rsqrt(); }, {1 / std::sqrt(2.0), 1 / std::sqrt(0.5), kInf, 1});
+  check([](Tensor t) { return t.sin(); }, {std::sin(-2.0), std::sin(-0.5), 0, std::sin(1.0)});
+  check([](Tensor t) { return t.cos(); }, {std::cos(-2.0), std::cos(-0.5), 1, std::cos(1.0)});
+  check([](Tensor t) { return t.tanh(); }, {std::tanh(-2.0), std::tanh(-0.5), 0, std::tanh(1.0)});
+  check([](Tensor t) { return t.sigmoid(); }, {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(0.5)), 0.5, 1 / (1 + std::exp(-1.0))});
+  check([](Tensor t) { return t.relu(); }, {0, 0, 0, 1});
+  check([](Tensor t) { return t.gelu(); },
+        {-2 * 0.5 * (1 + std::erf(-2 / std::sqrt(2.0))), -0.5 * 0.5 * (1 + std::erf(-0.5 / std::sqrt(2.0))), 0,
+         0.5 * (1 + std::erf(1 / std::sqrt(2.0)))});
+  check([](Tensor t) { return t.silu(); }, {-2 / (1 + std::exp(2.0)), -0.5 / (1 + std::exp(0.5)), 0, 1 / (1 + std::exp(-1.0))});
+  check([](Tensor t) { return t.erf(); }, {std::erf(-2.0), std::erf(-0.5), 0, std::erf(1.0)});
+  check([](Tensor t) { return t.floor(); }, {-2, -1, 0, 1});
+  check([](Tensor t) { return t.ceil(); }, {-2, -0.0, 0, 1});
+  check([](Tensor t) { return t.reciprocal(); }, {-0.5, -2, kInf, 1});
+  check([](Tensor t) { return t.clamp(-1, 0.5); }, {-1, -0.5, 0, 0.5});
+  check([](Tensor t) { return t.clamp(kNan, -1); }, {-2, -1, -1, -1});
+}
+
+TEST_CASE("round rounds half to even", "[ops][unary]") {
+  expect_all([](const Device& d) { return make(d, DType::f32, {6}, {0.5, 1.5, 2.5, -0.5, -1.5, 2.4}).round(); },
+             DType::f32, {6}, {0, 2, 2, -0.0, -2, 2});
+}
+
+TEST_CASE("predicates return bool for every dtype", "[ops][unary]") {
+  expect_all([](const Device& d) { return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 0}).isnan(); }, DType::boolean,
+             {4}, {1, 0, 0, 0});
+  expect_all([](const Device& d) { return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 0}).isinf(); }, DType::boolean,
+             {4}, {0, 1, 1, 0});
+  for (auto t : {DType::i32, DType::i64, DType::u8, DType::boolean}) {
+    INFO(sy::name_of(t));
+    expect_all([&](const Device& d) { return make(d, t, {3}, {0, 1, 1}).isnan(); }, DType::boolean, {3}, {0, 0, 0});
+    expect_all([&](const Device& d) { return make(d, t, {3}, {0, 1, 1}).logical_not(); }, DType::boolean, {3},
+               {1, 0, 0});
+  }
+}
+
+TEST_CASE("integer unary ops stay integral and wrap", "[ops][unary][int]") {
+  expect_all([](const Device& d) { return make(d, DType::i32, {4}, {-3, 0, 5, -2147483648.0}).neg(); }, DType::i32,
+             {4}, {3, 0, -5, -2147483648.0});
+  expect_all([](const Device& d) { return make(d, DType::i32, {4}, {-3, 0, 5, -2147483648.0}).abs(); }, DType::i32,
+             {4}, {3, 0, 5, -2147483648.0});
+  expect_all([](const Device& d) { return make(d, DType::u8, {3}, {0, 1, 200}).neg(); }, DType::u8, {3}, {0, 255, 56});
+  expect_all([](const Device& d) { return make(d, DType::i64, {3}, {-3, 0, 5}).sign(); }, DType::i64, {3}, {-1, 0, 1});
+  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}).sign(); }, DType::boolean, {2}, {0, 1});
+  expect_all([](const Device& d) { return make(d, DType::i64, {3}, {-3, 0, 5}).relu(); }, DType::i64, {3}, {0, 0, 5});
+  expect_all([](const Device& d) { return make(d, DType::i32, {3}, {-3, 0, 5}).bitwise_not(); }, DType::i32, {3},
+             {2, -1, -6});
+  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {0, 5}).bitwise_not(); }, DType::u8, {2}, {255, 250});
+  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}).bitwise_not(); }, DType::boolean, {2},
+             {1, 0});
+  expect_all([](const Device& d) { return make(d, DType::i32, {4}, {-3, 0, 5, 9}).clamp(-1, 6); }, DType::i32, {4},
+             {-1, 0, 5, 6});
+  // Bounds beyond the dtype's range do nothing (compared as numbers).
+  expect_all([](const Device& d) { return make(d, DType::u8, {3}, {0, 7, 255}).clamp(-5, 300); }, DType::u8, {3},
+             {0, 7, 255});
+}
+
+TEST_CASE("float unary ops on integer tensors compute in f32", "[ops][unary][promotion]") {
+  expect_all([](const Device& d) { return make(d, DType::i64, {3}, {0, 1, 4}).sqrt(); }, DType::f32, {3}, {0, 1, 2});
+  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {0, 1}).exp(); }, DType::f32, {2},
+             {1, std::exp(1.0)});
+  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}).sigmoid(); }, DType::f32, {2},
+             {0.5, 1 / (1 + std::exp(-1.0))});
+}
+
+TEST_CASE("unary ops reject undefined dtypes at the call", "[ops][unary][errors]") {
+  auto d = reference();
+  auto b = make(d, DType::boolean, {2}, {0, 1});
+  CHECK_THROWS_AS(b.neg(), sy::Error);
+  CHECK_THROWS_AS(make(d, DType::f32, {1}, {1}).bitwise_not(), sy::Error);
+}
+
+TEST_CASE("binary ops give hand-computed values", "[ops][binary]") {
+  auto a = [](const Device& d) { return make(d, DType::f64, {4}, {-3, 2, 0.5, 7}); };
+  auto b = [](const Device& d) { return make(d, DType::f64, {4}, {2, -4, 0.25, 7}); };
+  auto check = [&](sy::BinaryKind k, DType t, std::vector<double> want) {
+    INFO(sy::to_string(k));
+    expect_all([&](const Device& d) { return a(d).binary(k, b(d)); }, t, {4}, want);
+  };
+  using K = sy::BinaryKind;
+  check(K::add, DType::f64, {-1, -2, 0.75, 14});
+  check(K::sub, DType::f64, {-5, 6, 0.25, 0});
+  check(K::mul, DType::f64, {-6, -8, 0.125, 49});
+  check(K::div, DType::f64, {-1.5, -0.5, 2, 1});
+  check(K::pow, DType::f64, {9, 0.0625, std::pow(0.5, 0.25), 823543});
+  check(K::remainder, DType::f64, {1, -2, 0, 0});
+  check(K::maximum, DType::f64, {2, 2, 0.5, 7});
+  check(K::minimum, DType::f64, {-3, -4, 0.25, 7});
+  check(K::atan2, DType::f64, {std::atan2(-3.0, 2.0), std::atan2(2.0, -4.0), std::atan2(0.5, 0.25), std::atan2(7.0, 7.0)});
+  check(K::eq, DType::boolean, {0, 0, 0, 1});
+  check(K::ne, DType::boolean, {1, 1, 1, 0});
+  check(K::lt, DType::boolean, {1, 0, 0, 0});
+  check(K::le, DType::boolean, {1, 0, 0, 1});
+  check(K::gt, DType::boolean, {0, 1, 1, 0});
+  check(K::ge, DType::boolean, {0, 1, 1, 1});
+}
+
+TEST_CASE("logical and bitwise ops", "[ops][binary][int]") {
+  using K = sy::BinaryKind;
+  auto a = [](const Device& d) { return make(d, DType::i32, {4}, {0, 0, 6, -1}); };
+  auto b = [](const Device& d) { return make(d, DType::i32, {4}, {0, 3, 0, 5}); };
+  auto check = [&](K k, DType t, std::vector<double> want) {
+    INFO(sy::to_string(k));
+    expect_all([&](const Device& d) { return a(d).binary(k, b(d)); }, t, {4}, want);
+  };
+  check(K::logical_and, DType::boolean, {0, 0, 0, 1});
+  check(K::logical_or, DType::boolean, {0, 1, 1, 1});
+  check(K::logical_xor, DType::boolean, {0, 1, 1, 0});
+  check(K::bitwise_and, DType::i32, {0, 0, 0, 5});
+  check(K::bitwise_or, DType::i32, {0, 3, 6, -1});
+  check(K::bitwise_xor, DType::i32, {0, 3, 6, -6});
+  auto p = [](const Device& d) { return make(d, DType::boolean, {4}, {0, 0, 1, 1}); };
+  auto q = [](const Device& d) { return make(d, DType::boolean, {4}, {0, 1, 0, 1}); };
+  expect_all([&](const Device& d) { return p(d).bitwise_xor(q(d)); }, DType::boolean, {4}, {0, 1, 1, 0});
+  expect_all([&](const Device& d) { return p(d).add(q(d)); }, DType::boolean, {4}, {0, 1, 1, 1});
+  expect_all([&](const Device& d) { return p(d).mul(q(d)); }, DType::boolean, {4}, {0, 0, 0, 1});
+  CHECK_THROWS_AS(p(reference()).sub(q(reference())), sy::Error);
+  CHECK_THROWS_AS(make(reference(), DType::f32, {1}, {1}).bitwise_and(make(reference(), DType::f32, {1}, {1})),
+                  sy::Error);
+}
+
+TEST_CASE("integer arithmetic wraps and uses Python remainder", "[ops][binary][int]") {
+  auto a = [](const Device& d) { return make(d, DType::i32, {4}, {7, -7, 7, -7}); };
+  auto b = [](const Device& d) { return make(d, DType::i32, {4}, {3, 3, -3, -3}); };
+  expect_all([&](const Device& d) { return a(d).remainder(b(d)); }, DType::i32, {4}, {1, 2, -2, -1});
+  expect_all([&](const Device& d) { return a(d).pow(make(d, DType::i32, {4}, {2, 3, 0, 1})); }, DType::i32, {4},
+             {49, -343, 1, -7});
+  // Negative integer exponents: 1/base truncated.
+  expect_all([&](const Device& d) { return make(d, DType::i64, {3}, {1, -1, 2}).pow(make(d, DType::i64, {3}, {-3, -3, -1})); },
+             DType::i64, {3}, {1, -1, 0});
+  expect_all([](const Device& d) { return make(d, DType::i32, {1}, {2147483647}) + make(d, DType::i32, {1}, {1}); },
+             DType::i32, {1}, {-2147483648.0});
+  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {250, 3}) + make(d, DType::u8, {2}, {10, 5}); },
+             DType::u8, {2}, {4, 8});
+  expect_all([](const Device& d) { return make(d, DType::u8, {1}, {3}) - make(d, DType::u8, {1}, {5}); }, DType::u8,
+             {1}, {254});
+  expect_all([](const Device& d) { return make(d, DType::i64, {1}, {-9223372036854775807.0 - 1}).remainder(make(d, DType::i64, {1}, {-1})); },
+             DType::i64, {1}, {0});
+}
+
+TEST_CASE("true division of integers gives f32", "[ops][binary][promotion]") {
+  expect_all([](const Device& d) { return make(d, DType::i32, {3}, {7, -7, 1}) / make(d, DType::i32, {3}, {2, 2, 0}); },
+             DType::f32, {3}, {3.5, -3.5, kInf});
+  expect_all([](const Device& d) { return make(d, DType::i64, {2}, {0, 3}) / 0; }, DType::f32, {2}, {kNan, kInf});
+}
+
+TEST_CASE("integer remainder by zero fails the op with kernel_failure", "[ops][binary][errors]") {
+  expect_error([](const Device& d) { return make(d, DType::i32, {2}, {1, 2}).remainder(make(d, DType::i32, {2}, {1, 0})); },
+               sy::Errc::kernel_failure);
+  expect_error([](const Device& d) { return make(d, DType::u8, {2}, {1, 2}).binary(sy::BinaryKind::remainder, 0); },
+               sy::Errc::kernel_failure);
+  expect_error([](const Device& d) { return make(d, DType::i64, {2}, {0, 2}).binary(sy::BinaryKind::remainder, 5, true); },
+               sy::Errc::kernel_failure);
+  // The runtime keeps serving the device afterwards.
+  expect_all([](const Device& d) { return make(d, DType::i32, {1}, {5}).remainder(make(d, DType::i32, {1}, {3})); },
+             DType::i32, {1}, {2});
+  // Float remainder by zero is NaN, not an error.
+  expect_all([](const Device& d) { return make(d, DType::f32, {1}, {5}).remainder(make(d, DType::f32, {1}, {0})); },
+             DType::f32, {1}, {kNan});
+}
+
+TEST_CASE("NaN and Inf propagate through arithmetic, maximum and minimum", "[ops][binary][kNan]") {
+  auto a = [](const Device& d) { return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 1}); };
+  auto b = [](const Device& d) { return make(d, DType::f32, {4}, {1, -kInf, -kInf, kNan}); };
+  expect_all([&](const Device& d) { return a(d) + b(d); }, DType::f32, {4}, {kNan, kNan, -kInf, kNan});
+  expect_all([&](const Device& d) { return a(d) * b(d); }, DType::f32, {4}, {kNan, -kInf, kInf, kNan});
+  expect_all([&](const Device& d) { return a(d).maximum(b(d)); }, DType::f32, {4}, {kNan, kInf, -kInf, kNan});
+  expect_all([&](const Device& d) { return a(d).minimum(b(d)); }, DType::f32, {4}, {kNan, -kInf, -kInf, kNan});
+  expect_all([&](const Device& d) { return a(d).eq(a(d)); }, DType::boolean, {4}, {0, 1, 1, 1});
+  expect_all([&](const Device& d) { return a(d).ne(b(d)); }, DType::boolean, {4}, {1, 1, 0, 1});
+  expect_all([&](const Device& d) { return a(d).clamp(0, 2); }, DType::f32, {4}, {kNan, 2, 0, 1});
+  expect_all([&](const Device& d) { return a(d).sign(); }, DType::f32, {4}, {0, 1, -1, 1});
+  expect_all([&](const Device& d) { return a(d).relu(); }, DType::f32, {4}, {kNan, kInf, 0, 1});
+}
+
+TEST_CASE("broadcasting follows NumPy rules", "[ops][binary][broadcast]") {
+  // [2,1,3] + [4,1] -> [2,4,3]
+  std::vector<double> want;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 3; ++k) want.push_back((i * 3 + k) * 10 + j);
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i64, {2, 1, 3}, {0, 10, 20, 30, 40, 50}) + make(d, DType::i64, {4, 1}, {0, 1, 2, 3});
+      },
+      DType::i64, {2, 4, 3}, want);
+  // A 0-d tensor broadcasts to anything; size-0 axes stay empty.
+  expect_all([](const Device& d) { return make(d, DType::f32, {}, {2}) * make(d, DType::f32, {2}, {3, 4}); },
+             DType::f32, {2}, {6, 8});
+  expect_all([](const Device& d) { return make(d, DType::f32, {0, 1}, {}) + make(d, DType::f32, {3}, {1, 2, 3}); },
+             DType::f32, {0, 3}, {});
+  CHECK_THROWS_AS(make(reference(), DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0}) + make(reference(), DType::f32, {2}, {0, 0}),
+                  sy::Error);
+  try {
+    (void)(make(reference(), DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0}) + make(reference(), DType::f32, {2}, {0, 0}));
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK(std::string(e.what()).find("[2, 3]") != std::string::npos);
+  }
+}
+
+TEST_CASE("tensor-tensor promotion matches PyTorch's table", "[ops][promotion]") {
+  using enum sy::DType;
+  // Rows and columns in the order f32, f64, i32, i64, u8, bool (torch.promote_types).
+  const DType table[6][6] = {
+      {f32, f64, f32, f32, f32, f32},     {f64, f64, f64, f64, f64, f64},     {f32, f64, i32, i64, i32, i32},
+      {f32, f64, i64, i64, i64, i64},     {f32, f64, i32, i64, u8, u8},       {f32, f64, i32, i64, u8, boolean}};
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j) {
+      INFO(sy::name_of(sy::all_dtypes[i]) << " + " << sy::name_of(sy::all_dtypes[j]));
+      CHECK(sy::promote(sy::all_dtypes[i], sy::all_dtypes[j]) == table[i][j]);
+      auto a = make(reference(), sy::all_dtypes[i], {1}, {1});
+      auto b = make(reference(), sy::all_dtypes[j], {1}, {1});
+      CHECK(a.maximum(b).dtype() == table[i][j]);
+    }
+  // Mixed operands are converted before the op: u8 255 + i32 1 = 256 in i32.
+  expect_all([](const Device& d) { return make(d, DType::u8, {1}, {255}) + make(d, DType::i32, {1}, {1}); },
+             DType::i32, {1}, {256});
+  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {1, 0}) + make(d, DType::f64, {2}, {0.5, 0.5}); },
+             DType::f64, {2}, {1.5, 0.5});
+}
+
+TEST_CASE("scalar promotion depends on the scalar's C++ category", "[ops][scalar][promotion]") {
+  auto i = [](const Device& d) { return make(d, DType::i32, {2}, {1, 2}); };
+  auto b = [](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}); };
+  expect_all([&](const Device& d) { return i(d) + 1; }, DType::i32, {2}, {2, 3});
+  expect_all([&](const Device& d) { return i(d) + 0.5; }, DType::f32, {2}, {1.5, 2.5});
+  expect_all([&](const Device& d) { return i(d) * true; }, DType::i32, {2}, {1, 2});
+  expect_all([&](const Device& d) { return b(d) + 2; }, DType::i64, {2}, {2, 3});
+  expect_all([&](const Device& d) { return b(d) + 2.5; }, DType::f32, {2}, {2.5, 3.5});
+  expect_all([&](const Device& d) { return make(d, DType::u8, {1}, {250}) + 10; }, DType::u8, {1}, {4});
+  expect_all([&](const Device& d) { return make(d, DType::f64, {1}, {1}) + 1; }, DType::f64, {1}, {2});
+  expect_all([&](const Device& d) { return 10 - i(d); }, DType::i32, {2}, {9, 8});
+  expect_all([&](const Device& d) { return 1.0 / i(d); }, DType::f32, {2}, {1, 0.5});
+  expect_all([&](const Device& d) { return i(d).binary(sy::BinaryKind::pow, 2, true); }, DType::i32, {2}, {2, 4});
+  expect_all([&](const Device& d) { return i(d).binary(sy::BinaryKind::lt, 1.5); }, DType::boolean, {2}, {1, 0});
+  expect_all([&](const Device& d) { return i(d).binary(sy::BinaryKind::remainder, -3); }, DType::i32, {2}, {-2, -1});
+}
+
+TEST_CASE("casts between every dtype pair", "[ops][cast]") {
+  // Values every dtype holds exactly.
+  const std::vector<double> v = {0, 1, 2, 0, 1, 3};
+  for (auto from : sy::all_dtypes)
+    for (auto to : sy::all_dtypes) {
+      INFO(sy::name_of(from) << " -> " << sy::name_of(to));
+      std::vector<double> want = v;
+      if (from == DType::boolean || to == DType::boolean)
+        for (auto& x : want) x = x != 0;
+      expect_all([&](const Device& d) { return make(d, from, {2, 3}, v).cast(to); }, to, {2, 3}, want);
+    }
+}
+
+TEST_CASE("casts truncate toward zero and wrap out-of-range values", "[ops][cast]") {
+  auto f = [](const Device& d) { return make(d, DType::f64, {7}, {2.9, -2.9, 300, -1, 0.5, kNan, kInf}); };
+  expect_all([&](const Device& d) { return f(d).cast(DType::i32); }, DType::i32, {7}, {2, -2, 300, -1, 0, 0, 0});
+  expect_all([&](const Device& d) { return f(d).cast(DType::u8); }, DType::u8, {7}, {2, 254, 44, 255, 0, 0, 0});
+  expect_all([&](const Device& d) { return f(d).cast(DType::i64); }, DType::i64, {7},
+             {2, -2, 300, -1, 0, -9223372036854775808.0, -9223372036854775808.0});
+  expect_all([&](const Device& d) { return f(d).cast(DType::boolean); }, DType::boolean, {7}, {1, 1, 1, 1, 1, 1, 1});
+  expect_all([](const Device& d) { return make(d, DType::i64, {3}, {4294967297.0, -1, 256}).cast(DType::i32); },
+             DType::i32, {3}, {1, -1, 256});
+  expect_all([](const Device& d) { return make(d, DType::i32, {3}, {-1, 256, 513}).cast(DType::u8); }, DType::u8, {3},
+             {255, 0, 1});
+  expect_all([](const Device& d) { return make(d, DType::f64, {2}, {1e300, -1e-300}).cast(DType::f32); }, DType::f32,
+             {2}, {kInf, -0.0});
+}
+
+TEST_CASE("large int64 values stay exact", "[ops][int]") {
+  // 2^53 + 1 is not a double: integer arithmetic must not go through double.
+  auto d0 = reference();
+  auto big = sy::TensorData::from<int64_t>(std::vector<int64_t>{9007199254740993, -9007199254740993}, sy::Shape{2});
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto t = d.from_data(big);
+    auto r = (t + 2).to_vector<int64_t>();
+    CHECK(r == std::vector<int64_t>{9007199254740995, -9007199254740991});
+    auto s = t.sum().to_vector<int64_t>();
+    CHECK(s == std::vector<int64_t>{0});
+    auto m = t.max().to_vector<int64_t>();
+    CHECK(m == std::vector<int64_t>{9007199254740993});
+  }
+  (void)d0;
+}
+
+TEST_CASE("where and masked_fill select with broadcasting and promotion", "[ops][where]") {
+  expect_all(
+      [](const Device& d) {
+        return sy::where(make(d, DType::boolean, {2, 1}, {1, 0}), make(d, DType::i32, {3}, {1, 2, 3}),
+                         make(d, DType::f32, {}, {-1}));
+      },
+      DType::f32, {2, 3}, {1, 2, 3, -1, -1, -1});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i64, {2, 2}, {1, 2, 3, 4}).masked_fill(make(d, DType::boolean, {2}, {0, 1}), 9);
+      },
+      DType::i64, {2, 2}, {1, 9, 3, 9});
+  CHECK_THROWS_AS(sy::where(make(reference(), DType::i32, {1}, {1}), make(reference(), DType::i32, {1}, {1}),
+                            make(reference(), DType::i32, {1}, {1})),
+                  sy::Error);
+}

@@ -1,0 +1,188 @@
+// Replays tests/data/pytorch_cases.json (written by tests/pytorch/gen_cases.py
+// from PyTorch 1.13) on every device: every op, every dtype, PyTorch's
+// outputs and PyTorch's errors. Needs no Python at test time.
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "ops_common.hpp"
+
+using namespace sytest;
+using nlohmann::json;
+using sy::Device;
+using sy::DType;
+using sy::Tensor;
+
+namespace {
+
+DType dtype_of(const json& j) {
+  auto t = sy::parse_dtype(j.get<std::string>());
+  if (!t) throw std::runtime_error("unknown dtype " + j.dump());
+  return *t;
+}
+
+sy::Shape shape_of(const json& j) { return sy::Shape(j.get<std::vector<int64_t>>()); }
+
+double number(const json& v) {
+  if (v.is_string()) {
+    auto s = v.get<std::string>();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    return s == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  }
+  return v.get<double>();
+}
+
+sy::TensorData tensor_of(const json& j) {
+  DType t = dtype_of(j["dtype"]);
+  auto s = shape_of(j["shape"]);
+  const auto& values = j["data"];
+  if (t == DType::i64) {  // exact, beyond 2^53
+    std::vector<int64_t> v;
+    for (const auto& x : values) v.push_back(x.get<int64_t>());
+    return sy::TensorData::from(v, s);
+  }
+  std::vector<double> v;
+  for (const auto& x : values) v.push_back(number(x));
+  return data(t, s, v);
+}
+
+template <class Enum>
+Enum kind_named(const std::string& name, const char* (*to_string)(Enum) noexcept, int count) {
+  for (int i = 0; i < count; ++i)
+    if (name == to_string(static_cast<Enum>(i))) return static_cast<Enum>(i);
+  throw std::runtime_error("unknown kind " + name);
+}
+
+sy::Scalar scalar_of(const json& value, const std::string& kind) {
+  if (kind == "bool") return sy::Scalar(value.get<bool>());
+  if (kind == "int") return sy::Scalar(value.get<int64_t>());
+  return sy::Scalar(value.get<double>());
+}
+
+std::vector<sy::Slice> slices_of(const json& j) {
+  std::vector<sy::Slice> out;
+  for (const auto& s : j) {
+    sy::Slice sl;
+    if (!s[0].is_null()) sl.start = s[0].get<int64_t>();
+    if (!s[1].is_null()) sl.end = s[1].get<int64_t>();
+    if (!s[2].is_null()) sl.step = s[2].get<int64_t>();
+    out.push_back(sl);
+  }
+  return out;
+}
+
+std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
+
+/// The client call a case names.
+Tensor build(const Device& d, const json& c) {
+  const std::string op = c["op"];
+  const json& a = c["args"];
+  std::vector<Tensor> in;
+  for (const auto& t : c["inputs"]) in.push_back(d.from_data(tensor_of(t)));
+  if (op == "unary") return in[0].unary(kind_named<sy::UnaryKind>(a["kind"], sy::to_string, 26));
+  if (op == "clamp") {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    return in[0].clamp(a["lo"].is_null() ? nan : a["lo"].get<double>(), a["hi"].is_null() ? nan : a["hi"].get<double>());
+  }
+  if (op == "binary") return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, 21), in[1]);
+  if (op == "scalar")
+    return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, 21), scalar_of(a["value"], a["scalar"]),
+                        a["first"].get<bool>());
+  if (op == "reduce") {
+    auto k = kind_named<sy::ReduceKind>(a["kind"], sy::to_string, 11);
+    auto axes = ints(a["axes"]);
+    bool keep = a["keepdim"];
+    int64_t corr = a["correction"];
+    switch (k) {
+      case sy::ReduceKind::sum: return in[0].sum(axes, keep);
+      case sy::ReduceKind::mean: return in[0].mean(axes, keep);
+      case sy::ReduceKind::prod: return in[0].prod(axes, keep);
+      case sy::ReduceKind::max: return in[0].max(axes, keep);
+      case sy::ReduceKind::min: return in[0].min(axes, keep);
+      case sy::ReduceKind::var: return in[0].var(axes, corr, keep);
+      case sy::ReduceKind::std: return in[0].std(axes, corr, keep);
+      case sy::ReduceKind::any: return in[0].any(axes, keep);
+      case sy::ReduceKind::all: return in[0].all(axes, keep);
+      default: break;
+    }
+  }
+  if (op == "argmax" || op == "argmin") {
+    std::optional<int64_t> axis;
+    if (!a["axis"].is_null()) axis = a["axis"].get<int64_t>();
+    return op == "argmax" ? in[0].argmax(axis, a["keepdim"]) : in[0].argmin(axis, a["keepdim"]);
+  }
+  if (op == "softmax") return in[0].softmax(a["axis"]);
+  if (op == "log_softmax") return in[0].log_softmax(a["axis"]);
+  if (op == "matmul") return in[0].matmul(in[1]);
+  if (op == "linear") return in.size() == 3 ? in[0].linear(in[1], in[2]) : in[0].linear(in[1]);
+  if (op == "cast") return in[0].cast(dtype_of(a["dtype"]));
+  if (op == "reshape") return in[0].reshape(sy::Shape(ints(a["shape"])));
+  if (op == "permute") return in[0].permute(ints(a["axes"]));
+  if (op == "transpose") return in[0].transpose(a["a"], a["b"]);
+  if (op == "flip") return in[0].flip(ints(a["axes"]));
+  if (op == "expand") return in[0].expand(sy::Shape(ints(a["shape"])));
+  if (op == "squeeze") {
+    if (a["axis"].is_null()) return in[0].squeeze();
+    return in[0].squeeze(a["axis"].get<int64_t>());
+  }
+  if (op == "unsqueeze") return in[0].unsqueeze(a["axis"]);
+  if (op == "slice") return in[0].slice(slices_of(a["slices"]));
+  if (op == "slice_assign") return in[0].slice_assign(slices_of(a["slices"]), in[1]);
+  if (op == "cat") return sy::cat(in, a["axis"]);
+  if (op == "stack") return sy::stack(in, a["axis"]);
+  if (op == "pad") return in[0].pad(ints(a["before"]), ints(a["after"]), a["value"]);
+  if (op == "gather") return in[0].gather(a["axis"], in[1]);
+  if (op == "index_select") return in[0].index_select(a["axis"], in[1]);
+  if (op == "scatter_add") return in[0].scatter_add(a["axis"], in[1], in[2]);
+  if (op == "where") return sy::where(in[0], in[1], in[2]);
+  if (op == "masked_fill") return in[0].masked_fill(in[1], scalar_of(a["value"], a["scalar"]));
+  if (op == "full") return d.full(shape_of(a["shape"]), a["value"], dtype_of(a["dtype"]));
+  if (op == "eye") return d.eye(a["n"], a["m"], dtype_of(a["dtype"]));
+  if (op == "arange") return d.arange(a["start"], a["end"], a["step"], dtype_of(a["dtype"]));
+  throw std::runtime_error("unknown op " + op);
+}
+
+json load_cases() {
+  std::ifstream f(SWITCHYARD_PYTORCH_CASES);
+  REQUIRE(f.good());
+  return json::parse(f);
+}
+
+}  // namespace
+
+TEST_CASE("every op matches PyTorch 1.13 on every device", "[ops][pytorch]") {
+  const json all = load_cases();
+  const auto& cases = all["cases"];
+  REQUIRE(cases.size() > 1000);
+  size_t failed = 0;
+  for (const auto& d : devices()) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto& c = cases[i];
+      std::string label = d.name() + " case " + std::to_string(i) + ": " + c["op"].get<std::string>() + " " +
+                          c["args"].dump() + " on";
+      for (const auto& t : c["inputs"]) label += " " + t["dtype"].get<std::string>() + t["shape"].dump();
+      std::string problem;
+      try {
+        auto got = build(d, c).read().get();
+        if (c.contains("error")) {
+          problem = "PyTorch fails (" + c["error"].get<std::string>() + ") but we gave " + got.shape.to_string() +
+                    " " + std::string(sy::name_of(got.dtype));
+        } else {
+          auto want = tensor_of(c["out"]);
+          Tol tol = tol_for(want.dtype);
+          if (c.contains("tol")) tol = {std::max(tol.rtol, c["tol"][0].get<double>()), std::max(tol.atol, c["tol"][1].get<double>())};
+          problem = compare(got, want, tol);
+        }
+      } catch (const sy::Error& e) {
+        if (!c.contains("error")) problem = std::string("we fail where PyTorch succeeds: ") + e.what();
+      }
+      if (!problem.empty()) {
+        ++failed;
+        UNSCOPED_INFO(label << ": " << problem);
+      }
+    }
+  }
+  CHECK(failed == 0);
+}

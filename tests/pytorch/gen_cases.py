@@ -1,0 +1,336 @@
+#!/usr/bin/python3
+"""Generates PyTorch reference cases for every Switchyard op.
+
+Run from the repository root with the Python that has torch 1.13:
+
+    /usr/bin/python3 tests/pytorch/gen_cases.py
+
+It writes tests/data/pytorch_cases.json: a list of cases, each with the op
+(named as in tests/ops/pytorch_test.cpp), its inputs, arguments and either
+PyTorch's output or "error" when PyTorch rejects the call. The C++ test
+replays every case on every device; it needs no Python. Inputs come from a
+fixed seed, so regenerating gives the same file for the same torch version.
+Floats that JSON cannot hold are written as the strings "nan", "inf", "-inf".
+"""
+
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(20261202)
+torch.set_num_threads(1)
+
+DT = {
+    "f32": torch.float32,
+    "f64": torch.float64,
+    "i32": torch.int32,
+    "i64": torch.int64,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
+NAME = {v: k for k, v in DT.items()}
+ALL = list(DT)
+FLOATS = ["f32", "f64"]
+INTS = ["i32", "i64", "u8"]
+
+cases = []
+notes = []
+
+
+def enc(x):
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+    return x
+
+
+def tensor_json(t):
+    flat = t.detach().reshape(-1)
+    if t.dtype == torch.bool:
+        vals = [int(v) for v in flat.tolist()]
+    elif t.dtype.is_floating_point:
+        vals = [enc(float(v)) for v in flat.tolist()]
+    else:
+        vals = [int(v) for v in flat.tolist()]
+    return {"dtype": NAME[t.dtype], "shape": list(t.shape), "data": vals}
+
+
+def rand(dtype, shape, kind="any"):
+    """Small random inputs: 2-decimal floats, small integers."""
+    t = DT[dtype]
+    if t == torch.bool:
+        return torch.rand(shape) < 0.5
+    if t.is_floating_point:
+        x = torch.randn(shape, dtype=torch.float64) * 2
+        if kind == "pos":
+            x = x.abs() + 0.1
+        return torch.round(x * 100).div(100).to(t)
+    lo, hi = (0, 10) if t == torch.uint8 else (-5, 6)
+    if kind == "pos":
+        lo = 1
+    if kind == "exp":
+        lo, hi = 0, 4
+    x = torch.randint(lo, hi, shape, dtype=torch.int64)
+    if kind == "nonzero":
+        x = torch.where(x == 0, torch.ones_like(x), x)
+    return x.to(t)
+
+
+def add(op, inputs, args, fn, tol=None):
+    case = {"op": op, "inputs": [tensor_json(x) for x in inputs], "args": args}
+    try:
+        out = fn(*inputs)
+        case["out"] = tensor_json(out)
+    except (RuntimeError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+        case["error"] = str(e).split("\n")[0][:120]
+    if tol is not None:
+        case["tol"] = tol
+    cases.append(case)
+
+
+SPECIAL = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.5, -2.5, 0.5])
+
+# --- unary -------------------------------------------------------------------
+FLOAT_UNARY = {
+    "exp": torch.exp, "log": torch.log, "log1p": torch.log1p, "expm1": torch.expm1,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos,
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "gelu": F.gelu, "silu": F.silu,
+    "erf": torch.erf, "reciprocal": torch.reciprocal,
+}
+KEEP_UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "sign": torch.sign, "relu": torch.relu,
+    "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
+    "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not,
+    "isnan": torch.isnan, "isinf": torch.isinf,
+}
+for name, fn in FLOAT_UNARY.items():
+    for dt in ALL:
+        x = rand(dt, [2, 3], "pos" if name in ("log", "sqrt", "rsqrt") and dt not in FLOATS else "any")
+        # PyTorch computes int -> float unary ops in the default float type;
+        # a few (gelu, silu) only exist for floats: give them the float input
+        # as our rules do (integer inputs convert to f32 first).
+        f = fn if dt in FLOATS else (lambda x, fn=fn: fn(x.to(torch.float32)))
+        add("unary", [x], {"kind": name}, f)
+    add("unary", [SPECIAL.clone()], {"kind": name}, fn)
+for name, fn in KEEP_UNARY.items():
+    for dt in ALL:
+        if name == "abs" and dt == "bool":
+            continue  # deliberate difference: we allow abs of bool (the identity), PyTorch does not
+        add("unary", [rand(dt, [2, 3])], {"kind": name}, fn)
+    add("unary", [SPECIAL.clone()], {"kind": name}, fn)
+add("unary", [torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, 3.5])], {"kind": "round"}, torch.round)
+for dt in ["f32", "f64", "i32", "i64"]:
+    add("clamp", [rand(dt, [2, 4])], {"lo": -1, "hi": 2}, lambda x: torch.clamp(x, -1, 2))
+    add("clamp", [rand(dt, [5])], {"lo": None, "hi": 0}, lambda x: torch.clamp(x, max=0))
+    add("clamp", [rand(dt, [5])], {"lo": 1, "hi": None}, lambda x: torch.clamp(x, min=1))
+add("clamp", [rand("u8", [6])], {"lo": 2, "hi": 7}, lambda x: torch.clamp(x, 2, 7))
+add("clamp", [SPECIAL.clone()], {"lo": -1, "hi": 1}, lambda x: torch.clamp(x, -1, 1))
+
+# --- binary ------------------------------------------------------------------
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "pow": torch.pow, "remainder": torch.remainder, "maximum": torch.maximum,
+    "minimum": torch.minimum, "atan2": torch.atan2, "eq": torch.eq, "ne": torch.ne,
+    "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor, "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+}
+
+
+def rhs_kind(name):
+    return {"pow": "exp", "remainder": "nonzero"}.get(name, "any")
+
+
+for name, fn in BINARY.items():
+    for dt in ALL:
+        a = rand(dt, [2, 3])
+        if name == "pow" and dt in INTS:
+            a = rand(dt, [2, 3]).clamp(-3, 3)
+        add("binary", [a, rand(dt, [3], rhs_kind(name))], {"kind": name}, fn)
+    # Broadcasting [2,1,3] x [4,1] with size-1 and 0-d operands.
+    add("binary", [rand("f32", [2, 1, 3]), rand("f32", [4, 1], rhs_kind(name))], {"kind": name}, fn)
+    add("binary", [rand("f64", []), rand("f64", [2, 2], rhs_kind(name))], {"kind": name}, fn)
+    add("binary", [rand("f32", [0, 3]), rand("f32", [1, 3], rhs_kind(name))], {"kind": name}, fn)
+    if name in ("add", "mul", "div", "maximum", "minimum", "pow", "atan2", "eq", "lt", "remainder", "sub"):
+        add("binary", [SPECIAL.clone(), SPECIAL.flip(0).clone()], {"kind": name}, fn)
+
+# Mixed dtypes: promotion across every pair for a few kinds.
+for name in ("add", "mul", "div", "maximum", "lt", "bitwise_or"):
+    for da in ALL:
+        for db in ALL:
+            if da != db:
+                add("binary", [rand(da, [3]), rand(db, [3], rhs_kind(name))], {"kind": name}, BINARY[name])
+add("binary", [rand("i32", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int32)], {"kind": "remainder"}, torch.remainder)
+add("binary", [rand("i64", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int64)], {"kind": "div"}, torch.div)
+
+# --- scalar ------------------------------------------------------------------
+SCALARS = [("int", 2), ("int", -3), ("float", 0.5), ("float", -1.25), ("bool", True)]
+for name in ("add", "sub", "mul", "div", "pow", "remainder", "maximum", "lt", "eq", "ge",
+             "logical_and", "bitwise_xor", "atan2"):
+    fn = BINARY[name]
+    for dt in ALL:
+        for kind, s in SCALARS:
+            if name in ("bitwise_xor",) and kind == "float":
+                continue
+            if name == "pow" and kind == "int" and s < 0:
+                continue
+            x = rand(dt, [2, 2], "pos" if name in ("pow",) else "nonzero")
+            wrapped = torch.tensor(s)
+            add("scalar", [x], {"kind": name, "value": s, "scalar": kind, "first": False},
+                lambda x, w=wrapped, fn=fn: fn(x, w))
+            if name in ("sub", "div", "pow", "remainder", "lt"):
+                add("scalar", [x], {"kind": name, "value": s, "scalar": kind, "first": True},
+                    lambda x, w=wrapped, fn=fn: fn(w, x))
+add("scalar", [torch.tensor([1, 2], dtype=torch.int32)], {"kind": "remainder", "value": 0, "scalar": "int", "first": False},
+    lambda x: torch.remainder(x, torch.tensor(0)))
+
+# --- reductions ----------------------------------------------------------------
+
+
+def over(fn, axes):
+    """Applies a single-axis torch reduction over several axes."""
+    def run(x, keepdim):
+        ax = sorted([a % max(x.dim(), 1) for a in axes] if axes else range(x.dim()), reverse=True)
+        for a in ax:
+            x = fn(x, a, keepdim)
+        return x
+    return run
+
+
+REDUCE = {
+    "sum": lambda x, ax, k: torch.sum(x, dim=ax, keepdim=k) if ax else torch.sum(x).reshape([1] * x.dim() if k else []),
+    "mean": lambda x, ax, k: torch.mean(x, dim=ax, keepdim=k) if ax else torch.mean(x).reshape([1] * x.dim() if k else []),
+    "prod": lambda x, ax, k: over(lambda t, a, kd: torch.prod(t, a, keepdim=kd), ax)(x, k),
+    "max": lambda x, ax, k: torch.amax(x, dim=ax if ax else list(range(x.dim())), keepdim=k),
+    "min": lambda x, ax, k: torch.amin(x, dim=ax if ax else list(range(x.dim())), keepdim=k),
+    "var": lambda x, ax, k: torch.var(x, dim=ax if ax else None, unbiased=True, keepdim=k),
+    "std": lambda x, ax, k: torch.std(x, dim=ax if ax else None, unbiased=True, keepdim=k),
+    "any": lambda x, ax, k: over(lambda t, a, kd: torch.any(t != 0, a, keepdim=kd), ax)(x, k),
+    "all": lambda x, ax, k: over(lambda t, a, kd: torch.all(t != 0, a, keepdim=kd), ax)(x, k),
+}
+for name, fn in REDUCE.items():
+    for dt in ALL:
+        for axes, keep in (([], False), ([1], False), ([0, 2], True), ([-1], True)):
+            x = rand(dt, [2, 3, 4])
+            add("reduce", [x], {"kind": name, "axes": axes, "keepdim": keep, "correction": 1},
+                lambda x, fn=fn, axes=axes, keep=keep: fn(x, axes, keep))
+    add("reduce", [torch.tensor([[1.0, float("nan"), 3.0], [-float("inf"), 0.0, float("inf")]])],
+        {"kind": name, "axes": [1], "keepdim": False, "correction": 1}, lambda x, fn=fn: fn(x, [1], False))
+    add("reduce", [torch.zeros(0, 3)], {"kind": name, "axes": [1], "keepdim": False, "correction": 1},
+        lambda x, fn=fn: fn(x, [1], False))
+add("reduce", [rand("f64", [3, 4])], {"kind": "var", "axes": [0], "keepdim": False, "correction": 0},
+    lambda x: torch.var(x, 0, unbiased=False))
+add("reduce", [rand("f32", [3, 4])], {"kind": "std", "axes": [1], "keepdim": True, "correction": 0},
+    lambda x: torch.std(x, 1, unbiased=False, keepdim=True))
+for name in ("sum", "prod", "mean"):
+    add("reduce", [torch.zeros(0, 3)], {"kind": name, "axes": [0], "keepdim": False, "correction": 1},
+        lambda x, fn=REDUCE[name]: fn(x, [0], False))
+for name in ("argmax", "argmin"):
+    fn = getattr(torch, name)
+    for dt in ALL:
+        if dt == "bool":
+            continue
+        x = rand(dt, [3, 4])
+        add(name, [x], {"axis": None, "keepdim": False}, lambda x, fn=fn: fn(x))
+        add(name, [x], {"axis": 1, "keepdim": True}, lambda x, fn=fn: fn(x, 1, keepdim=True))
+        add(name, [x], {"axis": 0, "keepdim": False}, lambda x, fn=fn: fn(x, 0))
+    add(name, [torch.tensor([[1.0, 3.0, 3.0], [2.0, float("nan"), 1.0]])], {"axis": 1, "keepdim": False},
+        lambda x, fn=fn: fn(x, 1))
+for log in (False, True):
+    fn = torch.log_softmax if log else torch.softmax
+    op = "log_softmax" if log else "softmax"
+    for dt in FLOATS:
+        add(op, [rand(dt, [3, 4])], {"axis": 1}, lambda x, fn=fn: fn(x, 1))
+        add(op, [rand(dt, [3, 4])], {"axis": 0}, lambda x, fn=fn: fn(x, 0))
+        add(op, [rand(dt, [2, 3, 2])], {"axis": -2}, lambda x, fn=fn: fn(x, -2))
+    add(op, [torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -999.0, -1e4]])], {"axis": 1}, lambda x, fn=fn: fn(x, 1))
+    add(op, [torch.tensor([[-float("inf"), 0.0, 1.0], [-float("inf"), -float("inf"), -float("inf")]])], {"axis": 1},
+        lambda x, fn=fn: fn(x, 1))
+    add(op, [torch.tensor([[float("nan"), 0.0], [float("inf"), 1.0]])], {"axis": 1}, lambda x, fn=fn: fn(x, 1))
+    add(op, [torch.zeros(2, 0)], {"axis": 1}, lambda x, fn=fn: fn(x, 1))
+
+# --- matmul and linear ----------------------------------------------------------
+for dt in ["f32", "f64", "i32", "i64"]:
+    for sa, sb in (([2, 3], [3, 4]), ([3], [3, 2]), ([2, 3], [3]), ([4], [4]), ([2, 1, 2, 3], [4, 3, 2]),
+                   ([5, 2, 3], [3, 1]), ([3], [2, 3, 2]), ([2, 0], [0, 3])):
+        add("matmul", [rand(dt, sa), rand(dt, sb)], {}, torch.matmul, tol=[1e-5, 1e-5])
+add("matmul", [rand("u8", [2, 3]), rand("u8", [3, 2])], {}, torch.matmul)
+add("matmul", [rand("f32", [2, 3]), rand("f64", [3, 2])], {}, torch.matmul)
+for dt in FLOATS:
+    add("linear", [rand(dt, [4, 3]), rand(dt, [5, 3]), rand(dt, [5])], {}, F.linear, tol=[1e-5, 1e-5])
+    add("linear", [rand(dt, [2, 4, 3]), rand(dt, [2, 3])], {}, F.linear, tol=[1e-5, 1e-5])
+    add("linear", [rand(dt, [3]), rand(dt, [2, 3]), rand(dt, [2])], {}, F.linear, tol=[1e-5, 1e-5])
+
+# --- casts ------------------------------------------------------------------------
+for da in ALL:
+    for db in ALL:
+        x = rand(da, [2, 4])
+        if da in FLOATS and db == "u8":
+            x = x.abs()  # negative float -> u8 is undefined in C++; PyTorch gives the x86 result
+        if da in FLOATS and db in INTS:
+            x = x * 7  # exercise truncation toward zero
+        add("cast", [x], {"dtype": db}, lambda x, db=db: x.to(DT[db]))
+add("cast", [torch.tensor([300.7, 255.9, 0.2])], {"dtype": "u8"}, lambda x: x.to(torch.uint8))
+add("cast", [torch.tensor([-1, 256, 513], dtype=torch.int32)], {"dtype": "u8"}, lambda x: x.to(torch.uint8))
+add("cast", [torch.tensor([4294967297, -1], dtype=torch.int64)], {"dtype": "i32"}, lambda x: x.to(torch.int32))
+add("cast", [SPECIAL.clone()], {"dtype": "bool"}, lambda x: x.to(torch.bool))
+
+# --- layout ---------------------------------------------------------------------
+for dt in ALL:
+    x = rand(dt, [2, 3, 4])
+    add("reshape", [x], {"shape": [4, -1]}, lambda x: x.reshape(4, -1))
+    add("permute", [x], {"axes": [2, 0, 1]}, lambda x: x.permute(2, 0, 1))
+    add("transpose", [x], {"a": 0, "b": -1}, lambda x: x.transpose(0, -1))
+    add("flip", [x], {"axes": [0, 2]}, lambda x: x.flip(0, 2))
+    add("slice", [x], {"slices": [[1, None, 1], [0, 3, 2], [-3, None, 2]]}, lambda x: x[1:, 0:3:2, -3::2])
+    add("cat", [x, rand(dt, [2, 1, 4])], {"axis": 1}, lambda a, b: torch.cat([a, b], 1))
+    add("stack", [rand(dt, [2, 3]), rand(dt, [2, 3])], {"axis": 1}, lambda a, b: torch.stack([a, b], 1))
+    add("pad", [rand(dt, [2, 3])], {"before": [1, 0], "after": [0, 2], "value": 1},
+        lambda x: F.pad(x, (0, 2, 1, 0), value=1) if x.dtype != torch.bool else F.pad(x.to(torch.uint8), (0, 2, 1, 0), value=1).to(torch.bool))
+    add("expand", [rand(dt, [3, 1])], {"shape": [2, 3, 4]}, lambda x: x.expand(2, 3, 4))
+    add("squeeze", [rand(dt, [1, 3, 1])], {"axis": None}, lambda x: x.squeeze())
+    add("squeeze", [rand(dt, [1, 3, 1])], {"axis": -1}, lambda x: x.squeeze(-1))
+    add("unsqueeze", [rand(dt, [2, 3])], {"axis": 1}, lambda x: x.unsqueeze(1))
+    add("slice_assign", [rand(dt, [3, 4]), rand(dt, [2, 1])], {"slices": [[0, 3, 2], [1, 3, 1]]},
+        lambda b, v: (lambda c: (c.__setitem__((slice(0, 3, 2), slice(1, 3)), v), c)[1])(b.clone()))
+    add("gather", [rand(dt, [3, 4]), torch.randint(0, 4, (3, 2))], {"axis": 1}, lambda x, i: torch.gather(x, 1, i))
+    add("gather", [rand(dt, [3, 4]), torch.randint(0, 3, (2, 4))], {"axis": 0}, lambda x, i: torch.gather(x, 0, i))
+    add("index_select", [rand(dt, [3, 4]), torch.tensor([2, 0, 2])], {"axis": 0}, lambda x, i: torch.index_select(x, 0, i))
+    add("index_select", [rand(dt, [3, 4]), torch.tensor([3, 1], dtype=torch.int32)], {"axis": 1},
+        lambda x, i: torch.index_select(x, 1, i.long()))
+    if dt != "bool":
+        add("scatter_add", [rand(dt, [3, 4]), torch.randint(0, 3, (2, 4)), rand(dt, [2, 4])], {"axis": 0},
+            lambda x, i, s: torch.scatter_add(x, 0, i, s))
+    add("where", [torch.rand(2, 3) < 0.5, rand(dt, [2, 3]), rand(dt, [3])], {}, torch.where)
+    add("masked_fill", [rand(dt, [2, 3]), torch.tensor([True, False, True])], {"value": 1, "scalar": "int"},
+        lambda x, m: x.masked_fill(m, 1))
+add("where", [torch.tensor([True, False]), rand("i32", [2]), rand("f64", [2, 1])], {}, torch.where)
+add("where", [torch.tensor([True, False]), rand("u8", [2]), rand("i64", [2])], {}, torch.where)
+add("cat", [rand("i32", [2]), rand("f32", [3]), rand("u8", [1])], {"axis": 0}, lambda *t: torch.cat(t))
+add("cat", [rand("f32", [0, 2]), rand("f32", [2, 2])], {"axis": 0}, lambda *t: torch.cat(t))
+add("slice", [rand("f32", [10])], {"slices": [[7, 3, 1]]}, lambda x: x[7:3])
+add("gather", [rand("f32", [2, 3]), torch.tensor([[0], [5]])], {"axis": 1}, lambda x, i: torch.gather(x, 1, i))
+
+# --- creation -----------------------------------------------------------------------
+for dt in ALL:
+    add("full", [], {"shape": [2, 3], "value": 1 if dt == "bool" else 3, "dtype": dt},
+        lambda dt=dt: torch.full((2, 3), True if dt == "bool" else 3, dtype=DT[dt]))
+    add("eye", [], {"n": 3, "m": 2, "dtype": dt}, lambda dt=dt: torch.eye(3, 2, dtype=DT[dt]))
+for dt in ["f32", "f64", "i32", "i64"]:
+    add("arange", [], {"start": 1, "end": 11, "step": 3, "dtype": dt}, lambda dt=dt: torch.arange(1, 11, 3, dtype=DT[dt]))
+add("arange", [], {"start": 0, "end": 1, "step": 0.125, "dtype": "f32"}, lambda: torch.arange(0, 1, 0.125))
+add("arange", [], {"start": 5, "end": -3, "step": -2, "dtype": "i64"}, lambda: torch.arange(5, -3, -2))
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pytorch_cases.json")
+with open(out, "w") as f:
+    json.dump({"torch": torch.__version__, "cases": cases}, f, separators=(",", ":"))
+errors = sum(1 for c in cases if "error" in c)
+print(f"wrote {len(cases)} cases ({errors} expect an error) to {os.path.normpath(out)}, "
+      f"{os.path.getsize(out)} bytes", file=sys.stderr)
