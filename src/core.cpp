@@ -76,6 +76,12 @@ void Core::start() {
   for (const auto& name : options_.devices) {
     auto req = parse_device(name);
     auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.name == req.kind; });
+    if (kind == kinds.end() && req.index < 0) {
+      // "cuda:*" asks for whatever GPUs exist: none, in a build without CUDA.
+      unavailable_.push_back(req.kind + ": not in this build" +
+                             (req.kind == "cuda" ? " (configure with nvcc installed or -DSWITCHYARD_CUDA=ON)" : ""));
+      continue;
+    }
     if (kind == kinds.end()) {
       std::string known;
       for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k.name;
