@@ -449,7 +449,11 @@ class CudaBackend final : public Backend {
       PendingTransfer p = std::move(pending_.front());
       pending_.pop_front();
       ++consumed_;
-      finish(p);
+      try {
+        finish(p);
+      } catch (const std::exception& ex) {  // e.g. bad_alloc for the host copy: the runner must live on
+        if (p.done) p.done(make_error(Errc::out_of_memory, std::string("cuda: read: ") + ex.what()));
+      }
     }
   }
 
