@@ -28,6 +28,7 @@
 
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/layout_plan.hpp"
 
 namespace switchyard::backends::cuda {
 
@@ -341,31 +342,6 @@ struct PendingTransfer {
   ReadCallback done;  // empty for uploads
   Checks checks;
 };
-
-// --- layouts ----------------------------------------------------------------
-
-/// Builds a kernel layout over `dims` with N stride vectors, dropping size-1
-/// axes and merging axes that are contiguous for every operand (the same
-/// rule as backends/common/strided_loop.hpp).
-template <int N>
-kern::Layout<N> make_layout(const std::vector<int64_t>& dims, const std::array<std::vector<int64_t>, N>& s) {
-  kern::Layout<N> l;
-  for (size_t d = 0; d < dims.size(); ++d) {
-    if (dims[d] == 1) continue;
-    bool merge = l.rank > 0;
-    for (int k = 0; k < N && merge; ++k) merge = l.strides[k][l.rank - 1] == s[k][d] * dims[d];
-    if (merge) {
-      l.dims[l.rank - 1] *= dims[d];
-      for (int k = 0; k < N; ++k) l.strides[k][l.rank - 1] = s[k][d];
-    } else {
-      // The op rules cap ranks at 16 = max_dims, so this never overflows.
-      l.dims[l.rank] = dims[d];
-      for (int k = 0; k < N; ++k) l.strides[k][l.rank] = s[k][d];
-      ++l.rank;
-    }
-  }
-  return l;
-}
 
 template <class T>
 uint64_t bits_of(double v) {

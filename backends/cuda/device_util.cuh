@@ -12,25 +12,6 @@ namespace switchyard::backends::cuda::kern {
 
 inline constexpr int block_threads = 256;
 
-/// Offsets of flat index i for every operand of a layout. The outermost
-/// axis needs no modulo (i is in range), so a merged contiguous layout of
-/// rank 1 costs one multiply per operand.
-template <int N>
-__device__ inline void offsets(const Layout<N>& l, int64_t i, int64_t (&off)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) off[k] = 0;
-  for (int d = l.rank - 1; d > 0; --d) {
-    const int64_t c = i % l.dims[d];
-    i /= l.dims[d];
-#pragma unroll
-    for (int k = 0; k < N; ++k) off[k] += c * l.strides[k][d];
-  }
-  if (l.rank > 0) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) off[k] += i * l.strides[k][0];
-  }
-}
-
 /// The quiet NaN of std::numeric_limits (its constexpr members are host-only).
 template <class T>
 __device__ inline T quiet_nan() {
