@@ -23,7 +23,8 @@ int main() {
   for (auto& d : rt.devices())
     if (d.kind() == "cuda") workers.push_back(d);
   if (workers.empty()) {
-    for (const auto& why : rt.unavailable()) std::printf("no GPU used (%s): running the shards on cpu:0\n", why.c_str());
+    for (const auto& why : rt.unavailable())
+      std::printf("no GPU used (%s): running the shards on cpu:0\n", why.c_str());
     workers.push_back(cpu);
   }
 

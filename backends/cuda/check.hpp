@@ -24,15 +24,15 @@ namespace switchyard::backends::cuda {
 
 /// Evaluates a cudaError_t expression; on failure returns the error from
 /// the enclosing function (which returns caf::error or caf::expected<T>).
-#define SY_CUDA_TRY(expr)                                                                       \
-  do {                                                                                          \
-    if (const cudaError_t sy_cuda_status_ = (expr); sy_cuda_status_ != cudaSuccess)             \
+#define SY_CUDA_TRY(expr)                                                                            \
+  do {                                                                                               \
+    if (const cudaError_t sy_cuda_status_ = (expr); sy_cuda_status_ != cudaSuccess)                  \
       return ::switchyard::backends::cuda::cuda_failure(sy_cuda_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 /// Same for a cublasStatus_t expression.
-#define SY_CUBLAS_TRY(expr)                                                                     \
-  do {                                                                                          \
-    if (const cublasStatus_t sy_blas_status_ = (expr); sy_blas_status_ != CUBLAS_STATUS_SUCCESS) \
+#define SY_CUBLAS_TRY(expr)                                                                            \
+  do {                                                                                                 \
+    if (const cublasStatus_t sy_blas_status_ = (expr); sy_blas_status_ != CUBLAS_STATUS_SUCCESS)       \
       return ::switchyard::backends::cuda::cublas_failure(sy_blas_status_, #expr, __FILE__, __LINE__); \
   } while (0)

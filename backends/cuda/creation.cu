@@ -63,8 +63,7 @@ cudaError_t random(Launch l, DType t, void* out, int64_t n, int draw, uint64_t s
                    double b) {
   return by_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    return launch(l, n, random_kernel<T>, static_cast<T*>(out), n, static_cast<RandomDraw>(draw), seed, op_index, a,
-                  b);
+    return launch(l, n, random_kernel<T>, static_cast<T*>(out), n, static_cast<RandomDraw>(draw), seed, op_index, a, b);
   });
 }
 

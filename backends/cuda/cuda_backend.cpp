@@ -13,8 +13,6 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -22,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <dlfcn.h>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -37,10 +36,12 @@ static_assert(kern::u_count == static_cast<int>(UnaryKind::isinf) + 1);
 static_assert(kern::u_clamp == static_cast<int>(UnaryKind::clamp) && kern::u_gelu == static_cast<int>(UnaryKind::gelu));
 static_assert(kern::u_logical_not == static_cast<int>(UnaryKind::logical_not));
 static_assert(kern::b_count == static_cast<int>(BinaryKind::bitwise_xor) + 1);
-static_assert(kern::b_eq == static_cast<int>(BinaryKind::eq) && kern::b_logical_and == static_cast<int>(BinaryKind::logical_and));
+static_assert(kern::b_eq == static_cast<int>(BinaryKind::eq) &&
+              kern::b_logical_and == static_cast<int>(BinaryKind::logical_and));
 static_assert(kern::b_remainder == static_cast<int>(BinaryKind::remainder));
 static_assert(kern::r_count == static_cast<int>(ReduceKind::all) + 1);
-static_assert(kern::r_argmax == static_cast<int>(ReduceKind::argmax) && kern::r_var == static_cast<int>(ReduceKind::var));
+static_assert(kern::r_argmax == static_cast<int>(ReduceKind::argmax) &&
+              kern::r_var == static_cast<int>(ReduceKind::var));
 static_assert(static_cast<int>(RandomKind::normal) == 1 && static_cast<int>(RandomKind::bernoulli) == 2);
 
 caf::error cuda_failure(cudaError_t e, const char* expr, const char* file, int line) {
@@ -48,8 +49,8 @@ caf::error cuda_failure(cudaError_t e, const char* expr, const char* file, int l
   Errc code = e == cudaErrorMemoryAllocation ? Errc::out_of_memory
               : e == cudaErrorNotSupported   ? Errc::unsupported
                                              : Errc::kernel_failure;
-  return make_error(code, std::string("cuda: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
-                              expr + " at " + file + ":" + std::to_string(line));
+  return make_error(code, std::string("cuda: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " + expr +
+                              " at " + file + ":" + std::to_string(line));
 }
 
 caf::error cublas_failure(cublasStatus_t s, const char* expr, const char* file, int line) {
@@ -346,8 +347,10 @@ struct PendingTransfer {
 template <class T>
 uint64_t bits_of(double v) {
   T x;
-  if constexpr (std::is_same_v<T, bool>) x = v != 0;
-  else x = static_cast<T>(v);
+  if constexpr (std::is_same_v<T, bool>)
+    x = v != 0;
+  else
+    x = static_cast<T>(v);
   uint64_t bits = 0;
   std::memcpy(&bits, &x, sizeof(T));
   return bits;
@@ -425,11 +428,7 @@ class CudaBackend final : public Backend {
       PendingTransfer p = std::move(pending_.front());
       pending_.pop_front();
       ++consumed_;
-      try {
-        finish(p);
-      } catch (const std::exception& ex) {  // e.g. bad_alloc for the host copy: the runner must live on
-        if (p.done) p.done(make_error(Errc::out_of_memory, std::string("cuda: read: ") + ex.what()));
-      }
+      finish(p);
     }
   }
 
@@ -495,11 +494,11 @@ class CudaBackend final : public Backend {
       pinned_.give(chunk->first, chunk->second);
       return err;
     }
-    cudaError_t e = bytes ? cudaMemcpyAsync(chunk->first, b->data(), bytes, cudaMemcpyDeviceToHost, dev_->copy())
-                          : cudaSuccess;
+    cudaError_t e =
+        bytes ? cudaMemcpyAsync(chunk->first, b->data(), bytes, cudaMemcpyDeviceToHost, dev_->copy()) : cudaSuccess;
     for (size_t i = 0; i < b->checks().size() && e == cudaSuccess; ++i)
-      e = cudaMemcpyAsync(chunk->first + data_part + 16 * i, b->checks()[i]->word->data(), 16,
-                          cudaMemcpyDeviceToHost, dev_->copy());
+      e = cudaMemcpyAsync(chunk->first + data_part + 16 * i, b->checks()[i]->word->data(), 16, cudaMemcpyDeviceToHost,
+                          dev_->copy());
     if (e == cudaSuccess) e = cudaLaunchHostFunc(dev_->copy(), &Inbox::on_host, inbox_.get());
     if (e != cudaSuccess) {
       pinned_.abandon(chunk->first);  // a copy may still be writing it
@@ -509,28 +508,34 @@ class CudaBackend final : public Backend {
     return {};
   }
 
+  // Completes a transfer whose copy is done: an upload returns its staging
+  // chunk; a read checks the data-check words, copies the data out of the
+  // staging chunk and then calls back (once, outside the try).
   void finish(PendingTransfer& p) {
-    if (!p.done) {  // an upload: the staging chunk is free again
+    if (!p.done) {
       pinned_.give(p.chunk, p.chunk_size);
       return;
     }
-    const size_t bytes = p.ir.bytes();
-    const size_t data_part = align16(bytes);
-    caf::error err;
-    for (size_t i = 0; i < p.checks.size() && !err; ++i) {
-      int64_t word[2];
-      std::memcpy(word, p.chunk + data_part + 16 * i, sizeof word);
-      if (word[0] != 0) err = p.checks[i]->error(word[1]);
+    caf::expected<TensorData> result = make_error(Errc::kernel_failure, "cuda: read: no result");
+    try {
+      result = read_result(p);
+    } catch (const std::exception& ex) {  // bad_alloc for the host copy: the runner must live on
+      result = make_error(Errc::out_of_memory, std::string("cuda: read: ") + ex.what());
     }
-    if (err) {
-      pinned_.give(p.chunk, p.chunk_size);
-      p.done(std::move(err));
-      return;
-    }
-    Bytes host = Bytes::copy_of(p.chunk, bytes);
     pinned_.give(p.chunk, p.chunk_size);
     p.buffer.reset();
-    p.done(TensorData(p.ir.shape, p.ir.dtype, std::move(host)));
+    p.done(std::move(result));
+  }
+
+  caf::expected<TensorData> read_result(const PendingTransfer& p) const {
+    const size_t bytes = p.ir.bytes();
+    const size_t data_part = align16(bytes);
+    for (size_t i = 0; i < p.checks.size(); ++i) {
+      int64_t word[2];
+      std::memcpy(word, p.chunk + data_part + 16 * i, sizeof word);
+      if (word[0] != 0) return p.checks[i]->error(word[1]);
+    }
+    return TensorData(p.ir.shape, p.ir.dtype, Bytes::copy_of(p.chunk, bytes));
   }
 
   // --- helpers -----------------------------------------------------------------
@@ -600,10 +605,9 @@ class CudaBackend final : public Backend {
     }
     return cuda_failure(e, expr, file, line);
   }
-#define SY_KERNEL_TRY(expr, what, dtype)                                                    \
-  do {                                                                                      \
-    if (auto sy_err_ = kernel_status((expr), (what), (dtype), #expr, __FILE__, __LINE__)) \
-      return sy_err_;                                                                       \
+#define SY_KERNEL_TRY(expr, what, dtype)                                                                  \
+  do {                                                                                                    \
+    if (auto sy_err_ = kernel_status((expr), (what), (dtype), #expr, __FILE__, __LINE__)) return sy_err_; \
   } while (0)
 
   // --- ops ------------------------------------------------------------------------
@@ -652,14 +656,15 @@ class CudaBackend final : public Backend {
     if (!src) return std::move(src.error());
     auto out = (!predicate && compute == o.in.dtype) ? output(o.out, {{&o.in, &in[0]}}) : new_buffer(o.out);
     if (!out) return out;
-    SY_KERNEL_TRY(kern::unary(dev_->launch(), static_cast<int>(o.kind), compute, *src, (*out)->data(), o.out.numel(),
-                              o.a, o.b),
-                  to_string(o.kind), compute);
+    SY_KERNEL_TRY(
+        kern::unary(dev_->launch(), static_cast<int>(o.kind), compute, *src, (*out)->data(), o.out.numel(), o.a, o.b),
+        to_string(o.kind), compute);
     return out;
   }
 
   Result run(BinaryOp& o, std::span<BufferPtr> in) {
-    const DType compute = (is_comparison(o.kind) || is_logical(o.kind)) ? promote(o.lhs.dtype, o.rhs.dtype) : o.out.dtype;
+    const DType compute =
+        (is_comparison(o.kind) || is_logical(o.kind)) ? promote(o.lhs.dtype, o.rhs.dtype) : o.out.dtype;
     BlockPtr sa, sb;
     auto a = as_dtype(in[0], o.lhs.dtype, compute, o.lhs.numel(), sa);
     if (!a) return std::move(a.error());
@@ -673,8 +678,8 @@ class CudaBackend final : public Backend {
     }
     auto out = compute == o.out.dtype ? output(o.out, {{&o.lhs, &in[0]}, {&o.rhs, &in[1]}}) : new_buffer(o.out);
     if (!out) return out;
-    auto layout = make_layout<2>(o.out.shape.dims, {broadcast_strides(o.lhs.shape, o.out.shape),
-                                                    broadcast_strides(o.rhs.shape, o.out.shape)});
+    auto layout = make_layout<2>(
+        o.out.shape.dims, {broadcast_strides(o.lhs.shape, o.out.shape), broadcast_strides(o.rhs.shape, o.out.shape)});
     SY_KERNEL_TRY(kern::binary(dev_->launch(), static_cast<int>(o.kind), compute, *a, *b, 0, 0, (*out)->data(), layout,
                                o.out.numel(), check ? status_of(check) : nullptr),
                   to_string(o.kind), compute);
@@ -683,8 +688,8 @@ class CudaBackend final : public Backend {
   }
 
   Result run(ScalarOp& o, std::span<BufferPtr> in) {
-    const DType compute = (is_comparison(o.kind) || is_logical(o.kind)) ? promote_scalar(o.lhs.dtype, o.scalar_kind)
-                                                                        : o.out.dtype;
+    const DType compute =
+        (is_comparison(o.kind) || is_logical(o.kind)) ? promote_scalar(o.lhs.dtype, o.scalar_kind) : o.out.dtype;
     const bool int_remainder = o.kind == BinaryKind::remainder && !is_floating(compute);
     if (int_remainder && !o.scalar_first && o.scalar == 0)
       return make_error(Errc::kernel_failure, "remainder: integer division by zero");
@@ -726,9 +731,9 @@ class CudaBackend final : public Backend {
     if (!b) return std::move(b.error());
     auto out = new_buffer(o.out);
     if (!out) return out;
-    auto layout = make_layout<3>(o.out.shape.dims, {broadcast_strides(o.cond.shape, o.out.shape),
-                                                    broadcast_strides(o.lhs.shape, o.out.shape),
-                                                    broadcast_strides(o.rhs.shape, o.out.shape)});
+    auto layout = make_layout<3>(
+        o.out.shape.dims, {broadcast_strides(o.cond.shape, o.out.shape), broadcast_strides(o.lhs.shape, o.out.shape),
+                           broadcast_strides(o.rhs.shape, o.out.shape)});
     SY_CUDA_TRY(kern::where(dev_->launch(), size_of(o.out.dtype), static_cast<const uint8_t*>(ptr(in[0])), *a, *b,
                             (*out)->data(), layout, o.out.numel()));
     return out;
@@ -790,8 +795,8 @@ class CudaBackend final : public Backend {
     } else if (is_floating(o.out.dtype)) {
       if (auto err = gemm(o, ptr(in[0]), ptr(in[1]), c, m, n, k, layout, batches)) return err;
     } else {
-      SY_KERNEL_TRY(kern::int_matmul(l, o.out.dtype, ptr(in[0]), ptr(in[1]), c, o.transpose_lhs, o.transpose_rhs, m,
-                                     n, k, layout, batches),
+      SY_KERNEL_TRY(kern::int_matmul(l, o.out.dtype, ptr(in[0]), ptr(in[1]), c, o.transpose_lhs, o.transpose_rhs, m, n,
+                                     k, layout, batches),
                     "matmul", o.out.dtype);
     }
     if (o.has_bias() && o.out.numel() > 0) {
@@ -827,13 +832,13 @@ class CudaBackend final : public Backend {
       if (f64) {
         const double one = 1, zero = 0;
         SY_CUBLAS_TRY(cublasDgemmStridedBatched(h, op_b, op_a, M, N, K, &one, static_cast<const double*>(b), ldb, sb,
-                                                static_cast<const double*>(a), lda, sa, &zero,
-                                                static_cast<double*>(c), M, c_mat, count));
+                                                static_cast<const double*>(a), lda, sa, &zero, static_cast<double*>(c),
+                                                M, c_mat, count));
       } else {
         const float one = 1, zero = 0;
         SY_CUBLAS_TRY(cublasSgemmStridedBatched(h, op_b, op_a, M, N, K, &one, static_cast<const float*>(b), ldb, sb,
-                                                static_cast<const float*>(a), lda, sa, &zero, static_cast<float*>(c),
-                                                M, c_mat, count));
+                                                static_cast<const float*>(a), lda, sa, &zero, static_cast<float*>(c), M,
+                                                c_mat, count));
       }
       return {};
     }
@@ -841,8 +846,8 @@ class CudaBackend final : public Backend {
     auto ptrs = new_block(3 * static_cast<size_t>(batches) * sizeof(void*));
     if (!ptrs) return std::move(ptrs.error());
     void** p = static_cast<void**>((*ptrs)->data());
-    SY_CUDA_TRY(kern::batch_pointers(dev_->launch(), size_of(o.out.dtype), a, b, c, a_mat, b_mat, c_mat, layout,
-                                     batches, p));
+    SY_CUDA_TRY(
+        kern::batch_pointers(dev_->launch(), size_of(o.out.dtype), a, b, c, a_mat, b_mat, c_mat, layout, batches, p));
     void** pa = p;
     void** pb = p + batches;
     void** pc = p + 2 * batches;
@@ -873,12 +878,13 @@ class CudaBackend final : public Backend {
   }
 
   Result run(SliceAssignOp& o, std::span<BufferPtr> in) {
-    Result out = consumable(o.base, in[0]) ? Result(std::make_shared<CudaBuffer>(as_cuda(in[0])->block(), o.out.bytes()))
-                                           : new_buffer(o.out);
+    Result out = consumable(o.base, in[0])
+                     ? Result(std::make_shared<CudaBuffer>(as_cuda(in[0])->block(), o.out.bytes()))
+                     : new_buffer(o.out);
     if (!out) return out;
     if ((*out)->data() != ptr(in[0]) && o.out.bytes() > 0)
-      SY_CUDA_TRY(cudaMemcpyAsync((*out)->data(), ptr(in[0]), o.out.bytes(), cudaMemcpyDeviceToDevice,
-                                  dev_->compute()));
+      SY_CUDA_TRY(
+          cudaMemcpyAsync((*out)->data(), ptr(in[0]), o.out.bytes(), cudaMemcpyDeviceToDevice, dev_->compute()));
     auto layout = make_layout<2>(o.value.shape.dims, {o.value.shape.strides(), o.strides});
     SY_CUDA_TRY(kern::copy_strided(dev_->launch(), size_of(o.out.dtype), ptr(in[1]), 0, (*out)->data(), o.offset,
                                    layout, o.value.numel()));

@@ -25,7 +25,7 @@ __device__ inline D convert(S v) {
   } else if constexpr (is_f<S> && std::is_integral_v<D>) {
     // As on the CPU: via int64 for finite in-range values, else INT64_MIN wrapped.
     return (isfinite(v) && v > S(-9.2e18) && v < S(9.2e18)) ? static_cast<D>(static_cast<int64_t>(v))
-                                                             : static_cast<D>(INT64_MIN);
+                                                            : static_cast<D>(INT64_MIN);
   } else {
     return static_cast<D>(v);
   }
@@ -43,9 +43,18 @@ constexpr bool unary_predicate(int k) { return k == u_logical_not || k == u_isna
 template <class T>
 constexpr bool unary_valid(int k) {
   switch (k) {
-    case u_neg: case u_sign: case u_relu: case u_floor: case u_ceil: case u_round: case u_clamp:
+    case u_neg:
+    case u_sign:
+    case u_relu:
+    case u_floor:
+    case u_ceil:
+    case u_round:
+    case u_clamp:
       return !is_b<T>;
-    case u_abs: case u_logical_not: case u_isnan: case u_isinf:
+    case u_abs:
+    case u_logical_not:
+    case u_isnan:
+    case u_isinf:
       return true;
     case u_bitwise_not:
       return !is_f<T>;
@@ -60,40 +69,84 @@ struct UnaryFn {
   T lo, hi;
   bool has_lo, has_hi;
   __device__ R operator()(T x) const {
-    if constexpr (K == u_neg) return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x));
+    if constexpr (K == u_neg)
+      return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x));
     else if constexpr (K == u_abs) {
-      if constexpr (is_b<T> || std::is_unsigned_v<T>) return x;
-      else return x < T(0) ? static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x)) : x;
-    } else if constexpr (K == u_sign) return static_cast<T>((T(0) < x) - (x < T(0)));
-    else if constexpr (K == u_relu) return x > T(0) ? x : T(0);
-    else if constexpr (K == u_floor) { if constexpr (is_f<T>) return floor(x); else return x; }
-    else if constexpr (K == u_ceil) { if constexpr (is_f<T>) return ceil(x); else return x; }
-    else if constexpr (K == u_round) { if constexpr (is_f<T>) return nearbyint(x); else return x; }
-    else if constexpr (K == u_clamp) {
+      if constexpr (is_b<T> || std::is_unsigned_v<T>)
+        return x;
+      else
+        return x < T(0) ? static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x)) : x;
+    } else if constexpr (K == u_sign)
+      return static_cast<T>((T(0) < x) - (x < T(0)));
+    else if constexpr (K == u_relu)
+      return x > T(0) ? x : T(0);
+    else if constexpr (K == u_floor) {
+      if constexpr (is_f<T>)
+        return floor(x);
+      else
+        return x;
+    } else if constexpr (K == u_ceil) {
+      if constexpr (is_f<T>)
+        return ceil(x);
+      else
+        return x;
+    } else if constexpr (K == u_round) {
+      if constexpr (is_f<T>)
+        return nearbyint(x);
+      else
+        return x;
+    } else if constexpr (K == u_clamp) {
       if constexpr (is_f<T>)
         if (isnan(x)) return x;
       if (has_lo && x < lo) x = lo;
       if (has_hi && x > hi) x = hi;
       return x;
-    } else if constexpr (K == u_logical_not) return x == T(0);
-    else if constexpr (K == u_bitwise_not) { if constexpr (is_b<T>) return !x; else return static_cast<T>(~x); }
-    else if constexpr (K == u_isnan) { if constexpr (is_f<T>) return isnan(x); else return false; }
-    else if constexpr (K == u_isinf) { if constexpr (is_f<T>) return isinf(x); else return false; }
-    else if constexpr (is_f<T>) {
-      if constexpr (K == u_exp) return exp(x);
-      else if constexpr (K == u_log) return log(x);
-      else if constexpr (K == u_log1p) return log1p(x);
-      else if constexpr (K == u_expm1) return expm1(x);
-      else if constexpr (K == u_sqrt) return sqrt(x);
-      else if constexpr (K == u_rsqrt) return T(1) / sqrt(x);
-      else if constexpr (K == u_sin) return sin(x);
-      else if constexpr (K == u_cos) return cos(x);
-      else if constexpr (K == u_tanh) return tanh(x);
-      else if constexpr (K == u_sigmoid) return T(1) / (T(1) + exp(-x));
-      else if constexpr (K == u_gelu) return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
-      else if constexpr (K == u_silu) return x / (T(1) + exp(-x));
-      else if constexpr (K == u_erf) return erf(x);
-      else return T(1) / x;  // reciprocal
+    } else if constexpr (K == u_logical_not)
+      return x == T(0);
+    else if constexpr (K == u_bitwise_not) {
+      if constexpr (is_b<T>)
+        return !x;
+      else
+        return static_cast<T>(~x);
+    } else if constexpr (K == u_isnan) {
+      if constexpr (is_f<T>)
+        return isnan(x);
+      else
+        return false;
+    } else if constexpr (K == u_isinf) {
+      if constexpr (is_f<T>)
+        return isinf(x);
+      else
+        return false;
+    } else if constexpr (is_f<T>) {
+      if constexpr (K == u_exp)
+        return exp(x);
+      else if constexpr (K == u_log)
+        return log(x);
+      else if constexpr (K == u_log1p)
+        return log1p(x);
+      else if constexpr (K == u_expm1)
+        return expm1(x);
+      else if constexpr (K == u_sqrt)
+        return sqrt(x);
+      else if constexpr (K == u_rsqrt)
+        return T(1) / sqrt(x);
+      else if constexpr (K == u_sin)
+        return sin(x);
+      else if constexpr (K == u_cos)
+        return cos(x);
+      else if constexpr (K == u_tanh)
+        return tanh(x);
+      else if constexpr (K == u_sigmoid)
+        return T(1) / (T(1) + exp(-x));
+      else if constexpr (K == u_gelu)
+        return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+      else if constexpr (K == u_silu)
+        return x / (T(1) + exp(-x));
+      else if constexpr (K == u_erf)
+        return erf(x);
+      else
+        return T(1) / x;  // reciprocal
     } else {
       return R{};
     }
@@ -134,10 +187,19 @@ constexpr bool binary_bool_result(int k) { return k >= b_eq && k <= b_logical_xo
 template <class T>
 constexpr bool binary_valid(int k) {
   switch (k) {
-    case b_sub: case b_pow: case b_remainder: return !is_b<T>;
-    case b_div: case b_atan2: return is_f<T>;
-    case b_bitwise_and: case b_bitwise_or: case b_bitwise_xor: return !is_f<T>;
-    default: return true;
+    case b_sub:
+    case b_pow:
+    case b_remainder:
+      return !is_b<T>;
+    case b_div:
+    case b_atan2:
+      return is_f<T>;
+    case b_bitwise_and:
+    case b_bitwise_or:
+    case b_bitwise_xor:
+      return !is_f<T>;
+    default:
+      return true;
   }
 }
 
@@ -180,42 +242,66 @@ struct BinaryFn {
   using R = std::conditional_t<binary_bool_result(K), bool, T>;
   __device__ R operator()(T a, T b) const {
     if constexpr (K == b_add) {
-      if constexpr (is_b<T>) return a || b;
-      else if constexpr (is_f<T>) return a + b;
-      else return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
+      if constexpr (is_b<T>)
+        return a || b;
+      else if constexpr (is_f<T>)
+        return a + b;
+      else
+        return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
     } else if constexpr (K == b_sub) {
-      if constexpr (is_f<T>) return a - b;
-      else return static_cast<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b));
+      if constexpr (is_f<T>)
+        return a - b;
+      else
+        return static_cast<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b));
     } else if constexpr (K == b_mul) {
-      if constexpr (is_b<T>) return a && b;
-      else if constexpr (is_f<T>) return a * b;
-      else return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
+      if constexpr (is_b<T>)
+        return a && b;
+      else if constexpr (is_f<T>)
+        return a * b;
+      else
+        return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
     } else if constexpr (K == b_div) {
       return a / b;
     } else if constexpr (K == b_pow) {
-      if constexpr (is_f<T>) return pow(a, b);
-      else return int_pow(a, b);
+      if constexpr (is_f<T>)
+        return pow(a, b);
+      else
+        return int_pow(a, b);
     } else if constexpr (K == b_remainder) {
       return py_remainder(a, b);
     } else if constexpr (K == b_maximum || K == b_minimum) {
       if constexpr (is_f<T>)
         if (isnan(a) || isnan(b)) return quiet_nan<T>();
-      if constexpr (K == b_maximum) return a > b ? a : b;
-      else return a < b ? a : b;
+      if constexpr (K == b_maximum)
+        return a > b ? a : b;
+      else
+        return a < b ? a : b;
     } else if constexpr (K == b_atan2) {
       return atan2(a, b);
-    } else if constexpr (K == b_eq) return a == b;
-    else if constexpr (K == b_ne) return a != b;
-    else if constexpr (K == b_lt) return a < b;
-    else if constexpr (K == b_le) return a <= b;
-    else if constexpr (K == b_gt) return a > b;
-    else if constexpr (K == b_ge) return a >= b;
-    else if constexpr (K == b_logical_and) return (a != T(0)) && (b != T(0));
-    else if constexpr (K == b_logical_or) return (a != T(0)) || (b != T(0));
-    else if constexpr (K == b_logical_xor) return (a != T(0)) != (b != T(0));
-    else if constexpr (K == b_bitwise_and) return static_cast<T>(a & b);
-    else if constexpr (K == b_bitwise_or) return static_cast<T>(a | b);
-    else return static_cast<T>(a ^ b);
+    } else if constexpr (K == b_eq)
+      return a == b;
+    else if constexpr (K == b_ne)
+      return a != b;
+    else if constexpr (K == b_lt)
+      return a < b;
+    else if constexpr (K == b_le)
+      return a <= b;
+    else if constexpr (K == b_gt)
+      return a > b;
+    else if constexpr (K == b_ge)
+      return a >= b;
+    else if constexpr (K == b_logical_and)
+      return (a != T(0)) && (b != T(0));
+    else if constexpr (K == b_logical_or)
+      return (a != T(0)) || (b != T(0));
+    else if constexpr (K == b_logical_xor)
+      return (a != T(0)) != (b != T(0));
+    else if constexpr (K == b_bitwise_and)
+      return static_cast<T>(a & b);
+    else if constexpr (K == b_bitwise_or)
+      return static_cast<T>(a | b);
+    else
+      return static_cast<T>(a ^ b);
   }
 };
 
@@ -264,8 +350,10 @@ __global__ void where_kernel(const uint8_t* c, const W* a, const W* b, W* out, L
 
 template <class T>
 T scalar_as(double v) {
-  if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, bool>)
+    return v != 0;
+  else
+    return static_cast<T>(v);
 }
 
 }  // namespace
@@ -291,8 +379,8 @@ cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs
                    void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
   return by_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs),
-                              scalar_as<T>(lhs_scalar), scalar_as<T>(rhs_scalar), out, layout, n, status);
+    return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs), scalar_as<T>(lhs_scalar),
+                              scalar_as<T>(rhs_scalar), out, layout, n, status);
   });
 }
 

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-
 #include <cuda_runtime_api.h>
 
 #include "switchyard/messages/dtype.hpp"
@@ -57,16 +56,58 @@ SY_KERNEL_HD inline void offsets(const Layout<N>& l, int64_t i, int64_t (&off)[N
 /// Unary kinds, in the order of switchyard::UnaryKind (checked by
 /// static_asserts in cuda_backend.cpp).
 enum Unary : int {
-  u_neg, u_abs, u_sign, u_exp, u_log, u_log1p, u_expm1, u_sqrt, u_rsqrt, u_sin, u_cos, u_tanh,
-  u_sigmoid, u_relu, u_gelu, u_silu, u_erf, u_floor, u_ceil, u_round, u_reciprocal, u_clamp,
-  u_logical_not, u_bitwise_not, u_isnan, u_isinf, u_count
+  u_neg,
+  u_abs,
+  u_sign,
+  u_exp,
+  u_log,
+  u_log1p,
+  u_expm1,
+  u_sqrt,
+  u_rsqrt,
+  u_sin,
+  u_cos,
+  u_tanh,
+  u_sigmoid,
+  u_relu,
+  u_gelu,
+  u_silu,
+  u_erf,
+  u_floor,
+  u_ceil,
+  u_round,
+  u_reciprocal,
+  u_clamp,
+  u_logical_not,
+  u_bitwise_not,
+  u_isnan,
+  u_isinf,
+  u_count
 };
 /// Binary kinds, in the order of switchyard::BinaryKind.
 enum Binary : int {
-  b_add, b_sub, b_mul, b_div, b_pow, b_remainder, b_maximum, b_minimum, b_atan2,
-  b_eq, b_ne, b_lt, b_le, b_gt, b_ge,
-  b_logical_and, b_logical_or, b_logical_xor,
-  b_bitwise_and, b_bitwise_or, b_bitwise_xor, b_count
+  b_add,
+  b_sub,
+  b_mul,
+  b_div,
+  b_pow,
+  b_remainder,
+  b_maximum,
+  b_minimum,
+  b_atan2,
+  b_eq,
+  b_ne,
+  b_lt,
+  b_le,
+  b_gt,
+  b_ge,
+  b_logical_and,
+  b_logical_or,
+  b_logical_xor,
+  b_bitwise_and,
+  b_bitwise_or,
+  b_bitwise_xor,
+  b_count
 };
 /// Reduce kinds, in the order of switchyard::ReduceKind.
 enum Reduce : int { r_sum, r_mean, r_prod, r_max, r_min, r_argmax, r_argmin, r_var, r_std, r_any, r_all, r_count };
@@ -123,12 +164,12 @@ cudaError_t scatter_add(Launch l, DType t, DType index_t, const void* add, const
                         const Layout<2>& layout, int64_t axis_stride, int64_t axis_len, int64_t n, int64_t* status);
 /// Integer batched matrix product (wrapping arithmetic), row-major; batch
 /// offsets in matrices from `batch` (strides: lhs, rhs); c is contiguous.
-cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c, bool ta, bool tb, int64_t m,
-                       int64_t n, int64_t k, const Layout<2>& batch, int64_t batches);
+cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c, bool ta, bool tb, int64_t m, int64_t n,
+                       int64_t k, const Layout<2>& batch, int64_t batches);
 /// Pointer arrays for cuBLAS's batched GEMM when batch axes broadcast
 /// irregularly: ptrs[0..batches) = a + off0(i) * a_mat elements, etc.
-cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b, void* c, int64_t a_mat,
-                           int64_t b_mat, int64_t c_mat, const Layout<2>& batch, int64_t batches, void** ptrs);
+cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b, void* c, int64_t a_mat, int64_t b_mat,
+                           int64_t c_mat, const Layout<2>& batch, int64_t batches, void** ptrs);
 
 // --- reductions (reduce.cu) -----------------------------------------------
 /// Reduces `in` (dtype in_t) over the axes of `reduced` for each output of

@@ -176,23 +176,27 @@ cudaError_t scatter_add(Launch l, DType t, DType index_t, const void* add, const
   });
 }
 
-cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c, bool ta, bool tb, int64_t m,
-                       int64_t n, int64_t k, const Layout<2>& batch, int64_t batches) {
+cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c, bool ta, bool tb, int64_t m, int64_t n,
+                       int64_t k, const Layout<2>& batch, int64_t batches) {
   auto run = [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     return launch(l, batches * m * n, int_matmul_kernel<T>, static_cast<const T*>(a), static_cast<const T*>(b),
                   static_cast<T*>(c), ta, tb, m, n, k, batch, batches * m * n);
   };
   switch (t) {
-    case DType::i32: return run(int32_t{});
-    case DType::i64: return run(int64_t{});
-    case DType::u8: return run(uint8_t{});
-    default: return cudaErrorNotSupported;
+    case DType::i32:
+      return run(int32_t{});
+    case DType::i64:
+      return run(int64_t{});
+    case DType::u8:
+      return run(uint8_t{});
+    default:
+      return cudaErrorNotSupported;
   }
 }
 
-cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b, void* c, int64_t a_mat,
-                           int64_t b_mat, int64_t c_mat, const Layout<2>& batch, int64_t batches, void** ptrs) {
+cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b, void* c, int64_t a_mat, int64_t b_mat,
+                           int64_t c_mat, const Layout<2>& batch, int64_t batches, void** ptrs) {
   const auto w = static_cast<int64_t>(width);
   return launch(l, batches, batch_pointers_kernel, static_cast<const char*>(a), static_cast<const char*>(b),
                 static_cast<char*>(c), a_mat * w, b_mat * w, c_mat * w, batch, batches, ptrs);

@@ -43,14 +43,19 @@ struct Accumulate {
   using Out = R;
   __device__ Acc identity() const { return Prod ? Acc(1) : Acc(0); }
   __device__ Acc load(T v, int64_t) const {
-    if constexpr (is_f<T>) return static_cast<double>(v);
-    else return static_cast<uint64_t>(static_cast<int64_t>(v));
+    if constexpr (is_f<T>)
+      return static_cast<double>(v);
+    else
+      return static_cast<uint64_t>(static_cast<int64_t>(v));
   }
   __device__ Acc combine(Acc a, Acc b) const { return Prod ? static_cast<Acc>(a * b) : static_cast<Acc>(a + b); }
   __device__ R finish(Acc a, int64_t count) const {
-    if constexpr (Mean) return static_cast<R>(static_cast<double>(a) / static_cast<double>(count));
-    else if constexpr (is_f<T>) return static_cast<R>(a);
-    else return static_cast<R>(static_cast<int64_t>(a));
+    if constexpr (Mean)
+      return static_cast<R>(static_cast<double>(a) / static_cast<double>(count));
+    else if constexpr (is_f<T>)
+      return static_cast<R>(a);
+    else
+      return static_cast<R>(static_cast<int64_t>(a));
   }
 };
 
@@ -83,8 +88,10 @@ struct Extreme {
     return first;
   }
   __device__ Out finish(Acc a, int64_t) const {
-    if constexpr (Arg) return a.i < 0 ? 0 : a.i;
-    else return a.v;
+    if constexpr (Arg)
+      return a.i < 0 ? 0 : a.i;
+    else
+      return a.v;
   }
 };
 
@@ -208,23 +215,33 @@ cudaError_t run_reduce(const Launch& l, const void* in, void* out, const Layout<
 
 }  // namespace
 
-cudaError_t reduce(Launch l, int kind, DType in_t, DType /*out_t: implied by kind and in_t*/, const void* in, void* out, const Layout<1>& kept,
-                   int64_t n_out, const Layout<1>& red, int64_t count, int64_t correction) {
+cudaError_t reduce(Launch l, int kind, DType in_t, DType /*out_t: implied by kind and in_t*/, const void* in, void* out,
+                   const Layout<1>& kept, int64_t n_out, const Layout<1>& red, int64_t count, int64_t correction) {
   return by_dtype(in_t, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     using SumR = std::conditional_t<is_f<T>, T, int64_t>;
     switch (kind) {
-      case r_sum: return run_reduce<T, Accumulate<T, SumR, false, false>>(l, in, out, kept, n_out, red, count);
-      case r_prod: return run_reduce<T, Accumulate<T, SumR, true, false>>(l, in, out, kept, n_out, red, count);
+      case r_sum:
+        return run_reduce<T, Accumulate<T, SumR, false, false>>(l, in, out, kept, n_out, red, count);
+      case r_prod:
+        return run_reduce<T, Accumulate<T, SumR, true, false>>(l, in, out, kept, n_out, red, count);
       case r_mean:
-        if constexpr (is_f<T>) return run_reduce<T, Accumulate<T, T, false, true>>(l, in, out, kept, n_out, red, count);
-        else return cudaErrorNotSupported;
-      case r_max: return run_reduce<T, Extreme<T, true, false>>(l, in, out, kept, n_out, red, count);
-      case r_min: return run_reduce<T, Extreme<T, false, false>>(l, in, out, kept, n_out, red, count);
-      case r_argmax: return run_reduce<T, Extreme<T, true, true>>(l, in, out, kept, n_out, red, count);
-      case r_argmin: return run_reduce<T, Extreme<T, false, true>>(l, in, out, kept, n_out, red, count);
-      case r_any: return run_reduce<T, Logical<T, true>>(l, in, out, kept, n_out, red, count);
-      case r_all: return run_reduce<T, Logical<T, false>>(l, in, out, kept, n_out, red, count);
+        if constexpr (is_f<T>)
+          return run_reduce<T, Accumulate<T, T, false, true>>(l, in, out, kept, n_out, red, count);
+        else
+          return cudaErrorNotSupported;
+      case r_max:
+        return run_reduce<T, Extreme<T, true, false>>(l, in, out, kept, n_out, red, count);
+      case r_min:
+        return run_reduce<T, Extreme<T, false, false>>(l, in, out, kept, n_out, red, count);
+      case r_argmax:
+        return run_reduce<T, Extreme<T, true, true>>(l, in, out, kept, n_out, red, count);
+      case r_argmin:
+        return run_reduce<T, Extreme<T, false, true>>(l, in, out, kept, n_out, red, count);
+      case r_any:
+        return run_reduce<T, Logical<T, true>>(l, in, out, kept, n_out, red, count);
+      case r_all:
+        return run_reduce<T, Logical<T, false>>(l, in, out, kept, n_out, red, count);
       case r_var:
       case r_std:
         if constexpr (is_f<T>) {
@@ -236,7 +253,8 @@ cudaError_t reduce(Launch l, int kind, DType in_t, DType /*out_t: implied by kin
         } else {
           return cudaErrorNotSupported;
         }
-      default: return cudaErrorNotSupported;
+      default:
+        return cudaErrorNotSupported;
     }
   });
 }
@@ -247,9 +265,8 @@ cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer,
   const int G = group_size(len);
   auto run = [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
-    softmax_kernel<T><<<groups_grid(l, rows, G), block_threads, 0, l.stream>>>(static_cast<const T*>(in),
-                                                                               static_cast<T*>(out), rows, len, inner,
-                                                                               log, G);
+    softmax_kernel<T><<<groups_grid(l, rows, G), block_threads, 0, l.stream>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), rows, len, inner, log, G);
     return cudaGetLastError();
   };
   if (t == DType::f32) return run(float{});

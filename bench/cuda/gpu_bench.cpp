@@ -10,11 +10,10 @@
 // Every measurement is bounded (fixed repetitions) and the whole run takes
 // well under a minute on an H100/H200-class GPU.
 
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
-
 #include <chrono>
 #include <cstdio>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,12 +34,12 @@ struct Row {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-#define BENCH_CHECK(expr)                                                                                    \
-  do {                                                                                                       \
-    if (auto e_ = (expr); e_ != 0) {                                                                         \
+#define BENCH_CHECK(expr)                                                                                 \
+  do {                                                                                                    \
+    if (auto e_ = (expr); e_ != 0) {                                                                      \
       std::fprintf(stderr, "%s failed (%d) at %s:%d\n", #expr, static_cast<int>(e_), __FILE__, __LINE__); \
-      return false;                                                                                          \
-    }                                                                                                        \
+      return false;                                                                                       \
+    }                                                                                                     \
   } while (0)
 
 /// Seconds per repetition of `f` on the direct side, timed with events.
@@ -87,9 +86,14 @@ bool bench_matmul(const sy::Device& gpu, int64_t n, std::vector<Row>& rows) {
   const float one = 1, zero = 0;
   const int ni = static_cast<int>(n);
   double t_raw = 0;
-  bool ok = time_direct(nullptr, reps,
-                        [&] { return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(db), ni, static_cast<const float*>(da), ni, &zero, static_cast<float*>(dc), ni) == CUBLAS_STATUS_SUCCESS; },
-                        t_raw);
+  bool ok = time_direct(
+      nullptr, reps,
+      [&] {
+        return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(db), ni,
+                           static_cast<const float*>(da), ni, &zero, static_cast<float*>(dc),
+                           ni) == CUBLAS_STATUS_SUCCESS;
+      },
+      t_raw);
   cublasDestroy(h);
   cudaFree(da);
   cudaFree(db);
@@ -109,7 +113,9 @@ bool bench_elementwise(const sy::Device& gpu, std::vector<Row>& rows) {
   BENCH_CHECK(cudaMalloc(&src, n * 4));
   BENCH_CHECK(cudaMalloc(&dst, n * 4));
   double t_copy = 0;
-  bool ok = time_direct(nullptr, 20, [&] { return cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, nullptr) == cudaSuccess; }, t_copy);
+  bool ok = time_direct(
+      nullptr, 20, [&] { return cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, nullptr) == cudaSuccess; },
+      t_copy);
   cudaFree(src);
   cudaFree(dst);
   if (!ok) return false;
@@ -152,8 +158,13 @@ bool bench_host(const sy::Device& cpu, const sy::Device& gpu, std::vector<Row>& 
   BENCH_CHECK(cudaMallocHost(&host, n * 4));
   BENCH_CHECK(cudaMalloc(&dev, n * 4));
   double t_h2d = 0, t_d2h = 0;
-  bool ok = time_direct(nullptr, 5, [&] { return cudaMemcpyAsync(dev, host, n * 4, cudaMemcpyHostToDevice, nullptr) == cudaSuccess; }, t_h2d) &&
-            time_direct(nullptr, 5, [&] { return cudaMemcpyAsync(host, dev, n * 4, cudaMemcpyDeviceToHost, nullptr) == cudaSuccess; }, t_d2h);
+  bool ok =
+      time_direct(
+          nullptr, 5, [&] { return cudaMemcpyAsync(dev, host, n * 4, cudaMemcpyHostToDevice, nullptr) == cudaSuccess; },
+          t_h2d) &&
+      time_direct(
+          nullptr, 5, [&] { return cudaMemcpyAsync(host, dev, n * 4, cudaMemcpyDeviceToHost, nullptr) == cudaSuccess; },
+          t_d2h);
   cudaFreeHost(host);
   cudaFree(dev);
   if (!ok) return false;
@@ -183,13 +194,15 @@ bool bench_peer(const std::vector<sy::Device>& gpus, std::vector<Row>& rows) {
   if (can) (void)cudaDeviceEnablePeerAccess(1, 0);
   (void)cudaGetLastError();
   double t_raw = 0;
-  bool ok = time_direct(nullptr, 5, [&] { return cudaMemcpyPeerAsync(b, 1, a, 0, n * 4, nullptr) == cudaSuccess; }, t_raw);
+  bool ok = time_direct(
+      nullptr, 5, [&] { return cudaMemcpyPeerAsync(b, 1, a, 0, n * 4, nullptr) == cudaSuccess; }, t_raw);
   cudaFree(a);
   cudaSetDevice(1);
   cudaFree(b);
   cudaSetDevice(0);
   if (!ok) return false;
-  rows.push_back({std::string("cuda:0 -> cuda:1") + (can ? "" : " (no P2P)"), "GB/s", bytes / t_sy / 1e9, bytes / t_raw / 1e9});
+  rows.push_back(
+      {std::string("cuda:0 -> cuda:1") + (can ? "" : " (no P2P)"), "GB/s", bytes / t_sy / 1e9, bytes / t_raw / 1e9});
   return true;
 }
 
@@ -201,12 +214,14 @@ int main() {
   for (auto& d : rt.devices())
     if (d.kind() == "cuda") gpus.push_back(d);
   if (gpus.empty()) {
-    std::printf("no CUDA device (%s): nothing to benchmark\n", rt.unavailable().empty() ? "?" : rt.unavailable().front().c_str());
+    std::printf("no CUDA device (%s): nothing to benchmark\n",
+                rt.unavailable().empty() ? "?" : rt.unavailable().front().c_str());
     return 77;
   }
   std::vector<Row> rows;
-  bool ok = bench_matmul(gpus[0], 1024, rows) && bench_matmul(gpus[0], 4096, rows) && bench_elementwise(gpus[0], rows) &&
-            bench_launch(gpus[0], rows) && bench_host(rt.device("cpu:0"), gpus[0], rows);
+  bool ok = bench_matmul(gpus[0], 1024, rows) && bench_matmul(gpus[0], 4096, rows) &&
+            bench_elementwise(gpus[0], rows) && bench_launch(gpus[0], rows) &&
+            bench_host(rt.device("cpu:0"), gpus[0], rows);
   if (ok && gpus.size() >= 2) ok = bench_peer(gpus, rows);
   std::printf("\n%-28s %-8s %12s %12s %7s\n", "benchmark", "unit", "switchyard", "direct", "ratio");
   for (const auto& r : rows)

@@ -1,15 +1,14 @@
 // The CUDA backend on its own, below the runner: memory limit, the
 // waker/poll completion path of reads, and the memory statistics.
 
+#include "backends/backend.hpp"
+
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <optional>
 #include <thread>
-
-#include <catch2/catch.hpp>
-
-#include "backends/backend.hpp"
 
 namespace sb = switchyard::backends;
 using namespace switchyard;

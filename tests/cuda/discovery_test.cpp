@@ -2,7 +2,6 @@
 // machine checks that asking for "cuda:*" never fails a start.
 
 #include <algorithm>
-
 #include <catch2/catch.hpp>
 
 #include "backends/backend.hpp"
@@ -17,7 +16,8 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 TEST_CASE("a runtime asking for cpu:0 and cuda:* starts, and names why no GPU came up", "[cuda][discovery]") {
   sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}});
   auto devices = rt.devices();
-  const auto gpus = std::count_if(devices.begin(), devices.end(), [](const sy::Device& d) { return d.kind() == "cuda"; });
+  const auto gpus =
+      std::count_if(devices.begin(), devices.end(), [](const sy::Device& d) { return d.kind() == "cuda"; });
   const auto reasons = rt.unavailable();
   const bool cuda_reason =
       std::any_of(reasons.begin(), reasons.end(), [](const std::string& r) { return starts_with(r, "cuda: "); });

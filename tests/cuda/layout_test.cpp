@@ -2,9 +2,8 @@
 // on the host: it needs the CUDA headers but no GPU, so it runs everywhere
 // the CUDA backend is built.
 
-#include <random>
-
 #include <catch2/catch.hpp>
+#include <random>
 
 #include "backends/cuda/layout_plan.hpp"
 #include "switchyard/messages/shape.hpp"

@@ -2,9 +2,8 @@
 // which ctest reports as "skipped" (SKIP_RETURN_CODE in CMakeLists.txt).
 
 #define CATCH_CONFIG_RUNNER
-#include <cstdio>
-
 #include <catch2/catch.hpp>
+#include <cstdio>
 
 #include "backends/cuda/cuda_backend.hpp"
 

@@ -4,11 +4,10 @@
 // relative tolerance for float math, whose library functions differ in the
 // last bits between CUDA and glibc).
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <random>
-
-#include <catch2/catch.hpp>
 
 #include "switchyard/switchyard.hpp"
 
@@ -28,10 +27,14 @@ TensorData data(Shape s, DType t, uint32_t seed, double lo = -3, double hi = 3) 
   const auto n = static_cast<size_t>(s.numel());
   std::vector<double> v(n);
   for (size_t i = 0; i < n; ++i) {
-    if (sy::is_floating(t)) v[i] = std::uniform_real_distribution<double>(lo, hi)(gen);
-    else if (t == DType::boolean) v[i] = static_cast<double>((i * 7 + seed) % 3 == 0);
-    else if (t == DType::u8) v[i] = static_cast<double>(std::uniform_int_distribution<int>(0, 9)(gen));
-    else v[i] = static_cast<double>(std::uniform_int_distribution<int>(static_cast<int>(lo), static_cast<int>(hi))(gen));
+    if (sy::is_floating(t))
+      v[i] = std::uniform_real_distribution<double>(lo, hi)(gen);
+    else if (t == DType::boolean)
+      v[i] = static_cast<double>((i * 7 + seed) % 3 == 0);
+    else if (t == DType::u8)
+      v[i] = static_cast<double>(std::uniform_int_distribution<int>(0, 9)(gen));
+    else
+      v[i] = static_cast<double>(std::uniform_int_distribution<int>(static_cast<int>(lo), static_cast<int>(hi))(gen));
   }
   return sy::visit_dtype(t, [&](auto tag) {
     using T = decltype(tag);
@@ -119,7 +122,8 @@ TEST_CASE("cuda: fill, arange and eye match the CPU for every dtype", "[cuda][gp
       auto c = rig.cpu.full({3, 5}, 2.5, t).read().get();
       auto g = gpu.full({3, 5}, 2.5, t).read().get();
       expect_same(c, g, 0);
-      if (t != DType::boolean) expect_same(rig.cpu.arange(0, 40, 1.5, t).read().get(), gpu.arange(0, 40, 1.5, t).read().get(), 0);
+      if (t != DType::boolean)
+        expect_same(rig.cpu.arange(0, 40, 1.5, t).read().get(), gpu.arange(0, 40, 1.5, t).read().get(), 0);
       expect_same(rig.cpu.eye(4, 6, t).read().get(), gpu.eye(4, 6, t).read().get(), 0);
       expect_same(rig.cpu.zeros({0, 3}, t).read().get(), gpu.zeros({0, 3}, t).read().get(), 0);
     }
@@ -150,7 +154,8 @@ TEST_CASE("cuda: unary ops match the CPU for every dtype the rules accept", "[cu
         auto build = [&](const std::vector<Tensor>& in) {
           return kind == sy::UnaryKind::clamp ? in[0].clamp(-1, 2) : in[0].unary(kind);
         };
-        same(rig.cpu, gpu, {data({4, 33}, t, 7 + k)}, build, std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)));
+        same(rig.cpu, gpu, {data({4, 33}, t, 7 + k)}, build,
+             std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)));
       }
 }
 
@@ -164,10 +169,13 @@ TEST_CASE("cuda: binary ops with broadcasting match the CPU", "[cuda][gpu]") {
           // Integer divisors stay non-zero (a zero is its own test below).
           auto lhs = data({2, 3, 17}, ta, 11 + k);
           auto rhs = data({3, 1}, tb, 29 + k, 1, 4);
-          same(rig.cpu, gpu, {lhs, rhs}, [&](const std::vector<Tensor>& in) { return in[0].binary(kind, in[1]); },
-               std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(ta)) + "," + std::string(sy::name_of(tb)));
-          same(rig.cpu, gpu, {rhs, lhs}, [&](const std::vector<Tensor>& in) { return in[0].binary(kind, in[1]); },
-               std::string(sy::to_string(kind)) + " reversed");
+          same(
+              rig.cpu, gpu, {lhs, rhs}, [&](const std::vector<Tensor>& in) { return in[0].binary(kind, in[1]); },
+              std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(ta)) + "," +
+                  std::string(sy::name_of(tb)));
+          same(
+              rig.cpu, gpu, {rhs, lhs}, [&](const std::vector<Tensor>& in) { return in[0].binary(kind, in[1]); },
+              std::string(sy::to_string(kind)) + " reversed");
         }
 }
 
@@ -179,10 +187,17 @@ TEST_CASE("cuda: scalar ops match the CPU for bool, integer and float scalars", 
         auto kind = static_cast<sy::BinaryKind>(k);
         auto in = data({5, 7}, t, 3 + k, 1, 5);
         for (bool first : {false, true}) {
-          std::string what = std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)) + (first ? " first" : "");
-          same(rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 3, first); }, what + " int");
-          same(rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 1.5, first); }, what + " float");
-          same(rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, true, first); }, what + " bool");
+          std::string what =
+              std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)) + (first ? " first" : "");
+          same(
+              rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 3, first); },
+              what + " int");
+          same(
+              rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 1.5, first); },
+              what + " float");
+          same(
+              rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, true, first); },
+              what + " bool");
         }
       }
 }
@@ -192,16 +207,17 @@ TEST_CASE("cuda: casts between every pair of dtypes match the CPU", "[cuda][gpu]
   for (auto& gpu : rig.gpus)
     for (DType from : every_dtype)
       for (DType to : every_dtype)
-        CHECK(same(rig.cpu, gpu, {data({64}, from, 5, -300, 300)},
-                   [&](const std::vector<Tensor>& x) { return x[0].cast(to); },
-                   std::string(sy::name_of(from)) + "->" + std::string(sy::name_of(to))));
+        CHECK(same(
+            rig.cpu, gpu, {data({64}, from, 5, -300, 300)}, [&](const std::vector<Tensor>& x) { return x[0].cast(to); },
+            std::string(sy::name_of(from)) + "->" + std::string(sy::name_of(to))));
 }
 
 TEST_CASE("cuda: where broadcasts condition and branches like the CPU", "[cuda][gpu]") {
   Rig rig;
   for (auto& gpu : rig.gpus)
-    CHECK(same(rig.cpu, gpu, {data({4, 1, 6}, DType::boolean, 1), data({5, 1}, DType::f32, 2), data({6}, DType::i64, 3)},
-               [](const std::vector<Tensor>& x) { return sy::where(x[0], x[1], x[2]); }, "where"));
+    CHECK(same(
+        rig.cpu, gpu, {data({4, 1, 6}, DType::boolean, 1), data({5, 1}, DType::f32, 2), data({6}, DType::i64, 3)},
+        [](const std::vector<Tensor>& x) { return sy::where(x[0], x[1], x[2]); }, "where"));
 }
 
 TEST_CASE("cuda: reductions over axis sets match the CPU", "[cuda][gpu]") {
@@ -213,10 +229,9 @@ TEST_CASE("cuda: reductions over axis sets match the CPU", "[cuda][gpu]") {
         for (bool keep : {false, true}) {
           // 3 x 700 x 5 exercises both the warp-per-output and block-per-output paths.
           auto in = data({3, 700, 5}, t, 17);
-          std::string what = std::string(sy::name_of(t)) + " axes " + std::to_string(axes.size()) + (keep ? " keep" : "");
-          auto run = [&](auto op, const char* name) {
-            same(rig.cpu, gpu, {in}, op, what + " " + name, 1e-5);
-          };
+          std::string what =
+              std::string(sy::name_of(t)) + " axes " + std::to_string(axes.size()) + (keep ? " keep" : "");
+          auto run = [&](auto op, const char* name) { same(rig.cpu, gpu, {in}, op, what + " " + name, 1e-5); };
           run([&](const std::vector<Tensor>& x) { return x[0].sum(axes, keep); }, "sum");
           run([&](const std::vector<Tensor>& x) { return x[0].mean(axes, keep); }, "mean");
           run([&](const std::vector<Tensor>& x) { return x[0].max(axes, keep); }, "max");
@@ -229,10 +244,14 @@ TEST_CASE("cuda: reductions over axis sets match the CPU", "[cuda][gpu]") {
   for (auto& gpu : rig.gpus)
     for (DType t : every_dtype) {
       auto small = data({4, 6}, t, 9, -2, 2);  // prod stays in range
-      same(rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].prod({1}); }, "prod");
-      same(rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmax(1); }, "argmax");
-      same(rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmin(0, true); }, "argmin");
-      same(rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmax(); }, "argmax flat");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].prod({1}); }, "prod");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmax(1); }, "argmax");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmin(0, true); }, "argmin");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmax(); }, "argmax flat");
     }
 }
 
@@ -242,8 +261,11 @@ TEST_CASE("cuda: softmax and log_softmax match the CPU on every axis", "[cuda][g
     for (DType t : {DType::f32, DType::f64})
       for (int64_t axis : {0, 1, -1}) {
         auto in = data({6, 600, 3}, t, 4, -10, 10);
-        same(rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].softmax(axis); }, "softmax", 1e-5);
-        same(rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].log_softmax(axis); }, "log_softmax", 1e-5);
+        same(
+            rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].softmax(axis); }, "softmax", 1e-5);
+        same(
+            rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].log_softmax(axis); }, "log_softmax",
+            1e-5);
       }
 }
 
@@ -252,18 +274,24 @@ TEST_CASE("cuda: matmul matches the CPU with transposes, batch broadcasting, bia
   for (auto& gpu : rig.gpus) {
     for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) {
       std::string n(sy::name_of(t));
-      same(rig.cpu, gpu, {data({7, 5}, t, 1), data({5, 9}, t, 2)},
-           [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "2-D " + n, 1e-5);
-      same(rig.cpu, gpu, {data({3, 7, 5}, t, 3), data({5, 4}, t, 4)},
-           [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "batch x matrix " + n, 1e-5);
-      same(rig.cpu, gpu, {data({2, 1, 4, 5}, t, 5), data({1, 3, 5, 6}, t, 6)},
-           [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "irregular broadcast " + n, 1e-5);
-      same(rig.cpu, gpu, {data({5, 7}, t, 7), data({4, 5}, t, 8)},
-           [](const std::vector<Tensor>& x) { return x[0].mT().matmul(x[1].mT()); }, "transposes " + n, 1e-5);
-      same(rig.cpu, gpu, {data({6, 5}, t, 9), data({3, 5}, t, 10), data({3}, t, 11)},
-           [](const std::vector<Tensor>& x) { return x[0].linear(x[1], x[2]); }, "linear " + n, 1e-5);
-      same(rig.cpu, gpu, {data({4, 0}, t, 12), data({0, 3}, t, 13)},
-           [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "k = 0 " + n);
+      same(
+          rig.cpu, gpu, {data({7, 5}, t, 1), data({5, 9}, t, 2)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "2-D " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({3, 7, 5}, t, 3), data({5, 4}, t, 4)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "batch x matrix " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({2, 1, 4, 5}, t, 5), data({1, 3, 5, 6}, t, 6)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "irregular broadcast " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({5, 7}, t, 7), data({4, 5}, t, 8)},
+          [](const std::vector<Tensor>& x) { return x[0].mT().matmul(x[1].mT()); }, "transposes " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({6, 5}, t, 9), data({3, 5}, t, 10), data({3}, t, 11)},
+          [](const std::vector<Tensor>& x) { return x[0].linear(x[1], x[2]); }, "linear " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({4, 0}, t, 12), data({0, 3}, t, 13)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "k = 0 " + n);
     }
   }
 }
@@ -281,9 +309,12 @@ TEST_CASE("cuda: layout ops match the CPU", "[cuda][gpu]") {
       v([](const std::vector<Tensor>& x) { return x[0].slice(1, sy::Slice{1, 5, 2}); }, "slice");
       v([](const std::vector<Tensor>& x) { return x[0].pad({1, 0, 2}, {0, 3, 1}, 1); }, "pad");
       v([](const std::vector<Tensor>& x) { return sy::cat({x[0], x[0].slice(1, sy::Slice{0, 2})}, 1); }, "cat");
-      CHECK(same(rig.cpu, gpu, {in, data({4, 2, 6}, t, 22)},
-                 [](const std::vector<Tensor>& x) { return x[0].slice_assign({sy::Slice{}, sy::Slice{1, 5, 2}}, x[1]); },
-                 "slice_assign"));
+      CHECK(same(
+          rig.cpu, gpu, {in, data({4, 2, 6}, t, 22)},
+          [](const std::vector<Tensor>& x) {
+            return x[0].slice_assign({sy::Slice{}, sy::Slice{1, 5, 2}}, x[1]);
+          },
+          "slice_assign"));
     }
 }
 
@@ -296,13 +327,15 @@ TEST_CASE("cuda: gather, scatter_add and index_select match the CPU", "[cuda][gp
         auto index = data({5, 4}, ti, 32, -6, 5);
         auto rows = data({7}, ti, 33, -5, 4);
         std::string what = std::string(sy::name_of(t)) + "/" + std::string(sy::name_of(ti));
-        CHECK(same(rig.cpu, gpu, {in, index}, [](const std::vector<Tensor>& x) { return x[0].gather(1, x[1]); },
-                   "gather " + what));
-        CHECK(same(rig.cpu, gpu, {in, rows}, [](const std::vector<Tensor>& x) { return x[0].index_select(0, x[1]); },
-                   "index_select " + what));
-        CHECK(same(rig.cpu, gpu, {in, index, data({5, 4}, t, 34, 0, 3)},
-                   [](const std::vector<Tensor>& x) { return x[0].scatter_add(1, x[1], x[2]); }, "scatter_add " + what,
-                   1e-5));
+        CHECK(same(
+            rig.cpu, gpu, {in, index}, [](const std::vector<Tensor>& x) { return x[0].gather(1, x[1]); },
+            "gather " + what));
+        CHECK(same(
+            rig.cpu, gpu, {in, rows}, [](const std::vector<Tensor>& x) { return x[0].index_select(0, x[1]); },
+            "index_select " + what));
+        CHECK(same(
+            rig.cpu, gpu, {in, index, data({5, 4}, t, 34, 0, 3)},
+            [](const std::vector<Tensor>& x) { return x[0].scatter_add(1, x[1], x[2]); }, "scatter_add " + what, 1e-5));
       }
 }
 
