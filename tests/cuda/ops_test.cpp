@@ -397,3 +397,18 @@ TEST_CASE("cuda: stats show the bytes a device holds", "[cuda][gpu]") {
     CHECK(s.live_bytes >= 4u * 1024 * 1024);
   }
 }
+
+TEST_CASE("cuda: RuntimeOptions::cuda_memory_limit fails an oversized op with out_of_memory", "[cuda][gpu]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}, .cuda_memory_limit = 8u << 20});
+  for (auto& gpu : rt.devices()) {
+    if (gpu.kind() != "cuda") continue;
+    auto big = gpu.zeros({4 << 20});  // 16 MiB of f32
+    try {
+      (void)big.read().get();
+      FAIL("a 16 MiB tensor fit under an 8 MiB limit");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::out_of_memory);
+    }
+    CHECK(gpu.ones({16}).sum().to_vector<float>() == std::vector<float>{16});
+  }
+}
