@@ -120,12 +120,13 @@ void run(RunnerState& st, OperationIr& op) {
   op.each_input([&](const TensorIr& t) {
     auto it = st.table.find(t.id);
     if (it == st.table.end()) {
-      if (!err) err = make_error(Errc::unknown_tensor, op.name() + ": input " + id_str(t.id) + " does not exist");
+      if (!err)
+        err = make_error(Errc::unknown_tensor, st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
     } else if (it->second.state == Entry::State::failed) {
       if (!err) err = it->second.error;  // poison spreads unchanged
     } else if (it->second.meta.shape != t.shape || it->second.meta.dtype != t.dtype) {
       if (!err)
-        err = make_error(Errc::protocol_error, op.name() + ": input " + id_str(t.id) + " is " +
+        err = make_error(Errc::protocol_error, st.name + ": " + op.name() + ": input " + id_str(t.id) + " is " +
                                                    it->second.meta.shape.to_string() + " " +
                                                    std::string(name_of(it->second.meta.dtype)) + ", op says " +
                                                    t.shape.to_string() + " " + std::string(name_of(t.dtype)));

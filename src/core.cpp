@@ -77,9 +77,8 @@ void Core::start() {
     auto req = parse_device(name);
     auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.name == req.kind; });
     if (kind == kinds.end() && req.index < 0) {
-      // "cuda:*" asks for whatever GPUs exist: none, in a build without CUDA.
-      unavailable_.push_back(req.kind + ": not in this build" +
-                             (req.kind == "cuda" ? " (configure with nvcc installed or -DSWITCHYARD_CUDA=ON)" : ""));
+      // "cuda:*" in a build without CUDA: no such devices, which is fine.
+      unavailable_.push_back(req.kind + ": not compiled into this build");
       continue;
     }
     if (kind == kinds.end()) {

@@ -24,6 +24,16 @@ struct Unit {};
 template <class T>
 using Stored = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
+/// Result type of a continuation f for a Future<T>: f() for void, f(T) otherwise.
+template <class T, class F>
+struct ThenResult {
+  using type = std::invoke_result_t<F, T>;
+};
+template <class F>
+struct ThenResult<void, F> {
+  using type = std::invoke_result_t<F>;
+};
+
 template <class T>
 class SharedState {
  public:
@@ -143,9 +153,8 @@ class Future {
   /// Failures skip `f` and propagate; an exception thrown by `f` fails the
   /// returned future. `f` must not block: it may run on an actor thread.
   template <class F>
-  auto then(F f) -> Future<std::conditional_t<std::is_void_v<T>, std::invoke_result_t<F>,
-                                              std::invoke_result_t<F, T>>> {
-    using U = std::conditional_t<std::is_void_v<T>, std::invoke_result_t<F>, std::invoke_result_t<F, T>>;
+  auto then(F f) -> Future<typename detail::ThenResult<T, F>::type> {
+    using U = typename detail::ThenResult<T, F>::type;
     Promise<U> next;
     auto src = state_;
     check().on_complete([src, next, f = std::move(f)]() mutable {
