@@ -105,6 +105,7 @@ void Core::start() {
     if (find(name)) throw Error(Errc::invalid_argument, "device '" + name + "' requested twice");
     backends::DeviceOptions opts;
     opts.threads = options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
+    if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
     std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
     auto runner = actors::spawn_runner(*system_, name, std::move(backend));
     auto id = static_cast<DeviceId>(devices_.size());

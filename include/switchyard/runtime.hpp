@@ -18,6 +18,10 @@ struct RuntimeOptions {
   /// Kernel threads per CPU device; 0 splits the machine's cores evenly
   /// among the CPU devices (so two devices never oversubscribe them).
   size_t cpu_threads = 0;
+  /// Cap on the tensor bytes each CUDA device holds (0: none, the GPU's
+  /// memory is the limit). An op that would exceed it fails with
+  /// out_of_memory; the device keeps working.
+  uint64_t cuda_memory_limit = 0;
   /// Ops queued per device on the client before they are sent as one
   /// message; reads, syncs and bridges send earlier.
   size_t max_batch = 256;

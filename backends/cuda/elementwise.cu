@@ -1,0 +1,396 @@
+// Cast, unary, binary/scalar and where kernels. One kernel template per
+// family; the element operation is a template parameter (K), and the
+// dtype x kind combinations the op rules forbid are never instantiated
+// (the `valid` tables below mirror backends/cpu/elementwise.cpp).
+
+#include <cmath>
+#include <limits>
+
+#include "backends/cuda/device_util.cuh"
+
+namespace switchyard::backends::cuda::kern {
+namespace {
+
+template <class T>
+inline constexpr bool is_f = std::is_floating_point_v<T>;
+template <class T>
+inline constexpr bool is_b = std::is_same_v<T, bool>;
+
+// --- cast -------------------------------------------------------------
+
+template <class S, class D>
+__device__ inline D convert(S v) {
+  if constexpr (std::is_same_v<D, bool>) {
+    return v != S(0);
+  } else if constexpr (is_f<S> && std::is_integral_v<D>) {
+    // As on the CPU: via int64 for finite in-range values, else INT64_MIN wrapped.
+    return (isfinite(v) && v > S(-9.2e18) && v < S(9.2e18)) ? static_cast<D>(static_cast<int64_t>(v))
+                                                            : static_cast<D>(INT64_MIN);
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+template <class S, class D>
+__global__ void cast_kernel(const S* src, D* dst, int64_t n) {
+  SY_GRID_STRIDE(i, n) dst[i] = convert<S, D>(src[i]);
+}
+
+// --- unary ------------------------------------------------------------
+
+constexpr bool unary_predicate(int k) { return k == u_logical_not || k == u_isnan || k == u_isinf; }
+
+template <class T>
+constexpr bool unary_valid(int k) {
+  switch (k) {
+    case u_neg:
+    case u_sign:
+    case u_relu:
+    case u_floor:
+    case u_ceil:
+    case u_round:
+    case u_clamp:
+      return !is_b<T>;
+    case u_abs:
+    case u_logical_not:
+    case u_isnan:
+    case u_isinf:
+      return true;
+    case u_bitwise_not:
+      return !is_f<T>;
+    default:  // the floating family: the rules compute it in a float type
+      return is_f<T>;
+  }
+}
+
+template <class T, int K>
+struct UnaryFn {
+  using R = std::conditional_t<unary_predicate(K), bool, T>;
+  T lo, hi;
+  bool has_lo, has_hi;
+  __device__ R operator()(T x) const {
+    if constexpr (K == u_neg)
+      return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x));
+    else if constexpr (K == u_abs) {
+      if constexpr (is_b<T> || std::is_unsigned_v<T>)
+        return x;
+      else
+        return x < T(0) ? static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x)) : x;
+    } else if constexpr (K == u_sign)
+      return static_cast<T>((T(0) < x) - (x < T(0)));
+    else if constexpr (K == u_relu)
+      return x > T(0) ? x : T(0);
+    else if constexpr (K == u_floor) {
+      if constexpr (is_f<T>)
+        return floor(x);
+      else
+        return x;
+    } else if constexpr (K == u_ceil) {
+      if constexpr (is_f<T>)
+        return ceil(x);
+      else
+        return x;
+    } else if constexpr (K == u_round) {
+      if constexpr (is_f<T>)
+        return nearbyint(x);
+      else
+        return x;
+    } else if constexpr (K == u_clamp) {
+      if constexpr (is_f<T>)
+        if (isnan(x)) return x;
+      if (has_lo && x < lo) x = lo;
+      if (has_hi && x > hi) x = hi;
+      return x;
+    } else if constexpr (K == u_logical_not)
+      return x == T(0);
+    else if constexpr (K == u_bitwise_not) {
+      if constexpr (is_b<T>)
+        return !x;
+      else
+        return static_cast<T>(~x);
+    } else if constexpr (K == u_isnan) {
+      if constexpr (is_f<T>)
+        return isnan(x);
+      else
+        return false;
+    } else if constexpr (K == u_isinf) {
+      if constexpr (is_f<T>)
+        return isinf(x);
+      else
+        return false;
+    } else if constexpr (is_f<T>) {
+      if constexpr (K == u_exp)
+        return exp(x);
+      else if constexpr (K == u_log)
+        return log(x);
+      else if constexpr (K == u_log1p)
+        return log1p(x);
+      else if constexpr (K == u_expm1)
+        return expm1(x);
+      else if constexpr (K == u_sqrt)
+        return sqrt(x);
+      else if constexpr (K == u_rsqrt)
+        return T(1) / sqrt(x);
+      else if constexpr (K == u_sin)
+        return sin(x);
+      else if constexpr (K == u_cos)
+        return cos(x);
+      else if constexpr (K == u_tanh)
+        return tanh(x);
+      else if constexpr (K == u_sigmoid)
+        return T(1) / (T(1) + exp(-x));
+      else if constexpr (K == u_gelu)
+        return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+      else if constexpr (K == u_silu)
+        return x / (T(1) + exp(-x));
+      else if constexpr (K == u_erf)
+        return erf(x);
+      else
+        return T(1) / x;  // reciprocal
+    } else {
+      return R{};
+    }
+  }
+};
+
+template <class T, int K>
+__global__ void unary_kernel(const T* in, typename UnaryFn<T, K>::R* out, int64_t n, UnaryFn<T, K> fn) {
+  SY_GRID_STRIDE(i, n) out[i] = fn(in[i]);
+}
+
+template <class T, int K = 0>
+cudaError_t dispatch_unary(const Launch& l, int kind, const T* in, void* out, int64_t n, double a, double b) {
+  if constexpr (K >= u_count) {
+    return cudaErrorNotSupported;
+  } else {
+    if (kind != K) return dispatch_unary<T, K + 1>(l, kind, in, out, n, a, b);
+    if constexpr (!unary_valid<T>(K)) {
+      return cudaErrorNotSupported;
+    } else {
+      using Fn = UnaryFn<T, K>;
+      Fn fn{};
+      if constexpr (K == u_clamp) {
+        fn.has_lo = !std::isnan(a);
+        fn.has_hi = !std::isnan(b);
+        fn.lo = fn.has_lo ? static_cast<T>(a) : T(0);
+        fn.hi = fn.has_hi ? static_cast<T>(b) : T(0);
+      }
+      return launch(l, n, unary_kernel<T, K>, in, static_cast<typename Fn::R*>(out), n, fn);
+    }
+  }
+}
+
+// --- binary -----------------------------------------------------------
+
+constexpr bool binary_bool_result(int k) { return k >= b_eq && k <= b_logical_xor; }
+
+template <class T>
+constexpr bool binary_valid(int k) {
+  switch (k) {
+    case b_sub:
+    case b_pow:
+    case b_remainder:
+      return !is_b<T>;
+    case b_div:
+    case b_atan2:
+      return is_f<T>;
+    case b_bitwise_and:
+    case b_bitwise_or:
+    case b_bitwise_xor:
+      return !is_f<T>;
+    default:
+      return true;
+  }
+}
+
+template <class T>
+__device__ inline T int_pow(T base, T e) {
+  if (e < T(0)) {
+    if (base == T(1)) return T(1);
+    if constexpr (std::is_signed_v<T>)
+      if (base == T(-1)) return (e % 2 == 0) ? T(1) : T(-1);
+    return T(0);
+  }
+  Wide<T> result = 1, b = static_cast<Wide<T>>(base);
+  while (e > T(0)) {
+    if (e & 1) result = static_cast<Wide<T>>(result * b);
+    b = static_cast<Wide<T>>(b * b);
+    e >>= 1;
+  }
+  return static_cast<T>(result);
+}
+
+template <class T>
+__device__ inline T py_remainder(T a, T b) {
+  if constexpr (is_f<T>) {
+    T r = fmod(a, b);
+    if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
+    return r;
+  } else {
+    if (b == T(0)) return T(0);  // flagged through the status word
+    if constexpr (std::is_signed_v<T>)
+      if (b == T(-1)) return T(0);  // avoids INT_MIN % -1
+    T r = a % b;
+    if constexpr (std::is_signed_v<T>)
+      if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
+    return r;
+  }
+}
+
+template <class T, int K>
+struct BinaryFn {
+  using R = std::conditional_t<binary_bool_result(K), bool, T>;
+  __device__ R operator()(T a, T b) const {
+    if constexpr (K == b_add) {
+      if constexpr (is_b<T>)
+        return a || b;
+      else if constexpr (is_f<T>)
+        return a + b;
+      else
+        return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
+    } else if constexpr (K == b_sub) {
+      if constexpr (is_f<T>)
+        return a - b;
+      else
+        return static_cast<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b));
+    } else if constexpr (K == b_mul) {
+      if constexpr (is_b<T>)
+        return a && b;
+      else if constexpr (is_f<T>)
+        return a * b;
+      else
+        return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
+    } else if constexpr (K == b_div) {
+      return a / b;
+    } else if constexpr (K == b_pow) {
+      if constexpr (is_f<T>)
+        return pow(a, b);
+      else
+        return int_pow(a, b);
+    } else if constexpr (K == b_remainder) {
+      return py_remainder(a, b);
+    } else if constexpr (K == b_maximum || K == b_minimum) {
+      if constexpr (is_f<T>)
+        if (isnan(a) || isnan(b)) return quiet_nan<T>();
+      if constexpr (K == b_maximum)
+        return a > b ? a : b;
+      else
+        return a < b ? a : b;
+    } else if constexpr (K == b_atan2) {
+      return atan2(a, b);
+    } else if constexpr (K == b_eq)
+      return a == b;
+    else if constexpr (K == b_ne)
+      return a != b;
+    else if constexpr (K == b_lt)
+      return a < b;
+    else if constexpr (K == b_le)
+      return a <= b;
+    else if constexpr (K == b_gt)
+      return a > b;
+    else if constexpr (K == b_ge)
+      return a >= b;
+    else if constexpr (K == b_logical_and)
+      return (a != T(0)) && (b != T(0));
+    else if constexpr (K == b_logical_or)
+      return (a != T(0)) || (b != T(0));
+    else if constexpr (K == b_logical_xor)
+      return (a != T(0)) != (b != T(0));
+    else if constexpr (K == b_bitwise_and)
+      return static_cast<T>(a & b);
+    else if constexpr (K == b_bitwise_or)
+      return static_cast<T>(a | b);
+    else
+      return static_cast<T>(a ^ b);
+  }
+};
+
+// A null operand pointer stands for its scalar (uniform branch per launch).
+template <class T, int K>
+__global__ void binary_kernel(const T* a, const T* b, T sa, T sb, typename BinaryFn<T, K>::R* out, Layout<2> layout,
+                              int64_t n, int64_t* status) {
+  BinaryFn<T, K> fn;
+  SY_GRID_STRIDE(i, n) {
+    int64_t off[2];
+    offsets(layout, i, off);
+    const T x = a ? a[off[0]] : sa;
+    const T y = b ? b[off[1]] : sb;
+    if constexpr (K == b_remainder && !is_f<T>)
+      if (y == T(0) && status) flag(status, 0);
+    out[i] = fn(x, y);
+  }
+}
+
+template <class T, int K = 0>
+cudaError_t dispatch_binary(const Launch& l, int kind, const T* a, const T* b, T sa, T sb, void* out,
+                            const Layout<2>& layout, int64_t n, int64_t* status) {
+  if constexpr (K >= b_count) {
+    return cudaErrorNotSupported;
+  } else {
+    if (kind != K) return dispatch_binary<T, K + 1>(l, kind, a, b, sa, sb, out, layout, n, status);
+    if constexpr (!binary_valid<T>(K)) {
+      return cudaErrorNotSupported;
+    } else {
+      using R = typename BinaryFn<T, K>::R;
+      return launch(l, n, binary_kernel<T, K>, a, b, sa, sb, static_cast<R*>(out), layout, n, status);
+    }
+  }
+}
+
+// --- where ------------------------------------------------------------
+
+template <class W>
+__global__ void where_kernel(const uint8_t* c, const W* a, const W* b, W* out, Layout<3> layout, int64_t n) {
+  SY_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    offsets(layout, i, off);
+    out[i] = c[off[0]] ? a[off[1]] : b[off[2]];
+  }
+}
+
+template <class T>
+T scalar_as(double v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return v != 0;
+  else
+    return static_cast<T>(v);
+}
+
+}  // namespace
+
+cudaError_t cast(Launch l, const void* src, DType from, void* dst, DType to, int64_t n) {
+  return by_dtype(from, [&](auto s) {
+    using S = decltype(s);
+    return by_dtype(to, [&](auto d) {
+      using D = decltype(d);
+      return launch(l, n, cast_kernel<S, D>, static_cast<const S*>(src), static_cast<D*>(dst), n);
+    });
+  });
+}
+
+cudaError_t unary(Launch l, int kind, DType t, const void* in, void* out, int64_t n, double a, double b) {
+  return by_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatch_unary<T>(l, kind, static_cast<const T*>(in), out, n, a, b);
+  });
+}
+
+cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs, double lhs_scalar, double rhs_scalar,
+                   void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
+  return by_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs), scalar_as<T>(lhs_scalar),
+                              scalar_as<T>(rhs_scalar), out, layout, n, status);
+  });
+}
+
+cudaError_t where(Launch l, size_t width, const uint8_t* cond, const void* lhs, const void* rhs, void* out,
+                  const Layout<3>& layout, int64_t n) {
+  return by_width(width, [&](auto tag) {
+    using W = decltype(tag);
+    return launch(l, n, where_kernel<W>, cond, static_cast<const W*>(lhs), static_cast<const W*>(rhs),
+                  static_cast<W*>(out), layout, n);
+  });
+}
+
+}  // namespace switchyard::backends::cuda::kern

@@ -1,0 +1,182 @@
+#pragma once
+
+// Kernel entry points of the CUDA backend, one per op family. This header is
+// shared by the host code (g++) and the .cu files (nvcc), so it includes no
+// CAF: kinds travel as their enum's integer value, dtypes as DType (a plain
+// enum), and every entry returns the cudaError_t of its launch.
+//
+// Every entry enqueues on `stream` and returns at once; none synchronizes.
+// Entries that can find bad data on the device (an index out of range, an
+// integer division by zero) take a `status` word pair in device memory:
+// status[0] becomes non-zero and status[1] records the offending value.
+
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+#include "switchyard/messages/dtype.hpp"
+
+namespace switchyard::backends::cuda::kern {
+
+/// Ranks above this are refused by the op rules (16 axes).
+inline constexpr int max_dims = 16;
+
+/// An iteration space of `rank` merged axes and the element strides of N
+/// operands over it. A flat index i (row-major over dims) maps to one offset
+/// per operand. Rank 0 is a single element at offset 0.
+template <int N>
+struct Layout {
+  int rank = 0;
+  int64_t dims[max_dims] = {};
+  int64_t strides[N][max_dims] = {};
+};
+
+#if defined(__CUDACC__)
+#define SY_KERNEL_HD __host__ __device__
+#else
+#define SY_KERNEL_HD
+#endif
+
+/// Offsets of flat index i for every operand of a layout. The outermost
+/// axis needs no modulo (i is in range), so a merged contiguous layout of
+/// rank 1 costs one multiply per operand. Host and device: the host tests
+/// check it against the direct strided formula.
+template <int N>
+SY_KERNEL_HD inline void offsets(const Layout<N>& l, int64_t i, int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = l.rank - 1; d > 0; --d) {
+    const int64_t c = i % l.dims[d];
+    i /= l.dims[d];
+    for (int k = 0; k < N; ++k) off[k] += c * l.strides[k][d];
+  }
+  if (l.rank > 0)
+    for (int k = 0; k < N; ++k) off[k] += i * l.strides[k][0];
+}
+
+/// Unary kinds, in the order of switchyard::UnaryKind (checked by
+/// static_asserts in cuda_backend.cpp).
+enum Unary : int {
+  u_neg,
+  u_abs,
+  u_sign,
+  u_exp,
+  u_log,
+  u_log1p,
+  u_expm1,
+  u_sqrt,
+  u_rsqrt,
+  u_sin,
+  u_cos,
+  u_tanh,
+  u_sigmoid,
+  u_relu,
+  u_gelu,
+  u_silu,
+  u_erf,
+  u_floor,
+  u_ceil,
+  u_round,
+  u_reciprocal,
+  u_clamp,
+  u_logical_not,
+  u_bitwise_not,
+  u_isnan,
+  u_isinf,
+  u_count
+};
+/// Binary kinds, in the order of switchyard::BinaryKind.
+enum Binary : int {
+  b_add,
+  b_sub,
+  b_mul,
+  b_div,
+  b_pow,
+  b_remainder,
+  b_maximum,
+  b_minimum,
+  b_atan2,
+  b_eq,
+  b_ne,
+  b_lt,
+  b_le,
+  b_gt,
+  b_ge,
+  b_logical_and,
+  b_logical_or,
+  b_logical_xor,
+  b_bitwise_and,
+  b_bitwise_or,
+  b_bitwise_xor,
+  b_count
+};
+/// Reduce kinds, in the order of switchyard::ReduceKind.
+enum Reduce : int { r_sum, r_mean, r_prod, r_max, r_min, r_argmax, r_argmin, r_var, r_std, r_any, r_all, r_count };
+
+/// Where a launch goes and how wide the grid may be.
+struct Launch {
+  cudaStream_t stream = nullptr;
+  int max_blocks = 1024;  // grid-stride loops cover the rest
+};
+
+// --- creation (creation.cu) ---------------------------------------------
+/// Writes the `width`-byte pattern `bits` n times.
+cudaError_t fill_bits(Launch l, size_t width, void* out, uint64_t bits, int64_t n);
+/// out[i] = T(start + step * i).
+cudaError_t arange(Launch l, DType t, void* out, int64_t n, double start, double step);
+/// Ones (the `width`-byte pattern `one`) on the diagonal of `mats` rows x cols
+/// matrices; the rest must already be zero.
+cudaError_t eye_diagonal(Launch l, size_t width, void* out, uint64_t one, int64_t mats, int64_t rows, int64_t cols);
+/// out[i] = T(random_value(draw, seed, op_index, i, a, b)) (backends/common/philox.hpp).
+cudaError_t random(Launch l, DType t, void* out, int64_t n, int draw, uint64_t seed, uint64_t op_index, double a,
+                   double b);
+
+// --- elementwise (elementwise.cu) ----------------------------------------
+/// Converts n contiguous elements (C++ conversion rules of the CPU backend).
+cudaError_t cast(Launch l, const void* src, DType from, void* dst, DType to, int64_t n);
+/// out[i] = op(in[i]) computed in `t`; cudaErrorNotSupported for kinds the
+/// rules do not allow on `t`. `a`/`b` are clamp's bounds (NaN: absent).
+cudaError_t unary(Launch l, int kind, DType t, const void* in, void* out, int64_t n, double a, double b);
+/// out[i] = lhs op rhs computed in `t`, out contiguous over `layout`
+/// (strides[0]: lhs, strides[1]: rhs). A null lhs or rhs stands for the
+/// scalar `lhs_scalar` / `rhs_scalar` (converted to t). `status` (may be
+/// null) flags an integer remainder by zero.
+cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs, double lhs_scalar, double rhs_scalar,
+                   void* out, const Layout<2>& layout, int64_t n, int64_t* status);
+/// out[i] = cond ? lhs : rhs over `layout` (strides: cond, lhs, rhs); lhs and
+/// rhs already in the output dtype of `width` bytes.
+cudaError_t where(Launch l, size_t width, const uint8_t* cond, const void* lhs, const void* rhs, void* out,
+                  const Layout<3>& layout, int64_t n);
+
+// --- layout (layout.cu) ---------------------------------------------------
+/// dst[dst_offset + off1(i)] = src[src_offset + off0(i)] for i < n.
+cudaError_t copy_strided(Launch l, size_t width, const void* src, int64_t src_offset, void* dst, int64_t dst_offset,
+                         const Layout<2>& layout, int64_t n);
+/// index_select along an axis: out[o][i][r] = src[o][index[i]][r].
+cudaError_t index_select(Launch l, size_t width, DType index_t, const void* src, const void* index, void* out,
+                         int64_t outer, int64_t axis_len, int64_t count, int64_t inner, int64_t* status);
+/// gather: for index element i (contiguous), out[i] = src[off0(i) +
+/// index[i] * axis_stride] where off0 skips the axis (its stride is 0).
+cudaError_t gather(Launch l, size_t width, DType index_t, const void* src, const void* index, void* out,
+                   const Layout<1>& layout, int64_t axis_stride, int64_t axis_len, int64_t n, int64_t* status);
+/// scatter_add: out[off0(i) + index[i] * axis_stride] += add[off1(i)],
+/// atomically (float sums may differ in the last bits from the CPU's order).
+cudaError_t scatter_add(Launch l, DType t, DType index_t, const void* add, const void* index, void* out,
+                        const Layout<2>& layout, int64_t axis_stride, int64_t axis_len, int64_t n, int64_t* status);
+/// Integer batched matrix product (wrapping arithmetic), row-major; batch
+/// offsets in matrices from `batch` (strides: lhs, rhs); c is contiguous.
+cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c, bool ta, bool tb, int64_t m, int64_t n,
+                       int64_t k, const Layout<2>& batch, int64_t batches);
+/// Pointer arrays for cuBLAS's batched GEMM when batch axes broadcast
+/// irregularly: ptrs[0..batches) = a + off0(i) * a_mat elements, etc.
+cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b, void* c, int64_t a_mat, int64_t b_mat,
+                           int64_t c_mat, const Layout<2>& batch, int64_t batches, void** ptrs);
+
+// --- reductions (reduce.cu) -----------------------------------------------
+/// Reduces `in` (dtype in_t) over the axes of `reduced` for each output of
+/// `kept` (both in input element strides), writing out_t.
+cudaError_t reduce(Launch l, int kind, DType in_t, DType out_t, const void* in, void* out, const Layout<1>& kept,
+                   int64_t n_out, const Layout<1>& reduced, int64_t count, int64_t correction);
+/// (log_)softmax of rows of `len` elements `inner` apart.
+cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer, int64_t len, int64_t inner, bool log);
+
+}  // namespace switchyard::backends::cuda::kern

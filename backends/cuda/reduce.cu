@@ -1,0 +1,277 @@
+// Reductions over any axis set (one group of threads per output element)
+// and (log_)softmax along one axis (one group per row). A group is a warp
+// for short reductions and the whole block for long ones, so neither case
+// leaves most threads idle.
+
+#include "backends/cuda/device_util.cuh"
+
+namespace switchyard::backends::cuda::kern {
+namespace {
+
+template <class T>
+inline constexpr bool is_f = std::is_floating_point_v<T>;
+
+// Tree reduction over the G threads of each group; every lane gets the result.
+template <class Acc, class Op>
+__device__ inline Acc group_reduce(Acc v, Acc* sh, int G, const Op& op) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % G;
+  sh[tid] = v;
+  __syncthreads();
+  for (int s = G / 2; s > 0; s >>= 1) {
+    if (lane < s) sh[tid] = op.combine(sh[tid], sh[tid + s]);
+    __syncthreads();
+  }
+  Acc r = sh[tid - lane];
+  __syncthreads();  // the caller may reuse sh right away
+  return r;
+}
+
+int group_size(int64_t count) { return count >= 512 ? block_threads : 32; }
+
+struct AddD {
+  __device__ double combine(double a, double b) const { return a + b; }
+};
+struct MaxD {
+  __device__ double combine(double a, double b) const { return a < b ? b : a; }
+};
+
+// sum, mean and prod: double accumulation for floats, wrapping 64-bit
+// integers otherwise (as the CPU backend, which accumulates in int64).
+template <class T, class R, bool Prod, bool Mean>
+struct Accumulate {
+  using Acc = std::conditional_t<is_f<T>, double, uint64_t>;
+  using Out = R;
+  __device__ Acc identity() const { return Prod ? Acc(1) : Acc(0); }
+  __device__ Acc load(T v, int64_t) const {
+    if constexpr (is_f<T>)
+      return static_cast<double>(v);
+    else
+      return static_cast<uint64_t>(static_cast<int64_t>(v));
+  }
+  __device__ Acc combine(Acc a, Acc b) const { return Prod ? static_cast<Acc>(a * b) : static_cast<Acc>(a + b); }
+  __device__ R finish(Acc a, int64_t count) const {
+    if constexpr (Mean)
+      return static_cast<R>(static_cast<double>(a) / static_cast<double>(count));
+    else if constexpr (is_f<T>)
+      return static_cast<R>(a);
+    else
+      return static_cast<R>(static_cast<int64_t>(a));
+  }
+};
+
+template <class T>
+struct Valued {
+  T v;
+  int64_t i;  // -1: no element yet
+};
+
+// max/min propagate NaN; argmax/argmin give the first NaN, else the first
+// extreme element (lowest index on ties), like the CPU backend.
+template <class T, bool Max, bool Arg>
+struct Extreme {
+  using Acc = Valued<T>;
+  using Out = std::conditional_t<Arg, int64_t, T>;
+  __device__ Acc identity() const { return Acc{T{}, -1}; }
+  __device__ Acc load(T v, int64_t j) const { return Acc{v, j}; }
+  __device__ Acc combine(Acc a, Acc b) const {
+    if (a.i < 0) return b;
+    if (b.i < 0) return a;
+    const Acc& first = a.i <= b.i ? a : b;
+    if constexpr (is_f<T>) {
+      const bool an = isnan(a.v), bn = isnan(b.v);
+      if (an && bn) return first;
+      if (an) return a;
+      if (bn) return b;
+    }
+    if (Max ? a.v > b.v : a.v < b.v) return a;
+    if (Max ? b.v > a.v : b.v < a.v) return b;
+    return first;
+  }
+  __device__ Out finish(Acc a, int64_t) const {
+    if constexpr (Arg)
+      return a.i < 0 ? 0 : a.i;
+    else
+      return a.v;
+  }
+};
+
+template <class T, bool Any>
+struct Logical {
+  using Acc = bool;
+  using Out = bool;
+  __device__ bool identity() const { return !Any; }
+  __device__ bool load(T v, int64_t) const { return v != T(0); }
+  __device__ bool combine(bool a, bool b) const { return Any ? (a || b) : (a && b); }
+  __device__ bool finish(bool a, int64_t) const { return a; }
+};
+
+template <class T, class Op>
+__global__ void reduce_kernel(const T* in, typename Op::Out* out, Layout<1> kept, int64_t n_out, Layout<1> red,
+                              int64_t count, int G, Op op) {
+  __shared__ typename Op::Acc sh[block_threads];
+  const int gpb = block_threads / G;
+  const int g = static_cast<int>(threadIdx.x) / G, lane = static_cast<int>(threadIdx.x) % G;
+  // ob is uniform across the block, so every thread reaches the barriers.
+  for (int64_t ob = static_cast<int64_t>(blockIdx.x) * gpb; ob < n_out; ob += static_cast<int64_t>(gridDim.x) * gpb) {
+    const int64_t o = ob + g;
+    auto acc = op.identity();
+    if (o < n_out) {
+      int64_t base[1];
+      offsets(kept, o, base);
+      for (int64_t j = lane; j < count; j += G) {
+        int64_t r[1];
+        offsets(red, j, r);
+        acc = op.combine(acc, op.load(in[base[0] + r[0]], j));
+      }
+    }
+    acc = group_reduce(acc, sh, G, op);
+    if (o < n_out && lane == 0) out[o] = op.finish(acc, count);
+  }
+}
+
+template <class T>
+__global__ void var_kernel(const T* in, T* out, Layout<1> kept, int64_t n_out, Layout<1> red, int64_t count, int G,
+                           int64_t correction, bool sd) {
+  __shared__ double sh[block_threads];
+  const int gpb = block_threads / G;
+  const int g = static_cast<int>(threadIdx.x) / G, lane = static_cast<int>(threadIdx.x) % G;
+  for (int64_t ob = static_cast<int64_t>(blockIdx.x) * gpb; ob < n_out; ob += static_cast<int64_t>(gridDim.x) * gpb) {
+    const int64_t o = ob + g;
+    int64_t base[1] = {0};
+    if (o < n_out) offsets(kept, o, base);
+    double s = 0;
+    if (o < n_out)
+      for (int64_t j = lane; j < count; j += G) {
+        int64_t r[1];
+        offsets(red, j, r);
+        s += static_cast<double>(in[base[0] + r[0]]);
+      }
+    const double mean = group_reduce(s, sh, G, AddD{}) / static_cast<double>(count);
+    double q = 0;
+    if (o < n_out)
+      for (int64_t j = lane; j < count; j += G) {
+        int64_t r[1];
+        offsets(red, j, r);
+        const double d = static_cast<double>(in[base[0] + r[0]]) - mean;
+        q += d * d;
+      }
+    const double sq = group_reduce(q, sh, G, AddD{});
+    if (o < n_out && lane == 0) {
+      const double denom = static_cast<double>(count - correction);
+      const double var = denom > 0 ? sq / denom : quiet_nan<double>();
+      out[o] = static_cast<T>(sd ? sqrt(var) : var);
+    }
+  }
+}
+
+template <class T>
+__global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t len, int64_t inner, bool log_out, int G) {
+  __shared__ double sh[block_threads];
+  const int gpb = block_threads / G;
+  const int g = static_cast<int>(threadIdx.x) / G, lane = static_cast<int>(threadIdx.x) % G;
+  for (int64_t rb = static_cast<int64_t>(blockIdx.x) * gpb; rb < rows; rb += static_cast<int64_t>(gridDim.x) * gpb) {
+    const int64_t r = rb + g;
+    const bool active = r < rows;
+    const int64_t base = active ? (r / inner) * len * inner + r % inner : 0;
+    T mx = -infinity<T>();
+    if (active)
+      for (int64_t i = lane; i < len; i += G) {
+        const T v = x[base + i * inner];
+        mx = mx < v ? v : mx;  // std::max's rule: NaN never wins
+      }
+    T m = static_cast<T>(group_reduce(static_cast<double>(mx), sh, G, MaxD{}));
+    if (isinf(m) && m < T(0)) m = T(0);  // all -inf: avoid inf - inf
+    double s = 0;
+    if (active)
+      for (int64_t i = lane; i < len; i += G) s += exp(static_cast<double>(x[base + i * inner] - m));
+    const double sum = group_reduce(s, sh, G, AddD{});
+    if (!active) continue;
+    if (log_out) {
+      const T lse = static_cast<T>(log(sum));
+      for (int64_t i = lane; i < len; i += G) y[base + i * inner] = x[base + i * inner] - m - lse;
+    } else {
+      const double inv = 1.0 / sum;
+      for (int64_t i = lane; i < len; i += G)
+        y[base + i * inner] = static_cast<T>(exp(static_cast<double>(x[base + i * inner] - m)) * inv);
+    }
+  }
+}
+
+unsigned groups_grid(const Launch& l, int64_t groups, int G) {
+  const int64_t per = block_threads / G;
+  const int64_t blocks = (groups + per - 1) / per;
+  return static_cast<unsigned>(blocks < l.max_blocks ? blocks : l.max_blocks);
+}
+
+template <class T, class Op>
+cudaError_t run_reduce(const Launch& l, const void* in, void* out, const Layout<1>& kept, int64_t n_out,
+                       const Layout<1>& red, int64_t count) {
+  if (n_out <= 0) return cudaSuccess;
+  const int G = group_size(count);
+  reduce_kernel<T, Op><<<groups_grid(l, n_out, G), block_threads, 0, l.stream>>>(
+      static_cast<const T*>(in), static_cast<typename Op::Out*>(out), kept, n_out, red, count, G, Op{});
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t reduce(Launch l, int kind, DType in_t, DType /*out_t: implied by kind and in_t*/, const void* in, void* out,
+                   const Layout<1>& kept, int64_t n_out, const Layout<1>& red, int64_t count, int64_t correction) {
+  return by_dtype(in_t, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    using SumR = std::conditional_t<is_f<T>, T, int64_t>;
+    switch (kind) {
+      case r_sum:
+        return run_reduce<T, Accumulate<T, SumR, false, false>>(l, in, out, kept, n_out, red, count);
+      case r_prod:
+        return run_reduce<T, Accumulate<T, SumR, true, false>>(l, in, out, kept, n_out, red, count);
+      case r_mean:
+        if constexpr (is_f<T>)
+          return run_reduce<T, Accumulate<T, T, false, true>>(l, in, out, kept, n_out, red, count);
+        else
+          return cudaErrorNotSupported;
+      case r_max:
+        return run_reduce<T, Extreme<T, true, false>>(l, in, out, kept, n_out, red, count);
+      case r_min:
+        return run_reduce<T, Extreme<T, false, false>>(l, in, out, kept, n_out, red, count);
+      case r_argmax:
+        return run_reduce<T, Extreme<T, true, true>>(l, in, out, kept, n_out, red, count);
+      case r_argmin:
+        return run_reduce<T, Extreme<T, false, true>>(l, in, out, kept, n_out, red, count);
+      case r_any:
+        return run_reduce<T, Logical<T, true>>(l, in, out, kept, n_out, red, count);
+      case r_all:
+        return run_reduce<T, Logical<T, false>>(l, in, out, kept, n_out, red, count);
+      case r_var:
+      case r_std:
+        if constexpr (is_f<T>) {
+          if (n_out <= 0) return cudaSuccess;
+          const int G = group_size(count);
+          var_kernel<T><<<groups_grid(l, n_out, G), block_threads, 0, l.stream>>>(
+              static_cast<const T*>(in), static_cast<T*>(out), kept, n_out, red, count, G, correction, kind == r_std);
+          return cudaGetLastError();
+        } else {
+          return cudaErrorNotSupported;
+        }
+      default:
+        return cudaErrorNotSupported;
+    }
+  });
+}
+
+cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer, int64_t len, int64_t inner, bool log) {
+  const int64_t rows = outer * inner;
+  if (rows <= 0 || len <= 0) return cudaSuccess;
+  const int G = group_size(len);
+  auto run = [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    softmax_kernel<T><<<groups_grid(l, rows, G), block_threads, 0, l.stream>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), rows, len, inner, log, G);
+    return cudaGetLastError();
+  };
+  if (t == DType::f32) return run(float{});
+  if (t == DType::f64) return run(double{});
+  return cudaErrorNotSupported;
+}
+
+}  // namespace switchyard::backends::cuda::kern

@@ -1,0 +1,232 @@
+// GPU benchmarks: each line compares Switchyard on cuda:0 with the direct
+// CUDA/cuBLAS call doing the same work, and the table comes last.
+//
+//   matmul          Tensor::matmul vs cublasSgemm (TFLOP/s)
+//   elementwise     x * x and x + 1 vs cudaMemcpy device-to-device (GB/s, bytes read + written)
+//   launch          a chain of tiny ops vs empty kernel launches (us per op)
+//   host<->device   Device::from_data / Tensor::read vs pinned cudaMemcpy (GB/s)
+//   peer            Tensor::to(cuda:1) (host staged) vs cudaMemcpyPeer (GB/s; needs 2 GPUs)
+//
+// Every measurement is bounded (fixed repetitions) and the whole run takes
+// well under a minute on an H100/H200-class GPU.
+
+#include <chrono>
+#include <cstdio>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "switchyard/switchyard.hpp"
+
+cudaError_t launch_empty(cudaStream_t stream, int n);
+
+namespace sy = switchyard;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Row {
+  std::string name, unit;
+  double switchyard = 0, direct = 0;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+#define BENCH_CHECK(expr)                                                                                 \
+  do {                                                                                                    \
+    if (auto e_ = (expr); e_ != 0) {                                                                      \
+      std::fprintf(stderr, "%s failed (%d) at %s:%d\n", #expr, static_cast<int>(e_), __FILE__, __LINE__); \
+      return false;                                                                                       \
+    }                                                                                                     \
+  } while (0)
+
+/// Seconds per repetition of `f` on the direct side, timed with events.
+bool time_direct(cudaStream_t s, int reps, const std::function<bool()>& f, double& out) {
+  cudaEvent_t a, b;
+  BENCH_CHECK(cudaEventCreate(&a));
+  BENCH_CHECK(cudaEventCreate(&b));
+  if (!f()) return false;  // warm-up
+  BENCH_CHECK(cudaEventRecord(a, s));
+  for (int i = 0; i < reps; ++i)
+    if (!f()) return false;
+  BENCH_CHECK(cudaEventRecord(b, s));
+  BENCH_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
+  out = ms / 1e3 / reps;
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  return true;
+}
+
+/// Seconds per repetition of `f` through Switchyard (sync included once).
+double time_switchyard(const sy::Device& d, int reps, const std::function<void()>& f) {
+  f();
+  d.sync().get();
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  d.sync().get();
+  return seconds_since(t0) / reps;
+}
+
+bool bench_matmul(const sy::Device& gpu, int64_t n, std::vector<Row>& rows) {
+  auto a = gpu.uniform({n, n});
+  auto b = gpu.uniform({n, n});
+  const int reps = n >= 4096 ? 10 : 50;
+  const double flop = 2.0 * n * n * n;
+  double t_sy = time_switchyard(gpu, reps, [&] { (void)a.matmul(b); });
+  void *da, *db, *dc;
+  BENCH_CHECK(cudaMalloc(&da, n * n * 4));
+  BENCH_CHECK(cudaMalloc(&db, n * n * 4));
+  BENCH_CHECK(cudaMalloc(&dc, n * n * 4));
+  cublasHandle_t h;
+  BENCH_CHECK(cublasCreate(&h));
+  const float one = 1, zero = 0;
+  const int ni = static_cast<int>(n);
+  double t_raw = 0;
+  bool ok = time_direct(
+      nullptr, reps,
+      [&] {
+        return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(db), ni,
+                           static_cast<const float*>(da), ni, &zero, static_cast<float*>(dc),
+                           ni) == CUBLAS_STATUS_SUCCESS;
+      },
+      t_raw);
+  cublasDestroy(h);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  if (!ok) return false;
+  rows.push_back({"matmul f32 " + std::to_string(n), "TFLOP/s", flop / t_sy / 1e12, flop / t_raw / 1e12});
+  return true;
+}
+
+bool bench_elementwise(const sy::Device& gpu, std::vector<Row>& rows) {
+  const int64_t n = int64_t{1} << 26;  // 256 MiB of f32
+  const double bytes = n * 4.0;
+  auto x = gpu.uniform({n});
+  double t_mul = time_switchyard(gpu, 20, [&] { (void)(x * x); });
+  double t_add = time_switchyard(gpu, 20, [&] { (void)(x + 1.0); });
+  void *src, *dst;
+  BENCH_CHECK(cudaMalloc(&src, n * 4));
+  BENCH_CHECK(cudaMalloc(&dst, n * 4));
+  double t_copy = 0;
+  bool ok = time_direct(
+      nullptr, 20, [&] { return cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, nullptr) == cudaSuccess; },
+      t_copy);
+  cudaFree(src);
+  cudaFree(dst);
+  if (!ok) return false;
+  rows.push_back({"x * x vs D2D copy", "GB/s", 2 * bytes / t_mul / 1e9, 2 * bytes / t_copy / 1e9});
+  rows.push_back({"x + 1 vs D2D copy", "GB/s", 2 * bytes / t_add / 1e9, 2 * bytes / t_copy / 1e9});
+  return true;
+}
+
+bool bench_launch(const sy::Device& gpu, std::vector<Row>& rows) {
+  const int ops = 5000;
+  auto y = gpu.zeros({1});
+  auto t0 = Clock::now();
+  for (int i = 0; i < ops; ++i) y = y + 1.0;
+  (void)y.read().get();
+  const double t_sy = seconds_since(t0) / ops;
+  cudaStream_t s;
+  BENCH_CHECK(cudaStreamCreate(&s));
+  BENCH_CHECK(launch_empty(s, 100));
+  BENCH_CHECK(cudaStreamSynchronize(s));
+  auto t1 = Clock::now();
+  BENCH_CHECK(launch_empty(s, ops));
+  BENCH_CHECK(cudaStreamSynchronize(s));
+  const double t_raw = seconds_since(t1) / ops;
+  cudaStreamDestroy(s);
+  rows.push_back({"per-op overhead", "us/op", t_sy * 1e6, t_raw * 1e6});
+  return true;
+}
+
+bool bench_host(const sy::Device& cpu, const sy::Device& gpu, std::vector<Row>& rows) {
+  const int64_t n = int64_t{1} << 26;  // 256 MiB
+  const double bytes = n * 4.0;
+  auto data = cpu.uniform({n}).read().get();
+  double t_up = time_switchyard(gpu, 5, [&] { (void)gpu.from_data(data); });
+  auto x = gpu.from_data(data);
+  gpu.sync().get();
+  auto t0 = Clock::now();
+  for (int i = 0; i < 5; ++i) (void)x.read().get();
+  const double t_down = seconds_since(t0) / 5;
+  void *host, *dev;
+  BENCH_CHECK(cudaMallocHost(&host, n * 4));
+  BENCH_CHECK(cudaMalloc(&dev, n * 4));
+  double t_h2d = 0, t_d2h = 0;
+  bool ok =
+      time_direct(
+          nullptr, 5, [&] { return cudaMemcpyAsync(dev, host, n * 4, cudaMemcpyHostToDevice, nullptr) == cudaSuccess; },
+          t_h2d) &&
+      time_direct(
+          nullptr, 5, [&] { return cudaMemcpyAsync(host, dev, n * 4, cudaMemcpyDeviceToHost, nullptr) == cudaSuccess; },
+          t_d2h);
+  cudaFreeHost(host);
+  cudaFree(dev);
+  if (!ok) return false;
+  rows.push_back({"host -> device", "GB/s", bytes / t_up / 1e9, bytes / t_h2d / 1e9});
+  rows.push_back({"device -> host", "GB/s", bytes / t_down / 1e9, bytes / t_d2h / 1e9});
+  return true;
+}
+
+bool bench_peer(const std::vector<sy::Device>& gpus, std::vector<Row>& rows) {
+  const int64_t n = int64_t{1} << 26;
+  const double bytes = n * 4.0;
+  auto x = gpus[0].uniform({n});
+  gpus[0].sync().get();
+  auto t0 = Clock::now();
+  for (int i = 0; i < 5; ++i) {
+    auto y = x.to(gpus[1]);
+    gpus[1].sync().get();
+  }
+  const double t_sy = seconds_since(t0) / 5;
+  void *a, *b;
+  BENCH_CHECK(cudaSetDevice(1));
+  BENCH_CHECK(cudaMalloc(&b, n * 4));
+  BENCH_CHECK(cudaSetDevice(0));
+  BENCH_CHECK(cudaMalloc(&a, n * 4));
+  int can = 0;
+  BENCH_CHECK(cudaDeviceCanAccessPeer(&can, 0, 1));
+  if (can) (void)cudaDeviceEnablePeerAccess(1, 0);
+  (void)cudaGetLastError();
+  double t_raw = 0;
+  bool ok = time_direct(
+      nullptr, 5, [&] { return cudaMemcpyPeerAsync(b, 1, a, 0, n * 4, nullptr) == cudaSuccess; }, t_raw);
+  cudaFree(a);
+  cudaSetDevice(1);
+  cudaFree(b);
+  cudaSetDevice(0);
+  if (!ok) return false;
+  rows.push_back(
+      {std::string("cuda:0 -> cuda:1") + (can ? "" : " (no P2P)"), "GB/s", bytes / t_sy / 1e9, bytes / t_raw / 1e9});
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}});
+  std::vector<sy::Device> gpus;
+  for (auto& d : rt.devices())
+    if (d.kind() == "cuda") gpus.push_back(d);
+  if (gpus.empty()) {
+    std::printf("no CUDA device (%s): nothing to benchmark\n",
+                rt.unavailable().empty() ? "?" : rt.unavailable().front().c_str());
+    return 77;
+  }
+  std::vector<Row> rows;
+  bool ok = bench_matmul(gpus[0], 1024, rows) && bench_matmul(gpus[0], 4096, rows) &&
+            bench_elementwise(gpus[0], rows) && bench_launch(gpus[0], rows) &&
+            bench_host(rt.device("cpu:0"), gpus[0], rows);
+  if (ok && gpus.size() >= 2) ok = bench_peer(gpus, rows);
+  std::printf("\n%-28s %-8s %12s %12s %7s\n", "benchmark", "unit", "switchyard", "direct", "ratio");
+  for (const auto& r : rows)
+    std::printf("%-28s %-8s %12.3f %12.3f %7.2f\n", r.name.c_str(), r.unit.c_str(), r.switchyard, r.direct,
+                r.direct > 0 ? r.switchyard / r.direct : 0.0);
+  if (gpus.size() < 2) std::printf("(peer bandwidth needs 2 GPUs; %zu found)\n", gpus.size());
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,18 @@
+// GPU test runner: without a CUDA device it prints why and exits with 77,
+// which ctest reports as "skipped" (SKIP_RETURN_CODE in CMakeLists.txt).
+
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "backends/cuda/cuda_backend.hpp"
+
+int main(int argc, char** argv) {
+  auto probe = switchyard::backends::cuda::probe();
+  if (probe.count == 0) {
+    std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n", probe.reason.c_str());
+    return 77;
+  }
+  std::printf("running the GPU tests on %d CUDA device(s)\n", probe.count);
+  return Catch::Session().run(argc, argv);
+}

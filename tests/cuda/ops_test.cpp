@@ -1,0 +1,414 @@
+// Every op family on every CUDA device against cpu:0: the same inputs (as
+// TensorData) go to both devices, the same op runs on both, and the reads
+// must agree (exactly for integers, bools and the random draws; within a
+// relative tolerance for float math, whose library functions differ in the
+// last bits between CUDA and glibc).
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "switchyard/switchyard.hpp"
+
+namespace sy = switchyard;
+using sy::DType;
+using sy::Shape;
+using sy::Tensor;
+using sy::TensorData;
+
+namespace {
+
+using Build = std::function<Tensor(const std::vector<Tensor>&)>;
+
+/// Deterministic test data: floats in [lo, hi), integers in [lo, hi], bools alternating.
+TensorData data(Shape s, DType t, uint32_t seed, double lo = -3, double hi = 3) {
+  std::mt19937 gen(seed);
+  const auto n = static_cast<size_t>(s.numel());
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (sy::is_floating(t))
+      v[i] = std::uniform_real_distribution<double>(lo, hi)(gen);
+    else if (t == DType::boolean)
+      v[i] = static_cast<double>((i * 7 + seed) % 3 == 0);
+    else if (t == DType::u8)
+      v[i] = static_cast<double>(std::uniform_int_distribution<int>(0, 9)(gen));
+    else
+      v[i] = static_cast<double>(std::uniform_int_distribution<int>(static_cast<int>(lo), static_cast<int>(hi))(gen));
+  }
+  return sy::visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> typed(v.begin(), v.end());
+    return TensorData::from(typed, s);
+  });
+}
+
+void expect_same(const TensorData& cpu, const TensorData& gpu, double rtol) {
+  REQUIRE(cpu.shape == gpu.shape);
+  REQUIRE(cpu.dtype == gpu.dtype);
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    const double a = cpu.at(i), b = gpu.at(i);
+    if (std::isnan(a) || std::isnan(b)) {
+      INFO("element " << i << ": cpu " << a << ", gpu " << b);
+      CHECK((std::isnan(a) && std::isnan(b)));
+    } else if (!sy::is_floating(cpu.dtype) || std::isinf(a)) {
+      INFO("element " << i);
+      CHECK(a == b);
+    } else {
+      INFO("element " << i);
+      CHECK(std::abs(a - b) <= rtol * (1 + std::abs(a)));
+    }
+  }
+}
+
+/// The CUDA devices of a runtime with cpu:0 and cuda:*, or none with a
+/// warning naming why.
+struct Rig {
+  sy::Runtime rt{sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}}};
+  sy::Device cpu = rt.device("cpu:0");
+  std::vector<sy::Device> gpus;
+  Rig() {
+    for (auto& d : rt.devices())
+      if (d.kind() == "cuda") gpus.push_back(d);
+    if (gpus.empty()) WARN("no CUDA device: " << (rt.unavailable().empty() ? "?" : rt.unavailable().front()));
+  }
+};
+
+/// Runs `f` on the same inputs on cpu:0 and on `gpu` and compares. Ops the
+/// rules reject for these inputs (the call throws) are skipped; returns
+/// whether the op ran.
+bool same(const sy::Device& cpu, const sy::Device& gpu, const std::vector<TensorData>& inputs, const Build& f,
+          const std::string& what, double rtol = 2e-5) {
+  std::vector<Tensor> ci, gi;
+  for (const auto& d : inputs) {
+    ci.push_back(cpu.from_data(d));
+    gi.push_back(gpu.from_data(d));
+  }
+  Tensor c;
+  try {
+    c = f(ci);
+  } catch (const sy::Error&) {
+    return false;
+  }
+  Tensor g = f(gi);
+  INFO(what << " on " << gpu.name());
+  TensorData cd;
+  try {
+    cd = c.read().get();
+  } catch (const sy::Error& e) {
+    // The CPU refused the data (e.g. an integer remainder by zero): so must the GPU.
+    try {
+      (void)g.read().get();
+      FAIL("cpu failed with '" << e.what() << "', the GPU succeeded");
+    } catch (const sy::Error& ge) {
+      CHECK(ge.code() == e.code());
+    }
+    return true;
+  }
+  auto gd = g.read().get();
+  expect_same(cd, gd, rtol);
+  return true;
+}
+
+constexpr DType every_dtype[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::boolean};
+
+}  // namespace
+
+TEST_CASE("cuda: fill, arange and eye match the CPU for every dtype", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype) {
+      INFO(sy::name_of(t));
+      auto c = rig.cpu.full({3, 5}, 2.5, t).read().get();
+      auto g = gpu.full({3, 5}, 2.5, t).read().get();
+      expect_same(c, g, 0);
+      if (t != DType::boolean)
+        expect_same(rig.cpu.arange(0, 40, 1.5, t).read().get(), gpu.arange(0, 40, 1.5, t).read().get(), 0);
+      expect_same(rig.cpu.eye(4, 6, t).read().get(), gpu.eye(4, 6, t).read().get(), 0);
+      expect_same(rig.cpu.zeros({0, 3}, t).read().get(), gpu.zeros({0, 3}, t).read().get(), 0);
+    }
+}
+
+TEST_CASE("cuda: random draws give the CPU's values after the same seed", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    rig.cpu.seed(1234);
+    gpu.seed(1234);
+    for (DType t : {DType::f32, DType::f64}) {
+      INFO(sy::name_of(t));
+      // uniform and bernoulli are exact (no fused multiply-add in the kernel).
+      expect_same(rig.cpu.uniform({1000}, -2, 5, t).read().get(), gpu.uniform({1000}, -2, 5, t).read().get(), 0);
+      expect_same(rig.cpu.bernoulli({1000}, 0.3, t).read().get(), gpu.bernoulli({1000}, 0.3, t).read().get(), 0);
+      // normal uses log/cos/sqrt, whose CUDA versions may differ by an ulp.
+      expect_same(rig.cpu.normal({1000}, 1, 2, t).read().get(), gpu.normal({1000}, 1, 2, t).read().get(), 1e-6);
+    }
+  }
+}
+
+TEST_CASE("cuda: unary ops match the CPU for every dtype the rules accept", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype)
+      for (int k = 0; k <= static_cast<int>(sy::UnaryKind::isinf); ++k) {
+        auto kind = static_cast<sy::UnaryKind>(k);
+        auto build = [&](const std::vector<Tensor>& in) {
+          return kind == sy::UnaryKind::clamp ? in[0].clamp(-1, 2) : in[0].unary(kind);
+        };
+        same(rig.cpu, gpu, {data({4, 33}, t, 7 + k)}, build,
+             std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)));
+      }
+}
+
+TEST_CASE("cuda: binary ops with broadcasting match the CPU", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType ta : every_dtype)
+      for (DType tb : {DType::f32, DType::i64, DType::boolean, ta})
+        for (int k = 0; k <= static_cast<int>(sy::BinaryKind::bitwise_xor); ++k) {
+          auto kind = static_cast<sy::BinaryKind>(k);
+          // Integer divisors stay non-zero (a zero is its own test below).
+          auto lhs = data({2, 3, 17}, ta, 11 + k);
+          auto rhs = data({3, 1}, tb, 29 + k, 1, 4);
+          same(
+              rig.cpu, gpu, {lhs, rhs}, [&](const std::vector<Tensor>& in) { return in[0].binary(kind, in[1]); },
+              std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(ta)) + "," +
+                  std::string(sy::name_of(tb)));
+          same(
+              rig.cpu, gpu, {rhs, lhs}, [&](const std::vector<Tensor>& in) { return in[0].binary(kind, in[1]); },
+              std::string(sy::to_string(kind)) + " reversed");
+        }
+}
+
+TEST_CASE("cuda: scalar ops match the CPU for bool, integer and float scalars", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype)
+      for (int k = 0; k <= static_cast<int>(sy::BinaryKind::bitwise_xor); ++k) {
+        auto kind = static_cast<sy::BinaryKind>(k);
+        auto in = data({5, 7}, t, 3 + k, 1, 5);
+        for (bool first : {false, true}) {
+          std::string what =
+              std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)) + (first ? " first" : "");
+          same(
+              rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 3, first); },
+              what + " int");
+          same(
+              rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 1.5, first); },
+              what + " float");
+          same(
+              rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, true, first); },
+              what + " bool");
+        }
+      }
+}
+
+TEST_CASE("cuda: casts between every pair of dtypes match the CPU", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType from : every_dtype)
+      for (DType to : every_dtype)
+        CHECK(same(
+            rig.cpu, gpu, {data({64}, from, 5, -300, 300)}, [&](const std::vector<Tensor>& x) { return x[0].cast(to); },
+            std::string(sy::name_of(from)) + "->" + std::string(sy::name_of(to))));
+}
+
+TEST_CASE("cuda: where broadcasts condition and branches like the CPU", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    CHECK(same(
+        rig.cpu, gpu, {data({4, 1, 6}, DType::boolean, 1), data({5, 1}, DType::f32, 2), data({6}, DType::i64, 3)},
+        [](const std::vector<Tensor>& x) { return sy::where(x[0], x[1], x[2]); }, "where"));
+}
+
+TEST_CASE("cuda: reductions over axis sets match the CPU", "[cuda][gpu]") {
+  Rig rig;
+  const std::vector<std::vector<int64_t>> axis_sets = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}};
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype)
+      for (const auto& axes : axis_sets)
+        for (bool keep : {false, true}) {
+          // 3 x 700 x 5 exercises both the warp-per-output and block-per-output paths.
+          auto in = data({3, 700, 5}, t, 17);
+          std::string what =
+              std::string(sy::name_of(t)) + " axes " + std::to_string(axes.size()) + (keep ? " keep" : "");
+          auto run = [&](auto op, const char* name) { same(rig.cpu, gpu, {in}, op, what + " " + name, 1e-5); };
+          run([&](const std::vector<Tensor>& x) { return x[0].sum(axes, keep); }, "sum");
+          run([&](const std::vector<Tensor>& x) { return x[0].mean(axes, keep); }, "mean");
+          run([&](const std::vector<Tensor>& x) { return x[0].max(axes, keep); }, "max");
+          run([&](const std::vector<Tensor>& x) { return x[0].min(axes, keep); }, "min");
+          run([&](const std::vector<Tensor>& x) { return x[0].any(axes, keep); }, "any");
+          run([&](const std::vector<Tensor>& x) { return x[0].all(axes, keep); }, "all");
+          run([&](const std::vector<Tensor>& x) { return x[0].var(axes, 1, keep); }, "var");
+          run([&](const std::vector<Tensor>& x) { return x[0].std(axes, 0, keep); }, "std");
+        }
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype) {
+      auto small = data({4, 6}, t, 9, -2, 2);  // prod stays in range
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].prod({1}); }, "prod");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmax(1); }, "argmax");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmin(0, true); }, "argmin");
+      same(
+          rig.cpu, gpu, {small}, [](const std::vector<Tensor>& x) { return x[0].argmax(); }, "argmax flat");
+    }
+}
+
+TEST_CASE("cuda: softmax and log_softmax match the CPU on every axis", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : {DType::f32, DType::f64})
+      for (int64_t axis : {0, 1, -1}) {
+        auto in = data({6, 600, 3}, t, 4, -10, 10);
+        same(
+            rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].softmax(axis); }, "softmax", 1e-5);
+        same(
+            rig.cpu, gpu, {in}, [&](const std::vector<Tensor>& x) { return x[0].log_softmax(axis); }, "log_softmax",
+            1e-5);
+      }
+}
+
+TEST_CASE("cuda: matmul matches the CPU with transposes, batch broadcasting, bias and integers", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) {
+      std::string n(sy::name_of(t));
+      same(
+          rig.cpu, gpu, {data({7, 5}, t, 1), data({5, 9}, t, 2)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "2-D " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({3, 7, 5}, t, 3), data({5, 4}, t, 4)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "batch x matrix " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({2, 1, 4, 5}, t, 5), data({1, 3, 5, 6}, t, 6)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "irregular broadcast " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({5, 7}, t, 7), data({4, 5}, t, 8)},
+          [](const std::vector<Tensor>& x) { return x[0].mT().matmul(x[1].mT()); }, "transposes " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({6, 5}, t, 9), data({3, 5}, t, 10), data({3}, t, 11)},
+          [](const std::vector<Tensor>& x) { return x[0].linear(x[1], x[2]); }, "linear " + n, 1e-5);
+      same(
+          rig.cpu, gpu, {data({4, 0}, t, 12), data({0, 3}, t, 13)},
+          [](const std::vector<Tensor>& x) { return x[0].matmul(x[1]); }, "k = 0 " + n);
+    }
+  }
+}
+
+TEST_CASE("cuda: layout ops match the CPU", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : {DType::f32, DType::i64, DType::u8, DType::boolean}) {
+      auto in = data({4, 5, 6}, t, 21);
+      auto v = [&](const Build& f, const char* what) { CHECK(same(rig.cpu, gpu, {in}, f, what)); };
+      v([](const std::vector<Tensor>& x) { return x[0].reshape({20, 6}); }, "reshape");
+      v([](const std::vector<Tensor>& x) { return x[0].permute({2, 0, 1}); }, "permute");
+      v([](const std::vector<Tensor>& x) { return x[0].unsqueeze(1).expand({4, 3, 5, 6}); }, "expand");
+      v([](const std::vector<Tensor>& x) { return x[0].flip({0, 2}); }, "flip");
+      v([](const std::vector<Tensor>& x) { return x[0].slice(1, sy::Slice{1, 5, 2}); }, "slice");
+      v([](const std::vector<Tensor>& x) { return x[0].pad({1, 0, 2}, {0, 3, 1}, 1); }, "pad");
+      v([](const std::vector<Tensor>& x) { return sy::cat({x[0], x[0].slice(1, sy::Slice{0, 2})}, 1); }, "cat");
+      CHECK(same(
+          rig.cpu, gpu, {in, data({4, 2, 6}, t, 22)},
+          [](const std::vector<Tensor>& x) {
+            return x[0].slice_assign({sy::Slice{}, sy::Slice{1, 5, 2}}, x[1]);
+          },
+          "slice_assign"));
+    }
+}
+
+TEST_CASE("cuda: gather, scatter_add and index_select match the CPU", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::boolean})
+      for (DType ti : {DType::i64, DType::i32}) {
+        auto in = data({5, 6}, t, 31);
+        auto index = data({5, 4}, ti, 32, -6, 5);
+        auto rows = data({7}, ti, 33, -5, 4);
+        std::string what = std::string(sy::name_of(t)) + "/" + std::string(sy::name_of(ti));
+        CHECK(same(
+            rig.cpu, gpu, {in, index}, [](const std::vector<Tensor>& x) { return x[0].gather(1, x[1]); },
+            "gather " + what));
+        CHECK(same(
+            rig.cpu, gpu, {in, rows}, [](const std::vector<Tensor>& x) { return x[0].index_select(0, x[1]); },
+            "index_select " + what));
+        CHECK(same(
+            rig.cpu, gpu, {in, index, data({5, 4}, t, 34, 0, 3)},
+            [](const std::vector<Tensor>& x) { return x[0].scatter_add(1, x[1], x[2]); }, "scatter_add " + what, 1e-5));
+      }
+}
+
+TEST_CASE("cuda: an index out of range fails the read with index_out_of_range", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto x = gpu.tensor<float>({1, 2, 3}, {3});
+    auto bad = gpu.tensor<int64_t>({0, 3}, {2});
+    auto y = x.index_select(0, bad) + 1.0;  // downstream ops inherit the check
+    try {
+      (void)y.read().get();
+      FAIL("the read succeeded");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::index_out_of_range);
+      CHECK(std::string(e.what()).find("index 3") != std::string::npos);
+    }
+    // The device keeps working.
+    CHECK(x.sum().to_vector<float>() == std::vector<float>{6});
+  }
+}
+
+TEST_CASE("cuda: integer remainder by zero fails the read like the CPU", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto a = gpu.tensor<int32_t>({5, 6}, {2});
+    auto b = gpu.tensor<int32_t>({2, 0}, {2});
+    CHECK_THROWS_AS(a.remainder(b).read().get(), sy::Error);
+    CHECK(a.remainder(gpu.tensor<int32_t>({2, 4}, {2})).to_vector<int32_t>() == std::vector<int32_t>{1, 2});
+  }
+}
+
+TEST_CASE("cuda: tensors travel cpu -> cuda -> cpu and between GPUs unchanged", "[cuda][gpu]") {
+  Rig rig;
+  for (size_t i = 0; i < rig.gpus.size(); ++i) {
+    auto d = data({1000, 3}, DType::f64, 41);
+    auto x = rig.cpu.from_data(d);
+    auto back = x.to(rig.gpus[i]).mul(x.to(rig.gpus[i])).to(rig.cpu);
+    expect_same(x.mul(x).read().get(), back.read().get(), 0);
+    auto next = rig.gpus[(i + 1) % rig.gpus.size()];
+    expect_same(d, x.to(rig.gpus[i]).to(next).read().get(), 0);
+  }
+}
+
+TEST_CASE("cuda: a read completes without an explicit sync", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto f = gpu.arange(0, 100000, 1, DType::f32).sum().read();
+    REQUIRE(f.wait_for(std::chrono::seconds(30)));
+    CHECK(f.get().at(0) == Approx(4999950000.0).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("cuda: stats show the bytes a device holds", "[cuda][gpu]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto x = gpu.zeros({1024, 1024});
+    gpu.sync().get();
+    auto s = gpu.stats().get();
+    CHECK(s.live_bytes >= 4u * 1024 * 1024);
+  }
+}
+
+TEST_CASE("cuda: RuntimeOptions::cuda_memory_limit fails an oversized op with out_of_memory", "[cuda][gpu]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}, .cuda_memory_limit = 8u << 20});
+  for (auto& gpu : rt.devices()) {
+    if (gpu.kind() != "cuda") continue;
+    auto big = gpu.zeros({4 << 20});  // 16 MiB of f32
+    try {
+      (void)big.read().get();
+      FAIL("a 16 MiB tensor fit under an 8 MiB limit");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::out_of_memory);
+    }
+    CHECK(gpu.ones({16}).sum().to_vector<float>() == std::vector<float>{16});
+  }
+}
