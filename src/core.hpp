@@ -7,12 +7,17 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
+
+namespace switchyard::actors {
+class Tracer;
+}
 
 namespace switchyard::detail {
 
@@ -74,6 +79,8 @@ class Core : public std::enable_shared_from_this<Core> {
   struct Queue {
     std::mutex mutex;
     std::vector<OperationIr> ops;
+    // Scratch of mark_last_uses, kept to avoid an allocation per batch.
+    std::unordered_map<TensorId, uint32_t> next_use;
   };
 
   void flush_locked(DeviceId device, Queue& q);
@@ -88,6 +95,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<DeviceInfo> devices_;
   std::vector<std::string> unavailable_;
   std::vector<caf::actor> runners_;
+  std::shared_ptr<actors::Tracer> tracer_;  // null unless tracing
   std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<uint64_t> next_id_;
   std::atomic<bool> closed_{false};
