@@ -36,6 +36,7 @@ struct RunnerState {
   uint64_t live_bytes = 0;
   std::shared_ptr<Tracer> tracer;  // null: tracing off
   uint32_t track = 0;
+  std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
 
   static inline const char* name_hint = "switchyard.runner";
 };
@@ -319,11 +320,12 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
 }
 
 runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<backends::Backend> backend,
-                                   std::shared_ptr<Tracer> tracer, uint32_t track) {
+                                   RunnerHooks hooks) {
   self->state.name = std::move(name);
-  self->state.tracer = std::move(tracer);
-  self->state.track = track;
-  if (self->state.tracer) self->state.tracer->name_track(track, self->state.name);
+  self->state.tracer = std::move(hooks.tracer);
+  self->state.track = hooks.track;
+  self->state.batches_done = std::move(hooks.batches_done);
+  if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
   // The backend wakes us from its own threads; poll runs its completions here.
@@ -339,6 +341,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
           }
         }
         complete_syncs(self);
+        if (self->state.batches_done) self->state.batches_done->fetch_add(1, std::memory_order_release);
       },
       [self](read_atom, TensorId id) -> caf::result<TensorData> {
         auto rp = self->make_response_promise<TensorData>();
@@ -408,9 +411,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
 }  // namespace
 
 runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,
-                          std::shared_ptr<backends::Backend> backend, std::shared_ptr<Tracer> tracer,
-                          uint32_t track) {
-  return sys.spawn<caf::detached>(runner, std::move(device_name), std::move(backend), std::move(tracer), track);
+                          std::shared_ptr<backends::Backend> backend, RunnerHooks hooks) {
+  return sys.spawn<caf::detached>(runner, std::move(device_name), std::move(backend), std::move(hooks));
 }
 
 }  // namespace switchyard::actors

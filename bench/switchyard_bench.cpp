@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -18,17 +19,24 @@ namespace {
 sy::RuntimeOptions one_cpu() { return sy::RuntimeOptions{.devices = {"cpu:0"}}; }
 
 // 1. Per-op overhead: dependent tiny ops from one thread, then one read.
-void tiny_op_chain(benchmark::State& state) {
-  sy::Runtime rt(one_cpu());
+// `client_ns`: the submitting thread's share (the runner works in parallel).
+void tiny_op_chain(benchmark::State& state, bool reuse) {
+  auto options = one_cpu();
+  options.reuse_last_use = reuse;
+  sy::Runtime rt(options);
   auto dev = rt.device("cpu:0");
   auto y = dev.full({4}, 1.0);
+  double client = 0;
   for (auto _ : state) {
     auto x = dev.full({4}, 0.0);
+    auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < bench::tiny_chain_ops; ++i) x = x + y;
+    client += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     auto v = x.to_vector<float>();
     if (v[0] != static_cast<float>(bench::tiny_chain_ops)) state.SkipWithError("wrong result");
   }
   state.counters["per_iter"] = static_cast<double>(bench::tiny_chain_ops);
+  state.counters["client_ns"] = client / static_cast<double>(state.iterations() * bench::tiny_chain_ops);
 }
 
 // 2. Throughput: 8 client threads submitting independent tiny ops.
@@ -64,8 +72,10 @@ void add_large(benchmark::State& state) {
   state.counters["per_iter"] = 3.0 * bench::large_elems * sizeof(float);
 }
 
-void chain_large(benchmark::State& state) {
-  sy::Runtime rt(one_cpu());
+void chain_large(benchmark::State& state, bool reuse) {
+  auto options = one_cpu();
+  options.reuse_last_use = reuse;
+  sy::Runtime rt(options);
   auto dev = rt.device("cpu:0");
   auto x = dev.uniform({bench::large_elems}, -1, 1);
   dev.sync().get();
@@ -146,10 +156,12 @@ void churn(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(tiny_op_chain)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+BENCHMARK_CAPTURE(tiny_op_chain, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 BENCHMARK(tiny_op_threads)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(30);
-BENCHMARK(chain_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(30);
+BENCHMARK_CAPTURE(chain_large, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
+BENCHMARK_CAPTURE(chain_large, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
 BENCHMARK(matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->MinTime(0.5);
 BENCHMARK(mlp)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.5);
 BENCHMARK(bridge)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.3);

@@ -107,10 +107,12 @@ void Core::start() {
     opts.threads = options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
     std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
     auto id = static_cast<DeviceId>(devices_.size());
-    auto runner = actors::spawn_runner(*system_, name, std::move(backend), tracer_, id);
+    auto queue = std::make_unique<Queue>();
+    auto runner = actors::spawn_runner(*system_, name, std::move(backend),
+                                       actors::RunnerHooks{tracer_, id, queue->batches_done});
     devices_.push_back(DeviceInfo{name, where.first->name});
     runners_.push_back(caf::actor_cast<caf::actor>(runner));
-    queues_.push_back(std::make_unique<Queue>());
+    queues_.push_back(std::move(queue));
     self->request(router_, caf::infinite, attach_atom::value, id, name, runner)
         .receive([](done_atom) {}, [&](caf::error& e) { throw_error(e); });
   }
@@ -166,9 +168,38 @@ void Core::flush_locked(DeviceId device, Queue& q) {
   if (q.ops.empty()) return;
   if (options_.reuse_last_use) mark_last_uses(q.ops, q.next_use);
   std::vector<OperationIr> batch;
-  batch.reserve(std::min<size_t>(options_.max_batch, 64));
+  // The next batch starts at full capacity: growing it op by op cost
+  // reallocations and page faults on the submitting thread (profiled).
+  batch.reserve(options_.max_batch);
   batch.swap(q.ops);
+  wait_for_room(q);
   caf::anon_send(router_, submit_atom::value, device, std::move(batch));
+  ++q.batches_sent;
+}
+
+// Backpressure: a client that submits faster than its device runs would
+// otherwise grow the runner's mailbox without bound (1M tiny ops grew the
+// resident set by ~28 MiB before this; see docs/ARCHITECTURE.md). Waits,
+// holding the queue, while too many batches are in flight; gives up after
+// a second without progress so a stuck or lost device cannot hang a client
+// (its failure then surfaces through futures as before).
+void Core::wait_for_room(Queue& q) {
+  constexpr uint64_t max_in_flight = 16;
+  auto done = q.batches_done->load(std::memory_order_acquire);
+  if (q.batches_sent - done < max_in_flight) return;
+  auto last_progress = std::chrono::steady_clock::now();
+  for (int spins = 0; q.batches_sent - done >= max_in_flight; ++spins) {
+    if (spins < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    auto now_done = q.batches_done->load(std::memory_order_acquire);
+    auto now = std::chrono::steady_clock::now();
+    if (now_done != done) {
+      done = now_done;
+      last_progress = now;
+    } else if (now - last_progress > std::chrono::seconds(1) || closed()) {
+      return;
+    }
+  }
 }
 
 void Core::submit(DeviceId device, OperationIr op) {

@@ -81,9 +81,13 @@ class Core : public std::enable_shared_from_this<Core> {
     std::vector<OperationIr> ops;
     // Scratch of mark_last_uses, kept to avoid an allocation per batch.
     std::unordered_map<TensorId, uint32_t> next_use;
+    // Flow control: batches sent, and batches the runner has taken in.
+    uint64_t batches_sent = 0;
+    std::shared_ptr<std::atomic<uint64_t>> batches_done = std::make_shared<std::atomic<uint64_t>>(0);
   };
 
   void flush_locked(DeviceId device, Queue& q);
+  void wait_for_room(Queue& q);
   void flusher_loop();
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(Convert convert, Ts... xs);
