@@ -156,15 +156,15 @@ void churn(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(tiny_op_chain, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
-BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
-BENCHMARK(tiny_op_threads)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
-BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(30);
-BENCHMARK_CAPTURE(chain_large, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
-BENCHMARK_CAPTURE(chain_large, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
-BENCHMARK(matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->MinTime(0.5);
-BENCHMARK(mlp)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.5);
-BENCHMARK(bridge)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.3);
+BENCHMARK_CAPTURE(tiny_op_chain, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK(tiny_op_threads)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK_CAPTURE(chain_large, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK_CAPTURE(chain_large, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK(matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->MinTime(0.2);
+BENCHMARK(mlp)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
+BENCHMARK(bridge)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
 BENCHMARK(churn)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 
 BENCHMARK_MAIN();
