@@ -12,7 +12,7 @@ namespace bench {
 
 inline constexpr int64_t tiny_chain_ops = 100000;  // dependent 4-element adds
 inline constexpr int client_threads = 8;
-inline constexpr int64_t ops_per_client = 20000;   // independent 4-element adds each
+inline constexpr int64_t ops_per_client = 20000;          // independent 4-element adds each
 inline constexpr int64_t large_elems = int64_t{1} << 24;  // 16M f32 = 64 MiB
 inline constexpr int64_t churn_tensors = 1000000;
 inline constexpr int64_t churn_warmup = 100000;

@@ -1,10 +1,9 @@
 // The workloads of bench/compare with no runtime: plain loops on this
 // thread (or std::threads where the workload is parallel) and direct
 // cblas_sgemm calls. This is the "as fast as the machine allows" baseline.
+#include <algorithm>
 #include <benchmark/benchmark.h>
 #include <cblas.h>
-
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -69,7 +68,7 @@ void tiny_op_threads(benchmark::State& state) {
 // A plain copy loop (kept a loop: GCC would otherwise call memcpy, whose
 // large-size path uses non-temporal stores and measured slower here).
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) void copy_loop(const float* __restrict a,
-                                                                            float* __restrict b, int64_t n) {
+                                                                             float* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) b[i] = a[i];
 }
 
@@ -79,8 +78,10 @@ void copy_bandwidth(benchmark::State& state, bool use_memcpy) {
   Buffer a(bench::large_elems), b(bench::large_elems);
   for (auto _ : state) {
     parallel(bench::large_elems, [&](int64_t s, int64_t e) {
-      if (use_memcpy) std::memcpy(b.p + s, a.p + s, (e - s) * sizeof(float));
-      else copy_loop(a.p + s, b.p + s, e - s);
+      if (use_memcpy)
+        std::memcpy(b.p + s, a.p + s, (e - s) * sizeof(float));
+      else
+        copy_loop(a.p + s, b.p + s, e - s);
     });
     benchmark::ClobberMemory();
   }

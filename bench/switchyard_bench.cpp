@@ -1,9 +1,8 @@
 // The workloads of bench/compare through Switchyard. Every benchmark sets
 // the counter `per_iter` (ops, bytes or flops per iteration); bench/compare
 // divides it by the real time per iteration.
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
+#include <benchmark/benchmark.h>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -66,7 +65,10 @@ void add_large(benchmark::State& state) {
   auto b = dev.uniform({bench::large_elems});
   // Warm-up: the first output faults its pages in (very slow on this VM);
   // afterwards the pool hands the same block back, as in a steady loop.
-  { auto c = a + b; dev.sync().get(); }
+  {
+    auto c = a + b;
+    dev.sync().get();
+  }
   for (auto _ : state) {
     auto c = a + b;
     dev.sync().get();
@@ -80,7 +82,10 @@ void chain_large(benchmark::State& state, bool reuse) {
   sy::Runtime rt(options);
   auto dev = rt.device("cpu:0");
   auto x = dev.uniform({bench::large_elems}, -1, 1);
-  { auto r = (x * 2.0 + 1.0).relu(); dev.sync().get(); }  // warm-up, as above
+  {
+    auto r = (x * 2.0 + 1.0).relu();
+    dev.sync().get();
+  }  // warm-up, as above
   for (auto _ : state) {
     auto r = (x * 2.0 + 1.0).relu();
     dev.sync().get();
@@ -95,7 +100,10 @@ void matmul(benchmark::State& state) {
   auto dev = rt.device("cpu:0");
   auto a = dev.uniform({n, n});
   auto b = dev.uniform({n, n});
-  { auto c = a.matmul(b); dev.sync().get(); }  // warm-up, as above
+  {
+    auto c = a.matmul(b);
+    dev.sync().get();
+  }  // warm-up, as above
   for (auto _ : state) {
     auto c = a.matmul(b);
     dev.sync().get();
@@ -111,7 +119,8 @@ void mlp(benchmark::State& state) {
   auto w1 = dev.uniform({512, 784}, -0.05, 0.05), b1 = dev.uniform({512}, -0.05, 0.05);
   auto w2 = dev.uniform({512, 512}, -0.05, 0.05), b2 = dev.uniform({512}, -0.05, 0.05);
   auto w3 = dev.uniform({10, 512}, -0.05, 0.05), b3 = dev.uniform({10}, -0.05, 0.05);
-  for (int i = 0; i < 3; ++i) benchmark::DoNotOptimize(x.linear(w1, b1).relu().linear(w2, b2).relu().linear(w3, b3).read().get());
+  for (int i = 0; i < 3; ++i)
+    benchmark::DoNotOptimize(x.linear(w1, b1).relu().linear(w2, b2).relu().linear(w3, b3).read().get());
   for (auto _ : state) {
     auto y = x.linear(w1, b1).relu().linear(w2, b2).relu().linear(w3, b3);
     benchmark::DoNotOptimize(y.read().get());

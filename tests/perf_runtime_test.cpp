@@ -1,7 +1,6 @@
 // Behaviour added for performance (issue 4): last-use buffer reuse must not
 // change results, and tracing must write a valid Chrome trace.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,7 +94,8 @@ TEST_CASE("last-use detection leaves no handles behind", "[perf][reuse]") {
 }
 
 TEST_CASE("tracing writes a Chrome trace with a track per runner, op slices and bridge flows", "[perf][trace]") {
-  auto path = std::filesystem::temp_directory_path() / ("switchyard_trace_test_" + std::to_string(::getpid()) + ".json");
+  auto path =
+      std::filesystem::temp_directory_path() / ("switchyard_trace_test_" + std::to_string(::getpid()) + ".json");
   std::filesystem::remove(path);
   {
     sy::RuntimeOptions o{.devices = {"cpu:0", "cpu:1"}};
