@@ -34,6 +34,9 @@ struct RunnerState {
   std::vector<caf::typed_response_promise<done_atom>> syncs;
   DeviceStats stats;
   uint64_t live_bytes = 0;
+  std::shared_ptr<Tracer> tracer;  // null: tracing off
+  uint32_t track = 0;
+  std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
 
   static inline const char* name_hint = "switchyard.runner";
 };
@@ -108,6 +111,25 @@ void release_last_uses(RunnerState& st, OperationIr& op) {
   });
 }
 
+// One slice per op: name, operand shapes and dtypes, output bytes.
+void trace_op(RunnerState& st, OperationIr& op, Tracer::Clock::time_point begin, const caf::error& err) {
+  auto end = Tracer::Clock::now();
+  std::string ins, outs;
+  size_t bytes = 0;
+  op.each_input([&](const TensorIr& t) {
+    ins += (ins.empty() ? "" : ", ") + t.shape.to_string() + " " + std::string(name_of(t.dtype)) +
+           (t.status == TensorStatus::read_write ? " (last use)" : "");
+  });
+  op.each_output([&](const TensorIr& t) {
+    outs += (outs.empty() ? "" : ", ") + t.shape.to_string() + " " + std::string(name_of(t.dtype));
+    bytes += t.bytes();
+  });
+  std::string args = "\"inputs\":\"" + json_escape(ins) + "\",\"outputs\":\"" + json_escape(outs) +
+                     "\",\"bytes\":" + std::to_string(bytes);
+  if (err) args += ",\"error\":\"" + json_escape(describe(err).message) + "\"";
+  st.tracer->slice(st.track, op.name(), begin, end, args);
+}
+
 void run(RunnerState& st, OperationIr& op) {
   std::array<BufferPtr, 4> small_in;
   std::vector<BufferPtr> many_in;
@@ -146,6 +168,8 @@ void run(RunnerState& st, OperationIr& op) {
     return;
   }
   std::array<BufferPtr, 1> outs;
+  Tracer::Clock::time_point begin;
+  if (st.tracer) begin = Tracer::Clock::now();
   try {
     err = st.backend->execute(op, ins, outs);
   } catch (const std::bad_alloc&) {
@@ -154,6 +178,7 @@ void run(RunnerState& st, OperationIr& op) {
     err = make_error(Errc::kernel_failure, op.name() + ": " + ex.what());
   }
   if (!err && !outs[0]) err = make_error(Errc::kernel_failure, op.name() + ": backend produced no output");
+  if (st.tracer) trace_op(st, op, begin, err);
   if (err) {
     fail_outputs(st, op, on_device(st, err));
     return;
@@ -282,6 +307,12 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
                                                  std::string(name_of(meta.dtype))));
   } else {
     st.stats.bytes_bridged_in += data->bytes.size();
+    if (st.tracer) {
+      auto now = Tracer::Clock::now();
+      st.tracer->slice(st.track, "import", now, now + std::chrono::microseconds(1),
+                       "\"bytes\":" + std::to_string(data->bytes.size()));
+      st.tracer->flow_end(st.track, id.value, now);
+    }
     auto buffer = st.backend->from_data(meta, std::move(*data));
     if (buffer) resolve(st, id, std::move(*buffer), {});
     else resolve(st, id, nullptr, on_device(st, buffer.error()));
@@ -289,8 +320,13 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
   drain(self);
 }
 
-runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<backends::Backend> backend) {
+runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<backends::Backend> backend,
+                                   RunnerHooks hooks) {
   self->state.name = std::move(name);
+  self->state.tracer = std::move(hooks.tracer);
+  self->state.track = hooks.track;
+  self->state.batches_done = std::move(hooks.batches_done);
+  if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
   // The backend wakes us from its own threads; poll runs its completions here.
@@ -306,6 +342,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
           }
         }
         complete_syncs(self);
+        if (self->state.batches_done) self->state.batches_done->fetch_add(1, std::memory_order_release);
       },
       [self](read_atom, TensorId id) -> caf::result<TensorData> {
         auto rp = self->make_response_promise<TensorData>();
@@ -350,7 +387,14 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         auto rp = self->make_response_promise<done_atom>();
         auto send = [self, target, dst, rp](caf::expected<TensorData> r) mutable {
           if (r) {
-            self->state.stats.bytes_bridged_out += r->bytes.size();
+            auto& st = self->state;
+            st.stats.bytes_bridged_out += r->bytes.size();
+            if (st.tracer) {
+              auto now = Tracer::Clock::now();
+              st.tracer->slice(st.track, "export", now, now + std::chrono::microseconds(1),
+                               "\"bytes\":" + std::to_string(r->bytes.size()));
+              st.tracer->flow_begin(st.track, dst.value, now);
+            }
             self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, std::move(*r));
           } else {
             self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, r.error());
@@ -368,8 +412,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
 }  // namespace
 
 runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,
-                          std::shared_ptr<backends::Backend> backend) {
-  return sys.spawn<caf::detached>(runner, std::move(device_name), std::move(backend));
+                          std::shared_ptr<backends::Backend> backend, RunnerHooks hooks) {
+  return sys.spawn<caf::detached>(runner, std::move(device_name), std::move(backend), std::move(hooks));
 }
 
 }  // namespace switchyard::actors

@@ -1,10 +1,12 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include <caf/actor_system.hpp>
 
+#include "actors/trace.hpp"
 #include "backends/backend.hpp"
 #include "switchyard/messages/protocol.hpp"
 
@@ -13,7 +15,18 @@ namespace switchyard::actors {
 /// Spawns the runner of one device. Runners are detached (one thread each):
 /// a kernel may run for seconds, and on a shared scheduler that would stall
 /// every other actor (router, other runners) queued behind it.
+/// Optional links between a runner and an in-process client.
+struct RunnerHooks {
+  /// Every op becomes a slice on track `track` (null: tracing off).
+  std::shared_ptr<Tracer> tracer;
+  uint32_t track = 0;
+  /// Incremented once per submitted batch the runner has taken in (run or
+  /// deferred): lets a local client bound the batches in flight, so a
+  /// client faster than its device cannot grow the mailbox without limit.
+  std::shared_ptr<std::atomic<uint64_t>> batches_done;
+};
+
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,
-                                        std::shared_ptr<backends::Backend> backend);
+                                        std::shared_ptr<backends::Backend> backend, RunnerHooks hooks = {});
 
 }  // namespace switchyard::actors

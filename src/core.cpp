@@ -1,11 +1,13 @@
 #include "core.hpp"
 
+#include <cstdlib>
 #include <random>
 
 #include <caf/all.hpp>
 
 #include "actors/router.hpp"
 #include "actors/runner.hpp"
+#include "actors/trace.hpp"
 #include "backends/backend.hpp"
 
 namespace switchyard::detail {
@@ -100,6 +102,9 @@ void Core::start() {
   }
   size_t cpu_devices = std::count_if(plan.begin(), plan.end(), [](const auto& p) { return p.second.first->name == "cpu"; });
   auto hw = std::max<size_t>(1, std::thread::hardware_concurrency());
+  std::string trace_path = options_.trace_path;
+  if (const char* env = std::getenv("SWITCHYARD_TRACE"); trace_path.empty() && env != nullptr) trace_path = env;
+  if (!trace_path.empty()) tracer_ = std::make_shared<actors::Tracer>(trace_path);
   caf::scoped_actor self{*system_};
   for (auto& [name, where] : plan) {
     if (find(name)) throw Error(Errc::invalid_argument, "device '" + name + "' requested twice");
@@ -107,11 +112,13 @@ void Core::start() {
     opts.threads = options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
     if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
     std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
-    auto runner = actors::spawn_runner(*system_, name, std::move(backend));
     auto id = static_cast<DeviceId>(devices_.size());
+    auto queue = std::make_unique<Queue>();
+    auto runner = actors::spawn_runner(*system_, name, std::move(backend),
+                                       actors::RunnerHooks{tracer_, id, queue->batches_done});
     devices_.push_back(DeviceInfo{name, where.first->name});
     runners_.push_back(caf::actor_cast<caf::actor>(runner));
-    queues_.push_back(std::make_unique<Queue>());
+    queues_.push_back(std::move(queue));
     self->request(router_, caf::infinite, attach_atom::value, id, name, runner)
         .receive([](done_atom) {}, [&](caf::error& e) { throw_error(e); });
   }
@@ -126,12 +133,79 @@ std::optional<DeviceId> Core::find(std::string_view name) const {
   return std::nullopt;
 }
 
+namespace {
+
+// Last-use detection: an input whose next mention in the batch is its own
+// drop is used for the last time, so it is marked read_write (the backend
+// may write the output into its buffer, and the runner frees it after the
+// op) and the drop leaves the batch. Catches temporaries (`(x * 2 + 1)`)
+// and rebinding (`x = x + y`) alike, with no API change: the client only
+// knows a tensor is dead once its handle is gone, and that drop is almost
+// always queued right behind its last use. Measured in docs/ARCHITECTURE.md.
+void mark_last_uses(std::vector<OperationIr>& ops, std::unordered_map<TensorId, uint32_t>& next_use) {
+  constexpr uint32_t used = 0;  // else: index of the drop + 1
+  next_use.clear();
+  bool removed = false;
+  for (size_t i = ops.size(); i-- > 0;) {
+    if (auto* drop = std::get_if<DropOp>(&ops[i].op)) {
+      next_use[drop->id] = static_cast<uint32_t>(i + 1);
+      continue;
+    }
+    ops[i].each_input([&](TensorIr& t) {
+      auto [it, inserted] = next_use.try_emplace(t.id, used);
+      if (!inserted && it->second != used) {
+        t.status = TensorStatus::read_write;
+        std::get<DropOp>(ops[it->second - 1].op).id = TensorId{};  // 0: never a valid id
+        removed = true;
+      }
+      it->second = used;
+    });
+  }
+  if (removed)
+    std::erase_if(ops, [](const OperationIr& op) {
+      const auto* drop = std::get_if<DropOp>(&op.op);
+      return drop != nullptr && !drop->id;
+    });
+}
+
+}  // namespace
+
 void Core::flush_locked(DeviceId device, Queue& q) {
   if (q.ops.empty()) return;
+  if (options_.reuse_last_use) mark_last_uses(q.ops, q.next_use);
   std::vector<OperationIr> batch;
-  batch.reserve(std::min<size_t>(options_.max_batch, 64));
+  // The next batch starts at full capacity: growing it op by op cost
+  // reallocations and page faults on the submitting thread (profiled).
+  batch.reserve(options_.max_batch);
   batch.swap(q.ops);
+  wait_for_room(q);
   caf::anon_send(router_, submit_atom::value, device, std::move(batch));
+  ++q.batches_sent;
+}
+
+// Backpressure: a client that submits faster than its device runs would
+// otherwise grow the runner's mailbox without bound (1M tiny ops grew the
+// resident set by ~28 MiB before this; see docs/ARCHITECTURE.md). Waits,
+// holding the queue, while too many batches are in flight; gives up after
+// a second without progress so a stuck or lost device cannot hang a client
+// (its failure then surfaces through futures as before).
+void Core::wait_for_room(Queue& q) {
+  constexpr uint64_t max_in_flight = 16;
+  auto done = q.batches_done->load(std::memory_order_acquire);
+  if (q.batches_sent - done < max_in_flight) return;
+  auto last_progress = std::chrono::steady_clock::now();
+  for (int spins = 0; q.batches_sent - done >= max_in_flight; ++spins) {
+    if (spins < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    auto now_done = q.batches_done->load(std::memory_order_acquire);
+    auto now = std::chrono::steady_clock::now();
+    if (now_done != done) {
+      done = now_done;
+      last_progress = now;
+    } else if (now - last_progress > std::chrono::seconds(1) || closed()) {
+      return;
+    }
+  }
 }
 
 void Core::submit(DeviceId device, OperationIr op) {
@@ -263,6 +337,7 @@ void Core::close() {
   runners_.clear();
   router_ = nullptr;
   system_.reset();
+  tracer_.reset();  // every runner has stopped: this writes the trace
 }
 
 }  // namespace switchyard::detail

@@ -7,12 +7,17 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
+
+namespace switchyard::actors {
+class Tracer;
+}
 
 namespace switchyard::detail {
 
@@ -74,9 +79,15 @@ class Core : public std::enable_shared_from_this<Core> {
   struct Queue {
     std::mutex mutex;
     std::vector<OperationIr> ops;
+    // Scratch of mark_last_uses, kept to avoid an allocation per batch.
+    std::unordered_map<TensorId, uint32_t> next_use;
+    // Flow control: batches sent, and batches the runner has taken in.
+    uint64_t batches_sent = 0;
+    std::shared_ptr<std::atomic<uint64_t>> batches_done = std::make_shared<std::atomic<uint64_t>>(0);
   };
 
   void flush_locked(DeviceId device, Queue& q);
+  void wait_for_room(Queue& q);
   void flusher_loop();
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(Convert convert, Ts... xs);
@@ -88,6 +99,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<DeviceInfo> devices_;
   std::vector<std::string> unavailable_;
   std::vector<caf::actor> runners_;
+  std::shared_ptr<actors::Tracer> tracer_;  // null unless tracing
   std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<uint64_t> next_id_;
   std::atomic<bool> closed_{false};

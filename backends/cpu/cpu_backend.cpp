@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include <cblas.h>
+
 #include "backends/cpu/kernels.hpp"
 
 namespace switchyard::backends::cpu {
@@ -11,7 +13,14 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const DeviceOptions& options)
       : pool_(options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads),
-        ctx_{pool_, buffers_} {}
+        ctx_{pool_, buffers_} {
+    // GEMM runs on the runner's thread while this device's pool is idle, so
+    // OpenBLAS may use as many threads as the pool has, and no more: its
+    // default (every core) would put four busy threads on two cores when
+    // two CPU devices multiply at once. The setting is process-wide; the
+    // runtime gives every CPU device the same share, so all agree.
+    openblas_set_num_threads(static_cast<int>(pool_.threads()));
+  }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
   [[nodiscard]] bool supports(DType) const noexcept override { return true; }

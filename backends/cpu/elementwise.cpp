@@ -352,7 +352,8 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
     using T = decltype(tag);
     return with_unary<T>(op.kind, op.a, op.b, [&](auto fn) {
       using R = decltype(fn(T{}));
-      map1<T, R>(ctx, src.as<const T>(), op.in.shape.strides(), out.as<R>(), op.out.shape, fn);
+      // Buffers are contiguous and the shapes equal: one flat loop.
+      flat1<T, R>(ctx, src.as<const T>(), out.as<R>(), op.out.numel(), fn);
       return true;
     });
   });
@@ -390,8 +391,11 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
     using T = decltype(tag);
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
-      map2<T, R>(ctx, a.as<const T>(), broadcast_strides(op.lhs.shape, op.out.shape), b.as<const T>(),
-                 broadcast_strides(op.rhs.shape, op.out.shape), out.as<R>(), op.out.shape, fn);
+      if (op.lhs.shape == op.out.shape && op.rhs.shape == op.out.shape)
+        flat2<T, R>(ctx, a.as<const T>(), b.as<const T>(), out.as<R>(), op.out.numel(), fn);
+      else
+        map2<T, R>(ctx, a.as<const T>(), broadcast_strides(op.lhs.shape, op.out.shape), b.as<const T>(),
+                   broadcast_strides(op.rhs.shape, op.out.shape), out.as<R>(), op.out.shape, fn);
       return true;
     });
   });
@@ -424,11 +428,11 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
     const T s = from_double<T>(op.scalar);
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
-      auto strides = op.lhs.shape.strides();
+      const int64_t n = op.out.numel();
       if (op.scalar_first)
-        map1<T, R>(ctx, a.as<const T>(), strides, out.as<R>(), op.out.shape, [=](T x) { return fn(s, x); });
+        flat1<T, R>(ctx, a.as<const T>(), out.as<R>(), n, [=](T x) { return fn(s, x); });
       else
-        map1<T, R>(ctx, a.as<const T>(), strides, out.as<R>(), op.out.shape, [=](T x) { return fn(x, s); });
+        flat1<T, R>(ctx, a.as<const T>(), out.as<R>(), n, [=](T x) { return fn(x, s); });
       return true;
     });
   });

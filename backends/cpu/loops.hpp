@@ -30,6 +30,23 @@ void parallel_rows(Context& ctx, const StridedLoop<N>& loop, F&& f) {
   });
 }
 
+/// out[i] = fn(in[i]) over contiguous operands: the common case, with no
+/// stride bookkeeping (which allocates, and dominated tiny ops).
+template <class T, class R, class Fn>
+void flat1(Context& ctx, const T* in, R* out, int64_t n, Fn fn) {
+  ctx.pool.parallel_for(n, parallel_grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = fn(in[i]);
+  });
+}
+
+/// out[i] = fn(a[i], b[i]) over contiguous operands of one shape.
+template <class T, class R, class Fn>
+void flat2(Context& ctx, const T* a, const T* b, R* out, int64_t n, Fn fn) {
+  ctx.pool.parallel_for(n, parallel_grain, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) out[i] = fn(a[i], b[i]);
+  });
+}
+
 /// Element-wise map over one input: out[i] = fn(in[i]), any strides.
 template <class T, class R, class Fn>
 void map1(Context& ctx, const T* in, const std::vector<int64_t>& in_strides, R* out,

@@ -48,13 +48,8 @@ void ThreadPool::work() {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
-  if (n <= 0) return;
+void ThreadPool::run_parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
   grain = std::max<int64_t>(grain, 1);
-  if (workers_.empty() || n <= grain) {
-    f(0, n);
-    return;
-  }
   auto parts = static_cast<int64_t>(threads());
   {
     std::lock_guard lock(mutex_);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -26,9 +27,20 @@ class ThreadPool {
   /// Runs f(begin, end) over [0, n) in chunks of at least `grain`; returns
   /// when all chunks are done. Serial when n is small or the pool has one
   /// thread.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
+  template <class F>
+  void parallel_for(int64_t n, int64_t grain, F&& f) {
+    if (n <= 0) return;
+    // Small jobs (every tiny op) run inline: no type erasure, no allocation.
+    if (workers_.empty() || n <= std::max<int64_t>(grain, 1)) {
+      f(int64_t{0}, n);
+      return;
+    }
+    const std::function<void(int64_t, int64_t)> job(std::ref(f));
+    run_parallel(n, grain, job);
+  }
 
  private:
+  void run_parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
   void work();
   void run_chunks(const std::function<void(int64_t, int64_t)>* job, int64_t n, int64_t chunk);
 

@@ -27,6 +27,14 @@ struct RuntimeOptions {
   size_t max_batch = 256;
   /// Longest time an op waits in the client queue.
   std::chrono::microseconds flush_interval{200};
+  /// Mark an input whose drop follows its last use in the same batch as
+  /// read_write, so the device may write the result into its buffer (off:
+  /// for measuring the effect; results are the same either way).
+  bool reuse_last_use = true;
+  /// Write a Chrome/Perfetto trace (JSON trace events: a track per device,
+  /// a slice per op, bridges as flows) to this path when the runtime shuts
+  /// down. Empty: the SWITCHYARD_TRACE environment variable, if set.
+  std::string trace_path;
 };
 
 /// Owns the actor system, the router and one runner per device. Thread

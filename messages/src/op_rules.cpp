@@ -70,10 +70,13 @@ caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
 }
 
 namespace {
-caf::expected<DType> binary_dtype(BinaryKind k, DType t, const std::string& operands) {
+// `operands()` names the operands for an error; only called on failure,
+// since every op on the hot path goes through here (client and runner).
+template <class Operands>
+caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
   if (is_comparison(k) || is_logical(k)) return DType::boolean;
   if (is_bitwise(k)) {
-    if (is_floating(t)) return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands);
+    if (is_floating(t)) return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
     return t;
   }
   switch (k) {
@@ -81,7 +84,7 @@ caf::expected<DType> binary_dtype(BinaryKind k, DType t, const std::string& oper
     case BinaryKind::atan2:
       return is_floating(t) ? t : default_float;
     case BinaryKind::sub:
-      if (is_bool(t)) return dtype_error("sub of two bool operands is not defined (use logical_xor), got " + operands);
+      if (is_bool(t)) return dtype_error("sub of two bool operands is not defined (use logical_xor), got " + operands());
       return t;
     case BinaryKind::pow:
     case BinaryKind::remainder:
@@ -103,7 +106,7 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
   if (k == BinaryKind::sub && (is_bool(ta) || is_bool(tb)))
     return dtype_error("sub with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
                        " and " + dt(tb));
-  auto t = binary_dtype(k, promote(ta, tb), dt(ta) + " and " + dt(tb));
+  auto t = binary_dtype(k, promote(ta, tb), [&] { return dt(ta) + " and " + dt(tb); });
   if (!t) return std::move(t.error());
   return TensorSpec{std::move(*shape), *t};
 }
@@ -114,7 +117,7 @@ caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, 
     return dtype_error(std::string("sub with a bool operand is not defined (use logical_xor or logical_not), got ") +
                        dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
   auto t = binary_dtype(k, promote_scalar(ta, sk),
-                        dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
+                        [&] { return dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar"; });
   if (!t) return std::move(t.error());
   return TensorSpec{a, *t};
 }
