@@ -24,8 +24,8 @@ using Reply = caf::result<uint32_t, std::vector<std::string>, std::vector<std::s
 }  // namespace
 
 caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices, caf::io::middleman_actor connector) {
-  return sys.spawn([devices = std::move(devices), connector = std::move(connector)](
-                       caf::stateful_actor<EntryState>* self) mutable -> caf::behavior {
+  return sys.spawn([devices = std::move(devices),
+                    connector = std::move(connector)](caf::stateful_actor<EntryState>* self) mutable -> caf::behavior {
     self->state.devices = std::move(devices);
     self->state.connector = std::move(connector);
     // A hostile or confused peer gets an error naming what it sent, and the
@@ -61,7 +61,8 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
         },
         [self](peer_atom, std::string& host, uint16_t port) -> caf::result<done_atom> {
           auto rp = self->make_response_promise<done_atom>();
-          self->request(self->state.connector, std::chrono::seconds(10), caf::connect_atom::value, std::move(host), port)
+          self->request(self->state.connector, std::chrono::seconds(10), caf::connect_atom::value, std::move(host),
+                        port)
               .then([rp](const caf::node_id&, const caf::strong_actor_ptr&,
                          const std::set<std::string>&) mutable { rp.deliver(done_atom::value); },
                     [rp](caf::error& e) mutable {

@@ -47,9 +47,7 @@ struct WorkerConfig : caf::actor_system_config {
   }
 };
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -73,8 +71,9 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   opts.threads = cfg.threads != 0 ? cfg.threads : std::max<size_t>(1, hw / names.size());
   for (const auto& name : names) {
     auto colon = name.find(':');
-    auto kind = std::find_if(kinds.begin(), kinds.end(),
-                             [&](const auto& k) { return colon != std::string::npos && k.name == name.substr(0, colon); });
+    auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) {
+      return colon != std::string::npos && k.name == name.substr(0, colon);
+    });
     if (kind == kinds.end()) return make_error(Errc::unknown_device, "device '" + name + "': unknown kind");
     auto idx = name.substr(colon + 1);
     int count = kind->device_count();
@@ -90,8 +89,8 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
       } catch (const std::exception&) {
       }
       if (i < 0 || i >= count)
-        return make_error(Errc::unknown_device, "device '" + name + "' does not exist (" + std::to_string(count) +
-                                                    " " + kind->name + " device(s))");
+        return make_error(Errc::unknown_device, "device '" + name + "' does not exist (" + std::to_string(count) + " " +
+                                                    kind->name + " device(s))");
       indices.push_back(i);
     }
     for (int i : indices) {

@@ -4,18 +4,17 @@
 //   cmake -B build -DSWITCHYARD_BENCHMARKS=ON && ninja -C build remote_bench
 //   build/bench/remote/remote_bench [--mib=64] [--reps=5]
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <arpa/inet.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "switchyard/switchyard.hpp"
@@ -160,16 +159,17 @@ int main(int argc, char** argv) {
   auto local = rt.device("cpu:0");
   auto remote = rt.device(worker.address() + "/cpu:0");
   std::printf("remote = %s (separate process on loopback)\n", remote.name().c_str());
-  std::printf("tiny op round trip (op + read, median of 200): local %.1f us, remote %.1f us\n",
-              tiny_op_us(local, 200), tiny_op_us(remote, 200));
+  std::printf("tiny op round trip (op + read, median of 200): local %.1f us, remote %.1f us\n", tiny_op_us(local, 200),
+              tiny_op_us(remote, 200));
   std::printf("tiny op throughput (20000 chained adds + sync): local %.0f ops/s, remote %.0f ops/s\n",
               op_throughput(local, 20000), op_throughput(remote, 20000));
   size_t bytes = mib << 20;
   auto [up, down] = bulk(local, remote, bytes, reps);
   std::printf("bulk %zu MiB (median of %d): local->remote %.2f GB/s, remote->local %.2f GB/s, plain TCP %.2f GB/s\n",
               mib, reps, up, down, plain_tcp(bytes, reps));
-  std::printf("MLP 784-512-512-10 batch 64 forward incl. input upload + logits read (median of %d): local %.2f ms, "
-              "remote %.2f ms\n",
-              reps * 4, mlp_ms(local, reps * 4), mlp_ms(remote, reps * 4));
+  std::printf(
+      "MLP 784-512-512-10 batch 64 forward incl. input upload + logits read (median of %d): local %.2f ms, "
+      "remote %.2f ms\n",
+      reps * 4, mlp_ms(local, reps * 4), mlp_ms(remote, reps * 4));
   return 0;
 }

@@ -1,18 +1,17 @@
 // Remote devices: worker processes on 127.0.0.1, reached over caf::io.
 
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdlib>
 #include <dirent.h>
+#include <filesystem>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-
-#include <atomic>
-#include <cstdlib>
-#include <filesystem>
 #include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
-#include <catch2/catch.hpp>
 
 #include "switchyard/messages/protocol.hpp"
 #include "switchyard/switchyard.hpp"
@@ -323,9 +322,8 @@ TEST_CASE("malformed messages get errors and the worker keeps serving", "[remote
     caf::scoped_actor self{sys};
     std::string error;
     // Wrong types to the entry actor.
-    self->request(*entry, 5s, std::string("gimme"), 42).receive([](caf::message&) {}, [&](caf::error& e) {
-      error = sy::describe(e).message;
-    });
+    self->request(*entry, 5s, std::string("gimme"), 42)
+        .receive([](caf::message&) {}, [&](caf::error& e) { error = sy::describe(e).message; });
     CHECK(error.find("unexpected message") != std::string::npos);
     // An unknown tensor id on a runner.
     std::vector<caf::actor> runners;

@@ -3,17 +3,16 @@
 // Starts a switchyard-worker child process for tests and stops it (SIGTERM,
 // then SIGKILL) when it goes out of scope. Everything is bounded in time.
 
+#include <chrono>
+#include <cstdint>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 extern char** environ;
