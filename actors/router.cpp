@@ -20,14 +20,26 @@ struct Device {
 
 struct RouterState {
   std::unordered_map<DeviceId, Device> devices;
+  // Why each lost device went, so later requests name it.
+  std::unordered_map<DeviceId, std::string> lost;
+  RouterOptions options;
   uint64_t next_token = 1;
   static inline const char* name = "switchyard.router";
 };
 
 using Self = router_actor::stateful_pointer<RouterState>;
 
-caf::error unknown_device(DeviceId id) {
-  return make_error(Errc::unknown_device, "device #" + std::to_string(id) + " is not attached (lost or never added)");
+caf::error unknown_device(Self self, DeviceId id) {
+  if (auto it = self->state.lost.find(id); it != self->state.lost.end())
+    return make_error(Errc::device_lost, it->second);
+  return make_error(Errc::unknown_device, "device #" + std::to_string(id) + " is not attached (never added)");
+}
+
+// Requests to a runner on another node need a deadline: CAF fails nothing
+// outstanding when a peer dies (the down handler does, this is the backstop).
+caf::duration timeout_for(Self self, const runner_actor& runner) {
+  if (runner.node() == self->node()) return caf::infinite;
+  return caf::duration{self->state.options.remote_timeout};
 }
 
 void lose_device(Self self, DeviceId id, const std::string& why) {
@@ -36,7 +48,10 @@ void lose_device(Self self, DeviceId id, const std::string& why) {
   auto outstanding = std::move(it->second.outstanding);
   auto name = it->second.name;
   self->state.devices.erase(it);
-  for (auto& [token, o] : outstanding) o.fail(make_error(Errc::device_lost, "device " + name + " lost: " + why));
+  auto message = "device " + name + " lost: " + why;
+  self->state.lost[id] = message;
+  if (self->state.options.on_lost) self->state.options.on_lost(id, message);
+  for (auto& [token, o] : outstanding) o.fail(make_error(Errc::device_lost, message));
 }
 
 // Relays a request to a device's runner; the reply (or the loss of the
@@ -44,14 +59,14 @@ void lose_device(Self self, DeviceId id, const std::string& why) {
 template <class Reply, class... Ts>
 caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
   auto it = self->state.devices.find(id);
-  if (it == self->state.devices.end()) return unknown_device(id);
+  if (it == self->state.devices.end()) return unknown_device(self, id);
   auto rp = self->make_response_promise<Reply>();
   auto token = self->state.next_token++;
   it->second.outstanding.emplace(token, Outstanding{[rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
   auto forget = [self, id, token] {
     if (auto d = self->state.devices.find(id); d != self->state.devices.end()) d->second.outstanding.erase(token);
   };
-  self->request(it->second.runner, caf::infinite, xs...)
+  self->request(it->second.runner, timeout_for(self, it->second.runner), xs...)
       .then(
           [rp, forget](Reply& r) mutable {
             forget();
@@ -66,12 +81,16 @@ caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
 
 }  // namespace
 
-router_actor spawn_router(caf::actor_system& sys) {
-  return sys.spawn([](Self self) -> router_actor::behavior_type {
+router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
+  return sys.spawn([options = std::move(options)](Self self) mutable -> router_actor::behavior_type {
+    self->state.options = std::move(options);
     self->set_down_handler([self](caf::down_msg& msg) {
       for (auto& [id, dev] : self->state.devices)
         if (dev.runner.address() == msg.source) {
-          lose_device(self, id, caf::to_string(msg.reason));
+          lose_device(self, id,
+                      msg.reason == caf::exit_reason::remote_link_unreachable
+                          ? "connection to its worker lost (remote_link_unreachable)"
+                          : "runner stopped (" + caf::to_string(msg.reason) + ")");
           return;
         }
     });
@@ -93,13 +112,13 @@ router_actor spawn_router(caf::actor_system& sys) {
           self->send(target, expect_atom::value, dst_ir);
           auto s = devs.find(src);
           if (s == devs.end()) {
-            self->send(target, import_atom::value, dst_ir.id, unknown_device(src));
+            self->send(target, import_atom::value, dst_ir.id, unknown_device(self, src));
             return;
           }
           auto token = self->state.next_token++;
           auto fail = [self, target, id = dst_ir.id](caf::error e) { self->send(target, import_atom::value, id, std::move(e)); };
           s->second.outstanding.emplace(token, Outstanding{fail});
-          self->request(s->second.runner, caf::infinite, export_atom::value, src_id, caf::actor_cast<caf::actor>(target),
+          self->request(s->second.runner, timeout_for(self, s->second.runner), export_atom::value, src_id, caf::actor_cast<caf::actor>(target),
                         dst_ir.id)
               .then(
                   [self, src, token](done_atom) {
@@ -114,6 +133,7 @@ router_actor spawn_router(caf::actor_system& sys) {
         },
         [self](attach_atom, DeviceId id, std::string& name, runner_actor& runner) {
           self->monitor(runner);
+          self->state.lost.erase(id);
           self->state.devices[id] = Device{std::move(name), std::move(runner), {}};
           return done_atom::value;
         },

@@ -1,15 +1,28 @@
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <string>
+
 #include <caf/actor_system.hpp>
 
 #include "switchyard/messages/protocol.hpp"
 
 namespace switchyard::actors {
 
+struct RouterOptions {
+  /// Deadline of every request to a runner on another node (reads, syncs,
+  /// exports). Losing the node fails them earlier, through its monitor.
+  std::chrono::milliseconds remote_timeout{std::chrono::minutes(2)};
+  /// Called (on the router's thread) once per lost device, with the message
+  /// its failed requests carry ("device <name> lost: <why>").
+  std::function<void(DeviceId, const std::string&)> on_lost;
+};
+
 /// Spawns the router: the one address clients talk to. It forwards ops by
 /// device, relays reads and syncs (so it can fail them when a device is
 /// lost: CAF does not fail requests to a dead remote peer by itself), and
 /// coordinates bridges as message exchanges between runners.
-[[nodiscard]] router_actor spawn_router(caf::actor_system& sys);
+[[nodiscard]] router_actor spawn_router(caf::actor_system& sys, RouterOptions options = {});
 
 }  // namespace switchyard::actors

@@ -22,11 +22,13 @@ struct Entry {
   caf::error error;
   uint32_t users = 0;     // deferred ops that read it
   bool released = false;  // the client holds no reference any more
+  caf::node_id owner;     // node of the client that created it (freed when that node goes)
   std::vector<std::function<void(Entry&)>> waiters;
 };
 
 struct RunnerState {
   std::string name;
+  caf::node_id sender;  // node of the message being handled: owner of what it creates
   std::shared_ptr<backends::Backend> backend;
   std::unordered_map<TensorId, Entry> table;
   std::deque<OperationIr> deferred;  // ops waiting on pending inputs, in order
@@ -95,6 +97,7 @@ bool declare_outputs(RunnerState& st, OperationIr& op, bool pending_exists) {
     }
     it->second.meta = t;
     it->second.state = Entry::State::pending;
+    it->second.owner = st.sender;
   });
   return ok;
 }
@@ -333,6 +336,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.backend->set_waker([handle = runner_actor{self}] { caf::anon_send(handle, poll_atom::value); });
   return {
       [self](submit_atom, std::vector<OperationIr>& ops) {
+        self->state.sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
         for (auto& op : ops) {
           try {
             submit_one(self, op);
@@ -375,6 +379,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         if (!inserted) return;  // duplicate id from a misbehaving client
         it->second.meta = ir;
         it->second.state = Entry::State::pending;
+        it->second.owner = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
           auto data = std::move(early->second);
           st.early_imports.erase(early);
@@ -406,6 +411,16 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return rp;
       },
       [self](poll_atom) { self->state.backend->poll(); },
+      [self](detach_atom, const caf::node_id& client) {
+        // Only the worker itself may say a client is gone; a remote peer
+        // could otherwise free another client's tensors.
+        if (!self->current_sender() || self->current_sender()->node() != self->node()) return;
+        auto& st = self->state;
+        std::vector<TensorId> owned;
+        for (auto& [id, e] : st.table)
+          if (e.owner == client) owned.push_back(id);
+        for (auto id : owned) release(st, id);
+      },
   };
 }
 

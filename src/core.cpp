@@ -4,6 +4,8 @@
 #include <random>
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include "actors/router.hpp"
 #include "actors/runner.hpp"
@@ -55,7 +57,7 @@ DeviceRequest parse_device(const std::string& name) {
 
 }  // namespace
 
-Core::Core(RuntimeOptions options) : options_(std::move(options)) {
+Core::Core(RuntimeOptions options) : options_(std::move(options)), slots_(std::make_unique<Slot[]>(max_devices)) {
   std::random_device rd;
   // A random prefix keeps ids of different clients of one worker apart.
   next_id_ = (uint64_t{rd()} << 32 & 0x7FFFFFFF00000000ULL) | 1;
@@ -68,8 +70,53 @@ Core::Core(RuntimeOptions options) : options_(std::move(options)) {
   config_.set("scheduler.policy", caf::atom("sharing"));
   config_.set("scheduler.max-threads", static_cast<size_t>(std::min(hw, 4u)));
   config_.set("logger.verbosity", caf::atom("quiet"));
+  // Always loaded so `connect` works on any runtime; it costs one idle
+  // multiplexer thread.
+  config_.load<caf::io::middleman>();
+  const auto& tls = options_.tls;
+  if (tls.enabled()) {
+    if (tls.cert.empty() != tls.key.empty())
+      throw Error(Errc::invalid_argument, "TLS: give both a certificate and a key, or neither");
+    config_.load<caf::openssl::manager>();
+    config_.openssl_certificate = tls.cert;
+    config_.openssl_key = tls.key;
+    config_.openssl_cafile = tls.ca;
+  }
   system_ = std::make_unique<caf::actor_system>(config_);
-  router_ = actors::spawn_router(*system_);
+  actors::RouterOptions ropts;
+  ropts.remote_timeout = options_.remote_timeout;
+  // The router outlives nothing of ours: close() stops it before slots_ go.
+  ropts.on_lost = [this](DeviceId id, const std::string& why) { on_lost(id, why); };
+  router_ = actors::spawn_router(*system_, std::move(ropts));
+}
+
+void Core::on_lost(DeviceId id, const std::string& why) {
+  if (id >= max_devices) return;
+  auto& s = slots_[id];
+  if (s.lost.load(std::memory_order_acquire)) return;
+  s.lost_reason = why;
+  s.lost.store(true, std::memory_order_release);
+}
+
+void Core::check_usable(DeviceId id) const {
+  if (auto why = lost(id)) throw Error(Errc::device_lost, *why);
+}
+
+DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner, bool local) {
+  auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
+  if (id >= max_devices)
+    throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
+  // Attach before publishing: a thread that finds the device may submit at
+  // once, and the router must know the id by then.
+  caf::scoped_actor self{*system_};
+  self->request(router_, caf::infinite, attach_atom::value, id, name, caf::actor_cast<runner_actor>(runner))
+      .receive([](done_atom) {}, [&](caf::error& e) { throw_error(e); });
+  auto& s = slots_[id];
+  s.info = DeviceInfo{std::move(name), std::move(kind)};
+  s.runner = std::move(runner);
+  s.local = local;
+  count_.store(id + 1, std::memory_order_release);
+  return id;
 }
 
 void Core::start() {
@@ -105,31 +152,102 @@ void Core::start() {
   std::string trace_path = options_.trace_path;
   if (const char* env = std::getenv("SWITCHYARD_TRACE"); trace_path.empty() && env != nullptr) trace_path = env;
   if (!trace_path.empty()) tracer_ = std::make_shared<actors::Tracer>(trace_path);
-  caf::scoped_actor self{*system_};
+  {
+  std::lock_guard add_lock(add_mutex_);
   for (auto& [name, where] : plan) {
     if (find(name)) throw Error(Errc::invalid_argument, "device '" + name + "' requested twice");
     backends::DeviceOptions opts;
     opts.threads = options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
     if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
     std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
-    auto id = static_cast<DeviceId>(devices_.size());
-    auto queue = std::make_unique<Queue>();
+    auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
+    if (id >= max_devices)
+      throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
     auto runner = actors::spawn_runner(*system_, name, std::move(backend),
-                                       actors::RunnerHooks{tracer_, id, queue->batches_done});
-    devices_.push_back(DeviceInfo{name, where.first->name});
-    runners_.push_back(caf::actor_cast<caf::actor>(runner));
-    queues_.push_back(std::move(queue));
-    self->request(router_, caf::infinite, attach_atom::value, id, name, runner)
-        .receive([](done_atom) {}, [&](caf::error& e) { throw_error(e); });
+                                       actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done});
+    add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
+  }
   }
   flusher_ = std::thread([this] { flusher_loop(); });
+  std::vector<std::string> workers = options_.workers;
+  if (const char* env = std::getenv("SWITCHYARD_WORKERS")) {
+    std::string list = env;
+    for (size_t pos = 0; pos <= list.size();) {
+      auto comma = std::min(list.find(',', pos), list.size());
+      if (comma > pos) workers.push_back(list.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  for (const auto& w : workers) {
+    auto colon = w.rfind(':');
+    int port = -1;
+    if (colon != std::string::npos && colon > 0) {
+      try {
+        size_t used = 0;
+        port = std::stoi(w.substr(colon + 1), &used);
+        if (used != w.size() - colon - 1) port = -1;
+      } catch (const std::exception&) {
+        port = -1;
+      }
+    }
+    if (port <= 0 || port > 65535)
+      throw Error(Errc::invalid_argument, "worker address '" + w + "' is not of the form host:port");
+    (void)connect(w.substr(0, colon), static_cast<uint16_t>(port));
+  }
+}
+
+std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
+  if (closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
+  const std::string address = host + ":" + std::to_string(port);
+  std::lock_guard add_lock(add_mutex_);
+  for (const auto& w : workers_)
+    if (w.host == host && w.port == port && std::none_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return lost(d); }))
+      throw Error(Errc::invalid_argument, "already connected to worker " + address);
+  auto entry = options_.tls.enabled() ? caf::openssl::remote_actor(*system_, host, port)
+                                      : system_->middleman().remote_actor(host, port);
+  if (!entry)
+    throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": " + system_->render(entry.error()));
+  std::vector<std::string> names, kinds;
+  std::vector<caf::actor> runners;
+  caf::scoped_actor self{*system_};
+  std::optional<caf::error> failure;
+  self->request(*entry, std::chrono::seconds(10), hello_atom::value, protocol_version,
+                caf::actor_cast<caf::actor>(router_))
+      .receive(
+          [&](uint32_t, std::vector<std::string>& n, std::vector<std::string>& k, std::vector<caf::actor>& r) {
+            names = std::move(n);
+            kinds = std::move(k);
+            runners = std::move(r);
+          },
+          [&](caf::error& e) { failure = e; });
+  if (failure) {
+    auto info = describe(*failure);
+    throw Error(info.code == Errc::device_lost ? Errc::unknown_device : info.code,
+                "worker " + address + " refused the connection: " + info.message);
+  }
+  if (names.size() != kinds.size() || names.size() != runners.size() ||
+      std::any_of(runners.begin(), runners.end(), [](const caf::actor& a) { return !a; }))
+    throw Error(Errc::protocol_error, "worker " + address + " sent a malformed device list");
+  // Direct routes between workers, so bridges never pass through us.
+  for (const auto& w : workers_) {
+    if (std::all_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return lost(d) != nullptr; })) continue;
+    self->request(w.entry, std::chrono::seconds(10), peer_atom::value, host, port)
+        .receive([](done_atom) {}, [](caf::error&) { /* bridges then relay via this client: slower, still correct */ });
+  }
+  Worker worker{host, port, *entry, {}};
+  for (size_t i = 0; i < names.size(); ++i)
+    worker.devices.push_back(add_device(address + "/" + names[i], kinds[i], std::move(runners[i]), false));
+  auto ids = worker.devices;
+  workers_.push_back(std::move(worker));
+  return ids;
 }
 
 Core::~Core() { close(); }
 
 std::optional<DeviceId> Core::find(std::string_view name) const {
-  for (size_t i = 0; i < devices_.size(); ++i)
-    if (devices_[i].name == name) return static_cast<DeviceId>(i);
+  // Newest first: a reconnected worker's devices reuse the lost ones' names.
+  for (size_t i = device_count(); i-- > 0;)
+    if (slots_[i].info.name == name && !lost(static_cast<DeviceId>(i))) return static_cast<DeviceId>(i);
   return std::nullopt;
 }
 
@@ -178,7 +296,9 @@ void Core::flush_locked(DeviceId device, Queue& q) {
   // reallocations and page faults on the submitting thread (profiled).
   batch.reserve(options_.max_batch);
   batch.swap(q.ops);
-  wait_for_room(q);
+  // Only local runners count the batches they take in; a remote device's
+  // flow is bounded by its connection instead.
+  if (slots_[device].local) wait_for_room(q);
   caf::anon_send(router_, submit_atom::value, device, std::move(batch));
   ++q.batches_sent;
 }
@@ -209,7 +329,7 @@ void Core::wait_for_room(Queue& q) {
 }
 
 void Core::submit(DeviceId device, OperationIr op) {
-  auto& q = *queues_.at(device);
+  auto& q = slot(device).queue;
   bool arm = false;
   {
     std::lock_guard lock(q.mutex);
@@ -230,13 +350,13 @@ void Core::submit(DeviceId device, OperationIr op) {
 }
 
 void Core::flush(DeviceId device) {
-  auto& q = *queues_.at(device);
+  auto& q = slot(device).queue;
   std::lock_guard lock(q.mutex);
   flush_locked(device, q);
 }
 
 void Core::flush_all() {
-  for (DeviceId d = 0; d < queues_.size(); ++d) flush(d);
+  for (DeviceId d = 0; d < device_count(); ++d) flush(d);
 }
 
 void Core::flusher_loop() {
@@ -254,6 +374,7 @@ void Core::flusher_loop() {
 }
 
 Tensor Core::emit(DeviceId device, const TensorIr& ir, OperationIr op) {
+  check_usable(device);
   submit(device, std::move(op));
   TensorIr meta{ir.id, ir.shape, ir.dtype, TensorStatus::read_only};
   return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(meta)));
@@ -302,8 +423,10 @@ Future<DeviceStats> Core::stats(DeviceId device) {
 void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir) {
   // Both queues go out first: the export must follow the ops producing the
   // source, and the expect must precede ops on the result.
-  auto& qs = *queues_.at(src);
-  auto& qd = *queues_.at(dst);
+  check_usable(src);
+  check_usable(dst);
+  auto& qs = slot(src).queue;
+  auto& qd = slot(dst).queue;
   std::scoped_lock lock(qs.mutex, qd.mutex);
   if (closed()) return;
   flush_locked(src, qs);
@@ -314,9 +437,9 @@ void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& d
 void Core::close() {
   if (closed_.exchange(true, std::memory_order_acq_rel)) return;
   // Send what is queued (submit refuses new work now that closed_ is set).
-  for (DeviceId d = 0; d < queues_.size(); ++d) {
-    std::lock_guard lock(queues_[d]->mutex);
-    flush_locked(d, *queues_[d]);
+  for (DeviceId d = 0; d < device_count(); ++d) {
+    std::lock_guard lock(slots_[d].queue.mutex);
+    flush_locked(d, slots_[d].queue);
   }
   {
     std::lock_guard lock(flusher_mutex_);
@@ -328,13 +451,21 @@ void Core::close() {
   {
     // Let in-flight work finish (bounded), so outstanding reads complete.
     caf::scoped_actor self{*system_};
-    for (DeviceId d = 0; d < devices_.size(); ++d)
-      self->request(router_, std::chrono::seconds(10), sync_atom::value, d)
-          .receive([](done_atom) {}, [](caf::error&) {});
+    for (DeviceId d = 0; d < device_count(); ++d)
+      if (!lost(d))
+        self->request(router_, std::chrono::seconds(10), sync_atom::value, d)
+            .receive([](done_atom) {}, [](caf::error&) {});
   }
-  for (auto& r : runners_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+  // Remote runners belong to their worker; it frees our tensors when it
+  // sees our router go.
+  for (DeviceId d = 0; d < device_count(); ++d)
+    if (slots_[d].local) caf::anon_send_exit(slots_[d].runner, caf::exit_reason::user_shutdown);
+  for (DeviceId d = 0; d < device_count(); ++d) slots_[d].runner = nullptr;
+  {
+    std::lock_guard lock(add_mutex_);
+    workers_.clear();
+  }
   caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
-  runners_.clear();
   router_ = nullptr;
   system_.reset();
   tracer_.reset();  // every runner has stopped: this writes the trace

@@ -54,8 +54,22 @@ class Core : public std::enable_shared_from_this<Core> {
   void close();
 
   [[nodiscard]] TensorId new_id() noexcept { return TensorId{next_id_.fetch_add(1, std::memory_order_relaxed)}; }
-  [[nodiscard]] const DeviceInfo& info(DeviceId id) const { return devices_.at(id); }
-  [[nodiscard]] size_t device_count() const noexcept { return devices_.size(); }
+  /// Most devices one runtime ever holds (ids are never reused, so lost and
+  /// reconnected devices count too). The table has this many slots from the
+  /// start, so it grows by publishing a count: readers never see it move.
+  static constexpr size_t max_devices = 1024;
+
+  [[nodiscard]] const DeviceInfo& info(DeviceId id) const { return slot(id).info; }
+  /// Devices ever added (lost ones included; see `lost`).
+  [[nodiscard]] size_t device_count() const noexcept { return count_.load(std::memory_order_acquire); }
+  /// Why the device was lost, or nullptr while it is attached.
+  [[nodiscard]] const std::string* lost(DeviceId id) const {
+    auto& s = slot(id);
+    return s.lost.load(std::memory_order_acquire) ? &s.lost_reason : nullptr;
+  }
+  /// Connects to a switchyard-worker and adds its devices as
+  /// "host:port/<name>"; returns their ids. Throws Error on failure.
+  std::vector<DeviceId> connect(const std::string& host, uint16_t port);
   [[nodiscard]] const std::vector<std::string>& unavailable() const noexcept { return unavailable_; }
   [[nodiscard]] std::optional<DeviceId> find(std::string_view name) const;
 
@@ -85,6 +99,30 @@ class Core : public std::enable_shared_from_this<Core> {
     uint64_t batches_sent = 0;
     std::shared_ptr<std::atomic<uint64_t>> batches_done = std::make_shared<std::atomic<uint64_t>>(0);
   };
+  // Written once before `count_` publishes it, except `lost*` (router thread).
+  struct Slot {
+    DeviceInfo info;
+    Queue queue;
+    caf::actor runner;
+    bool local = false;
+    std::string lost_reason;
+    std::atomic<bool> lost{false};
+  };
+  struct Worker {
+    std::string host;
+    uint16_t port = 0;
+    caf::actor entry;
+    std::vector<DeviceId> devices;
+  };
+
+  [[nodiscard]] Slot& slot(DeviceId id) const {
+    if (id >= device_count()) throw Error(Errc::unknown_device, "device #" + std::to_string(id) + " does not exist");
+    return slots_[id];
+  }
+  void check_usable(DeviceId id) const;
+  // Attaches a runner under the next id and publishes it; add_mutex_ held.
+  DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local);
+  void on_lost(DeviceId id, const std::string& why);
 
   void flush_locked(DeviceId device, Queue& q);
   void wait_for_room(Queue& q);
@@ -96,11 +134,12 @@ class Core : public std::enable_shared_from_this<Core> {
   caf::actor_system_config config_;
   std::unique_ptr<caf::actor_system> system_;
   router_actor router_;
-  std::vector<DeviceInfo> devices_;
+  std::unique_ptr<Slot[]> slots_;
+  std::atomic<size_t> count_{0};
+  std::mutex add_mutex_;  // serialises adding devices; guards workers_
+  std::vector<Worker> workers_;
   std::vector<std::string> unavailable_;
-  std::vector<caf::actor> runners_;
   std::shared_ptr<actors::Tracer> tracer_;  // null unless tracing
-  std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<uint64_t> next_id_;
   std::atomic<bool> closed_{false};
 

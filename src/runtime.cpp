@@ -17,13 +17,26 @@ Runtime::~Runtime() { core_->close(); }
 Device Runtime::device(std::string_view name) const {
   if (auto id = core_->find(name)) return Device(core_, *id);
   std::string have;
-  for (DeviceId i = 0; i < core_->device_count(); ++i) have += (have.empty() ? "" : ", ") + core_->info(i).name;
+  for (DeviceId i = 0; i < core_->device_count(); ++i) {
+    if (core_->lost(i)) {
+      if (core_->info(i).name == name) throw Error(Errc::device_lost, *core_->lost(i));
+      continue;
+    }
+    have += (have.empty() ? "" : ", ") + core_->info(i).name;
+  }
   throw Error(Errc::unknown_device, "unknown device '" + std::string(name) + "' (this runtime has: " + have + ")");
 }
 
 std::vector<Device> Runtime::devices() const {
   std::vector<Device> out;
-  for (DeviceId i = 0; i < core_->device_count(); ++i) out.push_back(Device(core_, i));
+  for (DeviceId i = 0; i < core_->device_count(); ++i)
+    if (!core_->lost(i)) out.push_back(Device(core_, i));
+  return out;
+}
+
+std::vector<Device> Runtime::connect(const std::string& host, uint16_t port) {
+  std::vector<Device> out;
+  for (auto id : core_->connect(host, port)) out.push_back(Device(core_, id));
   return out;
 }
 
@@ -33,13 +46,14 @@ Future<void> Runtime::sync_all() const {
   // Chains the devices' syncs; the first failure fails the whole.
   Promise<void> done;
   auto result = done.future();
-  auto remaining = std::make_shared<std::atomic<size_t>>(core_->device_count());
+  auto devices = this->devices();
+  auto remaining = std::make_shared<std::atomic<size_t>>(devices.size());
   if (*remaining == 0) {
     done.set_value();
     return result;
   }
-  for (DeviceId i = 0; i < core_->device_count(); ++i) {
-    auto f = core_->sync(i);
+  for (const auto& d : devices) {
+    auto f = core_->sync(d.id());
     f.on_complete([done, remaining](std::exception_ptr e) {
       if (e) done.set_error(e);
       if (remaining->fetch_sub(1) == 1) done.set_value();
@@ -50,7 +64,7 @@ Future<void> Runtime::sync_all() const {
 
 std::vector<DeviceStats> Runtime::stats() const {
   std::vector<Future<DeviceStats>> futures;
-  for (DeviceId i = 0; i < core_->device_count(); ++i) futures.push_back(core_->stats(i));
+  for (const auto& d : devices()) futures.push_back(core_->stats(d.id()));
   std::vector<DeviceStats> out;
   for (auto& f : futures) out.push_back(f.get());
   return out;

@@ -10,6 +10,16 @@
 
 namespace switchyard {
 
+/// TLS for connections to workers (caf::openssl). With a CA file the peer
+/// must present a certificate it signed; a worker that checks clients then
+/// needs `cert` and `key` here too. PEM files.
+struct TlsOptions {
+  std::string cert;
+  std::string key;
+  std::string ca;
+  [[nodiscard]] bool enabled() const noexcept { return !cert.empty() || !key.empty() || !ca.empty(); }
+};
+
 /// How a Runtime starts.
 struct RuntimeOptions {
   /// Devices to start: "cpu:N", "reference:N", "cuda:N" or "cuda:*" (every
@@ -35,6 +45,15 @@ struct RuntimeOptions {
   /// a slice per op, bridges as flows) to this path when the runtime shuts
   /// down. Empty: the SWITCHYARD_TRACE environment variable, if set.
   std::string trace_path;
+  /// Workers to connect to at start, "host:port" each (see
+  /// Runtime::connect); the environment variable SWITCHYARD_WORKERS adds a
+  /// comma-separated list.
+  std::vector<std::string> workers;
+  /// When set, every worker connection uses TLS.
+  TlsOptions tls;
+  /// Deadline of each read, sync or bridge on a remote device. A worker that
+  /// dies or disconnects fails them at once; this bounds a hung one.
+  std::chrono::milliseconds remote_timeout{std::chrono::minutes(2)};
 };
 
 /// Owns the actor system, the router and one runner per device. Thread
@@ -56,6 +75,15 @@ class Runtime {
   /// Why requested devices are missing (e.g. "cuda: no CUDA driver"), one
   /// line per backend kind that registered none.
   [[nodiscard]] std::vector<std::string> unavailable() const;
+
+  /// Connects to a `switchyard-worker` listening on host:port and adds its
+  /// devices as "host:port/<device>" (e.g. "127.0.0.1:4242/cpu:0"); returns
+  /// them. Safe while other threads submit work. Throws Error when the
+  /// worker cannot be reached, speaks another protocol version, or is
+  /// already connected. When the worker goes away, its devices are removed
+  /// and every pending future on them fails with "device <name> lost";
+  /// connecting again (same or new port) adds fresh devices.
+  std::vector<Device> connect(const std::string& host, uint16_t port);
 
   /// Waits for every device.
   [[nodiscard]] Future<void> sync_all() const;

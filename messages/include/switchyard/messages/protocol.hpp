@@ -9,6 +9,7 @@
 
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
+#include <caf/node_id.hpp>
 #include <caf/typed_actor.hpp>
 
 #include "switchyard/messages/operation_ir.hpp"
@@ -17,7 +18,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 1;
+inline constexpr uint32_t protocol_version = 2;
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
@@ -31,6 +32,8 @@ using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using detach_atom = caf::atom_constant<caf::atom("detach")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using peer_atom = caf::atom_constant<caf::atom("peer")>;
 
 /// Counters one runner reports.
 struct DeviceStats {
@@ -72,7 +75,10 @@ using runner_actor = caf::typed_actor<
     // the second id; replies once sent (or with the error sent instead).
     caf::replies_to<export_atom, TensorId, caf::actor, TensorId>::with<done_atom>,
     // An async backend has completions ready (sent by its waker).
-    caf::reacts_to<poll_atom>>;
+    caf::reacts_to<poll_atom>,
+    // A client node went away: free every tensor it owns. Accepted only
+    // from the runner's own node (a worker's entry actor sends it).
+    caf::reacts_to<detach_atom, caf::node_id>>;
 
 /// Forwards requests by device and coordinates bridges between runners.
 using router_actor = caf::typed_actor<
@@ -86,6 +92,18 @@ using router_actor = caf::typed_actor<
     caf::replies_to<attach_atom, DeviceId, std::string, runner_actor>::with<done_atom>,
     // Remove a device: its outstanding requests fail with device_lost.
     caf::reacts_to<detach_atom, DeviceId>>;
+
+/// A worker's entry actor (dynamically typed, so a client of another
+/// protocol version still gets a readable answer instead of an interface
+/// mismatch). It answers:
+///   (hello_atom, uint32_t version, caf::actor client)
+///     -> (uint32_t version, std::vector<std::string> device names,
+///         std::vector<std::string> device kinds, std::vector<caf::actor> runners)
+///     or Errc::protocol_error on a version mismatch. The worker monitors
+///     `client` and frees every tensor of its node when it goes away.
+///   (peer_atom, std::string host, uint16_t port) -> done_atom once this
+///     worker holds a direct connection to the worker at host:port, so
+///     bridges between the two never pass through the client.
 
 /// Registers every message type and the error category with a config.
 void register_message_types(caf::actor_system_config& cfg);

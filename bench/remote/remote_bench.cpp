@@ -1,0 +1,175 @@
+// Remote device overhead, measured against the local device and against a
+// plain TCP copy of the same bytes over loopback, in one run.
+//
+//   cmake -B build -DSWITCHYARD_BENCHMARKS=ON && ninja -C build remote_bench
+//   build/bench/remote/remote_bench [--mib=64] [--reps=5]
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "switchyard/switchyard.hpp"
+#include "worker_process.hpp"
+
+namespace sy = switchyard;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One read round trip of a 1-element op chain of `ops` ops.
+double tiny_op_us(sy::Device dev, int reps) {
+  auto x = dev.full({1}, 1);
+  (void)x.to_vector<float>();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    (void)(x + 1.0).to_vector<float>();
+    t.push_back(seconds_since(start) * 1e6);
+  }
+  return median(t);
+}
+
+// Throughput of fire-and-forget tiny ops, then one sync.
+double op_throughput(sy::Device dev, int n) {
+  auto x = dev.full({1}, 0);
+  dev.sync().get();
+  auto start = Clock::now();
+  for (int i = 0; i < n; ++i) x = x + 1.0;
+  dev.sync().get();
+  return n / seconds_since(start);
+}
+
+// GB/s of local -> remote (to, then a 4-byte sum read: a sync alone would not
+// wait for the bridged bytes) and remote -> local (read).
+std::pair<double, double> bulk(sy::Device local, sy::Device remote, size_t bytes, int reps) {
+  auto n = static_cast<int64_t>(bytes / 4);
+  auto src = local.ones({n});
+  local.sync().get();
+  std::vector<double> up, down;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    auto there = src.to(remote);
+    (void)there.sum().read().get();
+    up.push_back(bytes / seconds_since(start) / 1e9);
+    start = Clock::now();
+    auto data = there.read().get();
+    down.push_back(bytes / seconds_since(start) / 1e9);
+  }
+  return {median(up), median(down)};
+}
+
+// The same bytes through one loopback TCP connection, no framing.
+double plain_tcp(size_t bytes, int reps) {
+  int server = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len);
+  listen(server, 1);
+  std::vector<char> out(bytes, 1);
+  std::thread receiver([&] {
+    int c = accept(server, nullptr, nullptr);
+    std::vector<char> in(1 << 20);
+    for (int r = 0; r < reps; ++r) {
+      size_t got = 0;
+      while (got < bytes) {
+        auto k = recv(c, in.data(), std::min(in.size(), bytes - got), 0);
+        if (k <= 0) break;
+        got += static_cast<size_t>(k);
+      }
+      char ack = 1;
+      send(c, &ack, 1, 0);
+    }
+    close(c);
+  });
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto start = Clock::now();
+    size_t sent = 0;
+    while (sent < bytes) {
+      auto k = send(s, out.data() + sent, bytes - sent, 0);
+      if (k <= 0) break;
+      sent += static_cast<size_t>(k);
+    }
+    char ack;
+    recv(s, &ack, 1, 0);
+    t.push_back(bytes / seconds_since(start) / 1e9);
+  }
+  close(s);
+  receiver.join();
+  close(server);
+  return median(t);
+}
+
+// MLP 784-512-512-10 forward on batch 64; the input comes from the client
+// each time and the logits go back to it.
+double mlp_ms(sy::Device dev, int reps) {
+  dev.seed(1);
+  auto w1 = dev.uniform({512, 784}, -0.05, 0.05), b1 = dev.zeros({512});
+  auto w2 = dev.uniform({512, 512}, -0.05, 0.05), b2 = dev.zeros({512});
+  auto w3 = dev.uniform({10, 512}, -0.05, 0.05), b3 = dev.zeros({10});
+  std::vector<float> input(64 * 784, 0.5f);
+  std::vector<double> t;
+  for (int i = 0; i < reps + 1; ++i) {
+    auto start = Clock::now();
+    auto x = dev.tensor<float>(input, {64, 784});
+    auto y = x.linear(w1, b1).relu().linear(w2, b2).relu().linear(w3, b3);
+    auto out = y.to_vector<float>();
+    if (i > 0) t.push_back(seconds_since(start) * 1e3);  // the first warms up
+  }
+  return median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  size_t mib = 64;
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--mib=", 0) == 0) mib = std::stoul(a.substr(6));
+    if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
+  }
+  sy::testing::WorkerProcess worker({"--devices=cpu:0"});
+  sy::RuntimeOptions o;
+  o.devices = {"cpu:0"};
+  sy::Runtime rt(o);
+  rt.connect(worker.host(), worker.port());
+  auto local = rt.device("cpu:0");
+  auto remote = rt.device(worker.address() + "/cpu:0");
+  std::printf("remote = %s (separate process on loopback)\n", remote.name().c_str());
+  std::printf("tiny op round trip (op + read, median of 200): local %.1f us, remote %.1f us\n", tiny_op_us(local, 200),
+              tiny_op_us(remote, 200));
+  std::printf("tiny op throughput (20000 chained adds + sync): local %.0f ops/s, remote %.0f ops/s\n",
+              op_throughput(local, 20000), op_throughput(remote, 20000));
+  size_t bytes = mib << 20;
+  auto [up, down] = bulk(local, remote, bytes, reps);
+  std::printf("bulk %zu MiB (median of %d): local->remote %.2f GB/s, remote->local %.2f GB/s, plain TCP %.2f GB/s\n",
+              mib, reps, up, down, plain_tcp(bytes, reps));
+  std::printf(
+      "MLP 784-512-512-10 batch 64 forward incl. input upload + logits read (median of %d): local %.2f ms, "
+      "remote %.2f ms\n",
+      reps * 4, mlp_ms(local, reps * 4), mlp_ms(remote, reps * 4));
+  return 0;
+}

@@ -1,0 +1,403 @@
+// Remote devices: worker processes on 127.0.0.1, reached over caf::io.
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <dirent.h>
+#include <filesystem>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "switchyard/messages/protocol.hpp"
+#include "switchyard/switchyard.hpp"
+#include "worker_process.hpp"
+
+namespace sy = switchyard;
+using sy::testing::WorkerProcess;
+using namespace std::chrono_literals;
+
+namespace {
+
+sy::RuntimeOptions local_cpu() {
+  sy::RuntimeOptions o;
+  o.devices = {"cpu:0"};
+  o.cpu_threads = 1;
+  return o;
+}
+
+std::vector<float> iota(size_t n, float start = 0) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+// Bytes this process received over TCP, summed over its open sockets (the
+// kernel's count, so it includes anything CAF forwards for other nodes).
+uint64_t tcp_bytes_received() {
+  uint64_t total = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return 0;
+  while (auto* e = readdir(dir)) {
+    int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    tcp_info info{};
+    socklen_t len = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && len >= offsetof(tcp_info, tcpi_bytes_received) + 8)
+      total += info.tcpi_bytes_received;
+  }
+  closedir(dir);
+  return total;
+}
+
+sy::Errc code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const sy::Error& e) {
+    return e.code();
+  }
+  return sy::Errc{};
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("worker devices appear under host:port names and run ops", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0,cpu:1", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  auto added = rt.connect(w.host(), w.port());
+  REQUIRE(added.size() == 2);
+  CHECK(added[0].name() == w.address() + "/cpu:0");
+  CHECK(added[0].kind() == "cpu");
+  auto dev = rt.device(w.address() + "/cpu:1");
+  auto x = dev.tensor<float>(iota(6), {2, 3});
+  auto y = (x * 2.0 + 1.0).sum({1});
+  CHECK(y.to_vector<float>() == std::vector<float>{9, 27});
+  auto s = dev.stats().get();
+  CHECK(s.device == "cpu:1");
+  CHECK(s.ops_executed >= 3);
+  rt.sync_all().get();
+}
+
+TEST_CASE("SWITCHYARD_WORKERS connects at start", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  setenv("SWITCHYARD_WORKERS", w.address().c_str(), 1);
+  std::unique_ptr<sy::Runtime> rt;
+  REQUIRE_NOTHROW(rt = std::make_unique<sy::Runtime>(local_cpu()));
+  unsetenv("SWITCHYARD_WORKERS");
+  CHECK(rt->devices().size() == 2);
+  CHECK(rt->device(w.address() + "/cpu:0").zeros({3}).to_vector<float>() == std::vector<float>{0, 0, 0});
+}
+
+TEST_CASE("seeded random ops on a worker match the local device", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  auto local = rt.device("cpu:0"), remote = rt.device(w.address() + "/cpu:0");
+  local.seed(7);
+  remote.seed(7);
+  auto a = local.uniform({64}, -1, 1).to_vector<float>();
+  auto b = remote.uniform({64}, -1, 1).to_vector<float>();
+  CHECK(a == b);
+}
+
+TEST_CASE("bridges move tensors local to worker and back", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  auto local = rt.device("cpu:0"), remote = rt.device(w.address() + "/cpu:0");
+  auto x = local.tensor<float>(iota(1000), {10, 100});
+  auto there = (x.to(remote) + 1.0).matmul(remote.ones({100, 1}));
+  auto back = there.to(local) * 0.5;
+  auto v = back.to_vector<float>();
+  REQUIRE(v.size() == 10);
+  for (int r = 0; r < 10; ++r) CHECK(v[r] == Approx(0.5 * (100 * (100 * r) + 4950 + 100)));
+  CHECK(remote.stats().get().bytes_bridged_in == 1000 * sizeof(float));
+  CHECK(remote.stats().get().bytes_bridged_out == 10 * sizeof(float));
+}
+
+TEST_CASE("a worker-to-worker bridge does not pass through the client", "[remote]") {
+  WorkerProcess w1({"--devices=cpu:0", "--threads=1"});
+  WorkerProcess w2({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w1.host(), w1.port());
+  rt.connect(w2.host(), w2.port());
+  auto d1 = rt.device(w1.address() + "/cpu:0"), d2 = rt.device(w2.address() + "/cpu:0");
+  constexpr int64_t n = 4 << 20;  // 16 MiB of f32
+  auto big = d1.ones({n});
+  d1.sync().get();
+  auto before = tcp_bytes_received();
+  auto moved = big.to(d2);
+  auto total = moved.sum().to_vector<float>();
+  auto received = tcp_bytes_received() - before;
+  CHECK(total[0] == Approx(static_cast<double>(n)));
+  CHECK(d2.stats().get().bytes_bridged_in == n * sizeof(float));
+  CHECK(d1.stats().get().bytes_bridged_out == n * sizeof(float));
+  // Control messages only: far below the 16 MiB that moved.
+  CHECK(received < 256 * 1024);
+  // The counter does see tensor bytes when they do come here.
+  before = tcp_bytes_received();
+  CHECK(moved.read().get().bytes.size() == n * sizeof(float));
+  CHECK(tcp_bytes_received() - before >= n * sizeof(float));
+}
+
+TEST_CASE("each client's ops reach a worker in order across many batches", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::RuntimeOptions o = local_cpu();
+  o.max_batch = 16;  // many messages
+  sy::Runtime rt(o);
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  // A runner fails an op whose input does not exist yet, so any reordering
+  // of batches shows up as an unknown_tensor error instead of 500.
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      auto x = dev.full({4}, t);
+      for (int i = 0; i < 500; ++i) x = x + 1.0;
+      if (x.to_vector<float>() == std::vector<float>(4, 500.0f + t)) ++good;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(good == 3);
+  CHECK(dev.stats().get().ops_failed == 0);
+}
+
+TEST_CASE("a killed worker fails pending futures with device lost; the rest keeps working", "[remote]") {
+  auto w = std::make_unique<WorkerProcess>(std::vector<std::string>{"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w->host(), w->port());
+  auto name = w->address() + "/cpu:0";
+  auto remote = rt.device(name);
+  auto local = rt.device("cpu:0");
+  // Enough work that it is still running when the worker dies.
+  auto a = remote.uniform({768, 768}, -1, 1);
+  auto acc = a;
+  for (int i = 0; i < 200; ++i) acc = acc.matmul(a).tanh();
+  auto pending = acc.read();
+  auto synced = remote.sync();
+  auto from_remote = acc.to(local).sum().read();
+  std::this_thread::sleep_for(100ms);
+  w->stop(SIGKILL);
+  REQUIRE(pending.wait_for(10s));
+  REQUIRE(synced.wait_for(10s));
+  REQUIRE(from_remote.wait_for(10s));
+  auto msg = message_of([&] { (void)pending.get(); });
+  CHECK(msg.find("device " + name + " lost") != std::string::npos);
+  CHECK(code_of([&] { (void)synced.get(); }) == sy::Errc::device_lost);
+  CHECK(code_of([&] { (void)from_remote.get(); }) == sy::Errc::device_lost);
+  // Removed: not listed, lookups and new ops fail clearly.
+  CHECK(rt.devices().size() == 1);
+  CHECK(code_of([&] { (void)rt.device(name); }) == sy::Errc::device_lost);
+  CHECK(code_of([&] { (void)remote.zeros({2}); }) == sy::Errc::device_lost);
+  CHECK(code_of([&] { (void)acc.read().get(); }) == sy::Errc::device_lost);
+  // The local device never noticed.
+  CHECK(local.ones({3}).sum().to_vector<float>() == std::vector<float>{3});
+  rt.sync_all().get();
+  // Reconnecting to a new worker gives fresh devices.
+  WorkerProcess again({"--devices=cpu:0", "--threads=1"});
+  auto added = rt.connect(again.host(), again.port());
+  REQUIRE(added.size() == 1);
+  CHECK(added[0].ones({2}).to_vector<float>() == std::vector<float>{1, 1});
+}
+
+TEST_CASE("a worker frees the tensors of a client that went away and keeps serving others", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime observer(local_cpu());
+  observer.connect(w.host(), w.port());
+  auto dev = observer.device(w.address() + "/cpu:0");
+  {
+    sy::Runtime client(local_cpu());
+    client.connect(w.host(), w.port());
+    auto d = client.device(w.address() + "/cpu:0");
+    std::vector<sy::Tensor> keep;
+    for (int i = 0; i < 10; ++i) keep.push_back(d.ones({1024}));
+    d.sync().get();
+    CHECK(dev.stats().get().live_handles >= 10);
+    // The runtime closes while `keep` still holds tensors: no drops are sent.
+    client.sync_all().get();
+  }
+  uint64_t live = 1;
+  for (int i = 0; i < 100 && live != 0; ++i) {
+    live = dev.stats().get().live_handles;
+    if (live != 0) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(live == 0);
+  CHECK(dev.full({2}, 4).to_vector<float>() == std::vector<float>{4, 4});
+}
+
+TEST_CASE("connecting to a dead address or twice gives clear errors", "[remote]") {
+  sy::Runtime rt(local_cpu());
+  uint16_t port = 0;
+  {
+    WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+    port = w.port();
+    rt.connect(w.host(), w.port());
+    CHECK(code_of([&] { rt.connect(w.host(), w.port()); }) == sy::Errc::invalid_argument);
+  }
+  auto msg = message_of([&] { rt.connect("127.0.0.1", port); });
+  CHECK(msg.find("cannot connect to worker 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  sy::RuntimeOptions bad = local_cpu();
+  bad.workers = {"no-port-here"};
+  CHECK(code_of([&] { sy::Runtime r(bad); }) == sy::Errc::invalid_argument);
+}
+
+// --- raw CAF peers: what a buggy or hostile client could send -------------
+
+namespace {
+
+// Declares a huge payload but carries 16 bytes; named like the real
+// TensorData so the worker decodes it with its own inspector.
+struct LyingBytes {};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LyingBytes&) {
+  if constexpr (std::is_same_v<Inspector, caf::serializer>) {
+    size_t n = size_t{1} << 40;
+    if (auto err = f.begin_sequence(n)) return err;
+    char junk[16] = {};
+    if (auto err = f.apply_raw(sizeof(junk), junk)) return err;
+    return f.end_sequence();
+  } else {
+    return f(caf::meta::type_name("lying_bytes"));
+  }
+}
+struct LyingTensorData {
+  sy::Shape shape{std::vector<int64_t>{1 << 20, 1 << 20}};
+  sy::DType dtype = sy::DType::f32;
+  LyingBytes bytes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LyingTensorData& x) {
+  return f(caf::meta::type_name("tensor_data"), x.shape, x.dtype, x.bytes);
+}
+
+struct RawConfig : caf::actor_system_config {
+  explicit RawConfig(bool lying) {
+    load<caf::io::middleman>();
+    set("logger.verbosity", caf::atom("quiet"));
+    if (lying) {
+      add_message_type<sy::TensorId>("sy_tensor_id");
+      add_message_type<LyingTensorData>("sy_tensor_data");
+    } else {
+      sy::register_message_types(*this);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a client of another protocol version is refused with a clear error", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  RawConfig cfg(false);
+  caf::actor_system sys{cfg};
+  auto entry = sys.middleman().remote_actor(w.host(), w.port());
+  REQUIRE(entry);
+  caf::scoped_actor self{sys};
+  std::string error;
+  self->request(*entry, 5s, sy::hello_atom::value, sy::protocol_version + 1, caf::actor_cast<caf::actor>(self))
+      .receive([](uint32_t, std::vector<std::string>&, std::vector<std::string>&, std::vector<caf::actor>&) {},
+               [&](caf::error& e) { error = sy::describe(e).message; });
+  CHECK(error.find("protocol version mismatch") != std::string::npos);
+}
+
+TEST_CASE("malformed messages get errors and the worker keeps serving", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  {
+    RawConfig cfg(false);
+    caf::actor_system sys{cfg};
+    auto entry = sys.middleman().remote_actor(w.host(), w.port());
+    REQUIRE(entry);
+    caf::scoped_actor self{sys};
+    std::string error;
+    // Wrong types to the entry actor.
+    self->request(*entry, 5s, std::string("gimme"), 42)
+        .receive([](caf::message&) {}, [&](caf::error& e) { error = sy::describe(e).message; });
+    CHECK(error.find("unexpected message") != std::string::npos);
+    // An unknown tensor id on a runner.
+    std::vector<caf::actor> runners;
+    self->request(*entry, 5s, sy::hello_atom::value, sy::protocol_version, caf::actor_cast<caf::actor>(self))
+        .receive([&](uint32_t, std::vector<std::string>&, std::vector<std::string>&,
+                     std::vector<caf::actor>& r) { runners = r; },
+                 [](caf::error&) {});
+    REQUIRE(runners.size() == 1);
+    sy::Errc code{};
+    self->request(runners[0], 5s, sy::read_atom::value, sy::TensorId{123456789})
+        .receive([](sy::TensorData&) {}, [&](caf::error& e) { code = sy::describe(e).code; });
+    CHECK(code == sy::Errc::unknown_tensor);
+    // An op naming inputs that do not exist: its output is poisoned, nothing crashes.
+    sy::TensorIr in{sy::TensorId{999}, sy::Shape{{4}}, sy::DType::f32, sy::TensorStatus::read_only};
+    sy::TensorIr out{sy::TensorId{1000}, sy::Shape{{4}}, sy::DType::f32, sy::TensorStatus::not_init};
+    std::vector<sy::OperationIr> ops{sy::OperationIr{sy::UnaryOp{sy::UnaryKind::neg, in, out, 0, 0}}};
+    self->send(caf::actor_cast<sy::runner_actor>(runners[0]), sy::submit_atom::value, ops);
+    code = {};
+    self->request(runners[0], 5s, sy::read_atom::value, out.id)
+        .receive([](sy::TensorData&) {}, [&](caf::error& e) { code = sy::describe(e).code; });
+    CHECK(code == sy::Errc::unknown_tensor);
+  }
+  {
+    // A payload that declares 1 TiB: the worker must refuse, not allocate.
+    RawConfig cfg(true);
+    caf::actor_system sys{cfg};
+    auto entry = sys.middleman().remote_actor(w.host(), w.port());
+    REQUIRE(entry);
+    caf::scoped_actor self{sys};
+    self->send(*entry, sy::import_atom::value, sy::TensorId{5}, LyingTensorData{});
+    self->request(*entry, 2s, sy::import_atom::value, sy::TensorId{6}, LyingTensorData{})
+        .receive([](caf::message&) {}, [](caf::error&) {});
+  }
+  // Still alive and serving a normal client.
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  CHECK(rt.device(w.address() + "/cpu:0").arange(0, 4).to_vector<float>() == std::vector<float>{0, 1, 2, 3});
+}
+
+TEST_CASE("a non-loopback address without TLS is refused", "[remote]") {
+  CHECK_THROWS_WITH(WorkerProcess({"--host=0.0.0.0"}), Catch::Contains("did not report its address"));
+}
+
+TEST_CASE("SIGTERM stops a worker cleanly", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0"});
+  int status = w.stop(SIGTERM);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("TLS: a client with certificates signed by the worker's CA runs ops", "[remote]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("sy-tls-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto d = dir.string();
+  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); };
+  REQUIRE(sh("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=sy-test-ca -keyout " + d + "/ca.key -out " +
+             d + "/ca.pem") == 0);
+  for (std::string who : {"worker", "client"}) {
+    REQUIRE(sh("openssl req -newkey rsa:2048 -nodes -subj /CN=" + who + " -keyout " + d + "/" + who + ".key -out " + d +
+               "/" + who + ".csr") == 0);
+    REQUIRE(sh("openssl x509 -req -days 1 -in " + d + "/" + who + ".csr -CA " + d + "/ca.pem -CAkey " + d +
+               "/ca.key -CAcreateserial -out " + d + "/" + who + ".pem") == 0);
+  }
+  {
+    WorkerProcess w({"--devices=cpu:0", "--threads=1", "--cert=" + d + "/worker.pem", "--key=" + d + "/worker.key",
+                     "--ca=" + d + "/ca.pem"});
+    sy::RuntimeOptions o = local_cpu();
+    o.tls = {d + "/client.pem", d + "/client.key", d + "/ca.pem"};
+    sy::Runtime rt(o);
+    rt.connect(w.host(), w.port());
+    auto dev = rt.device(w.address() + "/cpu:0");
+    auto x = rt.device("cpu:0").tensor<float>(iota(5), {5});
+    CHECK((x.to(dev) * 3.0).to_vector<float>() == std::vector<float>{0, 3, 6, 9, 12});
+  }
+  fs::remove_all(dir);
+}

@@ -1,0 +1,105 @@
+#pragma once
+
+// Starts a switchyard-worker child process for tests and stops it (SIGTERM,
+// then SIGKILL) when it goes out of scope. Everything is bounded in time.
+
+#include <chrono>
+#include <cstdint>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdexcept>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+extern char** environ;
+
+namespace switchyard::testing {
+
+class WorkerProcess {
+ public:
+  /// Runs the worker with `args` and waits (up to 20 s) for its
+  /// "listening on HOST:PORT" line; throws if it exits or stays silent.
+  explicit WorkerProcess(std::vector<std::string> args) {
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::vector<std::string> all{SWITCHYARD_WORKER_PATH};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    out_ = out[0];
+    if (rc != 0) throw std::runtime_error("cannot start " + all[0]);
+    auto line = read_line(std::chrono::seconds(20));
+    auto pos = line.find("listening on ");
+    auto colon = line.rfind(':');
+    if (pos == std::string::npos || colon == std::string::npos) {
+      stop(SIGKILL);
+      throw std::runtime_error("worker did not report its address (got '" + line + "')");
+    }
+    host_ = line.substr(pos + 13, colon - pos - 13);
+    port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  }
+  ~WorkerProcess() {
+    stop(SIGTERM);
+    if (out_ >= 0) close(out_);
+  }
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  [[nodiscard]] const std::string& host() const { return host_; }
+  [[nodiscard]] uint16_t port() const { return port_; }
+  [[nodiscard]] std::string address() const { return host_ + ":" + std::to_string(port_); }
+  [[nodiscard]] pid_t pid() const { return pid_; }
+
+  /// Sends `sig` and reaps the process (SIGKILL after 10 s); returns the
+  /// exit status as waitpid reports it, or -1 if already stopped.
+  int stop(int sig) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    int status = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      usleep(10000);
+    }
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  std::string read_line(std::chrono::milliseconds limit) {
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (read(out_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return line;
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string host_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace switchyard::testing

@@ -1,0 +1,26 @@
+#pragma once
+
+// The entry actor a switchyard-worker publishes (protocol in
+// messages/protocol.hpp, "A worker's entry actor").
+
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+namespace switchyard::worker {
+
+struct LocalDevice {
+  std::string name;
+  std::string kind;
+  caf::actor runner;
+};
+
+/// Spawns the entry actor serving `devices`. `connector` is the middleman
+/// actor used to reach peer workers (the TLS one when TLS is on).
+[[nodiscard]] caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
+                                     caf::io::middleman_actor connector);
+
+}  // namespace switchyard::worker
