@@ -139,6 +139,21 @@ TEST_CASE("gather, scatter_add and index_select follow PyTorch", "[ops][layout][
              {3, 6});
 }
 
+TEST_CASE("index_select of a 0-d input gives a 0-d result", "[ops][layout][index]") {
+  // Regression: the CPU backend wrote one element per index into the one-element output
+  // (a heap overflow that the ASan build reports; the values alone may look right).
+  expect_all([](const Device& d) { return make(d, DType::f64, {}, {5}).index_select(0, make(d, DType::i64, {3}, {0, -1, 0})); },
+             DType::f64, {}, {5});
+}
+
+TEST_CASE("fill values outside an integer dtype wrap like casts", "[ops][creation][int]") {
+  expect_all([](const Device& d) { return make(d, DType::u8, {1}, {7}).pad({1}, {0}, -1); }, DType::u8, {2}, {255, 7});
+  expect_all([](const Device& d) { return d.full({2}, 300, DType::u8); }, DType::u8, {2}, {44, 44});
+  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {1, 250}) + 300; }, DType::u8, {2}, {45, 38});
+  expect_all([](const Device& d) { return make(d, DType::i32, {1}, {1}) + 3000000000LL; }, DType::i32, {1},
+             {3000000001.0 - 4294967296.0});
+}
+
 TEST_CASE("an index out of range fails the op with index_out_of_range", "[ops][layout][index][errors]") {
   auto x = [](const Device& d) { return make(d, DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}); };
   expect_error([&](const Device& d) { return x(d).gather(1, make(d, DType::i64, {2, 1}, {0, 3})); },
