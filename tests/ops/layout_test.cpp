@@ -214,6 +214,15 @@ TEST_CASE("gather, scatter_add and index_select follow PyTorch", "[ops][layout][
              {3, 6});
 }
 
+TEST_CASE("scatter_add on bool is a logical or", "[ops][layout][index]") {
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::boolean, {3}, {1, 0, 0})
+            .scatter_add(0, make(d, DType::i64, {3}, {0, 1, 1}), make(d, DType::boolean, {3}, {1, 1, 1}));
+      },
+      DType::boolean, {3}, {1, 1, 0});
+}
+
 TEST_CASE("index_select of a 0-d input gives a 0-d result", "[ops][layout][index]") {
   // Regression: the CPU backend wrote one element per index into the one-element output
   // (a heap overflow that the ASan build reports; the values alone may look right).
