@@ -41,12 +41,18 @@ struct Value {
 
 Value load(const Bytes& b, DType t, int64_t k) {
   switch (t) {
-    case DType::f32: return Value::of_float(b.as<const float>()[k]);
-    case DType::f64: return Value::of_float(b.as<const double>()[k]);
-    case DType::i32: return Value::of_int(b.as<const int32_t>()[k]);
-    case DType::i64: return Value::of_int(b.as<const int64_t>()[k]);
-    case DType::u8: return Value::of_int(b.as<const uint8_t>()[k]);
-    case DType::boolean: return Value::of_int(b.as<const uint8_t>()[k] != 0);
+    case DType::f32:
+      return Value::of_float(b.as<const float>()[k]);
+    case DType::f64:
+      return Value::of_float(b.as<const double>()[k]);
+    case DType::i32:
+      return Value::of_int(b.as<const int32_t>()[k]);
+    case DType::i64:
+      return Value::of_int(b.as<const int64_t>()[k]);
+    case DType::u8:
+      return Value::of_int(b.as<const uint8_t>()[k]);
+    case DType::boolean:
+      return Value::of_int(b.as<const uint8_t>()[k] != 0);
   }
   return {};
 }
@@ -94,9 +100,15 @@ Value convert(Value v, DType t) {
 
 // Integer arithmetic that wraps instead of overflowing (signed overflow is
 // undefined in C++; unsigned is modular).
-int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
-int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
-int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
 
 Bytes allocate(const TensorIr& t) { return Bytes::allocate(t.bytes()); }
 
@@ -154,10 +166,14 @@ double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 /// Range of an integer dtype as doubles, within what float_to_int converts.
 std::pair<double, double> integer_range(DType t) {
   switch (t) {
-    case DType::i32: return {-2147483648.0, 2147483647.0};
-    case DType::u8: return {0.0, 255.0};
-    case DType::boolean: return {0.0, 1.0};
-    default: return {-9.2e18, 9.2e18};
+    case DType::i32:
+      return {-2147483648.0, 2147483647.0};
+    case DType::u8:
+      return {0.0, 255.0};
+    case DType::boolean:
+      return {0.0, 1.0};
+    default:
+      return {-9.2e18, 9.2e18};
   }
 }
 
@@ -167,27 +183,48 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
   if (x.floating) {
     const double v = x.f;
     switch (k) {
-      case UnaryKind::neg: return Value::of_float(-v);
-      case UnaryKind::abs: return Value::of_float(std::fabs(v));
-      case UnaryKind::sign: return Value::of_float((v > 0) - (v < 0));  // NaN: 0, as PyTorch
-      case UnaryKind::exp: return Value::of_float(std::exp(v));
-      case UnaryKind::log: return Value::of_float(std::log(v));
-      case UnaryKind::log1p: return Value::of_float(std::log1p(v));
-      case UnaryKind::expm1: return Value::of_float(std::expm1(v));
-      case UnaryKind::sqrt: return Value::of_float(std::sqrt(v));
-      case UnaryKind::rsqrt: return Value::of_float(1 / std::sqrt(v));
-      case UnaryKind::sin: return Value::of_float(std::sin(v));
-      case UnaryKind::cos: return Value::of_float(std::cos(v));
-      case UnaryKind::tanh: return Value::of_float(std::tanh(v));
-      case UnaryKind::sigmoid: return Value::of_float(1 / (1 + std::exp(-v)));
-      case UnaryKind::relu: return Value::of_float(v > 0 || std::isnan(v) ? v : 0);
-      case UnaryKind::gelu: return Value::of_float(gelu(v));
-      case UnaryKind::silu: return Value::of_float(v / (1 + std::exp(-v)));
-      case UnaryKind::erf: return Value::of_float(std::erf(v));
-      case UnaryKind::floor: return Value::of_float(std::floor(v));
-      case UnaryKind::ceil: return Value::of_float(std::ceil(v));
-      case UnaryKind::round: return Value::of_float(std::nearbyint(v));  // half to even
-      case UnaryKind::reciprocal: return Value::of_float(1 / v);
+      case UnaryKind::neg:
+        return Value::of_float(-v);
+      case UnaryKind::abs:
+        return Value::of_float(std::fabs(v));
+      case UnaryKind::sign:
+        return Value::of_float((v > 0) - (v < 0));  // NaN: 0, as PyTorch
+      case UnaryKind::exp:
+        return Value::of_float(std::exp(v));
+      case UnaryKind::log:
+        return Value::of_float(std::log(v));
+      case UnaryKind::log1p:
+        return Value::of_float(std::log1p(v));
+      case UnaryKind::expm1:
+        return Value::of_float(std::expm1(v));
+      case UnaryKind::sqrt:
+        return Value::of_float(std::sqrt(v));
+      case UnaryKind::rsqrt:
+        return Value::of_float(1 / std::sqrt(v));
+      case UnaryKind::sin:
+        return Value::of_float(std::sin(v));
+      case UnaryKind::cos:
+        return Value::of_float(std::cos(v));
+      case UnaryKind::tanh:
+        return Value::of_float(std::tanh(v));
+      case UnaryKind::sigmoid:
+        return Value::of_float(1 / (1 + std::exp(-v)));
+      case UnaryKind::relu:
+        return Value::of_float(v > 0 || std::isnan(v) ? v : 0);
+      case UnaryKind::gelu:
+        return Value::of_float(gelu(v));
+      case UnaryKind::silu:
+        return Value::of_float(v / (1 + std::exp(-v)));
+      case UnaryKind::erf:
+        return Value::of_float(std::erf(v));
+      case UnaryKind::floor:
+        return Value::of_float(std::floor(v));
+      case UnaryKind::ceil:
+        return Value::of_float(std::ceil(v));
+      case UnaryKind::round:
+        return Value::of_float(std::nearbyint(v));  // half to even
+      case UnaryKind::reciprocal:
+        return Value::of_float(1 / v);
       case UnaryKind::clamp: {
         double r = v;
         if (std::isnan(r)) return Value::of_float(r);
@@ -195,22 +232,31 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
         if (!std::isnan(hi) && r > hi) r = hi;
         return Value::of_float(r);
       }
-      case UnaryKind::logical_not: return Value::of_int(v == 0);
-      case UnaryKind::isnan: return Value::of_int(std::isnan(v));
-      case UnaryKind::isinf: return Value::of_int(std::isinf(v));
-      case UnaryKind::bitwise_not: break;  // excluded by the rules
+      case UnaryKind::logical_not:
+        return Value::of_int(v == 0);
+      case UnaryKind::isnan:
+        return Value::of_int(std::isnan(v));
+      case UnaryKind::isinf:
+        return Value::of_int(std::isinf(v));
+      case UnaryKind::bitwise_not:
+        break;  // excluded by the rules
     }
     return Value::of_float(std::numeric_limits<double>::quiet_NaN());
   }
   const int64_t v = x.i;
   switch (k) {
-    case UnaryKind::neg: return Value::of_int(wrap_sub(0, v));
-    case UnaryKind::abs: return Value::of_int(v < 0 ? wrap_sub(0, v) : v);
-    case UnaryKind::sign: return Value::of_int((v > 0) - (v < 0));
-    case UnaryKind::relu: return Value::of_int(v > 0 ? v : 0);
+    case UnaryKind::neg:
+      return Value::of_int(wrap_sub(0, v));
+    case UnaryKind::abs:
+      return Value::of_int(v < 0 ? wrap_sub(0, v) : v);
+    case UnaryKind::sign:
+      return Value::of_int((v > 0) - (v < 0));
+    case UnaryKind::relu:
+      return Value::of_int(v > 0 ? v : 0);
     case UnaryKind::floor:
     case UnaryKind::ceil:
-    case UnaryKind::round: return x;
+    case UnaryKind::round:
+      return x;
     case UnaryKind::clamp: {
       // Bounds are first limited to the dtype's range (a bound beyond it
       // does nothing) and truncated toward zero, then compared exactly.
@@ -220,11 +266,15 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
       if (!std::isnan(hi)) r = std::min(r, float_to_int(std::clamp(hi, min, max)));
       return Value::of_int(r);
     }
-    case UnaryKind::logical_not: return Value::of_int(v == 0);
-    case UnaryKind::bitwise_not: return Value::of_int(~v);  // bool: handled by the caller
+    case UnaryKind::logical_not:
+      return Value::of_int(v == 0);
+    case UnaryKind::bitwise_not:
+      return Value::of_int(~v);  // bool: handled by the caller
     case UnaryKind::isnan:
-    case UnaryKind::isinf: return Value::of_int(0);
-    default: break;  // the floating family never sees integers (the rules make them float)
+    case UnaryKind::isinf:
+      return Value::of_int(0);
+    default:
+      break;  // the floating family never sees integers (the rules make them float)
   }
   return x;
 }
@@ -282,47 +332,78 @@ int64_t int_pow(int64_t base, int64_t exp) {
 /// integer remainder by zero.
 Value binary_value(BinaryKind k, Value a, Value b) {
   switch (k) {
-    case BinaryKind::eq: return Value::of_int(a.floating ? a.f == b.f : a.i == b.i);
-    case BinaryKind::ne: return Value::of_int(a.floating ? a.f != b.f : a.i != b.i);
-    case BinaryKind::lt: return Value::of_int(a.floating ? a.f < b.f : a.i < b.i);
-    case BinaryKind::le: return Value::of_int(a.floating ? a.f <= b.f : a.i <= b.i);
-    case BinaryKind::gt: return Value::of_int(a.floating ? a.f > b.f : a.i > b.i);
-    case BinaryKind::ge: return Value::of_int(a.floating ? a.f >= b.f : a.i >= b.i);
-    case BinaryKind::logical_and: return Value::of_int(a.truthy() && b.truthy());
-    case BinaryKind::logical_or: return Value::of_int(a.truthy() || b.truthy());
-    case BinaryKind::logical_xor: return Value::of_int(a.truthy() != b.truthy());
-    default: break;
+    case BinaryKind::eq:
+      return Value::of_int(a.floating ? a.f == b.f : a.i == b.i);
+    case BinaryKind::ne:
+      return Value::of_int(a.floating ? a.f != b.f : a.i != b.i);
+    case BinaryKind::lt:
+      return Value::of_int(a.floating ? a.f < b.f : a.i < b.i);
+    case BinaryKind::le:
+      return Value::of_int(a.floating ? a.f <= b.f : a.i <= b.i);
+    case BinaryKind::gt:
+      return Value::of_int(a.floating ? a.f > b.f : a.i > b.i);
+    case BinaryKind::ge:
+      return Value::of_int(a.floating ? a.f >= b.f : a.i >= b.i);
+    case BinaryKind::logical_and:
+      return Value::of_int(a.truthy() && b.truthy());
+    case BinaryKind::logical_or:
+      return Value::of_int(a.truthy() || b.truthy());
+    case BinaryKind::logical_xor:
+      return Value::of_int(a.truthy() != b.truthy());
+    default:
+      break;
   }
   if (a.floating) {
     const double x = a.f, y = b.f;
     const double nan = std::numeric_limits<double>::quiet_NaN();
     switch (k) {
-      case BinaryKind::add: return Value::of_float(x + y);
-      case BinaryKind::sub: return Value::of_float(x - y);
-      case BinaryKind::mul: return Value::of_float(x * y);
-      case BinaryKind::div: return Value::of_float(x / y);
-      case BinaryKind::pow: return Value::of_float(std::pow(x, y));
-      case BinaryKind::remainder: return Value::of_float(float_remainder(x, y));
+      case BinaryKind::add:
+        return Value::of_float(x + y);
+      case BinaryKind::sub:
+        return Value::of_float(x - y);
+      case BinaryKind::mul:
+        return Value::of_float(x * y);
+      case BinaryKind::div:
+        return Value::of_float(x / y);
+      case BinaryKind::pow:
+        return Value::of_float(std::pow(x, y));
+      case BinaryKind::remainder:
+        return Value::of_float(float_remainder(x, y));
       // NaN wins in maximum/minimum (not fmax/fmin).
-      case BinaryKind::maximum: return Value::of_float(std::isnan(x) || std::isnan(y) ? nan : std::max(x, y));
-      case BinaryKind::minimum: return Value::of_float(std::isnan(x) || std::isnan(y) ? nan : std::min(x, y));
-      case BinaryKind::atan2: return Value::of_float(std::atan2(x, y));
-      default: return Value::of_float(nan);  // bitwise: excluded by the rules
+      case BinaryKind::maximum:
+        return Value::of_float(std::isnan(x) || std::isnan(y) ? nan : std::max(x, y));
+      case BinaryKind::minimum:
+        return Value::of_float(std::isnan(x) || std::isnan(y) ? nan : std::min(x, y));
+      case BinaryKind::atan2:
+        return Value::of_float(std::atan2(x, y));
+      default:
+        return Value::of_float(nan);  // bitwise: excluded by the rules
     }
   }
   const int64_t x = a.i, y = b.i;
   switch (k) {
-    case BinaryKind::add: return Value::of_int(wrap_add(x, y));  // bool: stored as x || y
-    case BinaryKind::sub: return Value::of_int(wrap_sub(x, y));
-    case BinaryKind::mul: return Value::of_int(wrap_mul(x, y));  // bool: x && y
-    case BinaryKind::pow: return Value::of_int(int_pow(x, y));
-    case BinaryKind::remainder: return Value::of_int(int_remainder(x, y));
-    case BinaryKind::maximum: return Value::of_int(std::max(x, y));
-    case BinaryKind::minimum: return Value::of_int(std::min(x, y));
-    case BinaryKind::bitwise_and: return Value::of_int(x & y);
-    case BinaryKind::bitwise_or: return Value::of_int(x | y);
-    case BinaryKind::bitwise_xor: return Value::of_int(x ^ y);
-    default: return Value::of_int(0);  // div, atan2: the rules make them float
+    case BinaryKind::add:
+      return Value::of_int(wrap_add(x, y));  // bool: stored as x || y
+    case BinaryKind::sub:
+      return Value::of_int(wrap_sub(x, y));
+    case BinaryKind::mul:
+      return Value::of_int(wrap_mul(x, y));  // bool: x && y
+    case BinaryKind::pow:
+      return Value::of_int(int_pow(x, y));
+    case BinaryKind::remainder:
+      return Value::of_int(int_remainder(x, y));
+    case BinaryKind::maximum:
+      return Value::of_int(std::max(x, y));
+    case BinaryKind::minimum:
+      return Value::of_int(std::min(x, y));
+    case BinaryKind::bitwise_and:
+      return Value::of_int(x & y);
+    case BinaryKind::bitwise_or:
+      return Value::of_int(x | y);
+    case BinaryKind::bitwise_xor:
+      return Value::of_int(x ^ y);
+    default:
+      return Value::of_int(0);  // div, atan2: the rules make them float
   }
 }
 
@@ -386,7 +467,7 @@ caf::expected<Bytes> run_where(const WhereOp& op, const Bytes& cond, const Bytes
   for (int64_t k = 0; k < op.out.numel(); ++k) {
     auto idx = unravel(k, op.out.shape);
     Value v = load(cond, DType::boolean, dot(idx, sc)).truthy() ? load(lhs, op.lhs.dtype, dot(idx, sa))
-                                                                 : load(rhs, op.rhs.dtype, dot(idx, sb));
+                                                                : load(rhs, op.rhs.dtype, dot(idx, sb));
     store(out, op.out.dtype, k, v);
   }
   return out;
@@ -430,8 +511,10 @@ caf::expected<Bytes> run_reduce(const ReduceOp& op, const Bytes& in) {
         int64_t i = prod ? 1 : 0;
         for (auto k : m) {
           Value v = load(in, op.in.dtype, k);
-          if (floating) f = prod ? f * v.f : f + v.f;
-          else i = prod ? wrap_mul(i, v.i) : wrap_add(i, v.i);
+          if (floating)
+            f = prod ? f * v.f : f + v.f;
+          else
+            i = prod ? wrap_mul(i, v.i) : wrap_add(i, v.i);
         }
         r = floating ? Value::of_float(f) : Value::of_int(i);
         break;
@@ -550,13 +633,17 @@ caf::expected<Bytes> run_matmul(const MatmulOp& op, const Bytes& lhs, const Byte
     for (int64_t p = 0; p < k_len; ++p) {
       Value x = load(lhs, op.lhs.dtype, a_base + (op.transpose_lhs ? p * a_cols + i : i * a_cols + p));
       Value y = load(rhs, op.rhs.dtype, b_base + (op.transpose_rhs ? j * b_cols + p : p * b_cols + j));
-      if (floating) f += x.f * y.f;
-      else n = wrap_add(n, wrap_mul(x.i, y.i));
+      if (floating)
+        f += x.f * y.f;
+      else
+        n = wrap_add(n, wrap_mul(x.i, y.i));
     }
     if (bias) {
       Value c = load(*bias, op.bias.dtype, dot(idx, s_bias));
-      if (floating) f += c.f;
-      else n = wrap_add(n, c.i);
+      if (floating)
+        f += c.f;
+      else
+        n = wrap_add(n, c.i);
     }
     store(out, op.out.dtype, k, floating ? Value::of_float(f) : Value::of_int(n));
   }

@@ -9,9 +9,9 @@
 #include "ops_common.hpp"
 
 using namespace sytest;
+using sy::Device;
 using sy::DType;
 using sy::Tensor;
-using sy::Device;
 
 namespace {
 const double kInf = std::numeric_limits<double>::infinity();
@@ -36,12 +36,14 @@ TEST_CASE("unary float ops give hand-computed values", "[ops][unary]") {
   check([](Tensor t) { return t.sin(); }, {std::sin(-2.0), std::sin(-0.5), 0, std::sin(1.0)});
   check([](Tensor t) { return t.cos(); }, {std::cos(-2.0), std::cos(-0.5), 1, std::cos(1.0)});
   check([](Tensor t) { return t.tanh(); }, {std::tanh(-2.0), std::tanh(-0.5), 0, std::tanh(1.0)});
-  check([](Tensor t) { return t.sigmoid(); }, {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(0.5)), 0.5, 1 / (1 + std::exp(-1.0))});
+  check([](Tensor t) { return t.sigmoid(); },
+        {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(0.5)), 0.5, 1 / (1 + std::exp(-1.0))});
   check([](Tensor t) { return t.relu(); }, {0, 0, 0, 1});
   check([](Tensor t) { return t.gelu(); },
         {-2 * 0.5 * (1 + std::erf(-2 / std::sqrt(2.0))), -0.5 * 0.5 * (1 + std::erf(-0.5 / std::sqrt(2.0))), 0,
          0.5 * (1 + std::erf(1 / std::sqrt(2.0)))});
-  check([](Tensor t) { return t.silu(); }, {-2 / (1 + std::exp(2.0)), -0.5 / (1 + std::exp(0.5)), 0, 1 / (1 + std::exp(-1.0))});
+  check([](Tensor t) { return t.silu(); },
+        {-2 / (1 + std::exp(2.0)), -0.5 / (1 + std::exp(0.5)), 0, 1 / (1 + std::exp(-1.0))});
   check([](Tensor t) { return t.erf(); }, {std::erf(-2.0), std::erf(-0.5), 0, std::erf(1.0)});
   check([](Tensor t) { return t.floor(); }, {-2, -1, 0, 1});
   check([](Tensor t) { return t.ceil(); }, {-2, -0.0, 0, 1});
@@ -51,50 +53,86 @@ TEST_CASE("unary float ops give hand-computed values", "[ops][unary]") {
 }
 
 TEST_CASE("round rounds half to even", "[ops][unary]") {
-  expect_all([](const Device& d) { return make(d, DType::f32, {6}, {0.5, 1.5, 2.5, -0.5, -1.5, 2.4}).round(); },
-             DType::f32, {6}, {0, 2, 2, -0.0, -2, 2});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {6}, {0.5, 1.5, 2.5, -0.5, -1.5, 2.4}).round();
+      },
+      DType::f32, {6}, {0, 2, 2, -0.0, -2, 2});
 }
 
 TEST_CASE("predicates return bool for every dtype", "[ops][unary]") {
-  expect_all([](const Device& d) { return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 0}).isnan(); }, DType::boolean,
-             {4}, {1, 0, 0, 0});
-  expect_all([](const Device& d) { return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 0}).isinf(); }, DType::boolean,
-             {4}, {0, 1, 1, 0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 0}).isnan();
+      },
+      DType::boolean, {4}, {1, 0, 0, 0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {4}, {kNan, kInf, -kInf, 0}).isinf();
+      },
+      DType::boolean, {4}, {0, 1, 1, 0});
   for (auto t : {DType::i32, DType::i64, DType::u8, DType::boolean}) {
     INFO(sy::name_of(t));
     expect_all([&](const Device& d) { return make(d, t, {3}, {0, 1, 1}).isnan(); }, DType::boolean, {3}, {0, 0, 0});
-    expect_all([&](const Device& d) { return make(d, t, {3}, {0, 1, 1}).logical_not(); }, DType::boolean, {3},
-               {1, 0, 0});
+    expect_all(
+        [&](const Device& d) {
+          return make(d, t, {3}, {0, 1, 1}).logical_not();
+        },
+        DType::boolean, {3}, {1, 0, 0});
   }
 }
 
 TEST_CASE("integer unary ops stay integral and wrap", "[ops][unary][int]") {
-  expect_all([](const Device& d) { return make(d, DType::i32, {4}, {-3, 0, 5, -2147483648.0}).neg(); }, DType::i32,
-             {4}, {3, 0, -5, -2147483648.0});
-  expect_all([](const Device& d) { return make(d, DType::i32, {4}, {-3, 0, 5, -2147483648.0}).abs(); }, DType::i32,
-             {4}, {3, 0, 5, -2147483648.0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {4}, {-3, 0, 5, -2147483648.0}).neg();
+      },
+      DType::i32, {4}, {3, 0, -5, -2147483648.0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {4}, {-3, 0, 5, -2147483648.0}).abs();
+      },
+      DType::i32, {4}, {3, 0, 5, -2147483648.0});
   expect_all([](const Device& d) { return make(d, DType::u8, {3}, {0, 1, 200}).neg(); }, DType::u8, {3}, {0, 255, 56});
   expect_all([](const Device& d) { return make(d, DType::i64, {3}, {-3, 0, 5}).sign(); }, DType::i64, {3}, {-1, 0, 1});
   expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}).sign(); }, DType::boolean, {2}, {0, 1});
   expect_all([](const Device& d) { return make(d, DType::i64, {3}, {-3, 0, 5}).relu(); }, DType::i64, {3}, {0, 0, 5});
-  expect_all([](const Device& d) { return make(d, DType::i32, {3}, {-3, 0, 5}).bitwise_not(); }, DType::i32, {3},
-             {2, -1, -6});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {3}, {-3, 0, 5}).bitwise_not();
+      },
+      DType::i32, {3}, {2, -1, -6});
   expect_all([](const Device& d) { return make(d, DType::u8, {2}, {0, 5}).bitwise_not(); }, DType::u8, {2}, {255, 250});
-  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}).bitwise_not(); }, DType::boolean, {2},
-             {1, 0});
-  expect_all([](const Device& d) { return make(d, DType::i32, {4}, {-3, 0, 5, 9}).clamp(-1, 6); }, DType::i32, {4},
-             {-1, 0, 5, 6});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::boolean, {2}, {0, 1}).bitwise_not();
+      },
+      DType::boolean, {2}, {1, 0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {4}, {-3, 0, 5, 9}).clamp(-1, 6);
+      },
+      DType::i32, {4}, {-1, 0, 5, 6});
   // Bounds beyond the dtype's range do nothing (compared as numbers).
-  expect_all([](const Device& d) { return make(d, DType::u8, {3}, {0, 7, 255}).clamp(-5, 300); }, DType::u8, {3},
-             {0, 7, 255});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::u8, {3}, {0, 7, 255}).clamp(-5, 300);
+      },
+      DType::u8, {3}, {0, 7, 255});
 }
 
 TEST_CASE("float unary ops on integer tensors compute in f32", "[ops][unary][promotion]") {
   expect_all([](const Device& d) { return make(d, DType::i64, {3}, {0, 1, 4}).sqrt(); }, DType::f32, {3}, {0, 1, 2});
-  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {0, 1}).exp(); }, DType::f32, {2},
-             {1, std::exp(1.0)});
-  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {0, 1}).sigmoid(); }, DType::f32, {2},
-             {0.5, 1 / (1 + std::exp(-1.0))});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::u8, {2}, {0, 1}).exp();
+      },
+      DType::f32, {2}, {1, std::exp(1.0)});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::boolean, {2}, {0, 1}).sigmoid();
+      },
+      DType::f32, {2}, {0.5, 1 / (1 + std::exp(-1.0))});
 }
 
 TEST_CASE("unary ops reject undefined dtypes at the call", "[ops][unary][errors]") {
@@ -120,7 +158,8 @@ TEST_CASE("binary ops give hand-computed values", "[ops][binary]") {
   check(K::remainder, DType::f64, {1, -2, 0, 0});
   check(K::maximum, DType::f64, {2, 2, 0.5, 7});
   check(K::minimum, DType::f64, {-3, -4, 0.25, 7});
-  check(K::atan2, DType::f64, {std::atan2(-3.0, 2.0), std::atan2(2.0, -4.0), std::atan2(0.5, 0.25), std::atan2(7.0, 7.0)});
+  check(K::atan2, DType::f64,
+        {std::atan2(-3.0, 2.0), std::atan2(2.0, -4.0), std::atan2(0.5, 0.25), std::atan2(7.0, 7.0)});
   check(K::eq, DType::boolean, {0, 0, 0, 1});
   check(K::ne, DType::boolean, {1, 1, 1, 0});
   check(K::lt, DType::boolean, {1, 0, 0, 0});
@@ -157,34 +196,58 @@ TEST_CASE("integer arithmetic wraps and uses Python remainder", "[ops][binary][i
   auto a = [](const Device& d) { return make(d, DType::i32, {4}, {7, -7, 7, -7}); };
   auto b = [](const Device& d) { return make(d, DType::i32, {4}, {3, 3, -3, -3}); };
   expect_all([&](const Device& d) { return a(d).remainder(b(d)); }, DType::i32, {4}, {1, 2, -2, -1});
-  expect_all([&](const Device& d) { return a(d).pow(make(d, DType::i32, {4}, {2, 3, 0, 1})); }, DType::i32, {4},
-             {49, -343, 1, -7});
+  expect_all(
+      [&](const Device& d) {
+        return a(d).pow(make(d, DType::i32, {4}, {2, 3, 0, 1}));
+      },
+      DType::i32, {4}, {49, -343, 1, -7});
   // Negative integer exponents: 1/base truncated.
-  expect_all([&](const Device& d) { return make(d, DType::i64, {3}, {1, -1, 2}).pow(make(d, DType::i64, {3}, {-3, -3, -1})); },
-             DType::i64, {3}, {1, -1, 0});
+  expect_all(
+      [&](const Device& d) {
+        return make(d, DType::i64, {3}, {1, -1, 2}).pow(make(d, DType::i64, {3}, {-3, -3, -1}));
+      },
+      DType::i64, {3}, {1, -1, 0});
   expect_all([](const Device& d) { return make(d, DType::i32, {1}, {2147483647}) + make(d, DType::i32, {1}, {1}); },
              DType::i32, {1}, {-2147483648.0});
-  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {250, 3}) + make(d, DType::u8, {2}, {10, 5}); },
-             DType::u8, {2}, {4, 8});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::u8, {2}, {250, 3}) + make(d, DType::u8, {2}, {10, 5});
+      },
+      DType::u8, {2}, {4, 8});
   expect_all([](const Device& d) { return make(d, DType::u8, {1}, {3}) - make(d, DType::u8, {1}, {5}); }, DType::u8,
              {1}, {254});
-  expect_all([](const Device& d) { return make(d, DType::i64, {1}, {-9223372036854775807.0 - 1}).remainder(make(d, DType::i64, {1}, {-1})); },
-             DType::i64, {1}, {0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i64, {1}, {-9223372036854775807.0 - 1}).remainder(make(d, DType::i64, {1}, {-1}));
+      },
+      DType::i64, {1}, {0});
 }
 
 TEST_CASE("true division of integers gives f32", "[ops][binary][promotion]") {
-  expect_all([](const Device& d) { return make(d, DType::i32, {3}, {7, -7, 1}) / make(d, DType::i32, {3}, {2, 2, 0}); },
-             DType::f32, {3}, {3.5, -3.5, kInf});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {3}, {7, -7, 1}) / make(d, DType::i32, {3}, {2, 2, 0});
+      },
+      DType::f32, {3}, {3.5, -3.5, kInf});
   expect_all([](const Device& d) { return make(d, DType::i64, {2}, {0, 3}) / 0; }, DType::f32, {2}, {kNan, kInf});
 }
 
 TEST_CASE("integer remainder by zero fails the op with kernel_failure", "[ops][binary][errors]") {
-  expect_error([](const Device& d) { return make(d, DType::i32, {2}, {1, 2}).remainder(make(d, DType::i32, {2}, {1, 0})); },
-               sy::Errc::kernel_failure);
-  expect_error([](const Device& d) { return make(d, DType::u8, {2}, {1, 2}).binary(sy::BinaryKind::remainder, 0); },
-               sy::Errc::kernel_failure);
-  expect_error([](const Device& d) { return make(d, DType::i64, {2}, {0, 2}).binary(sy::BinaryKind::remainder, 5, true); },
-               sy::Errc::kernel_failure);
+  expect_error(
+      [](const Device& d) {
+        return make(d, DType::i32, {2}, {1, 2}).remainder(make(d, DType::i32, {2}, {1, 0}));
+      },
+      sy::Errc::kernel_failure);
+  expect_error(
+      [](const Device& d) {
+        return make(d, DType::u8, {2}, {1, 2}).binary(sy::BinaryKind::remainder, 0);
+      },
+      sy::Errc::kernel_failure);
+  expect_error(
+      [](const Device& d) {
+        return make(d, DType::i64, {2}, {0, 2}).binary(sy::BinaryKind::remainder, 5, true);
+      },
+      sy::Errc::kernel_failure);
   // The runtime keeps serving the device afterwards.
   expect_all([](const Device& d) { return make(d, DType::i32, {1}, {5}).remainder(make(d, DType::i32, {1}, {3})); },
              DType::i32, {1}, {2});
@@ -219,12 +282,19 @@ TEST_CASE("broadcasting follows NumPy rules", "[ops][binary][broadcast]") {
       },
       DType::i64, {2, 4, 3}, want);
   // A 0-d tensor broadcasts to anything; size-0 axes stay empty.
-  expect_all([](const Device& d) { return make(d, DType::f32, {}, {2}) * make(d, DType::f32, {2}, {3, 4}); },
-             DType::f32, {2}, {6, 8});
-  expect_all([](const Device& d) { return make(d, DType::f32, {0, 1}, {}) + make(d, DType::f32, {3}, {1, 2, 3}); },
-             DType::f32, {0, 3}, {});
-  CHECK_THROWS_AS(make(reference(), DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0}) + make(reference(), DType::f32, {2}, {0, 0}),
-                  sy::Error);
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {}, {2}) * make(d, DType::f32, {2}, {3, 4});
+      },
+      DType::f32, {2}, {6, 8});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {0, 1}, {}) + make(d, DType::f32, {3}, {1, 2, 3});
+      },
+      DType::f32, {0, 3}, {});
+  CHECK_THROWS_AS(
+      make(reference(), DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0}) + make(reference(), DType::f32, {2}, {0, 0}),
+      sy::Error);
   try {
     (void)(make(reference(), DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0}) + make(reference(), DType::f32, {2}, {0, 0}));
   } catch (const sy::Error& e) {
@@ -236,9 +306,9 @@ TEST_CASE("broadcasting follows NumPy rules", "[ops][binary][broadcast]") {
 TEST_CASE("tensor-tensor promotion matches PyTorch's table", "[ops][promotion]") {
   using enum sy::DType;
   // Rows and columns in the order f32, f64, i32, i64, u8, bool (torch.promote_types).
-  const DType table[6][6] = {
-      {f32, f64, f32, f32, f32, f32},     {f64, f64, f64, f64, f64, f64},     {f32, f64, i32, i64, i32, i32},
-      {f32, f64, i64, i64, i64, i64},     {f32, f64, i32, i64, u8, u8},       {f32, f64, i32, i64, u8, boolean}};
+  const DType table[6][6] = {{f32, f64, f32, f32, f32, f32}, {f64, f64, f64, f64, f64, f64},
+                             {f32, f64, i32, i64, i32, i32}, {f32, f64, i64, i64, i64, i64},
+                             {f32, f64, i32, i64, u8, u8},   {f32, f64, i32, i64, u8, boolean}};
   for (int i = 0; i < 6; ++i)
     for (int j = 0; j < 6; ++j) {
       INFO(sy::name_of(sy::all_dtypes[i]) << " + " << sy::name_of(sy::all_dtypes[j]));
@@ -248,10 +318,13 @@ TEST_CASE("tensor-tensor promotion matches PyTorch's table", "[ops][promotion]")
       CHECK(a.maximum(b).dtype() == table[i][j]);
     }
   // Mixed operands are converted before the op: u8 255 + i32 1 = 256 in i32.
-  expect_all([](const Device& d) { return make(d, DType::u8, {1}, {255}) + make(d, DType::i32, {1}, {1}); },
-             DType::i32, {1}, {256});
-  expect_all([](const Device& d) { return make(d, DType::boolean, {2}, {1, 0}) + make(d, DType::f64, {2}, {0.5, 0.5}); },
-             DType::f64, {2}, {1.5, 0.5});
+  expect_all([](const Device& d) { return make(d, DType::u8, {1}, {255}) + make(d, DType::i32, {1}, {1}); }, DType::i32,
+             {1}, {256});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::boolean, {2}, {1, 0}) + make(d, DType::f64, {2}, {0.5, 0.5});
+      },
+      DType::f64, {2}, {1.5, 0.5});
 }
 
 TEST_CASE("scalar promotion depends on the scalar's C++ category", "[ops][scalar][promotion]") {
@@ -291,12 +364,21 @@ TEST_CASE("casts truncate toward zero and wrap out-of-range values", "[ops][cast
   expect_all([&](const Device& d) { return f(d).cast(DType::i64); }, DType::i64, {7},
              {2, -2, 300, -1, 0, -9223372036854775808.0, -9223372036854775808.0});
   expect_all([&](const Device& d) { return f(d).cast(DType::boolean); }, DType::boolean, {7}, {1, 1, 1, 1, 1, 1, 1});
-  expect_all([](const Device& d) { return make(d, DType::i64, {3}, {4294967297.0, -1, 256}).cast(DType::i32); },
-             DType::i32, {3}, {1, -1, 256});
-  expect_all([](const Device& d) { return make(d, DType::i32, {3}, {-1, 256, 513}).cast(DType::u8); }, DType::u8, {3},
-             {255, 0, 1});
-  expect_all([](const Device& d) { return make(d, DType::f64, {2}, {1e300, -1e-300}).cast(DType::f32); }, DType::f32,
-             {2}, {kInf, -0.0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i64, {3}, {4294967297.0, -1, 256}).cast(DType::i32);
+      },
+      DType::i32, {3}, {1, -1, 256});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {3}, {-1, 256, 513}).cast(DType::u8);
+      },
+      DType::u8, {3}, {255, 0, 1});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {2}, {1e300, -1e-300}).cast(DType::f32);
+      },
+      DType::f32, {2}, {kInf, -0.0});
 }
 
 TEST_CASE("large int64 values stay exact", "[ops][int]") {

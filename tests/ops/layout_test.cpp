@@ -18,15 +18,24 @@ Tensor cube(const Device& d, DType t = DType::i64) { return d.arange(0, 24, 1, t
 }  // namespace
 
 TEST_CASE("reshape, flatten, squeeze and unsqueeze keep the element order", "[ops][layout]") {
-  expect_all([](const Device& d) { return cube(d).reshape({4, -1}); }, DType::i64, {4, 6},
-             {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
+  expect_all(
+      [](const Device& d) {
+        return cube(d).reshape({4, -1});
+      },
+      DType::i64, {4, 6}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
   expect_all([](const Device& d) { return cube(d).flatten().slice(0, {20}); }, DType::i64, {4}, {20, 21, 22, 23});
   expect_all([](const Device& d) { return make(d, DType::f32, {1, 2, 1}, {5, 6}).squeeze(); }, DType::f32, {2}, {5, 6});
-  expect_all([](const Device& d) { return make(d, DType::f32, {1, 2, 1}, {5, 6}).squeeze(-1); }, DType::f32, {1, 2},
-             {5, 6});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {1, 2, 1}, {5, 6}).squeeze(-1);
+      },
+      DType::f32, {1, 2}, {5, 6});
   expect_all([](const Device& d) { return make(d, DType::f32, {2}, {5, 6}).unsqueeze(1); }, DType::f32, {2, 1}, {5, 6});
-  expect_all([](const Device& d) { return make(d, DType::f32, {2}, {5, 6}).unsqueeze(-1).unsqueeze(0); }, DType::f32,
-             {1, 2, 1}, {5, 6});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {2}, {5, 6}).unsqueeze(-1).unsqueeze(0);
+      },
+      DType::f32, {1, 2, 1}, {5, 6});
   expect_all([](const Device& d) { return make(d, DType::f32, {0, 3}, {}).reshape({3, 0}); }, DType::f32, {3, 0}, {});
   CHECK_THROWS_AS(cube(reference()).reshape({5, -1}), sy::Error);
   CHECK_THROWS_AS(cube(reference()).reshape({-1, -1}), sy::Error);
@@ -39,28 +48,46 @@ TEST_CASE("permute, transpose and mT reorder axes", "[ops][layout]") {
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 3; ++j) want.push_back(12 * i + 4 * j + k);
   expect_all([](const Device& d) { return cube(d).permute({2, 0, 1}); }, DType::i64, {4, 2, 3}, want);
-  expect_all([](const Device& d) { return make(d, DType::u8, {2, 3}, {1, 2, 3, 4, 5, 6}).transpose(0, 1); }, DType::u8,
-             {3, 2}, {1, 4, 2, 5, 3, 6});
-  expect_all([](const Device& d) { return make(d, DType::boolean, {1, 2, 2}, {1, 0, 0, 0}).mT(); }, DType::boolean,
-             {1, 2, 2}, {1, 0, 0, 0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::u8, {2, 3}, {1, 2, 3, 4, 5, 6}).transpose(0, 1);
+      },
+      DType::u8, {3, 2}, {1, 4, 2, 5, 3, 6});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::boolean, {1, 2, 2}, {1, 0, 0, 0}).mT();
+      },
+      DType::boolean, {1, 2, 2}, {1, 0, 0, 0});
   CHECK_THROWS_AS(cube(reference()).permute({0, 0, 1}), sy::Error);
   CHECK_THROWS_AS(cube(reference()).permute({0, 1}), sy::Error);
 }
 
 TEST_CASE("expand broadcasts with zero strides", "[ops][layout]") {
-  expect_all([](const Device& d) { return make(d, DType::i32, {2, 1}, {1, 2}).expand({2, 2, 3}); }, DType::i32,
-             {2, 2, 3}, {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2});
-  expect_all([](const Device& d) { return make(d, DType::i32, {2, 1}, {1, 2}).expand({-1, 2}); }, DType::i32, {2, 2},
-             {1, 1, 2, 2});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {2, 1}, {1, 2}).expand({2, 2, 3});
+      },
+      DType::i32, {2, 2, 3}, {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {2, 1}, {1, 2}).expand({-1, 2});
+      },
+      DType::i32, {2, 2}, {1, 1, 2, 2});
   expect_all([](const Device& d) { return make(d, DType::i32, {1}, {7}).expand({0}); }, DType::i32, {0}, {});
   CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).expand({3}), sy::Error);
 }
 
 TEST_CASE("flip reverses axes", "[ops][layout]") {
-  expect_all([](const Device& d) { return make(d, DType::f64, {2, 3}, {1, 2, 3, 4, 5, 6}).flip({1}); }, DType::f64,
-             {2, 3}, {3, 2, 1, 6, 5, 4});
-  expect_all([](const Device& d) { return make(d, DType::f64, {2, 3}, {1, 2, 3, 4, 5, 6}).flip({0, -1}); }, DType::f64,
-             {2, 3}, {6, 5, 4, 3, 2, 1});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {2, 3}, {1, 2, 3, 4, 5, 6}).flip({1});
+      },
+      DType::f64, {2, 3}, {3, 2, 1, 6, 5, 4});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {2, 3}, {1, 2, 3, 4, 5, 6}).flip({0, -1});
+      },
+      DType::f64, {2, 3}, {6, 5, 4, 3, 2, 1});
   expect_all([](const Device& d) { return make(d, DType::f64, {0, 3}, {}).flip({0}); }, DType::f64, {0, 3}, {});
 }
 
@@ -71,37 +98,67 @@ TEST_CASE("stepped slices follow Python's bounds", "[ops][layout][slice]") {
   expect_all([&](const Device& d) { return r(d).slice(0, {2, -5, 2}); }, DType::i64, {2}, {2, 4});
   expect_all([&](const Device& d) { return r(d).slice(0, {8, 100}); }, DType::i64, {2}, {8, 9});
   expect_all([&](const Device& d) { return r(d).slice(0, {7, 3}); }, DType::i64, {0}, {});
-  expect_all([](const Device& d) { return cube(d).slice({Slice{1}, Slice{0, 3, 2}}); }, DType::i64, {1, 2, 4},
-             {12, 13, 14, 15, 20, 21, 22, 23});
-  expect_all([](const Device& d) { return cube(d).slice(2, {1, 4, 2}); }, DType::i64, {2, 3, 2},
-             {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
+  expect_all(
+      [](const Device& d) {
+        return cube(d).slice({Slice{1}, Slice{0, 3, 2}});
+      },
+      DType::i64, {1, 2, 4}, {12, 13, 14, 15, 20, 21, 22, 23});
+  expect_all(
+      [](const Device& d) {
+        return cube(d).slice(2, {1, 4, 2});
+      },
+      DType::i64, {2, 3, 2}, {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
   CHECK_THROWS_AS(r(reference()).slice(0, {0, 5, 0}), sy::Error);
   CHECK_THROWS_AS(r(reference()).slice(0, {0, 5, -1}), sy::Error);
 }
 
 TEST_CASE("slice_assign replaces a strided region, broadcasting and casting the value", "[ops][layout][slice]") {
   expect_all(
-      [](const Device& d) { return d.zeros({3, 4}, DType::i32).slice_assign({Slice{0, 3, 2}, Slice{1, 3}}, make(d, DType::i32, {2, 2}, {1, 2, 3, 4})); },
+      [](const Device& d) {
+        return d.zeros({3, 4}, DType::i32)
+            .slice_assign({Slice{0, 3, 2}, Slice{1, 3}}, make(d, DType::i32, {2, 2}, {1, 2, 3, 4}));
+      },
       DType::i32, {3, 4}, {0, 1, 2, 0, 0, 0, 0, 0, 0, 3, 4, 0});
-  expect_all([](const Device& d) { return d.zeros({2, 3}).slice_assign({Slice{}, Slice{2}}, make(d, DType::i64, {}, {7})); },
-             DType::f32, {2, 3}, {0, 0, 7, 0, 0, 7});
-  expect_all([](const Device& d) { return d.ones({2}).slice_assign({Slice{1, 1}}, make(d, DType::f32, {0}, {})); },
-             DType::f32, {2}, {1, 1});
+  expect_all(
+      [](const Device& d) {
+        return d.zeros({2, 3}).slice_assign({Slice{}, Slice{2}}, make(d, DType::i64, {}, {7}));
+      },
+      DType::f32, {2, 3}, {0, 0, 7, 0, 0, 7});
+  expect_all(
+      [](const Device& d) {
+        return d.ones({2}).slice_assign({Slice{1, 1}}, make(d, DType::f32, {0}, {}));
+      },
+      DType::f32, {2}, {1, 1});
   CHECK_THROWS_AS(reference().zeros({3}).slice_assign({Slice{0, 2}}, make(reference(), DType::f32, {3}, {1, 2, 3})),
                   sy::Error);
 }
 
 TEST_CASE("cat and stack join tensors, promoting dtypes", "[ops][layout][cat]") {
-  expect_all([](const Device& d) { return sy::cat({make(d, DType::i32, {1, 2}, {1, 2}), make(d, DType::i32, {2, 2}, {3, 4, 5, 6})}, 0); },
-             DType::i32, {3, 2}, {1, 2, 3, 4, 5, 6});
-  expect_all([](const Device& d) { return sy::cat({make(d, DType::i32, {2, 1}, {1, 2}), make(d, DType::f32, {2, 2}, {3, 4, 5, 6})}, -1); },
-             DType::f32, {2, 3}, {1, 3, 4, 2, 5, 6});
-  expect_all([](const Device& d) { return sy::cat({make(d, DType::u8, {0, 2}, {}), make(d, DType::u8, {1, 2}, {9, 8})}); },
-             DType::u8, {1, 2}, {9, 8});
-  expect_all([](const Device& d) { return sy::stack({make(d, DType::boolean, {2}, {1, 0}), make(d, DType::boolean, {2}, {0, 0})}, 1); },
-             DType::boolean, {2, 2}, {1, 0, 0, 0});
-  expect_all([](const Device& d) { return sy::stack({make(d, DType::f64, {2}, {1, 2}), make(d, DType::f64, {2}, {3, 4})}); },
-             DType::f64, {2, 2}, {1, 2, 3, 4});
+  expect_all(
+      [](const Device& d) {
+        return sy::cat({make(d, DType::i32, {1, 2}, {1, 2}), make(d, DType::i32, {2, 2}, {3, 4, 5, 6})}, 0);
+      },
+      DType::i32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  expect_all(
+      [](const Device& d) {
+        return sy::cat({make(d, DType::i32, {2, 1}, {1, 2}), make(d, DType::f32, {2, 2}, {3, 4, 5, 6})}, -1);
+      },
+      DType::f32, {2, 3}, {1, 3, 4, 2, 5, 6});
+  expect_all(
+      [](const Device& d) {
+        return sy::cat({make(d, DType::u8, {0, 2}, {}), make(d, DType::u8, {1, 2}, {9, 8})});
+      },
+      DType::u8, {1, 2}, {9, 8});
+  expect_all(
+      [](const Device& d) {
+        return sy::stack({make(d, DType::boolean, {2}, {1, 0}), make(d, DType::boolean, {2}, {0, 0})}, 1);
+      },
+      DType::boolean, {2, 2}, {1, 0, 0, 0});
+  expect_all(
+      [](const Device& d) {
+        return sy::stack({make(d, DType::f64, {2}, {1, 2}), make(d, DType::f64, {2}, {3, 4})});
+      },
+      DType::f64, {2, 2}, {1, 2, 3, 4});
   auto r = reference();
   CHECK_THROWS_AS(sy::cat({make(r, DType::i32, {1, 2}, {1, 2}), make(r, DType::i32, {1, 3}, {1, 2, 3})}, 0), sy::Error);
   CHECK_THROWS_AS(sy::stack({make(r, DType::i32, {2}, {1, 2}), make(r, DType::i32, {3}, {1, 2, 3})}), sy::Error);
@@ -109,9 +166,13 @@ TEST_CASE("cat and stack join tensors, promoting dtypes", "[ops][layout][cat]") 
 }
 
 TEST_CASE("pad adds constant borders", "[ops][layout][pad]") {
-  expect_all([](const Device& d) { return make(d, DType::i32, {1, 2}, {1, 2}).pad({1, 0}, {0, 2}, -1); }, DType::i32,
-             {2, 4}, {-1, -1, -1, -1, 1, 2, -1, -1});
-  expect_all([](const Device& d) { return make(d, DType::f32, {0}, {}).pad({1}, {1}, 2.5); }, DType::f32, {2}, {2.5, 2.5});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {1, 2}, {1, 2}).pad({1, 0}, {0, 2}, -1);
+      },
+      DType::i32, {2, 4}, {-1, -1, -1, -1, 1, 2, -1, -1});
+  expect_all([](const Device& d) { return make(d, DType::f32, {0}, {}).pad({1}, {1}, 2.5); }, DType::f32, {2},
+             {2.5, 2.5});
   CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).pad({-1}, {0}), sy::Error);
   CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).pad({1, 1}, {0, 0}), sy::Error);
 }
@@ -122,31 +183,78 @@ TEST_CASE("gather, scatter_add and index_select follow PyTorch", "[ops][layout][
   // out[i][j] = x[i][idx[i][j]]
   expect_all([&](const Device& d) { return x(d).gather(1, idx(d)); }, DType::f32, {2, 2}, {3, 1, 5, 5});
   // out[idx[i][j]][j] = x[idx[i][j]][j] along axis 0
-  expect_all([&](const Device& d) { return x(d).gather(0, make(d, DType::i32, {1, 3}, {1, 0, 1})); }, DType::f32,
-             {1, 3}, {4, 2, 6});
+  expect_all(
+      [&](const Device& d) {
+        return x(d).gather(0, make(d, DType::i32, {1, 3}, {1, 0, 1}));
+      },
+      DType::f32, {1, 3}, {4, 2, 6});
   // out = zeros; out[i][idx[i][j]] += src[i][j]
-  expect_all([&](const Device& d) { return d.zeros({2, 3}).scatter_add(1, idx(d), make(d, DType::f32, {2, 2}, {1, 2, 3, 4})); },
-             DType::f32, {2, 3}, {2, 0, 1, 0, 7, 0});
-  expect_all([&](const Device& d) { return d.zeros({3}, DType::i64).scatter_add(0, make(d, DType::i64, {4}, {0, 2, 0, 0}), make(d, DType::i64, {5}, {1, 1, 1, 1, 9})); },
-             DType::i64, {3}, {3, 0, 1});
-  expect_all([&](const Device& d) { return x(d).index_select(1, make(d, DType::i64, {3}, {2, 2, 0})); }, DType::f32,
-             {2, 3}, {3, 3, 1, 6, 6, 4});
+  expect_all(
+      [&](const Device& d) {
+        return d.zeros({2, 3}).scatter_add(1, idx(d), make(d, DType::f32, {2, 2}, {1, 2, 3, 4}));
+      },
+      DType::f32, {2, 3}, {2, 0, 1, 0, 7, 0});
+  expect_all(
+      [&](const Device& d) {
+        return d.zeros({3}, DType::i64)
+            .scatter_add(0, make(d, DType::i64, {4}, {0, 2, 0, 0}), make(d, DType::i64, {5}, {1, 1, 1, 1, 9}));
+      },
+      DType::i64, {3}, {3, 0, 1});
+  expect_all(
+      [&](const Device& d) {
+        return x(d).index_select(1, make(d, DType::i64, {3}, {2, 2, 0}));
+      },
+      DType::f32, {2, 3}, {3, 3, 1, 6, 6, 4});
   expect_all([&](const Device& d) { return x(d).index_select(0, make(d, DType::i32, {1}, {1})); }, DType::f32, {1, 3},
              {4, 5, 6});
-  expect_all([&](const Device& d) { return x(d).index_select(0, make(d, DType::i64, {0}, {})); }, DType::f32, {0, 3}, {});
+  expect_all([&](const Device& d) { return x(d).index_select(0, make(d, DType::i64, {0}, {})); }, DType::f32, {0, 3},
+             {});
   // Negative indices count from the end (PyTorch rejects them; we accept them like Python sequences).
   expect_all([&](const Device& d) { return x(d).index_select(1, make(d, DType::i64, {1}, {-1})); }, DType::f32, {2, 1},
              {3, 6});
 }
 
+TEST_CASE("scatter_add on bool is a logical or", "[ops][layout][index]") {
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::boolean, {3}, {1, 0, 0})
+            .scatter_add(0, make(d, DType::i64, {3}, {0, 1, 1}), make(d, DType::boolean, {3}, {1, 1, 1}));
+      },
+      DType::boolean, {3}, {1, 1, 0});
+}
+
+TEST_CASE("index_select of a 0-d input gives a 0-d result", "[ops][layout][index]") {
+  // Regression: the CPU backend wrote one element per index into the one-element output
+  // (a heap overflow that the ASan build reports; the values alone may look right).
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {}, {5}).index_select(0, make(d, DType::i64, {3}, {0, -1, 0}));
+      },
+      DType::f64, {}, {5});
+}
+
+TEST_CASE("fill values outside an integer dtype wrap like casts", "[ops][creation][int]") {
+  expect_all([](const Device& d) { return make(d, DType::u8, {1}, {7}).pad({1}, {0}, -1); }, DType::u8, {2}, {255, 7});
+  expect_all([](const Device& d) { return d.full({2}, 300, DType::u8); }, DType::u8, {2}, {44, 44});
+  expect_all([](const Device& d) { return make(d, DType::u8, {2}, {1, 250}) + 300; }, DType::u8, {2}, {45, 38});
+  expect_all([](const Device& d) { return make(d, DType::i32, {1}, {1}) + 3000000000LL; }, DType::i32, {1},
+             {3000000001.0 - 4294967296.0});
+}
+
 TEST_CASE("an index out of range fails the op with index_out_of_range", "[ops][layout][index][errors]") {
   auto x = [](const Device& d) { return make(d, DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}); };
-  expect_error([&](const Device& d) { return x(d).gather(1, make(d, DType::i64, {2, 1}, {0, 3})); },
-               sy::Errc::index_out_of_range);
+  expect_error(
+      [&](const Device& d) {
+        return x(d).gather(1, make(d, DType::i64, {2, 1}, {0, 3}));
+      },
+      sy::Errc::index_out_of_range);
   expect_error([&](const Device& d) { return x(d).index_select(0, make(d, DType::i64, {1}, {-3})); },
                sy::Errc::index_out_of_range);
-  expect_error([&](const Device& d) { return x(d).scatter_add(0, make(d, DType::i64, {1, 1}, {2}), x(d)); },
-               sy::Errc::index_out_of_range);
+  expect_error(
+      [&](const Device& d) {
+        return x(d).scatter_add(0, make(d, DType::i64, {1, 1}, {2}), x(d));
+      },
+      sy::Errc::index_out_of_range);
   CHECK_THROWS_AS(x(reference()).gather(1, make(reference(), DType::f32, {2, 1}, {0, 0})), sy::Error);
   CHECK_THROWS_AS(x(reference()).gather(1, make(reference(), DType::i64, {3, 1}, {0, 0, 0})), sy::Error);
 }
@@ -198,7 +306,8 @@ TEST_CASE("every dtype bridges between devices and reads back unchanged", "[ops]
         CHECK(y.device() == to);
         CHECK(compare(y.read().get(), want, {0, 0}) == "");
         // An op on the target sees the bridged values.
-        CHECK(compare(y.reshape({3, 2}).to(from).read().get(), sy::TensorData(sy::Shape{3, 2}, t, want.bytes), {0, 0}) == "");
+        CHECK(compare(y.reshape({3, 2}).to(from).read().get(), sy::TensorData(sy::Shape{3, 2}, t, want.bytes),
+                      {0, 0}) == "");
       }
   }
 }

@@ -29,9 +29,12 @@ sy::Device reference() { return runtime().device("reference:0"); }
 
 Tol tol_for(sy::DType t) {
   switch (t) {
-    case sy::DType::f32: return {2e-5, 1e-6};
-    case sy::DType::f64: return {1e-12, 1e-14};
-    default: return {0, 0};
+    case sy::DType::f32:
+      return {2e-5, 1e-6};
+    case sy::DType::f64:
+      return {1e-12, 1e-14};
+    default:
+      return {0, 0};
   }
 }
 
@@ -59,8 +62,10 @@ namespace {
 int64_t int_at(const sy::TensorData& d, int64_t i) {
   return sy::visit_dtype(d.dtype, [&](auto tag) -> int64_t {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T>) return 0;
-    else return static_cast<int64_t>(d.bytes.as<const T>()[i]);
+    if constexpr (std::is_floating_point_v<T>)
+      return 0;
+    else
+      return static_cast<int64_t>(d.bytes.as<const T>()[i]);
   });
 }
 }  // namespace
@@ -77,9 +82,12 @@ std::string compare(const sy::TensorData& got, const sy::TensorData& want, Tol t
     bool ok;
     double g = got.at(i), w = want.at(i);
     if (sy::is_floating(got.dtype)) {
-      if (std::isnan(w)) ok = std::isnan(g);
-      else if (std::isinf(w)) ok = g == w;
-      else ok = std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
+      if (std::isnan(w))
+        ok = std::isnan(g);
+      else if (std::isinf(w))
+        ok = g == w;
+      else
+        ok = std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
     } else {
       ok = int_at(got, i) == int_at(want, i);
     }

@@ -38,10 +38,14 @@ sy::Shape random_shape(Rng& rng) {
 sy::TensorData leaf_data(Rng& rng, DType t, const sy::Shape& s) {
   std::vector<double> v(static_cast<size_t>(s.numel()));
   for (auto& x : v) {
-    if (sy::is_floating(t)) x = static_cast<double>(pick(rng, -200, 200)) / 100;
-    else if (t == DType::boolean) x = static_cast<double>(pick(rng, 0, 1));
-    else if (t == DType::u8) x = static_cast<double>(pick(rng, 0, 255));
-    else x = static_cast<double>(pick(rng, -50, 50));
+    if (sy::is_floating(t))
+      x = static_cast<double>(pick(rng, -200, 200)) / 100;
+    else if (t == DType::boolean)
+      x = static_cast<double>(pick(rng, 0, 1));
+    else if (t == DType::u8)
+      x = static_cast<double>(pick(rng, 0, 255));
+    else
+      x = static_cast<double>(pick(rng, -50, 50));
   }
   return data(t, s, v);
 }
@@ -61,30 +65,48 @@ Step random_step(Rng& rng, size_t available) {
     const Tensor& a = ts[i];
     const Tensor& b = ts[j];
     switch (which) {
-      case 0: return a + b;
-      case 1: return a * b;
-      case 2: return a.maximum(b);
-      case 3: return a.sub(b);
-      case 4: return a.tanh();
-      case 5: return a.abs().neg();
-      case 6: return a.sum({axis}, axis % 2 == 0);
-      case 7: return a.max({axis});
-      case 8: return floating(a) ? a.softmax(axis) : a.cast(DType::f32).softmax(axis);
-      case 9: return a.rank() >= 2 && b.rank() >= 1 ? a.matmul(b) : a.mT();
+      case 0:
+        return a + b;
+      case 1:
+        return a * b;
+      case 2:
+        return a.maximum(b);
+      case 3:
+        return a.sub(b);
+      case 4:
+        return a.tanh();
+      case 5:
+        return a.abs().neg();
+      case 6:
+        return a.sum({axis}, axis % 2 == 0);
+      case 7:
+        return a.max({axis});
+      case 8:
+        return floating(a) ? a.softmax(axis) : a.cast(DType::f32).softmax(axis);
+      case 9:
+        return a.rank() >= 2 && b.rank() >= 1 ? a.matmul(b) : a.mT();
       case 10:
         if (floating(a) && !sy::is_floating(dt)) throw sy::Error(sy::Errc::invalid_argument, "skip");
         return a.cast(dt);
-      case 11: return a.rank() >= 2 ? a.transpose(0, -1) : a.unsqueeze(0);
-      case 12: return a.flip({axis});
-      case 13: return a.slice(axis, {1, std::numeric_limits<int64_t>::max(), 2});
-      case 14: return sy::cat({a, b}, axis);
+      case 11:
+        return a.rank() >= 2 ? a.transpose(0, -1) : a.unsqueeze(0);
+      case 12:
+        return a.flip({axis});
+      case 13:
+        return a.slice(axis, {1, std::numeric_limits<int64_t>::max(), 2});
+      case 14:
+        return sy::cat({a, b}, axis);
       case 15:
         if (floating(a)) throw sy::Error(sy::Errc::invalid_argument, "skip");
         return sy::where(a.gt(b), a, b);
-      case 16: return a.rank() < 2 ? a.expand(sy::Shape{2, a.numel()}).flatten() : a.reshape({-1});
-      case 17: return a * 0.5 + 1;
-      case 18: return a.mean({axis}, true);
-      default: return a.pad(std::vector<int64_t>(a.rank(), 1), std::vector<int64_t>(a.rank(), 0), 2);
+      case 16:
+        return a.rank() < 2 ? a.expand(sy::Shape{2, a.numel()}).flatten() : a.reshape({-1});
+      case 17:
+        return a * 0.5 + 1;
+      case 18:
+        return a.mean({axis}, true);
+      default:
+        return a.pad(std::vector<int64_t>(a.rank(), 1), std::vector<int64_t>(a.rank(), 0), 2);
     }
   };
 }
@@ -126,8 +148,8 @@ TEST_CASE("random op graphs agree with the reference backend on every device", "
         auto want = ref[k].read().get();
         auto got = ts[k].read().get();
         Tol tol = want.dtype == DType::f32 ? Tol{1e-4, 1e-4} : want.dtype == DType::f64 ? Tol{1e-9, 1e-9} : Tol{};
-        INFO("graph " << graph << " step " << k - leaves.size() << " on " << d.name() << ": "
-                      << want.shape.to_string() << " " << sy::name_of(want.dtype));
+        INFO("graph " << graph << " step " << k - leaves.size() << " on " << d.name() << ": " << want.shape.to_string()
+                      << " " << sy::name_of(want.dtype));
         CHECK(compare(got, want, tol) == "");
         ++checked;
       }

@@ -84,7 +84,8 @@ Tensor build(const Device& d, const json& c) {
   if (op == "unary") return in[0].unary(kind_named<sy::UnaryKind>(a["kind"], sy::to_string, 26));
   if (op == "clamp") {
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    return in[0].clamp(a["lo"].is_null() ? nan : a["lo"].get<double>(), a["hi"].is_null() ? nan : a["hi"].get<double>());
+    return in[0].clamp(a["lo"].is_null() ? nan : a["lo"].get<double>(),
+                       a["hi"].is_null() ? nan : a["hi"].get<double>());
   }
   if (op == "binary") return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, 21), in[1]);
   if (op == "scalar")
@@ -96,16 +97,26 @@ Tensor build(const Device& d, const json& c) {
     bool keep = a["keepdim"];
     int64_t corr = a["correction"];
     switch (k) {
-      case sy::ReduceKind::sum: return in[0].sum(axes, keep);
-      case sy::ReduceKind::mean: return in[0].mean(axes, keep);
-      case sy::ReduceKind::prod: return in[0].prod(axes, keep);
-      case sy::ReduceKind::max: return in[0].max(axes, keep);
-      case sy::ReduceKind::min: return in[0].min(axes, keep);
-      case sy::ReduceKind::var: return in[0].var(axes, corr, keep);
-      case sy::ReduceKind::std: return in[0].std(axes, corr, keep);
-      case sy::ReduceKind::any: return in[0].any(axes, keep);
-      case sy::ReduceKind::all: return in[0].all(axes, keep);
-      default: break;
+      case sy::ReduceKind::sum:
+        return in[0].sum(axes, keep);
+      case sy::ReduceKind::mean:
+        return in[0].mean(axes, keep);
+      case sy::ReduceKind::prod:
+        return in[0].prod(axes, keep);
+      case sy::ReduceKind::max:
+        return in[0].max(axes, keep);
+      case sy::ReduceKind::min:
+        return in[0].min(axes, keep);
+      case sy::ReduceKind::var:
+        return in[0].var(axes, corr, keep);
+      case sy::ReduceKind::std:
+        return in[0].std(axes, corr, keep);
+      case sy::ReduceKind::any:
+        return in[0].any(axes, keep);
+      case sy::ReduceKind::all:
+        return in[0].all(axes, keep);
+      default:
+        break;
     }
   }
   if (op == "argmax" || op == "argmin") {
@@ -160,19 +171,20 @@ TEST_CASE("every op matches PyTorch 1.13 on every device", "[ops][pytorch]") {
   for (const auto& d : devices()) {
     for (size_t i = 0; i < cases.size(); ++i) {
       const auto& c = cases[i];
-      std::string label = d.name() + " case " + std::to_string(i) + ": " + c["op"].get<std::string>() + " " +
-                          c["args"].dump() + " on";
+      std::string label =
+          d.name() + " case " + std::to_string(i) + ": " + c["op"].get<std::string>() + " " + c["args"].dump() + " on";
       for (const auto& t : c["inputs"]) label += " " + t["dtype"].get<std::string>() + t["shape"].dump();
       std::string problem;
       try {
         auto got = build(d, c).read().get();
         if (c.contains("error")) {
-          problem = "PyTorch fails (" + c["error"].get<std::string>() + ") but we gave " + got.shape.to_string() +
-                    " " + std::string(sy::name_of(got.dtype));
+          problem = "PyTorch fails (" + c["error"].get<std::string>() + ") but we gave " + got.shape.to_string() + " " +
+                    std::string(sy::name_of(got.dtype));
         } else {
           auto want = tensor_of(c["out"]);
           Tol tol = tol_for(want.dtype);
-          if (c.contains("tol")) tol = {std::max(tol.rtol, c["tol"][0].get<double>()), std::max(tol.atol, c["tol"][1].get<double>())};
+          if (c.contains("tol"))
+            tol = {std::max(tol.rtol, c["tol"][0].get<double>()), std::max(tol.atol, c["tol"][1].get<double>())};
           problem = compare(got, want, tol);
         }
       } catch (const sy::Error& e) {

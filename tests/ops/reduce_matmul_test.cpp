@@ -28,10 +28,16 @@ TEST_CASE("sum, mean and prod over axis sets with keepdim", "[ops][reduce]") {
   expect_all([](const Device& d) { return x23(d).mean({1}); }, DType::f32, {2}, {2, 5});
   expect_all([](const Device& d) { return x23(d).prod({0}); }, DType::f32, {3}, {4, 10, 18});
   // [2,3,4] arange, reduced over axes {0, 2}: 60 + 32 j.
-  expect_all([](const Device& d) { return d.arange(0, 24).reshape({2, 3, 4}).sum({2, 0}, true); }, DType::i64,
-             {1, 3, 1}, {60, 92, 124});
-  expect_all([](const Device& d) { return d.arange(0, 24, 1, DType::f64).reshape({2, 3, 4}).mean({0, 2}); },
-             DType::f64, {3}, {7.5, 11.5, 15.5});
+  expect_all(
+      [](const Device& d) {
+        return d.arange(0, 24).reshape({2, 3, 4}).sum({2, 0}, true);
+      },
+      DType::i64, {1, 3, 1}, {60, 92, 124});
+  expect_all(
+      [](const Device& d) {
+        return d.arange(0, 24, 1, DType::f64).reshape({2, 3, 4}).mean({0, 2});
+      },
+      DType::f64, {3}, {7.5, 11.5, 15.5});
 }
 
 TEST_CASE("integer and bool sums accumulate in i64", "[ops][reduce][int]") {
@@ -105,20 +111,39 @@ TEST_CASE("softmax and log_softmax are stable", "[ops][softmax]") {
   const std::vector<double> p = {1 / z, std::exp(1.0) / z, std::exp(2.0) / z};
   expect_all([](const Device& d) { return make(d, DType::f32, {3}, {1, 2, 3}).softmax(0); }, DType::f32, {3}, p);
   // Large inputs would overflow exp without the max subtraction.
-  expect_all([](const Device& d) { return make(d, DType::f32, {3}, {1000, 1001, 1002}).softmax(-1); }, DType::f32,
-             {3}, p);
-  expect_all([](const Device& d) { return make(d, DType::f64, {3}, {-1000, -999, -998}).log_softmax(0); }, DType::f64,
-             {3}, {-std::log(z), 1 - std::log(z), 2 - std::log(z)});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {3}, {1000, 1001, 1002}).softmax(-1);
+      },
+      DType::f32, {3}, p);
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {3}, {-1000, -999, -998}).log_softmax(0);
+      },
+      DType::f64, {3}, {-std::log(z), 1 - std::log(z), 2 - std::log(z)});
   expect_all([](const Device& d) { return make(d, DType::f32, {2}, {-kInf, 0}).softmax(0); }, DType::f32, {2}, {0, 1});
-  expect_all([](const Device& d) { return make(d, DType::f32, {2}, {-kInf, 0}).log_softmax(0); }, DType::f32, {2},
-             {-kInf, 0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {2}, {-kInf, 0}).log_softmax(0);
+      },
+      DType::f32, {2}, {-kInf, 0});
   // Rows of only -kInf, or with NaN or +kInf, have no defined distribution: NaN (as PyTorch).
-  expect_all([](const Device& d) { return make(d, DType::f32, {2, 2}, {-kInf, -kInf, kNan, 1}).softmax(1); }, DType::f32,
-             {2, 2}, {kNan, kNan, kNan, kNan});
-  expect_all([](const Device& d) { return make(d, DType::f32, {2}, {kInf, 1}).softmax(0); }, DType::f32, {2}, {kNan, kNan});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {2, 2}, {-kInf, -kInf, kNan, 1}).softmax(1);
+      },
+      DType::f32, {2, 2}, {kNan, kNan, kNan, kNan});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {2}, {kInf, 1}).softmax(0);
+      },
+      DType::f32, {2}, {kNan, kNan});
   // Along axis 0 of a 2-D tensor: columns sum to one.
-  expect_all([](const Device& d) { return make(d, DType::f64, {2, 2}, {0, 5, 0, 5}).softmax(0); }, DType::f64, {2, 2},
-             {0.5, 0.5, 0.5, 0.5});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {2, 2}, {0, 5, 0, 5}).softmax(0);
+      },
+      DType::f64, {2, 2}, {0.5, 0.5, 0.5, 0.5});
   CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).softmax(0), sy::Error);
 }
 
@@ -148,12 +173,21 @@ TEST_CASE("matmul of matrices, vectors and broadcast batches", "[ops][matmul]") 
 TEST_CASE("integer matmul wraps and empty inner extents give zeros", "[ops][matmul][int]") {
   expect_all([](const Device& d) { return x23(d, DType::i64).matmul(x23(d, DType::i64).mT()); }, DType::i64, {2, 2},
              {14, 32, 32, 77});
-  expect_all([](const Device& d) { return make(d, DType::u8, {1, 2}, {16, 16}).matmul(make(d, DType::u8, {2, 1}, {16, 1})); },
-             DType::u8, {1, 1}, {16});  // 256 + 16 mod 256
-  expect_all([](const Device& d) { return make(d, DType::f32, {2, 0}, {}).matmul(make(d, DType::f32, {0, 3}, {})); },
-             DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0});
-  expect_all([](const Device& d) { return make(d, DType::f32, {0, 2}, {}).matmul(make(d, DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0})); },
-             DType::f32, {0, 3}, {});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::u8, {1, 2}, {16, 16}).matmul(make(d, DType::u8, {2, 1}, {16, 1}));
+      },
+      DType::u8, {1, 1}, {16});  // 256 + 16 mod 256
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {2, 0}, {}).matmul(make(d, DType::f32, {0, 3}, {}));
+      },
+      DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {0, 2}, {}).matmul(make(d, DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0}));
+      },
+      DType::f32, {0, 3}, {});
 }
 
 TEST_CASE("linear computes x W^T + b", "[ops][matmul][linear]") {
@@ -162,10 +196,16 @@ TEST_CASE("linear computes x W^T + b", "[ops][matmul][linear]") {
   expect_all([&](const Device& d) { return x23(d).linear(w(d), bias(d)); }, DType::f32, {2, 2},
              {-2 + 0.5, 12 - 1, -2 + 0.5, 30 - 1});
   expect_all([&](const Device& d) { return x23(d).linear(w(d)); }, DType::f32, {2, 2}, {-2, 12, -2, 30});
-  expect_all([&](const Device& d) { return make(d, DType::f32, {3}, {1, 1, 1}).linear(w(d), bias(d)); }, DType::f32,
-             {2}, {0.5, 5});
+  expect_all(
+      [&](const Device& d) {
+        return make(d, DType::f32, {3}, {1, 1, 1}).linear(w(d), bias(d));
+      },
+      DType::f32, {2}, {0.5, 5});
   // Batched input [2,1,3] against one weight.
-  expect_all([&](const Device& d) { return x23(d).reshape({2, 1, 3}).linear(w(d), bias(d)); }, DType::f32, {2, 1, 2},
-             {-1.5, 11, -1.5, 29});
+  expect_all(
+      [&](const Device& d) {
+        return x23(d).reshape({2, 1, 3}).linear(w(d), bias(d));
+      },
+      DType::f32, {2, 1, 2}, {-1.5, 11, -1.5, 29});
   CHECK_THROWS_AS(x23(reference()).linear(w(reference()), make(reference(), DType::f32, {3}, {0, 0, 0})), sy::Error);
 }
