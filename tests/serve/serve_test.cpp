@@ -373,8 +373,9 @@ TEST_CASE("a failed device batch answers 503 to its requests only", "[serve]") {
 }
 
 TEST_CASE("SIGTERM completes in-flight requests and exits 0", "[serve]") {
-  // A 20 s window keeps the requests queued until the shutdown drains them.
-  ServerProcess server({"--batch-window-us", "20000000", "--max-batch", "64"});
+  // A 60 s window keeps the requests queued until the shutdown drains them;
+  // without the drain terminate() would give up (30 s) before the window ends.
+  ServerProcess server({"--batch-window-us", "60000000", "--max-batch", "64"});
   const int port = server.port();
   constexpr int kClients = 4;
   std::vector<Rows> sent(kClients);
