@@ -1,0 +1,399 @@
+// Starts examples/inference_server as a real process on 127.0.0.1 and checks
+// its HTTP behaviour against the MLP computed with plain loops
+// (mlp::forward_reference) from the same model file.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <poll.h>
+#include <random>
+#include <signal.h>
+#include <spawn.h>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "mlp_model.hpp"
+
+extern char** environ;
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using Rows = std::vector<std::vector<float>>;
+
+constexpr uint32_t kIn = 16;
+constexpr uint32_t kOut = 8;
+
+/// The model file, written once per test run by the example's make_model.
+const std::string& model_path() {
+  static const std::string path = [] {
+    auto dir = std::filesystem::temp_directory_path() / ("switchyard_serve_test_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::string p = (dir / "mlp.bin").string();
+    std::string cmd = std::string("'") + SERVE_MAKE_MODEL_BIN + "' '" + p + "' --layers 16,32,24,8 --seed 7 >/dev/null";
+    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make_model failed: " + cmd);
+    return p;
+  }();
+  return path;
+}
+
+const mlp::Model& model() {
+  static const mlp::Model m = mlp::load(model_path());
+  return m;
+}
+
+/// The server binary as a child process; killed if the test ends early.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra) {
+    std::vector<std::string> args = {SERVE_SERVER_BIN, "--model", model_path(), "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    out_ = fds[0];
+    if (rc != 0) throw std::runtime_error("cannot start " + args[0]);
+    port_ = wait_for_port();
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  [[nodiscard]] int port() const { return port_; }
+
+  /// SIGTERM, then waits (at most 30 s) for the exit; the exit code, or -1
+  /// if it died from a signal or did not exit in time.
+  int terminate() {
+    kill(pid_, SIGTERM);
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+
+ private:
+  // Reads the server's stdout until its "listening on" line (at most 30 s).
+  int wait_for_port() {
+    const std::string marker = "listening on http://127.0.0.1:";
+    std::string text;
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[512];
+      ssize_t n = read(out_, buf, sizeof buf);
+      if (n <= 0) break;  // exited
+      text.append(buf, static_cast<size_t>(n));
+      auto at = text.find(marker);
+      if (at != std::string::npos && text.find('\n', at) != std::string::npos)
+        return std::stoi(text.substr(at + marker.size()));
+    }
+    throw std::runtime_error("server did not report its port; output: " + text);
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  int port_ = 0;
+};
+
+httplib::Client client(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(10);
+  c.set_read_timeout(30);
+  return c;
+}
+
+Rows random_rows(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  Rows rows(n, std::vector<float>(kIn));
+  for (auto& r : rows)
+    for (auto& v : r) v = dist(rng);
+  return rows;
+}
+
+std::string body_of(const Rows& rows) { return json{{"inputs", rows}}.dump(); }
+
+/// Checks an /v1/infer reply body against the plain-loop MLP.
+void check_outputs(const std::string& body, const Rows& rows) {
+  json j = json::parse(body);
+  REQUIRE(j.contains("outputs"));
+  const json& out = j["outputs"];
+  REQUIRE(out.size() == rows.size());
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  auto want = mlp::forward_reference(model(), flat, rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    REQUIRE(out[r].size() == kOut);
+    for (size_t c = 0; c < kOut; ++c) {
+      double got = out[r][c].get<double>();
+      double w = want[r * kOut + c];
+      CHECK(std::abs(got - w) <= 1e-4 + 1e-4 * std::abs(w));
+    }
+  }
+}
+
+/// Value of an unlabelled (or fully labelled) metric line `name value`.
+double metric(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  throw std::runtime_error("metric " + name + " missing from:\n" + text);
+}
+
+std::string get_metrics(int port) {
+  auto c = client(port);
+  auto res = c.Get("/metrics");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  return res->body;
+}
+
+struct Reply {
+  int status = -1;
+  std::string body;
+};
+
+Reply post(int port, const std::string& body, httplib::Headers headers = {}) {
+  auto c = client(port);
+  auto res = c.Post("/v1/infer", headers, body, "application/json");
+  if (!res) return {};
+  return {res->status, res->body};
+}
+
+/// A 4xx reply whose JSON error mentions `needle`.
+void check_rejected(const Reply& r, int status, const std::string& needle) {
+  INFO("body: " << r.body);
+  CHECK(r.status == status);
+  json j = json::parse(r.body);
+  REQUIRE(j.contains("error"));
+  CHECK_THAT(j["error"].get<std::string>(), Catch::Matchers::Contains(needle));
+}
+
+}  // namespace
+
+TEST_CASE("healthz reports the model's widths and the serving devices", "[serve]") {
+  ServerProcess server({"--devices", "cpu:0,cpu:1"});
+  auto c = client(server.port());
+  auto res = c.Get("/healthz");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  json j = json::parse(res->body);
+  CHECK(j["status"] == "ok");
+  CHECK(j["input_width"] == kIn);
+  CHECK(j["output_width"] == kOut);
+  CHECK(j["devices"] == json::array({"cpu:0", "cpu:1"}));
+}
+
+TEST_CASE("a request with several rows gets the MLP's output for each row", "[serve]") {
+  ServerProcess server({});
+  Rows rows = random_rows(5, 1);
+  Reply r = post(server.port(), body_of(rows));
+  REQUIRE(r.status == 200);
+  check_outputs(r.body, rows);
+}
+
+TEST_CASE("concurrent requests on two replicas each get their own rows back", "[serve]") {
+  ServerProcess server({"--devices", "cpu:0,cpu:1", "--batch-window-us", "2000", "--max-batch", "16"});
+  constexpr int kThreads = 12;
+  constexpr int kRequests = 8;
+  std::vector<std::vector<Rows>> sent(kThreads);
+  std::vector<std::vector<Reply>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRequests; ++i) {
+        Rows rows = random_rows(1 + (t + i) % 3, 100 * t + i);
+        got[t].push_back(post(server.port(), body_of(rows)));
+        sent[t].push_back(std::move(rows));
+      }
+    });
+  for (auto& th : threads) th.join();
+  double total_rows = 0;
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = 0; i < kRequests; ++i) {
+      REQUIRE(got[t][i].status == 200);
+      check_outputs(got[t][i].body, sent[t][i]);
+      total_rows += static_cast<double>(sent[t][i].size());
+    }
+  std::string m = get_metrics(server.port());
+  CHECK(metric(m, "serve_requests_total{code=\"200\"}") == kThreads * kRequests);
+  CHECK(metric(m, "serve_batch_rows_sum") == total_rows);
+  CHECK(metric(m, "serve_request_duration_seconds_count") == kThreads * kRequests);
+  // Every batch ran on some replica, and the runtime's device stats are there.
+  CHECK(metric(m, "serve_batches_total{device=\"cpu:0\"}") + metric(m, "serve_batches_total{device=\"cpu:1\"}") ==
+        metric(m, "serve_batch_rows_count"));
+  CHECK(metric(m, "switchyard_device_ops_executed_total{device=\"cpu:0\"}") > 0);
+  CHECK(metric(m, "switchyard_device_live_handles{device=\"cpu:1\"}") >= 6);  // the replica's weights
+}
+
+TEST_CASE("requests arriving within the batch window are stacked into one batch", "[serve]") {
+  // A window far longer than the test: the batch closes because max-batch
+  // rows are queued, so exactly one batch runs.
+  ServerProcess server({"--batch-window-us", "10000000", "--max-batch", "8"});
+  std::vector<Rows> sent(8);
+  std::vector<Reply> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      sent[t] = random_rows(1, 500 + t);
+      got[t] = post(server.port(), body_of(sent[t]));
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) {
+    REQUIRE(got[t].status == 200);
+    check_outputs(got[t].body, sent[t]);
+  }
+  std::string m = get_metrics(server.port());
+  CHECK(metric(m, "serve_batch_rows_count") == 1);
+  CHECK(metric(m, "serve_batch_rows_sum") == 8);
+}
+
+TEST_CASE("with --no-batching every request runs as its own batch", "[serve]") {
+  ServerProcess server({"--no-batching"});
+  std::vector<Rows> sent(6);
+  std::vector<Reply> got(6);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([&, t] {
+      sent[t] = random_rows(1, 900 + t);
+      got[t] = post(server.port(), body_of(sent[t]));
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 6; ++t) {
+    REQUIRE(got[t].status == 200);
+    check_outputs(got[t].body, sent[t]);
+  }
+  CHECK(metric(get_metrics(server.port()), "serve_batch_rows_count") == 6);
+}
+
+TEST_CASE("bad input gets a 4xx with a JSON error and the server keeps serving", "[serve]") {
+  ServerProcess server({"--max-body-bytes", "4096"});
+  const int port = server.port();
+  SECTION("malformed JSON") { check_rejected(post(port, "{\"inputs\": [[1, 2,"), 400, "malformed JSON"); }
+  SECTION("a row of the wrong width") {
+    Rows rows = random_rows(2, 3);
+    rows[1].pop_back();
+    check_rejected(post(port, body_of(rows)), 400, "inputs[1] has 15 values; the model takes 16");
+  }
+  SECTION("a body over --max-body-bytes") { check_rejected(post(port, body_of(random_rows(40, 4))), 413, "too large"); }
+  SECTION("a NaN literal") {
+    std::string body = body_of(random_rows(1, 5));
+    body.replace(body.find("[[") + 2, 0, "NaN,");
+    check_rejected(post(port, body), 400, "NaN");
+  }
+  SECTION("an infinite number") {
+    std::string body = body_of(random_rows(1, 6));
+    body.replace(body.find("[[") + 2, 0, "1e999,");
+    check_rejected(post(port, body), 400, "finite");
+  }
+  SECTION("a number beyond float32") {
+    Rows rows = random_rows(1, 7);
+    json j{{"inputs", rows}};
+    j["inputs"][0][3] = 1e39;
+    check_rejected(post(port, j.dump()), 400, "inputs[0][3] = 1e+39 is not a finite float32");
+  }
+  SECTION("empty inputs") { check_rejected(post(port, "{\"inputs\": []}"), 400, "empty"); }
+  SECTION("a missing inputs field") { check_rejected(post(port, "{\"rows\": [[1]]}"), 400, "missing field"); }
+  SECTION("a non-number value") {
+    json j{{"inputs", random_rows(1, 8)}};
+    j["inputs"][0][0] = "x";
+    check_rejected(post(port, j.dump()), 400, "inputs[0][0] is not a number");
+  }
+  SECTION("an unknown endpoint") {
+    auto c = client(port);
+    auto res = c.Get("/v2/nothing");
+    REQUIRE(res);
+    check_rejected({res->status, res->body}, 404, "no such endpoint");
+  }
+  Rows rows = random_rows(2, 9);
+  Reply ok = post(port, body_of(rows));
+  REQUIRE(ok.status == 200);
+  check_outputs(ok.body, rows);
+}
+
+TEST_CASE("a failed device batch answers 503 to its requests only", "[serve]") {
+  ServerProcess server({"--fault-injection", "--batch-window-us", "20000"});
+  const int port = server.port();
+  std::vector<Rows> sent(5);
+  std::vector<Reply> got(5);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 5; ++t)
+    threads.emplace_back([&, t] {
+      sent[t] = random_rows(1, 700 + t);
+      httplib::Headers h;
+      if (t == 2) h.emplace("X-Inject-Fault", "1");
+      got[t] = post(port, body_of(sent[t]), h);
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 5; ++t) {
+    if (t == 2) {
+      check_rejected(got[t], 503, "device failure");
+    } else {
+      REQUIRE(got[t].status == 200);
+      check_outputs(got[t].body, sent[t]);
+    }
+  }
+  Rows rows = random_rows(1, 99);
+  Reply after = post(port, body_of(rows));
+  REQUIRE(after.status == 200);
+  check_outputs(after.body, rows);
+  CHECK(metric(get_metrics(port), "switchyard_device_ops_failed_total{device=\"cpu:0\"}") >= 1);
+}
+
+TEST_CASE("SIGTERM completes in-flight requests and exits 0", "[serve]") {
+  // A 60 s window keeps the requests queued until the shutdown drains them;
+  // without the drain terminate() would give up (30 s) before the window ends.
+  ServerProcess server({"--batch-window-us", "60000000", "--max-batch", "64"});
+  const int port = server.port();
+  constexpr int kClients = 4;
+  std::vector<Rows> sent(kClients);
+  std::vector<Reply> got(kClients);
+  for (int t = 0; t < kClients; ++t) sent[t] = random_rows(2, 300 + t);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) threads.emplace_back([&, t] { got[t] = post(port, body_of(sent[t])); });
+  // Wait (bounded) until all are inside the server.
+  double in_flight = 0;
+  for (int i = 0; i < 1000 && in_flight < kClients; ++i) {
+    in_flight = metric(get_metrics(port), "serve_requests_in_flight");
+    if (in_flight < kClients) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(in_flight == kClients);
+  CHECK(server.terminate() == 0);
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kClients; ++t) {
+    REQUIRE(got[t].status == 200);
+    check_outputs(got[t].body, sent[t]);
+  }
+}
