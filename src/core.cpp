@@ -72,6 +72,7 @@ Core::Core(RuntimeOptions options) : options_(std::move(options)) {
 
 void Core::start() {
   auto kinds = backends::backend_kinds();
+  if (options_.extend_backends) options_.extend_backends(kinds);
   std::vector<std::pair<std::string, std::pair<const backends::BackendKind*, int>>> plan;
   for (const auto& name : options_.devices) {
     auto req = parse_device(name);

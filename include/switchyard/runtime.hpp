@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -9,6 +10,10 @@
 #include "switchyard/device.hpp"
 
 namespace switchyard {
+
+namespace backends {
+struct BackendKind;
+}
 
 /// How a Runtime starts.
 struct RuntimeOptions {
@@ -23,6 +28,11 @@ struct RuntimeOptions {
   size_t max_batch = 256;
   /// Longest time an op waits in the client queue.
   std::chrono::microseconds flush_interval{200};
+  /// (optional) Called with the compiled-in backend kinds before devices
+  /// start; may append kinds (declared in backends/backend.hpp), which
+  /// `devices` can then name. Tests use it to wrap "cpu" in a
+  /// fault-injecting backend; empty: the registry as built.
+  std::function<void(std::vector<backends::BackendKind>&)> extend_backends;
 };
 
 /// Owns the actor system, the router and one runner per device. Thread
