@@ -92,6 +92,18 @@ class SharedState {
   std::vector<std::function<void()>> continuations_;
 };
 
+// Result of then(f): f(T), or f() for void. A specialisation, not
+// std::conditional_t, which would instantiate both invoke_results and fail
+// to compile whenever f takes an argument.
+template <class T, class F>
+struct ThenResult {
+  using type = std::invoke_result_t<F, T>;
+};
+template <class F>
+struct ThenResult<void, F> {
+  using type = std::invoke_result_t<F>;
+};
+
 }  // namespace detail
 
 /// Write side of a Future.
@@ -143,9 +155,8 @@ class Future {
   /// Failures skip `f` and propagate; an exception thrown by `f` fails the
   /// returned future. `f` must not block: it may run on an actor thread.
   template <class F>
-  auto then(F f) -> Future<std::conditional_t<std::is_void_v<T>, std::invoke_result_t<F>,
-                                              std::invoke_result_t<F, T>>> {
-    using U = std::conditional_t<std::is_void_v<T>, std::invoke_result_t<F>, std::invoke_result_t<F, T>>;
+  auto then(F f) -> Future<typename detail::ThenResult<T, F>::type> {
+    using U = typename detail::ThenResult<T, F>::type;
     Promise<U> next;
     auto src = state_;
     check().on_complete([src, next, f = std::move(f)]() mutable {
