@@ -67,7 +67,10 @@ caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
 }  // namespace
 
 router_actor spawn_router(caf::actor_system& sys) {
-  return sys.spawn([](Self self) -> router_actor::behavior_type {
+  // The unused argument works around CAF 0.17: spawning a function actor
+  // with no arguments dereferences a null shared_ptr<tuple<>> in
+  // init_fun_factory_helper (UBSan: reference binding to null pointer).
+  return sys.spawn([](Self self, int /*unused*/) -> router_actor::behavior_type {
     self->set_down_handler([self](caf::down_msg& msg) {
       for (auto& [id, dev] : self->state.devices)
         if (dev.runner.address() == msg.source) {
@@ -119,7 +122,7 @@ router_actor spawn_router(caf::actor_system& sys) {
         },
         [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },
     };
-  });
+  }, 0);
 }
 
 }  // namespace switchyard::actors

@@ -181,7 +181,7 @@ Tensor Core::emit(DeviceId device, const TensorIr& ir, OperationIr op) {
 }
 
 template <class Reply, class Value, class Convert, class... Ts>
-Future<Value> Core::ask(Convert convert, Ts... xs) {
+Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs) {
   Promise<Value> promise;
   auto fut = promise.future();
   if (closed()) {
@@ -189,34 +189,37 @@ Future<Value> Core::ask(Convert convert, Ts... xs) {
     return fut;
   }
   auto weak = weak_from_this();
-  system_->spawn([router = router_, promise, convert, weak, xs...](caf::event_based_actor* self) mutable {
+  // The router travels as an argument, not a capture: CAF 0.17 spawning a
+  // function actor without arguments dereferences a null shared_ptr (UBSan).
+  system_->spawn([promise, convert, weak, keep, xs...](caf::event_based_actor* self, router_actor router) mutable {
     self->request(router, caf::infinite, xs...)
-        .then([promise, convert](Reply& r) mutable { convert(promise, r); },
-              [promise, weak](caf::error& e) mutable {
+        .then([promise, convert, keep](Reply& r) mutable { convert(promise, r); },
+              [promise, weak, keep](caf::error& e) mutable {
                 auto core = weak.lock();
                 if (core && core->closed() && describe(e).code == Errc::device_lost)
                   promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
                 else
                   promise.set_error(to_exception(e));
               });
-  });
+  }, router_);
   return fut;
 }
 
-Future<TensorData> Core::read(DeviceId device, TensorId id) {
+Future<TensorData> Core::read(DeviceId device, TensorId id, std::shared_ptr<const void> keep) {
   flush(device);
-  return ask<TensorData, TensorData>([](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); },
+  return ask<TensorData, TensorData>(std::move(keep),
+                                     [](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); },
                                      read_atom::value, device, id);
 }
 
 Future<void> Core::sync(DeviceId device) {
   flush(device);
-  return ask<done_atom, void>([](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
+  return ask<done_atom, void>(nullptr, [](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
 }
 
 Future<DeviceStats> Core::stats(DeviceId device) {
   flush(device);
-  return ask<DeviceStats, DeviceStats>([](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); },
+  return ask<DeviceStats, DeviceStats>(nullptr, [](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); },
                                        stats_atom::value, device);
 }
 

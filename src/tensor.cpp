@@ -111,7 +111,10 @@ Device Tensor::device() const {
 
 Future<TensorData> Tensor::read() const {
   const auto& h = handle("read");
-  return h.core->read(h.device, h.ir.id);
+  // The handle rides along: dropping the last Tensor right after read()
+  // would otherwise send the drop ahead of the read request (it is sent
+  // from a spawned actor), and the read would find no tensor.
+  return h.core->read(h.device, h.ir.id, h_);
 }
 
 Tensor Tensor::to(const Device& target) const {
