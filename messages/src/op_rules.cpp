@@ -395,4 +395,15 @@ caf::error validate(OperationIr& op) {
   return std::visit(Validator{}, op.op);
 }
 
+caf::error validate_data(const TensorData& data) {
+  if (!is_valid(data.dtype)) return make_error(Errc::protocol_error, "tensor data with an invalid dtype");
+  if (auto err = check_shape(data.shape, "tensor data")) return err;
+  auto want = static_cast<size_t>(data.shape.numel()) * size_of(data.dtype);
+  if (data.bytes.size() != want)
+    return make_error(Errc::protocol_error, "tensor data of shape " + data.shape.to_string() + " " + dt(data.dtype) +
+                                                " carries " + std::to_string(data.bytes.size()) + " bytes, expected " +
+                                                std::to_string(want));
+  return {};
+}
+
 }  // namespace switchyard
