@@ -191,10 +191,17 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
   auto weak = weak_from_this();
   // The router travels as an argument, not a capture: CAF 0.17 spawning a
   // function actor without arguments dereferences a null shared_ptr (UBSan).
-  system_->spawn([promise, convert, weak, keep, xs...](caf::event_based_actor* self, router_actor router) mutable {
+  // One box shared by both handlers, emptied by whichever runs.
+  auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
+  system_->spawn([promise, convert, weak, box, xs...](caf::event_based_actor* self, router_actor router) mutable {
     self->request(router, caf::infinite, xs...)
-        .then([promise, convert, keep](Reply& r) mutable { convert(promise, r); },
-              [promise, weak, keep](caf::error& e) mutable {
+        .then(
+              [promise, convert, box](Reply& r) mutable {
+                box->reset();  // queue the drop before the caller sees the value
+                convert(promise, r);
+              },
+              [promise, weak, box](caf::error& e) mutable {
+                box->reset();
                 auto core = weak.lock();
                 if (core && core->closed() && describe(e).code == Errc::device_lost)
                   promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
