@@ -68,3 +68,31 @@ TEST_CASE("every truncation of every seed message is rejected cleanly", "[reliab
     for (size_t n = 0; n < s.bytes.size(); ++n) CHECK(fuzz::decode_one(s.bytes.data(), n) == 0);
   }
 }
+
+// --- findings, one test each (the inputs are also in the corpus) ---------
+
+TEST_CASE("fuzz finding: an out-of-range scalar kind is rejected, not indexed", "[reliability][fuzz]") {
+  // rules_fuzzer, 2026-12-02: scalar_result indexed its kind-name table with
+  // an unchecked ScalarKind from the wire (UBSan: index 3 out of bounds).
+  const std::vector<uint8_t> input = {0x03, 0x00, 0x02, 0x02, 0x03, 0x02, 0x02, 0x04, 0x01,
+                                      0x00, 0x70, 0x03, 0x02, 0x00, 0x00, 0x03, 0x04, 0x00};
+  CHECK(fuzz::check_rules(input.data(), input.size()) == 0);
+  auto spec = scalar_result(BinaryKind::add, Shape{2}, DType::f32, static_cast<ScalarKind>(3));
+  REQUIRE_FALSE(spec);
+  CHECK(describe(spec.error()).message.find("unknown scalar kind") != std::string::npos);
+}
+
+TEST_CASE("fuzz finding: validate rejects out-of-range op kinds before any backend sees them", "[reliability][fuzz]") {
+  TensorIr in{TensorId{1}, Shape{2}, DType::f32, TensorStatus::read_only};
+  TensorIr out{TensorId{2}, Shape{2}, DType::f32, TensorStatus::not_init};
+  OperationIr unary = UnaryOp{static_cast<UnaryKind>(200), in, out, 0, 0};
+  CHECK(describe(validate(unary)).code == Errc::protocol_error);
+  OperationIr index = IndexOp{static_cast<IndexKind>(7), in, in, in, out, 0};
+  CHECK(describe(validate(index)).code == Errc::protocol_error);
+}
+
+TEST_CASE("check_view rejects strides whose products overflow int64", "[reliability][fuzz]") {
+  auto err = check_view(16, Shape{4}, 0, {int64_t{1} << 62});
+  REQUIRE(err);
+  CHECK(describe(err).code == Errc::index_out_of_range);
+}
