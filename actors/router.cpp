@@ -82,7 +82,10 @@ caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
 }  // namespace
 
 router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
-  return sys.spawn([options = std::move(options)](Self self) mutable -> router_actor::behavior_type {
+  // The options travel as a spawn argument: CAF 0.17 spawning a function
+  // actor with no arguments dereferences a null shared_ptr<tuple<>> in
+  // init_fun_factory_helper (UBSan: reference binding to null pointer).
+  return sys.spawn([](Self self, RouterOptions options) -> router_actor::behavior_type {
     self->state.options = std::move(options);
     self->set_down_handler([self](caf::down_msg& msg) {
       for (auto& [id, dev] : self->state.devices)
@@ -139,7 +142,7 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
         },
         [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },
     };
-  });
+  }, std::move(options));
 }
 
 }  // namespace switchyard::actors

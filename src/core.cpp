@@ -121,6 +121,7 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
 
 void Core::start() {
   auto kinds = backends::backend_kinds();
+  if (options_.extend_backends) options_.extend_backends(kinds);
   std::vector<std::pair<std::string, std::pair<const backends::BackendKind*, int>>> plan;
   for (const auto& name : options_.devices) {
     auto req = parse_device(name);
@@ -381,7 +382,7 @@ Tensor Core::emit(DeviceId device, const TensorIr& ir, OperationIr op) {
 }
 
 template <class Reply, class Value, class Convert, class... Ts>
-Future<Value> Core::ask(Convert convert, Ts... xs) {
+Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs) {
   Promise<Value> promise;
   auto fut = promise.future();
   if (closed()) {
@@ -389,34 +390,44 @@ Future<Value> Core::ask(Convert convert, Ts... xs) {
     return fut;
   }
   auto weak = weak_from_this();
-  system_->spawn([router = router_, promise, convert, weak, xs...](caf::event_based_actor* self) mutable {
+  // The router travels as an argument, not a capture: CAF 0.17 spawning a
+  // function actor without arguments dereferences a null shared_ptr (UBSan).
+  // One box shared by both handlers, emptied by whichever runs.
+  auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
+  system_->spawn([promise, convert, weak, box, xs...](caf::event_based_actor* self, router_actor router) mutable {
     self->request(router, caf::infinite, xs...)
-        .then([promise, convert](Reply& r) mutable { convert(promise, r); },
-              [promise, weak](caf::error& e) mutable {
+        .then(
+              [promise, convert, box](Reply& r) mutable {
+                box->reset();  // queue the drop before the caller sees the value
+                convert(promise, r);
+              },
+              [promise, weak, box](caf::error& e) mutable {
+                box->reset();
                 auto core = weak.lock();
                 if (core && core->closed() && describe(e).code == Errc::device_lost)
                   promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
                 else
                   promise.set_error(to_exception(e));
               });
-  });
+  }, router_);
   return fut;
 }
 
-Future<TensorData> Core::read(DeviceId device, TensorId id) {
+Future<TensorData> Core::read(DeviceId device, TensorId id, std::shared_ptr<const void> keep) {
   flush(device);
-  return ask<TensorData, TensorData>([](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); },
+  return ask<TensorData, TensorData>(std::move(keep),
+                                     [](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); },
                                      read_atom::value, device, id);
 }
 
 Future<void> Core::sync(DeviceId device) {
   flush(device);
-  return ask<done_atom, void>([](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
+  return ask<done_atom, void>(nullptr, [](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
 }
 
 Future<DeviceStats> Core::stats(DeviceId device) {
   flush(device);
-  return ask<DeviceStats, DeviceStats>([](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); },
+  return ask<DeviceStats, DeviceStats>(nullptr, [](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); },
                                        stats_atom::value, device);
 }
 

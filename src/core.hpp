@@ -81,7 +81,9 @@ class Core : public std::enable_shared_from_this<Core> {
   /// A new tensor `ir` on `device` produced by `op` (already holding ir).
   [[nodiscard]] Tensor emit(DeviceId device, const TensorIr& ir, OperationIr op);
 
-  [[nodiscard]] Future<TensorData> read(DeviceId device, TensorId id);
+  /// `keep` (the reading tensor's handle) stays alive until the reply, so
+  /// the tensor's drop cannot overtake the read.
+  [[nodiscard]] Future<TensorData> read(DeviceId device, TensorId id, std::shared_ptr<const void> keep = nullptr);
   [[nodiscard]] Future<void> sync(DeviceId device);
   [[nodiscard]] Future<DeviceStats> stats(DeviceId device);
   void bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir);
@@ -128,7 +130,7 @@ class Core : public std::enable_shared_from_this<Core> {
   void wait_for_room(Queue& q);
   void flusher_loop();
   template <class Reply, class Value, class Convert, class... Ts>
-  Future<Value> ask(Convert convert, Ts... xs);
+  Future<Value> ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs);
 
   RuntimeOptions options_;
   caf::actor_system_config config_;

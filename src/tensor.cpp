@@ -111,13 +111,10 @@ Device Tensor::device() const {
 
 Future<TensorData> Tensor::read() const {
   const auto& h = handle("read");
-  auto fut = h.core->read(h.device, h.ir.id);
-  // The read request leaves from a freshly spawned actor, so a drop sent
-  // after it (the caller letting go of this tensor) can reach the runner
-  // first and free the tensor under the read. Hold the handle, and with it
-  // the drop, until the reply is in.
-  fut.on_complete([keep = h_](std::exception_ptr) {});
-  return fut;
+  // The handle rides along: dropping the last Tensor right after read()
+  // would otherwise send the drop ahead of the read request (it is sent
+  // from a spawned actor), and the read would find no tensor.
+  return h.core->read(h.device, h.ir.id, h_);
 }
 
 Tensor Tensor::to(const Device& target) const {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +20,9 @@ struct TlsOptions {
   std::string ca;
   [[nodiscard]] bool enabled() const noexcept { return !cert.empty() || !key.empty() || !ca.empty(); }
 };
+namespace backends {
+struct BackendKind;
+}
 
 /// How a Runtime starts.
 struct RuntimeOptions {
@@ -54,6 +58,11 @@ struct RuntimeOptions {
   /// Deadline of each read, sync or bridge on a remote device. A worker that
   /// dies or disconnects fails them at once; this bounds a hung one.
   std::chrono::milliseconds remote_timeout{std::chrono::minutes(2)};
+  /// (optional) Called with the compiled-in backend kinds before devices
+  /// start; may append kinds (declared in backends/backend.hpp), which
+  /// `devices` can then name. Tests use it to wrap "cpu" in a
+  /// fault-injecting backend; empty: the registry as built.
+  std::function<void(std::vector<backends::BackendKind>&)> extend_backends;
 };
 
 /// Owns the actor system, the router and one runner per device. Thread

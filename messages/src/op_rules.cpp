@@ -113,6 +113,8 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
 
 caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk) {
   static constexpr const char* kinds[] = {"bool", "integer", "float"};
+  if (static_cast<size_t>(sk) >= std::size(kinds))
+    return arg_error(std::string(to_string(k)) + ": unknown scalar kind " + std::to_string(static_cast<int>(sk)));
   if (k == BinaryKind::sub && (is_bool(ta) || sk == ScalarKind::boolean))
     return dtype_error(std::string("sub with a bool operand is not defined (use logical_xor or logical_not), got ") +
                        dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
@@ -213,15 +215,23 @@ caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset,
   if (strides.size() != out.rank())
     return shape_error("view: " + std::to_string(strides.size()) + " strides for shape " + out.to_string());
   if (out.numel() == 0) return {};
-  int64_t lo = offset, hi = offset;
+  // 128-bit: offset and strides come from the peer unchecked, and
+  // extent * stride overflows int64 for hostile values (16 axes of
+  // 2^40 x 2^63 stay far inside 2^127).
+  __int128 lo = offset, hi = offset;
   for (size_t i = 0; i < strides.size(); ++i) {
-    int64_t span = (out.dims[i] - 1) * strides[i];
+    __int128 span = static_cast<__int128>(out.dims[i] - 1) * strides[i];
     (span < 0 ? lo : hi) += span;
   }
-  if (lo < 0 || hi >= in_numel)
-    return make_error(Errc::index_out_of_range,
-                      "view: elements " + std::to_string(lo) + ".." + std::to_string(hi) +
-                          " fall outside a tensor of " + std::to_string(in_numel) + " elements");
+  if (lo < 0 || hi >= in_numel) {
+    auto clamp64 = [](__int128 v) {
+      return std::to_string(static_cast<int64_t>(std::clamp<__int128>(v, std::numeric_limits<int64_t>::min(),
+                                                                      std::numeric_limits<int64_t>::max())));
+    };
+    return make_error(Errc::index_out_of_range, "view: elements " + clamp64(lo) + ".." + clamp64(hi) +
+                                                    " fall outside a tensor of " + std::to_string(in_numel) +
+                                                    " elements");
+  }
   return {};
 }
 
@@ -256,7 +266,9 @@ caf::expected<TensorSpec> pad_result(const Shape& s, DType t, const std::vector<
   Shape out = s;
   for (size_t i = 0; i < s.rank(); ++i) {
     if (before[i] < 0 || after[i] < 0) return arg_error("pad: negative padding on axis " + std::to_string(i));
-    out.dims[i] += before[i] + after[i];
+    int64_t grown = 0;
+    if (__builtin_add_overflow(before[i], after[i], &grown) || __builtin_add_overflow(out.dims[i], grown, &out.dims[i]))
+      return shape_error("pad: padding of axis " + std::to_string(i) + " of " + s.to_string() + " overflows");
   }
   return TensorSpec{std::move(out), t};
 }
@@ -264,6 +276,8 @@ caf::expected<TensorSpec> pad_result(const Shape& s, DType t, const std::vector<
 caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index,
                                        const TensorIr* src, int64_t& axis) {
   static constexpr const char* names[] = {"gather", "scatter_add", "index_select"};
+  if (static_cast<size_t>(k) >= std::size(names))
+    return arg_error("unknown index op " + std::to_string(static_cast<int>(k)));
   std::string name = names[static_cast<int>(k)];
   if (index.dtype != DType::i64 && index.dtype != DType::i32)
     return dtype_error(name + ": index must be i64 or i32, got " + dt(index.dtype));
@@ -386,14 +400,47 @@ struct Validator {
   caf::error operator()(SeedOp&) { return {}; }
 };
 
+// Enums arrive as raw bytes from a peer: an out-of-range kind must fail
+// here, not reach a backend's switch.
+template <class E>
+bool in_range(E e, E last) {
+  return static_cast<unsigned>(e) <= static_cast<unsigned>(last);
+}
+
+struct KindChecker {
+  caf::error bad(const char* what, unsigned v) const {
+    return make_error(Errc::protocol_error, std::string(what) + ": unknown kind " + std::to_string(v));
+  }
+  template <class Op, class E>
+  caf::error check(const Op&, const char* what, E kind, E last) const {
+    return in_range(kind, last) ? caf::error{} : bad(what, static_cast<unsigned>(kind));
+  }
+  caf::error operator()(const FillOp& x) const { return check(x, "fill", x.kind, FillKind::eye); }
+  caf::error operator()(const RandomOp& x) const { return check(x, "random", x.kind, RandomKind::bernoulli); }
+  caf::error operator()(const UnaryOp& x) const { return check(x, "unary", x.kind, UnaryKind::isinf); }
+  caf::error operator()(const BinaryOp& x) const { return check(x, "binary", x.kind, BinaryKind::bitwise_xor); }
+  caf::error operator()(const ScalarOp& x) const {
+    if (auto err = check(x, "scalar", x.kind, BinaryKind::bitwise_xor)) return err;
+    return check(x, "scalar operand", x.scalar_kind, ScalarKind::floating);
+  }
+  caf::error operator()(const ReduceOp& x) const { return check(x, "reduce", x.kind, ReduceKind::all); }
+  caf::error operator()(const IndexOp& x) const { return check(x, "index", x.kind, IndexKind::index_select); }
+  template <class Op>
+  caf::error operator()(const Op&) const {
+    return {};
+  }
+};
+
 }  // namespace
 
 caf::error validate(OperationIr& op) {
+  if (auto err = std::visit(KindChecker{}, op.op)) return err;
   caf::error err;
   op.each_input([&](TensorIr& t) {
     if (err) return;
     if (!t.id) err = make_error(Errc::protocol_error, op.name() + ": input without an id");
     else if (!is_valid(t.dtype)) err = make_error(Errc::protocol_error, op.name() + ": input with an invalid dtype");
+    else if (!in_range(t.status, TensorStatus::read_write)) err = make_error(Errc::protocol_error, op.name() + ": input with an invalid status");
     else err = check_shape(t.shape, "input");
   });
   op.each_output([&](TensorIr& t) {
@@ -404,6 +451,17 @@ caf::error validate(OperationIr& op) {
   });
   if (err) return err;
   return std::visit(Validator{}, op.op);
+}
+
+caf::error validate_data(const TensorData& data) {
+  if (!is_valid(data.dtype)) return make_error(Errc::protocol_error, "tensor data with an invalid dtype");
+  if (auto err = check_shape(data.shape, "tensor data")) return err;
+  auto want = static_cast<size_t>(data.shape.numel()) * size_of(data.dtype);
+  if (data.bytes.size() != want)
+    return make_error(Errc::protocol_error, "tensor data of shape " + data.shape.to_string() + " " + dt(data.dtype) +
+                                                " carries " + std::to_string(data.bytes.size()) + " bytes, expected " +
+                                                std::to_string(want));
+  return {};
 }
 
 }  // namespace switchyard

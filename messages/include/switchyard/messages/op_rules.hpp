@@ -49,6 +49,11 @@ struct TensorSpec {
 /// shape and dtype the rules give, sizes within bounds.
 [[nodiscard]] caf::error validate(OperationIr& op);
 
+/// Checks host data as it arrives from a peer (read replies, imports): a
+/// valid dtype, a shape within bounds and exactly numel * size_of(dtype)
+/// bytes, so element access cannot leave the buffer.
+[[nodiscard]] caf::error validate_data(const TensorData& data);
+
 /// Row-major strides of a shape (elements).
 [[nodiscard]] std::vector<int64_t> contiguous_strides(const Shape& s);
 

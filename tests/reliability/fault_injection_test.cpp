@@ -1,0 +1,218 @@
+// Fault injection: a backend that fails chosen calls (tests/support/
+// faulty_backend.hpp). The failure must reach exactly the futures that
+// depend on the failed call, later work must succeed, and no handle leaks.
+
+#include <catch2/catch.hpp>
+
+#include <optional>
+
+#include "support/faulty_backend.hpp"
+#include "switchyard/switchyard.hpp"
+
+using namespace switchyard;
+using testing::FaultPlan;
+
+namespace {
+
+struct Faulty {
+  std::shared_ptr<FaultPlan> plan = std::make_shared<FaultPlan>();
+  std::unique_ptr<Runtime> rt;
+
+  explicit Faulty(std::vector<std::string> devices = {"faulty:0"}) {
+    RuntimeOptions o;
+    o.devices = std::move(devices);
+    o.cpu_threads = 1;
+    testing::add_faulty_backend(o, plan);
+    rt = std::make_unique<Runtime>(std::move(o));
+  }
+  Device dev(const char* name = "faulty:0") const { return rt->device(name); }
+
+  // Arms a fault on the k-th execute from now (the counter is stable after a sync).
+  void fail_execute_in(uint64_t k) {
+    dev().sync().get();
+    plan->fail_execute_at = plan->executes.load() + k;
+  }
+};
+
+// The error code a read ends with, or nullopt when it succeeds.
+std::optional<Errc> read_error(const Tensor& t, std::string* message = nullptr) {
+  try {
+    (void)t.read().get();
+    return std::nullopt;
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+}
+
+uint64_t live_handles(const Device& d) { return d.stats().get().live_handles; }
+
+}  // namespace
+
+TEST_CASE("a failing kernel poisons its output and dependents, not independent work", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  {
+    auto a = d.tensor<float>({1, 2, 3, 4}, {4});
+    auto b = a + 1.0f;
+    f.fail_execute_in(2);
+    auto c = a * 2.0f;   // 1st: runs
+    auto e = b * 3.0f;   // 2nd: fails
+    auto g = e + c;      // depends on e: poisoned without running
+    auto h = c + 1.0f;   // independent: runs
+    auto i = g.sum();    // transitively poisoned
+
+    CHECK(c.to_vector<float>() == std::vector<float>{2, 4, 6, 8});
+    CHECK(h.to_vector<float>() == std::vector<float>{3, 5, 7, 9});
+    std::string msg;
+    CHECK(read_error(e, &msg) == Errc::kernel_failure);
+    CHECK_THAT(msg, Catch::Contains("injected fault") && Catch::Contains("faulty:0"));
+    CHECK(read_error(g) == Errc::kernel_failure);
+    CHECK(read_error(i) == Errc::kernel_failure);
+    CHECK(f.plan->faults == 1);
+
+    // Later work on the same device succeeds, including on old inputs.
+    auto later = (a + b).sum();
+    CHECK(later.to_vector<float>() == std::vector<float>{24});
+    CHECK(d.stats().get().ops_failed >= 3);
+  }
+  CHECK(live_handles(d) == 0);
+}
+
+TEST_CASE("bad_alloc thrown by a kernel fails the op with out_of_memory", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  {
+    auto a = d.full({16}, 2.0);
+    f.plan->mode = FaultPlan::Mode::bad_alloc;
+    f.fail_execute_in(1);
+    auto b = a.exp();
+    auto c = a.neg();
+    CHECK(read_error(b) == Errc::out_of_memory);
+    CHECK(read_error(c) == std::nullopt);
+    CHECK(c.to_vector<float>() == std::vector<float>(16, -2.0f));
+  }
+  CHECK(live_handles(d) == 0);
+}
+
+TEST_CASE("an exception thrown by a kernel fails the op and the runner keeps serving", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  {
+    auto a = d.arange(0, 6, 1, DType::f32).reshape({2, 3});
+    f.plan->mode = FaultPlan::Mode::exception;
+    f.fail_execute_in(1);
+    auto b = a.matmul(a.mT());
+    CHECK(read_error(b) == Errc::kernel_failure);
+    auto c = a.matmul(a.mT());
+    CHECK(c.to_vector<float>() == std::vector<float>{5, 14, 14, 50});
+  }
+  CHECK(live_handles(d) == 0);
+}
+
+TEST_CASE("the Nth kernel fails for every N in a chain, each time exactly the dependents", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  for (uint64_t n = 1; n <= 5; ++n) {
+    {
+      auto x = d.full({8}, 1.0);
+      f.fail_execute_in(n);
+      // A chain of five ops: x1 = x + 1, x2 = x1 + 1, ...; a side branch from x.
+      std::vector<Tensor> chain;
+      Tensor cur = x;
+      for (int k = 0; k < 5; ++k) chain.push_back(cur = cur + 1.0f);
+      for (uint64_t k = 0; k < chain.size(); ++k) {
+        INFO("fault at " << n << ", link " << k + 1);
+        if (k + 1 < n)
+          CHECK(chain[k].to_vector<float>() == std::vector<float>(8, static_cast<float>(k + 2)));
+        else
+          CHECK(read_error(chain[k]) == Errc::kernel_failure);
+      }
+      auto side = (x * 5.0f).to_vector<float>();
+      CHECK(side == std::vector<float>(8, 5.0f));
+    }
+    CHECK(live_handles(d) == 0);
+  }
+}
+
+TEST_CASE("a failed read fails that read only; the tensor stays readable", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  {
+    auto a = d.full({4}, 3.0);
+    d.sync().get();
+    f.plan->fail_to_data_at = f.plan->to_datas.load() + 1;
+    CHECK(read_error(a) == Errc::kernel_failure);
+    CHECK(a.to_vector<float>() == std::vector<float>(4, 3.0f));
+    CHECK((a * 2.0f).to_vector<float>() == std::vector<float>(4, 6.0f));
+  }
+  CHECK(live_handles(d) == 0);
+}
+
+TEST_CASE("a bridge whose import allocation fails poisons the copy, not the source", "[reliability][fault]") {
+  Faulty f({"cpu:0", "faulty:0"});
+  auto cpu = f.dev("cpu:0");
+  auto bad = f.dev("faulty:0");
+  {
+    auto x = cpu.tensor<float>({1, 2, 3}, {3});
+    bad.sync().get();
+    f.plan->fail_from_data_at = f.plan->from_datas.load() + 1;
+    auto y = x.to(bad);
+    auto z = y * 2.0f;  // queued on the target behind the pending import
+    CHECK(read_error(y) == Errc::out_of_memory);
+    CHECK(read_error(z) == Errc::out_of_memory);
+    CHECK(x.to_vector<float>() == std::vector<float>{1, 2, 3});
+    // The next bridge of the same tensor works.
+    auto w = x.to(bad) * 2.0f;
+    CHECK(w.to_vector<float>() == std::vector<float>{2, 4, 6});
+  }
+  CHECK(live_handles(cpu) == 0);
+  CHECK(live_handles(bad) == 0);
+}
+
+TEST_CASE("a bridge whose export fails poisons the copy on the target device", "[reliability][fault]") {
+  Faulty f({"cpu:0", "faulty:0"});
+  auto cpu = f.dev("cpu:0");
+  auto bad = f.dev("faulty:0");
+  {
+    auto x = bad.tensor<float>({4, 5}, {2});
+    bad.sync().get();
+    f.plan->fail_to_data_at = f.plan->to_datas.load() + 1;
+    auto y = x.to(cpu);
+    auto z = y + 1.0f;
+    CHECK(read_error(z) == Errc::kernel_failure);
+    CHECK(read_error(y) == Errc::kernel_failure);
+    auto again = x.to(cpu) + 1.0f;
+    CHECK(again.to_vector<float>() == std::vector<float>{5, 6});
+  }
+  CHECK(live_handles(cpu) == 0);
+  CHECK(live_handles(bad) == 0);
+}
+
+TEST_CASE("a poisoned tensor bridged to another device stays poisoned there", "[reliability][fault]") {
+  Faulty f({"cpu:0", "faulty:0"});
+  auto cpu = f.dev("cpu:0");
+  auto bad = f.dev("faulty:0");
+  {
+    auto x = bad.full({3}, 1.0);
+    f.fail_execute_in(1);
+    auto y = x.exp();            // fails on faulty:0
+    auto z = y.to(cpu) + 1.0f;   // poison crosses the bridge
+    std::string msg;
+    CHECK(read_error(z, &msg) == Errc::kernel_failure);
+    CHECK_THAT(msg, Catch::Contains("injected fault"));
+    CHECK((x.to(cpu) + 1.0f).to_vector<float>() == std::vector<float>(3, 2.0f));
+  }
+  CHECK(live_handles(cpu) == 0);
+  CHECK(live_handles(bad) == 0);
+}
+
+TEST_CASE("sync reports success after failed ops: failures belong to the tensors", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  auto a = d.full({2}, 1.0);
+  f.fail_execute_in(1);
+  auto b = a.exp();
+  CHECK_NOTHROW(d.sync().get());
+  CHECK(read_error(b) == Errc::kernel_failure);
+}

@@ -1,0 +1,213 @@
+// Shutdown: destroying a Runtime with work in flight completes or fails
+// every outstanding future; nothing hangs or crashes, and tensors that
+// outlive the Runtime are inert.
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "support/faulty_backend.hpp"
+#include "switchyard/switchyard.hpp"
+
+using namespace switchyard;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Bounded wait: a future that does not resolve within this is a hang.
+constexpr auto resolve_bound = 60s;
+
+// Outcome of a future that must resolve: true on a value, false on a
+// shutdown-type error; any other error fails the test.
+template <class T>
+bool value_or_closed(Future<T> f) {
+  REQUIRE(f.wait_for(resolve_bound));
+  try {
+    (void)f.get();
+    return true;
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK((e.code() == Errc::runtime_closed || e.code() == Errc::device_lost));
+    return false;
+  }
+}
+
+RuntimeOptions two_cpus() {
+  RuntimeOptions o;
+  o.devices = {"cpu:0", "cpu:1"};
+  o.cpu_threads = 1;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("destroying a runtime completes reads issued just before", "[reliability][shutdown]") {
+  std::vector<Future<TensorData>> reads;
+  std::vector<float> expected;
+  {
+    Runtime rt(two_cpus());
+    auto a = rt.device("cpu:0");
+    auto b = rt.device("cpu:1");
+    auto x = a.full({64, 64}, 1.0);
+    for (int i = 0; i < 20; ++i) {
+      x = x.matmul(a.eye(64)) + 1.0f;  // a chain the runner works through
+      reads.push_back(x.read());
+      reads.push_back(x.to(b).sum().read());
+    }
+  }  // ~Runtime with most of the chain queued
+  size_t values = 0;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    INFO("read " << i);
+    if (value_or_closed(reads[i])) ++values;
+  }
+  // The runtime lets queued work finish (bounded) before stopping, so these
+  // small chains complete rather than fail.
+  CHECK(values == reads.size());
+}
+
+// OPEN FINDING (hidden until fixed, see docs/RELIABILITY.md): this hangs.
+// ~Runtime runs on another thread while bridged reads are outstanding; the
+// runtime never returns. Run it with: switchyard_reliability_tests "[shutdown_hang]"
+TEST_CASE("reads waiting in other threads resolve while the runtime is destroyed", "[.][shutdown_hang]") {
+  auto rt = std::make_unique<Runtime>(two_cpus());
+  auto a = rt->device("cpu:0");
+  auto b = rt->device("cpu:1");
+  std::vector<Future<TensorData>> reads;
+  {
+    auto x = a.uniform({128, 128});
+    for (int i = 0; i < 8; ++i) {
+      x = x.matmul(x).tanh();
+      reads.push_back(x.to(b).mean().read());
+    }
+  }
+  std::atomic<size_t> resolved{0};
+  std::vector<std::thread> waiters;
+  for (auto& f : reads)
+    waiters.emplace_back([&resolved, f] {
+      if (f.wait_for(resolve_bound)) resolved.fetch_add(1);
+    });
+  std::thread destroyer([&] { rt.reset(); });
+  destroyer.join();
+  for (auto& t : waiters) t.join();
+  CHECK(resolved == reads.size());
+  for (auto& f : reads) (void)value_or_closed(f);
+}
+
+TEST_CASE("tensors outliving their runtime are inert and fail clearly", "[reliability][shutdown]") {
+  Tensor survivor;
+  Device dev;
+  {
+    Runtime rt(RuntimeOptions{{"cpu:0"}, 1});
+    dev = rt.device("cpu:0");
+    survivor = dev.full({4}, 2.0);
+    CHECK(survivor.to_vector<float>() == std::vector<float>(4, 2.0f));
+  }
+  // Reads fail through the future, with runtime_closed.
+  auto f = survivor.read();
+  REQUIRE(f.wait_for(resolve_bound));
+  try {
+    (void)f.get();
+    FAIL("read after shutdown succeeded");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::runtime_closed);
+  }
+  // New work throws at the call, and so does the device.
+  CHECK_THROWS_AS(survivor + 1.0f, Error);
+  CHECK_THROWS_AS(dev.full({2}, 1.0), Error);
+  CHECK_THROWS_AS(dev.sync(), Error);
+  // Metadata stays available; dropping the last copy is harmless.
+  CHECK(survivor.shape() == Shape{4});
+  survivor = Tensor();
+}
+
+TEST_CASE("continuations attached before shutdown run exactly once", "[reliability][shutdown]") {
+  std::atomic<int> ran{0};
+  std::vector<Future<void>> chained;
+  {
+    Runtime rt(two_cpus());
+    auto a = rt.device("cpu:0");
+    for (int i = 0; i < 16; ++i) {
+      auto t = a.full({256}, static_cast<double>(i)).exp().sum();
+      chained.push_back(t.read().then([&ran](TensorData) { ran.fetch_add(1); }));
+    }
+  }
+  for (auto& c : chained) {
+    REQUIRE(c.wait_for(resolve_bound));
+    try {
+      c.get();
+    } catch (const Error& e) {
+      CHECK((e.code() == Errc::runtime_closed || e.code() == Errc::device_lost));
+    }
+  }
+  CHECK(ran <= 16);
+  CHECK(ran == 16);  // small work queued before ~Runtime completes
+}
+
+TEST_CASE("destroying a runtime while client threads keep submitting neither hangs nor crashes",
+          "[reliability][shutdown]") {
+  auto rt = std::make_unique<Runtime>(two_cpus());
+  auto a = rt->device("cpu:0");
+  auto b = rt->device("cpu:1");
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> rejected{0};
+  std::atomic<size_t> wrong_code{0};  // Catch assertions are not thread safe: count here
+  std::vector<std::thread> clients;
+  std::mutex mutex;
+  std::vector<Future<TensorData>> reads;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 100000 && !stop; ++i) {
+        try {
+          auto x = (c % 2 ? a : b).full({32}, static_cast<double>(i));
+          auto y = (x + 1.0f).to(c % 2 ? b : a);
+          auto r = y.sum().read();
+          std::lock_guard lock(mutex);
+          reads.push_back(std::move(r));
+        } catch (const Error& e) {
+          // Calls after shutdown throw runtime_closed at the call.
+          if (e.code() != Errc::runtime_closed) wrong_code.fetch_add(1);
+          rejected.fetch_add(1);
+          return;
+        }
+      }
+    });
+  std::this_thread::sleep_for(50ms);
+  // Devices (and tensors) copied by the clients keep the core alive; the
+  // Runtime's destructor must still stop it.
+  rt.reset();
+  stop = true;
+  for (auto& t : clients) t.join();
+  CHECK(wrong_code == 0);
+  for (auto& r : reads) (void)value_or_closed(r);
+  SUCCEED(reads.size() << " reads resolved, " << rejected.load() << " clients rejected");
+}
+
+TEST_CASE("a slow kernel in flight at shutdown completes or fails its futures", "[reliability][shutdown]") {
+  auto plan = std::make_shared<testing::FaultPlan>();
+  RuntimeOptions o;
+  o.devices = {"faulty:0", "cpu:0"};
+  o.cpu_threads = 1;
+  testing::add_faulty_backend(o, plan);
+  plan->fail_execute_at = 5;  // one failure mid-chain, too
+  std::vector<Future<TensorData>> reads;
+  {
+    Runtime rt(std::move(o));
+    auto d = rt.device("faulty:0");
+    auto x = d.full({512, 512}, 0.001);
+    for (int i = 0; i < 6; ++i) {
+      x = x.matmul(x);
+      reads.push_back(x.sum().read());
+      reads.push_back(x.to(rt.device("cpu:0")).max().read());
+    }
+  }
+  for (auto& r : reads) {
+    REQUIRE(r.wait_for(resolve_bound));
+    try {
+      (void)r.get();
+    } catch (const Error& e) {
+      CHECK((e.code() == Errc::kernel_failure || e.code() == Errc::runtime_closed || e.code() == Errc::device_lost));
+    }
+  }
+}

@@ -1,0 +1,119 @@
+#pragma once
+
+// Test-only fault injection: a Backend that forwards to a real one (the CPU
+// backend) and fails chosen calls. Registered through
+// RuntimeOptions::extend_backends under the kind "faulty", so a Runtime with
+// devices {"faulty:0"} runs real kernels except where a fault is planned.
+
+#include <atomic>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "switchyard/runtime.hpp"
+
+namespace switchyard::testing {
+
+/// Which calls fail. Counters are 1-based and shared by every device of the
+/// kind; the test thread sets the plan while the runner thread counts, hence
+/// atomics. 0 disables a fault.
+struct FaultPlan {
+  enum class Mode : uint8_t {
+    error,      // the backend returns an error (out_of_memory / kernel_failure)
+    bad_alloc,  // the backend throws std::bad_alloc
+    exception,  // the backend throws std::runtime_error
+  };
+  std::atomic<uint64_t> fail_execute_at{0};    // the N-th execute fails
+  std::atomic<uint64_t> fail_from_data_at{0};  // the N-th upload (allocation) fails
+  std::atomic<uint64_t> fail_to_data_at{0};    // the N-th read or export fails
+  std::atomic<Mode> mode{Mode::error};
+
+  std::atomic<uint64_t> executes{0};
+  std::atomic<uint64_t> from_datas{0};
+  std::atomic<uint64_t> to_datas{0};
+  std::atomic<uint64_t> faults{0};  // faults injected so far
+};
+
+class FaultyBackend final : public backends::Backend {
+ public:
+  FaultyBackend(std::unique_ptr<backends::Backend> inner, std::shared_ptr<FaultPlan> plan)
+      : inner_(std::move(inner)), plan_(std::move(plan)) {}
+
+  [[nodiscard]] std::string_view kind() const noexcept override { return "faulty"; }
+  [[nodiscard]] bool supports(DType t) const noexcept override { return inner_->supports(t); }
+  [[nodiscard]] bool supports(OperationIr& op) const override { return inner_->supports(op); }
+
+  [[nodiscard]] caf::expected<backends::BufferPtr> from_data(const TensorIr& t, TensorData data) override {
+    if (hit(plan_->from_datas, plan_->fail_from_data_at)) {
+      if (auto err = fault("from_data", Errc::out_of_memory)) return err;
+    }
+    return inner_->from_data(t, std::move(data));
+  }
+
+  void to_data(const TensorIr& t, const backends::BufferPtr& buffer, backends::ReadCallback done) override {
+    if (hit(plan_->to_datas, plan_->fail_to_data_at)) {
+      // Reads report through the callback; a throwing mode still reports an
+      // error there, since to_data has no other channel.
+      done(make_error(Errc::kernel_failure, "injected fault in to_data #" + std::to_string(plan_->to_datas.load())));
+      return;
+    }
+    inner_->to_data(t, buffer, std::move(done));
+  }
+
+  [[nodiscard]] caf::error execute(OperationIr& op, std::span<backends::BufferPtr> inputs,
+                                   std::span<backends::BufferPtr> outputs) override {
+    if (hit(plan_->executes, plan_->fail_execute_at)) {
+      if (auto err = fault("execute", Errc::kernel_failure)) return err;
+    }
+    return inner_->execute(op, inputs, outputs);
+  }
+
+  void seed(uint64_t s) override { inner_->seed(s); }
+  void set_waker(std::function<void()> wake) override { inner_->set_waker(std::move(wake)); }
+  void poll() override { inner_->poll(); }
+  [[nodiscard]] caf::error synchronize() override { return inner_->synchronize(); }
+  [[nodiscard]] backends::MemoryStats memory() const override { return inner_->memory(); }
+
+ private:
+  static bool hit(std::atomic<uint64_t>& counter, const std::atomic<uint64_t>& at) {
+    auto n = counter.fetch_add(1) + 1;
+    return at.load() != 0 && n == at.load();
+  }
+
+  caf::error fault(const char* where, Errc code) {
+    plan_->faults.fetch_add(1);
+    std::string what = std::string("injected fault in ") + where;
+    switch (plan_->mode.load()) {
+      case FaultPlan::Mode::bad_alloc: throw std::bad_alloc();
+      case FaultPlan::Mode::exception: throw std::runtime_error(what);
+      case FaultPlan::Mode::error: break;
+    }
+    return make_error(code, what);
+  }
+
+  std::unique_ptr<backends::Backend> inner_;
+  std::shared_ptr<FaultPlan> plan_;
+};
+
+/// Adds the kind "faulty" (the CPU backend behind `plan`) to `options`.
+inline void add_faulty_backend(RuntimeOptions& options, std::shared_ptr<FaultPlan> plan) {
+  options.extend_backends = [plan](std::vector<backends::BackendKind>& kinds) {
+    backends::BackendKind cpu;
+    for (const auto& k : kinds)
+      if (k.name == "cpu") cpu = k;
+    if (!cpu.create) throw std::logic_error("faulty backend: this build has no cpu backend to wrap");
+    kinds.push_back(backends::BackendKind{
+        "faulty",
+        cpu.device_count,
+        [] { return std::string{}; },
+        [plan, create = cpu.create](int index, const backends::DeviceOptions& opts) -> std::unique_ptr<backends::Backend> {
+          return std::make_unique<FaultyBackend>(create(index, opts), plan);
+        },
+    });
+  };
+}
+
+}  // namespace switchyard::testing
