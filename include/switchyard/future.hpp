@@ -102,18 +102,6 @@ class SharedState {
   std::vector<std::function<void()>> continuations_;
 };
 
-// Result of then(f): f(T), or f() for void. A specialisation, not
-// std::conditional_t, which would instantiate both invoke_results and fail
-// to compile whenever f takes an argument.
-template <class T, class F>
-struct ThenResult {
-  using type = std::invoke_result_t<F, T>;
-};
-template <class F>
-struct ThenResult<void, F> {
-  using type = std::invoke_result_t<F>;
-};
-
 }  // namespace detail
 
 /// Write side of a Future.
