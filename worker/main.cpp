@@ -6,7 +6,10 @@
 //
 // Stops on SIGINT/SIGTERM: unpublishes, stops its runners, exits 0.
 
+#include <cerrno>
 #include <csignal>
+
+#include <unistd.h>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -19,6 +22,11 @@
 #include "backends/backend.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "worker/entry.hpp"
+
+namespace {
+// Written by the signal handler only (async-signal-safe write).
+int stop_pipe[2] = {-1, -1};
+}  // namespace
 
 namespace {
 
@@ -132,12 +140,9 @@ int run(WorkerConfig& cfg) {
     // The first line is for scripts and tests: "listening on HOST:PORT".
     std::cout << "listening on " << cfg.host << ":" << *port << std::endl;
     std::cout << "devices " << names << (tls ? " tls" : "") << std::endl;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
     int sig = 0;
-    sigwait(&set, &sig);
+    while (::read(stop_pipe[0], &sig, sizeof sig) != static_cast<ssize_t>(sizeof sig) && errno == EINTR) {
+    }
     std::cout << "stopping on signal " << sig << std::endl;
     // caf::openssl's unpublish does not compile in 0.17.6; the TLS doorman
     // closes with the system.
@@ -151,12 +156,17 @@ int run(WorkerConfig& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Every thread CAF starts inherits this mask, so only sigwait sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A self-pipe, not sigwait: OpenBLAS starts its threads before main, so
+  // a blocked-signal mask cannot cover them and SIGTERM could land on one
+  // of them and kill the process by default action.
+  if (::pipe(stop_pipe) != 0) return 1;
+  struct sigaction action {};
+  action.sa_handler = [](int sig) {
+    (void)!::write(stop_pipe[1], &sig, sizeof sig);
+  };
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 
   // CAF 0.17's parser reserves every argument starting with "--ca" (its
   // "--caf#" prefix is compared on 4 characters), so --ca is renamed here.
