@@ -85,64 +85,68 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
   // The options travel as a spawn argument: CAF 0.17 spawning a function
   // actor with no arguments dereferences a null shared_ptr<tuple<>> in
   // init_fun_factory_helper (UBSan: reference binding to null pointer).
-  return sys.spawn([](Self self, RouterOptions options) -> router_actor::behavior_type {
-    self->state.options = std::move(options);
-    self->set_down_handler([self](caf::down_msg& msg) {
-      for (auto& [id, dev] : self->state.devices)
-        if (dev.runner.address() == msg.source) {
-          lose_device(self, id,
-                      msg.reason == caf::exit_reason::remote_link_unreachable
-                          ? "connection to its worker lost (remote_link_unreachable)"
-                          : "runner stopped (" + caf::to_string(msg.reason) + ")");
-          return;
-        }
-    });
-    return {
-        [self](submit_atom, DeviceId id, std::vector<OperationIr>& ops) {
-          auto it = self->state.devices.find(id);
-          if (it == self->state.devices.end()) return;  // lost: its futures fail through read/sync
-          self->send(it->second.runner, submit_atom::value, std::move(ops));
-        },
-        [self](read_atom, DeviceId id, TensorId t) { return relay<TensorData>(self, id, read_atom::value, t); },
-        [self](sync_atom, DeviceId id) { return relay<done_atom>(self, id, sync_atom::value); },
-        [self](stats_atom, DeviceId id) { return relay<DeviceStats>(self, id, stats_atom::value); },
-        [self](bridge_atom, DeviceId src, TensorId src_id, DeviceId dst, TensorIr& dst_ir) {
-          auto& devs = self->state.devices;
-          auto d = devs.find(dst);
-          if (d == devs.end()) return;
-          auto target = d->second.runner;
-          // Expect first: ops on the new tensor, forwarded after this, wait for it.
-          self->send(target, expect_atom::value, dst_ir);
-          auto s = devs.find(src);
-          if (s == devs.end()) {
-            self->send(target, import_atom::value, dst_ir.id, unknown_device(self, src));
-            return;
-          }
-          auto token = self->state.next_token++;
-          auto fail = [self, target, id = dst_ir.id](caf::error e) { self->send(target, import_atom::value, id, std::move(e)); };
-          s->second.outstanding.emplace(token, Outstanding{fail});
-          self->request(s->second.runner, timeout_for(self, s->second.runner), export_atom::value, src_id, caf::actor_cast<caf::actor>(target),
-                        dst_ir.id)
-              .then(
-                  [self, src, token](done_atom) {
-                    if (auto it = self->state.devices.find(src); it != self->state.devices.end())
-                      it->second.outstanding.erase(token);
-                  },
-                  [self, src, token, fail](caf::error& e) {
-                    auto it = self->state.devices.find(src);
-                    if (it == self->state.devices.end() || it->second.outstanding.erase(token) == 0) return;
-                    fail(std::move(e));
-                  });
-        },
-        [self](attach_atom, DeviceId id, std::string& name, runner_actor& runner) {
-          self->monitor(runner);
-          self->state.lost.erase(id);
-          self->state.devices[id] = Device{std::move(name), std::move(runner), {}};
-          return done_atom::value;
-        },
-        [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },
-    };
-  }, std::move(options));
+  return sys.spawn(
+      [](Self self, RouterOptions options) -> router_actor::behavior_type {
+        self->state.options = std::move(options);
+        self->set_down_handler([self](caf::down_msg& msg) {
+          for (auto& [id, dev] : self->state.devices)
+            if (dev.runner.address() == msg.source) {
+              lose_device(self, id,
+                          msg.reason == caf::exit_reason::remote_link_unreachable
+                              ? "connection to its worker lost (remote_link_unreachable)"
+                              : "runner stopped (" + caf::to_string(msg.reason) + ")");
+              return;
+            }
+        });
+        return {
+            [self](submit_atom, DeviceId id, std::vector<OperationIr>& ops) {
+              auto it = self->state.devices.find(id);
+              if (it == self->state.devices.end()) return;  // lost: its futures fail through read/sync
+              self->send(it->second.runner, submit_atom::value, std::move(ops));
+            },
+            [self](read_atom, DeviceId id, TensorId t) { return relay<TensorData>(self, id, read_atom::value, t); },
+            [self](sync_atom, DeviceId id) { return relay<done_atom>(self, id, sync_atom::value); },
+            [self](stats_atom, DeviceId id) { return relay<DeviceStats>(self, id, stats_atom::value); },
+            [self](bridge_atom, DeviceId src, TensorId src_id, DeviceId dst, TensorIr& dst_ir) {
+              auto& devs = self->state.devices;
+              auto d = devs.find(dst);
+              if (d == devs.end()) return;
+              auto target = d->second.runner;
+              // Expect first: ops on the new tensor, forwarded after this, wait for it.
+              self->send(target, expect_atom::value, dst_ir);
+              auto s = devs.find(src);
+              if (s == devs.end()) {
+                self->send(target, import_atom::value, dst_ir.id, unknown_device(self, src));
+                return;
+              }
+              auto token = self->state.next_token++;
+              auto fail = [self, target, id = dst_ir.id](caf::error e) {
+                self->send(target, import_atom::value, id, std::move(e));
+              };
+              s->second.outstanding.emplace(token, Outstanding{fail});
+              self->request(s->second.runner, timeout_for(self, s->second.runner), export_atom::value, src_id,
+                            caf::actor_cast<caf::actor>(target), dst_ir.id)
+                  .then(
+                      [self, src, token](done_atom) {
+                        if (auto it = self->state.devices.find(src); it != self->state.devices.end())
+                          it->second.outstanding.erase(token);
+                      },
+                      [self, src, token, fail](caf::error& e) {
+                        auto it = self->state.devices.find(src);
+                        if (it == self->state.devices.end() || it->second.outstanding.erase(token) == 0) return;
+                        fail(std::move(e));
+                      });
+            },
+            [self](attach_atom, DeviceId id, std::string& name, runner_actor& runner) {
+              self->monitor(runner);
+              self->state.lost.erase(id);
+              self->state.devices[id] = Device{std::move(name), std::move(runner), {}};
+              return done_atom::value;
+            },
+            [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },
+        };
+      },
+      std::move(options));
 }
 
 }  // namespace switchyard::actors

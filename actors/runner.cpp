@@ -138,15 +138,17 @@ void run(RunnerState& st, OperationIr& op) {
   std::vector<BufferPtr> many_in;
   size_t n_in = 0;
   op.each_input([&](const TensorIr&) { ++n_in; });
-  std::span<BufferPtr> ins = n_in <= small_in.size() ? std::span<BufferPtr>(small_in.data(), n_in)
-                                                      : std::span<BufferPtr>((many_in.resize(n_in), many_in.data()), n_in);
+  std::span<BufferPtr> ins = n_in <= small_in.size()
+                                 ? std::span<BufferPtr>(small_in.data(), n_in)
+                                 : std::span<BufferPtr>((many_in.resize(n_in), many_in.data()), n_in);
   size_t i = 0;
   caf::error err;
   op.each_input([&](const TensorIr& t) {
     auto it = st.table.find(t.id);
     if (it == st.table.end()) {
       if (!err)
-        err = make_error(Errc::unknown_tensor, st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
+        err = make_error(Errc::unknown_tensor,
+                         st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
     } else if (it->second.state == Entry::State::failed) {
       if (!err) err = it->second.error;  // poison spreads unchanged
     } else if (it->second.meta.shape != t.shape || it->second.meta.dtype != t.dtype) {
@@ -167,7 +169,8 @@ void run(RunnerState& st, OperationIr& op) {
     return;
   }
   if (!st.backend->supports(op)) {
-    fail_outputs(st, op, make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes"));
+    fail_outputs(st, op,
+                 make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes"));
     return;
   }
   std::array<BufferPtr, 1> outs;
@@ -205,8 +208,10 @@ void complete_syncs(Self self) {
   if (!st.deferred.empty() || st.syncs.empty()) return;
   auto err = st.backend->synchronize();
   for (auto& p : st.syncs) {
-    if (err) p.deliver(on_device(st, err));
-    else p.deliver(done_atom::value);
+    if (err)
+      p.deliver(on_device(st, err));
+    else
+      p.deliver(done_atom::value);
   }
   st.syncs.clear();
 }
@@ -273,7 +278,8 @@ void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::er
   auto& st = self->state;
   auto it = st.table.find(id);
   if (it == st.table.end()) {
-    missing(make_error(Errc::unknown_tensor, st.name + ": " + id_str(id) + " does not exist (dropped, or never created here)"));
+    missing(make_error(Errc::unknown_tensor,
+                       st.name + ": " + id_str(id) + " does not exist (dropped, or never created here)"));
     return;
   }
   if (it->second.state == Entry::State::pending) {
@@ -303,11 +309,11 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
   if (!data) {
     resolve(st, id, nullptr, data.error());
   } else if (data->shape != meta.shape || data->dtype != meta.dtype || data->bytes.size() != meta.bytes()) {
-    resolve(st, id, nullptr,
-            make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " carries " +
-                                                 data->shape.to_string() + " " + std::string(name_of(data->dtype)) +
-                                                 ", expected " + meta.shape.to_string() + " " +
-                                                 std::string(name_of(meta.dtype))));
+    resolve(
+        st, id, nullptr,
+        make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " carries " + data->shape.to_string() +
+                                             " " + std::string(name_of(data->dtype)) + ", expected " +
+                                             meta.shape.to_string() + " " + std::string(name_of(meta.dtype))));
   } else {
     st.stats.bytes_bridged_in += data->bytes.size();
     if (st.tracer) {
@@ -317,8 +323,10 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
       st.tracer->flow_end(st.track, id.value, now);
     }
     auto buffer = st.backend->from_data(meta, std::move(*data));
-    if (buffer) resolve(st, id, std::move(*buffer), {});
-    else resolve(st, id, nullptr, on_device(st, buffer.error()));
+    if (buffer)
+      resolve(st, id, std::move(*buffer), {});
+    else
+      resolve(st, id, nullptr, on_device(st, buffer.error()));
   }
   drain(self);
 }
@@ -351,11 +359,14 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       [self](read_atom, TensorId id) -> caf::result<TensorData> {
         auto rp = self->make_response_promise<TensorData>();
         auto deliver = [rp](caf::expected<TensorData> r) mutable {
-          if (r) rp.deliver(std::move(*r));
-          else rp.deliver(std::move(r.error()));
+          if (r)
+            rp.deliver(std::move(*r));
+          else
+            rp.deliver(std::move(r.error()));
         };
-        when_resolved(self, id, [self, deliver](Entry& e) { read_entry(self, e, deliver); },
-                      [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
+        when_resolved(
+            self, id, [self, deliver](Entry& e) { read_entry(self, e, deliver); },
+            [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
         return rp;
       },
       [self](sync_atom) -> caf::result<done_atom> {
@@ -406,8 +417,9 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
           }
           rp.deliver(done_atom::value);
         };
-        when_resolved(self, id, [self, send](Entry& e) { read_entry(self, e, send); },
-                      [send](caf::error err) mutable { send(std::move(err)); });
+        when_resolved(
+            self, id, [self, send](Entry& e) { read_entry(self, e, send); },
+            [send](caf::error err) mutable { send(std::move(err)); });
         return rp;
       },
       [self](poll_atom) { self->state.backend->poll(); },
@@ -426,8 +438,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
 
 }  // namespace
 
-runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,
-                          std::shared_ptr<backends::Backend> backend, RunnerHooks hooks) {
+runner_actor spawn_runner(caf::actor_system& sys, std::string device_name, std::shared_ptr<backends::Backend> backend,
+                          RunnerHooks hooks) {
   return sys.spawn<caf::detached>(runner, std::move(device_name), std::move(backend), std::move(hooks));
 }
 

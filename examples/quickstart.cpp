@@ -30,8 +30,8 @@ int main() {
   auto w2 = cpu0.tensor(w2v, {out, hidden});
   auto b2 = cpu0.tensor(b2v, {out});
 
-  auto h = x.linear(w1, b1).relu();           // queued, nothing waits
-  auto y = h.linear(w2, b2).to(cpu1) * 2.0;   // bridged; the multiply waits on cpu:1
+  auto h = x.linear(w1, b1).relu();          // queued, nothing waits
+  auto y = h.linear(w2, b2).to(cpu1) * 2.0;  // bridged; the multiply waits on cpu:1
   std::vector<float> got = y.to_vector<float>();
 
   // The same computation as plain loops.

@@ -134,7 +134,8 @@ void Core::start() {
     if (kind == kinds.end()) {
       std::string known;
       for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k.name;
-      throw Error(Errc::unknown_device, "device '" + name + "': no backend '" + req.kind + "' in this build (have: " + known + ")");
+      throw Error(Errc::unknown_device,
+                  "device '" + name + "': no backend '" + req.kind + "' in this build (have: " + known + ")");
     }
     int count = kind->device_count();
     if (req.index < 0) {
@@ -148,26 +149,28 @@ void Core::start() {
       plan.push_back({name, {&*kind, req.index}});
     }
   }
-  size_t cpu_devices = std::count_if(plan.begin(), plan.end(), [](const auto& p) { return p.second.first->name == "cpu"; });
+  size_t cpu_devices =
+      std::count_if(plan.begin(), plan.end(), [](const auto& p) { return p.second.first->name == "cpu"; });
   auto hw = std::max<size_t>(1, std::thread::hardware_concurrency());
   std::string trace_path = options_.trace_path;
   if (const char* env = std::getenv("SWITCHYARD_TRACE"); trace_path.empty() && env != nullptr) trace_path = env;
   if (!trace_path.empty()) tracer_ = std::make_shared<actors::Tracer>(trace_path);
   {
-  std::lock_guard add_lock(add_mutex_);
-  for (auto& [name, where] : plan) {
-    if (find(name)) throw Error(Errc::invalid_argument, "device '" + name + "' requested twice");
-    backends::DeviceOptions opts;
-    opts.threads = options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
-    if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
-    std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
-    auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
-    if (id >= max_devices)
-      throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
-    auto runner = actors::spawn_runner(*system_, name, std::move(backend),
-                                       actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done});
-    add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
-  }
+    std::lock_guard add_lock(add_mutex_);
+    for (auto& [name, where] : plan) {
+      if (find(name)) throw Error(Errc::invalid_argument, "device '" + name + "' requested twice");
+      backends::DeviceOptions opts;
+      opts.threads =
+          options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
+      if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
+      std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
+      auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
+      if (id >= max_devices)
+        throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
+      auto runner = actors::spawn_runner(*system_, name, std::move(backend),
+                                         actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done});
+      add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
+    }
   }
   flusher_ = std::thread([this] { flusher_loop(); });
   std::vector<std::string> workers = options_.workers;
@@ -202,7 +205,8 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   const std::string address = host + ":" + std::to_string(port);
   std::lock_guard add_lock(add_mutex_);
   for (const auto& w : workers_)
-    if (w.host == host && w.port == port && std::none_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return lost(d); }))
+    if (w.host == host && w.port == port &&
+        std::none_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return lost(d); }))
       throw Error(Errc::invalid_argument, "already connected to worker " + address);
   auto entry = options_.tls.enabled() ? caf::openssl::remote_actor(*system_, host, port)
                                       : system_->middleman().remote_actor(host, port);
@@ -316,8 +320,10 @@ void Core::wait_for_room(Queue& q) {
   if (q.batches_sent - done < max_in_flight) return;
   auto last_progress = std::chrono::steady_clock::now();
   for (int spins = 0; q.batches_sent - done >= max_in_flight; ++spins) {
-    if (spins < 64) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (spins < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     auto now_done = q.batches_done->load(std::memory_order_acquire);
     auto now = std::chrono::steady_clock::now();
     if (now_done != done) {
@@ -394,41 +400,45 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
   // function actor without arguments dereferences a null shared_ptr (UBSan).
   // One box shared by both handlers, emptied by whichever runs.
   auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
-  system_->spawn([promise, convert, weak, box, xs...](caf::event_based_actor* self, router_actor router) mutable {
-    self->request(router, caf::infinite, xs...)
-        .then(
-              [promise, convert, box](Reply& r) mutable {
-                box->reset();  // queue the drop before the caller sees the value
-                convert(promise, r);
-              },
-              [promise, weak, box](caf::error& e) mutable {
-                box->reset();
-                auto core = weak.lock();
-                if (core && core->closed() && describe(e).code == Errc::device_lost)
-                  promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
-                else
-                  promise.set_error(to_exception(e));
-              });
-  }, router_);
+  system_->spawn(
+      [promise, convert, weak, box, xs...](caf::event_based_actor* self, router_actor router) mutable {
+        self->request(router, caf::infinite, xs...)
+            .then(
+                [promise, convert, box](Reply& r) mutable {
+                  box->reset();  // queue the drop before the caller sees the value
+                  convert(promise, r);
+                },
+                [promise, weak, box](caf::error& e) mutable {
+                  box->reset();
+                  auto core = weak.lock();
+                  if (core && core->closed() && describe(e).code == Errc::device_lost)
+                    promise.set_error(
+                        std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
+                  else
+                    promise.set_error(to_exception(e));
+                });
+      },
+      router_);
   return fut;
 }
 
 Future<TensorData> Core::read(DeviceId device, TensorId id, std::shared_ptr<const void> keep) {
   flush(device);
-  return ask<TensorData, TensorData>(std::move(keep),
-                                     [](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); },
-                                     read_atom::value, device, id);
+  return ask<TensorData, TensorData>(
+      std::move(keep), [](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); }, read_atom::value,
+      device, id);
 }
 
 Future<void> Core::sync(DeviceId device) {
   flush(device);
-  return ask<done_atom, void>(nullptr, [](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
+  return ask<done_atom, void>(
+      nullptr, [](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
 }
 
 Future<DeviceStats> Core::stats(DeviceId device) {
   flush(device);
-  return ask<DeviceStats, DeviceStats>(nullptr, [](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); },
-                                       stats_atom::value, device);
+  return ask<DeviceStats, DeviceStats>(
+      nullptr, [](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); }, stats_atom::value, device);
 }
 
 void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir) {

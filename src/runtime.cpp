@@ -8,9 +8,7 @@ namespace switchyard {
 
 Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
 
-Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
-  core_->start();
-}
+Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) { core_->start(); }
 
 Runtime::~Runtime() { core_->close(); }
 
@@ -131,19 +129,22 @@ Tensor Device::eye(int64_t n, int64_t m, DType dtype) const {
 }
 
 Tensor Device::uniform(Shape shape, double low, double high, DType dtype) const {
-  if (!is_floating(dtype)) throw Error(Errc::dtype_mismatch, "uniform: needs a floating dtype, got " + std::string(name_of(dtype)));
+  if (!is_floating(dtype))
+    throw Error(Errc::dtype_mismatch, "uniform: needs a floating dtype, got " + std::string(name_of(dtype)));
   auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
   return create(core_, id_, ir, RandomOp{RandomKind::uniform, ir, low, high});
 }
 
 Tensor Device::normal(Shape shape, double mean, double stddev, DType dtype) const {
-  if (!is_floating(dtype)) throw Error(Errc::dtype_mismatch, "normal: needs a floating dtype, got " + std::string(name_of(dtype)));
+  if (!is_floating(dtype))
+    throw Error(Errc::dtype_mismatch, "normal: needs a floating dtype, got " + std::string(name_of(dtype)));
   auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
   return create(core_, id_, ir, RandomOp{RandomKind::normal, ir, mean, stddev});
 }
 
 Tensor Device::bernoulli(Shape shape, double p, DType dtype) const {
-  if (!(p >= 0 && p <= 1)) throw Error(Errc::invalid_argument, "bernoulli: probability " + std::to_string(p) + " is outside [0, 1]");
+  if (!(p >= 0 && p <= 1))
+    throw Error(Errc::invalid_argument, "bernoulli: probability " + std::to_string(p) + " is outside [0, 1]");
   auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
   return create(core_, id_, ir, RandomOp{RandomKind::bernoulli, ir, p, 0});
 }

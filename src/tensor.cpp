@@ -19,17 +19,14 @@ T unwrap(caf::expected<T> x) {
   return std::move(*x);
 }
 
-TensorIr as_input(const TensorHandle& h) {
-  return TensorIr{h.ir.id, h.ir.shape, h.ir.dtype, TensorStatus::read_only};
-}
+TensorIr as_input(const TensorHandle& h) { return TensorIr{h.ir.id, h.ir.shape, h.ir.dtype, TensorStatus::read_only}; }
 
 TensorIr new_output(const TensorHandle& h, TensorSpec spec) {
   return TensorIr{h.core->new_id(), std::move(spec.shape), spec.dtype, TensorStatus::not_init};
 }
 
 void same_device(const char* op, const TensorHandle& a, const TensorHandle& b) {
-  if (a.core != b.core)
-    throw Error(Errc::device_mismatch, std::string(op) + ": operands belong to different runtimes");
+  if (a.core != b.core) throw Error(Errc::device_mismatch, std::string(op) + ": operands belong to different runtimes");
   if (a.device != b.device)
     throw Error(Errc::device_mismatch, std::string(op) + ": operands live on " + a.core->info(a.device).name + " and " +
                                            b.core->info(b.device).name + "; move one with .to(device) first");
@@ -49,14 +46,15 @@ Tensor view(const TensorHandle& h, Shape out_shape, int64_t offset, std::vector<
 int64_t axis_of(const char* op, int64_t axis, size_t rank) {
   auto a = normalize_axis(axis, rank);
   if (!a)
-    throw Error(Errc::shape_mismatch, std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " +
-                                          std::to_string(rank));
+    throw Error(Errc::shape_mismatch, std::string(op) + ": axis " + std::to_string(axis) +
+                                          " is out of range for rank " + std::to_string(rank));
   return *a;
 }
 
 // Python slice bounds for a positive step.
 void resolve_slice(const char* op, Slice s, int64_t extent, int64_t& start, int64_t& count) {
-  if (s.step <= 0) throw Error(Errc::invalid_argument, std::string(op) + ": step must be positive, got " + std::to_string(s.step));
+  if (s.step <= 0)
+    throw Error(Errc::invalid_argument, std::string(op) + ": step must be positive, got " + std::to_string(s.step));
   auto clampi = [&](int64_t v) {
     if (v < 0) v += extent;
     return std::clamp<int64_t>(v, 0, extent);
@@ -74,7 +72,8 @@ struct Region {
 
 Region slice_region(const char* op, const Shape& shape, const std::vector<Slice>& slices) {
   if (slices.size() > shape.rank())
-    throw Error(Errc::shape_mismatch, std::string(op) + ": " + std::to_string(slices.size()) + " slices for shape " + shape.to_string());
+    throw Error(Errc::shape_mismatch,
+                std::string(op) + ": " + std::to_string(slices.size()) + " slices for shape " + shape.to_string());
   Region r{shape, 0, shape.strides()};
   for (size_t d = 0; d < slices.size(); ++d) {
     int64_t start = 0, count = 0;
@@ -214,13 +213,27 @@ SY_BINARY(bitwise_xor)
 
 // --- reductions -------------------------------------------------------------
 
-Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("sum"), ReduceKind::sum, std::move(axes), keepdim); }
-Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("mean"), ReduceKind::mean, std::move(axes), keepdim); }
-Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("prod"), ReduceKind::prod, std::move(axes), keepdim); }
-Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("max"), ReduceKind::max, std::move(axes), keepdim); }
-Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("min"), ReduceKind::min, std::move(axes), keepdim); }
-Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("any"), ReduceKind::any, std::move(axes), keepdim); }
-Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const { return reduce(*this, handle("all"), ReduceKind::all, std::move(axes), keepdim); }
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("sum"), ReduceKind::sum, std::move(axes), keepdim);
+}
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("mean"), ReduceKind::mean, std::move(axes), keepdim);
+}
+Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("prod"), ReduceKind::prod, std::move(axes), keepdim);
+}
+Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("max"), ReduceKind::max, std::move(axes), keepdim);
+}
+Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("min"), ReduceKind::min, std::move(axes), keepdim);
+}
+Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("any"), ReduceKind::any, std::move(axes), keepdim);
+}
+Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const {
+  return reduce(*this, handle("all"), ReduceKind::all, std::move(axes), keepdim);
+}
 Tensor Tensor::var(std::vector<int64_t> axes, int64_t correction, bool keepdim) const {
   return reduce(*this, handle("var"), ReduceKind::var, std::move(axes), keepdim, correction);
 }
@@ -286,7 +299,8 @@ Tensor Tensor::linear(const Tensor& weight, const Tensor& bias) const {
       throw Error(Errc::dtype_mismatch, "linear: bias is " + dt(b.ir.dtype) + ", input is " + dt(spec.dtype));
     auto bc = broadcast_shapes(spec.shape, b.ir.shape);
     if (!bc || *bc != spec.shape)
-      throw Error(Errc::shape_mismatch, "linear: bias " + b.ir.shape.to_string() + " does not broadcast to " + spec.shape.to_string());
+      throw Error(Errc::shape_mismatch,
+                  "linear: bias " + b.ir.shape.to_string() + " does not broadcast to " + spec.shape.to_string());
     bias_ir = as_input(b);
   }
   auto out = new_output(x, spec);
@@ -319,7 +333,8 @@ Tensor Tensor::reshape(Shape s) const {
   }
   if (infer >= 0) {
     if (known == 0 || h.ir.numel() % known != 0)
-      throw Error(Errc::shape_mismatch, "reshape: cannot infer -1 in " + s.to_string() + " for " + std::to_string(h.ir.numel()) + " elements");
+      throw Error(Errc::shape_mismatch, "reshape: cannot infer -1 in " + s.to_string() + " for " +
+                                            std::to_string(h.ir.numel()) + " elements");
     s.dims[infer] = h.ir.numel() / known;
   }
   if (s.numel() != h.ir.numel())
@@ -335,7 +350,8 @@ Tensor Tensor::permute(std::vector<int64_t> axes) const {
   const auto& h = handle("permute");
   const auto rank = h.ir.shape.rank();
   if (axes.size() != rank)
-    throw Error(Errc::shape_mismatch, "permute: " + std::to_string(axes.size()) + " axes for shape " + h.ir.shape.to_string());
+    throw Error(Errc::shape_mismatch,
+                "permute: " + std::to_string(axes.size()) + " axes for shape " + h.ir.shape.to_string());
   std::vector<bool> seen(rank, false);
   auto in_strides = h.ir.shape.strides();
   Shape out;
@@ -359,7 +375,8 @@ Tensor Tensor::transpose(int64_t a, int64_t b) const {
 }
 
 Tensor Tensor::mT() const {
-  if (handle("mT").ir.shape.rank() < 2) throw Error(Errc::shape_mismatch, "mT: needs at least 2 axes, got " + shape().to_string());
+  if (handle("mT").ir.shape.rank() < 2)
+    throw Error(Errc::shape_mismatch, "mT: needs at least 2 axes, got " + shape().to_string());
   return transpose(-2, -1);
 }
 
@@ -373,7 +390,8 @@ Tensor Tensor::expand(Shape s) const {
   size_t lead = s.rank() - in.rank();
   for (size_t i = 0; i < s.rank(); ++i) {
     if (i < lead) {
-      if (s.dims[i] < 0) throw Error(Errc::shape_mismatch, "expand: -1 is not allowed for a new axis in " + s.to_string());
+      if (s.dims[i] < 0)
+        throw Error(Errc::shape_mismatch, "expand: -1 is not allowed for a new axis in " + s.to_string());
       continue;
     }
     int64_t d = in.dims[i - lead];
@@ -447,7 +465,8 @@ Tensor Tensor::slice_assign(std::vector<Slice> s, const Tensor& value) const {
   auto r = slice_region("slice_assign", h.ir.shape, s);
   auto bc = broadcast_shapes(r.shape, v.ir.shape);
   if (!bc || *bc != r.shape)
-    throw Error(Errc::shape_mismatch, "slice_assign: value " + v.ir.shape.to_string() + " does not broadcast to the region " + r.shape.to_string());
+    throw Error(Errc::shape_mismatch, "slice_assign: value " + v.ir.shape.to_string() +
+                                          " does not broadcast to the region " + r.shape.to_string());
   Tensor val = value.cast(h.ir.dtype);
   if (val.shape() != r.shape) val = val.expand(r.shape);
   const auto& vh = val.handle("slice_assign");
@@ -532,8 +551,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
   std::vector<Tensor> parts;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].shape() != s)
-      throw Error(Errc::shape_mismatch, "stack: tensor " + std::to_string(i) + " has shape " + tensors[i].shape().to_string() +
-                                            ", tensor 0 has " + s.to_string());
+      throw Error(Errc::shape_mismatch, "stack: tensor " + std::to_string(i) + " has shape " +
+                                            tensors[i].shape().to_string() + ", tensor 0 has " + s.to_string());
     parts.push_back(tensors[i].unsqueeze(a));
   }
   return cat(parts, a);

@@ -1,8 +1,9 @@
 // Every protocol type round-trips through CAF's binary serializer: the same
 // messages cross the network later, and an unregistered or half-inspected
 // type would silently serialize to nothing.
-#include <caf/all.hpp>
 #include <catch2/catch.hpp>
+
+#include <caf/all.hpp>
 
 #include "switchyard/messages/op_rules.hpp"
 #include "switchyard/messages/protocol.hpp"

@@ -6,7 +6,6 @@
 
 using namespace switchyard;
 
-
 namespace {
 // A runtime per test case: a Runtime must not outlive main (CAF's own
 // statics are gone by then).
@@ -85,8 +84,10 @@ TEST_CASE_METHOD(CpuFixture, "mixed dtypes are promoted before the op", "[ops]")
 TEST_CASE_METHOD(CpuFixture, "neg, exp, log and relu", "[ops]") {
   auto a = cpu().tensor<float>({-1, 0, 2}, {3});
   CHECK(f32(-a) == std::vector<float>{1, 0, -2});
-  CHECK_THAT(f32(a.exp()), Catch::Matchers::Approx(std::vector<float>{std::exp(-1.f), 1.f, std::exp(2.f)}).epsilon(1e-6));
-  CHECK_THAT(f32(cpu().tensor<float>({1, 4}, {2}).log()), Catch::Matchers::Approx(std::vector<float>{0, std::log(4.f)}).epsilon(1e-6));
+  CHECK_THAT(f32(a.exp()),
+             Catch::Matchers::Approx(std::vector<float>{std::exp(-1.f), 1.f, std::exp(2.f)}).epsilon(1e-6));
+  CHECK_THAT(f32(cpu().tensor<float>({1, 4}, {2}).log()),
+             Catch::Matchers::Approx(std::vector<float>{0, std::log(4.f)}).epsilon(1e-6));
   CHECK(f32(a.relu()) == std::vector<float>{0, 0, 2});
   auto ints = cpu().tensor<int64_t>({0, 1}, {2}).exp();  // integer input, float result
   CHECK(ints.dtype() == DType::f32);

@@ -1,8 +1,9 @@
 // Runtime behaviour: bridges and pending tensors, lifetime, concurrency,
 // and every error path of the core.
-#include <caf/all.hpp>
 #include <catch2/catch.hpp>
 #include <thread>
+
+#include <caf/all.hpp>
 
 #include <switchyard/switchyard.hpp>
 
@@ -299,19 +300,26 @@ TEST_CASE("A runner defers only the ops that need a pending import, in order", "
   auto data = TensorData::from(std::vector<float>{1, 2}, Shape{2});
   self->send(runner, expect_atom::value, tir(10, {2}));
   std::vector<OperationIr> ops;
-  ops.emplace_back(ScalarOp{BinaryKind::mul, tir(10, {2}), 3.0, ScalarKind::floating, false, tir(11, {2}, TensorStatus::not_init)});
+  ops.emplace_back(
+      ScalarOp{BinaryKind::mul, tir(10, {2}), 3.0, ScalarKind::floating, false, tir(11, {2}, TensorStatus::not_init)});
   ops.emplace_back(FillOp{FillKind::full, tir(20, {2}, TensorStatus::not_init), 7.0, 0});  // independent
   self->send(runner, submit_atom::value, ops);
   // The independent op ran although #11 waits.
   self->request(runner, caf::infinite, read_atom::value, TensorId{20})
-      .receive([](TensorData& d) { CHECK(d.to_vector<float>() == std::vector<float>{7, 7}); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
+      .receive(
+          [](TensorData& d) {
+            CHECK(d.to_vector<float>() == std::vector<float>{7, 7});
+          },
+          [](caf::error& e) { FAIL(caf::to_string(e)); });
   self->request(runner, caf::infinite, stats_atom::value)
       .receive([](DeviceStats& s) { CHECK(s.queue_depth == 1); }, [](caf::error& e) { FAIL(caf::to_string(e)); });
   self->send(runner, import_atom::value, TensorId{10}, data);
   self->request(runner, caf::infinite, read_atom::value, TensorId{11})
-      .receive([](TensorData& d) { CHECK(d.to_vector<float>() == std::vector<float>{3, 6}); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
+      .receive(
+          [](TensorData& d) {
+            CHECK(d.to_vector<float>() == std::vector<float>{3, 6});
+          },
+          [](caf::error& e) { FAIL(caf::to_string(e)); });
   self->send_exit(runner, caf::exit_reason::user_shutdown);
 }
 
@@ -323,8 +331,11 @@ TEST_CASE("An import that overtakes its expect is kept, not lost", "[protocol]")
   self->send(runner, import_atom::value, TensorId{5}, TensorData::from(std::vector<float>{4, 5}, Shape{2}));
   self->send(runner, expect_atom::value, tir(5, {2}));
   self->request(runner, caf::infinite, read_atom::value, TensorId{5})
-      .receive([](TensorData& d) { CHECK(d.to_vector<float>() == std::vector<float>{4, 5}); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
+      .receive(
+          [](TensorData& d) {
+            CHECK(d.to_vector<float>() == std::vector<float>{4, 5});
+          },
+          [](caf::error& e) { FAIL(caf::to_string(e)); });
   self->send_exit(runner, caf::exit_reason::user_shutdown);
 }
 
@@ -351,7 +362,10 @@ TEST_CASE("A runner answers lies and unknown ids with errors and keeps serving",
       .receive([](TensorData&) { FAIL("expected an error"); },
                [](caf::error& e) { CHECK(describe(e).code == Errc::unknown_tensor); });
   self->request(runner, caf::infinite, read_atom::value, TensorId{3})
-      .receive([](TensorData& d) { CHECK(d.to_vector<float>() == std::vector<float>{1, 1}); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
+      .receive(
+          [](TensorData& d) {
+            CHECK(d.to_vector<float>() == std::vector<float>{1, 1});
+          },
+          [](caf::error& e) { FAIL(caf::to_string(e)); });
   self->send_exit(runner, caf::exit_reason::user_shutdown);
 }

@@ -8,11 +8,10 @@
 
 #include <cerrno>
 #include <csignal>
-
-#include <unistd.h>
 #include <cstdio>
 #include <iostream>
 #include <thread>
+#include <unistd.h>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -161,9 +160,7 @@ int main(int argc, char** argv) {
   // of them and kill the process by default action.
   if (::pipe(stop_pipe) != 0) return 1;
   struct sigaction action {};
-  action.sa_handler = [](int sig) {
-    (void)!::write(stop_pipe[1], &sig, sizeof sig);
-  };
+  action.sa_handler = [](int sig) { (void)!::write(stop_pipe[1], &sig, sizeof sig); };
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);

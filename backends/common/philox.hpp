@@ -31,7 +31,10 @@ SY_HOST_DEVICE inline Philox4 philox4x32(uint64_t counter_lo, uint64_t counter_h
     uint32_t n1 = static_cast<uint32_t>(p1);
     uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
     uint32_t n3 = static_cast<uint32_t>(p0);
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -48,8 +51,8 @@ enum class RandomDraw : uint8_t { uniform, normal, bernoulli };
 
 /// Value of element `i` of random op number `op_index` after `seed`.
 /// uniform in [a, b), normal(mean a, std b) by Box-Muller, bernoulli(p a).
-SY_HOST_DEVICE inline double random_value(RandomDraw kind, uint64_t seed, uint64_t op_index,
-                                          uint64_t i, double a, double b) {
+SY_HOST_DEVICE inline double random_value(RandomDraw kind, uint64_t seed, uint64_t op_index, uint64_t i, double a,
+                                          double b) {
   Philox4 r = philox4x32(i, op_index, seed);
   double u1 = unit_double(r.v[0], r.v[1]);
   switch (kind) {

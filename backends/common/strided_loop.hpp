@@ -13,15 +13,14 @@ namespace switchyard::backends {
 
 template <size_t N>
 struct StridedLoop {
-  std::vector<int64_t> dims;                     // merged extents, outermost first
-  std::array<std::vector<int64_t>, N> strides;   // per operand, per merged axis
+  std::vector<int64_t> dims;                    // merged extents, outermost first
+  std::array<std::vector<int64_t>, N> strides;  // per operand, per merged axis
 
   StridedLoop(const std::vector<int64_t>& shape, const std::array<std::vector<int64_t>, N>& s) {
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] == 1) continue;  // size-1 axes contribute nothing
       bool merge = !dims.empty();
-      for (size_t k = 0; k < N && merge; ++k)
-        merge = strides[k].back() == s[k][d] * shape[d];
+      for (size_t k = 0; k < N && merge; ++k) merge = strides[k].back() == s[k][d] * shape[d];
       if (merge) {
         dims.back() *= shape[d];
         for (size_t k = 0; k < N; ++k) strides[k].back() = s[k][d];

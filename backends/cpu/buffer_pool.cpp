@@ -26,9 +26,7 @@ struct BufferPool::State {
   }
 };
 
-BufferPool::BufferPool(uint64_t cache_limit) : state_(std::make_shared<State>()) {
-  state_->limit = cache_limit;
-}
+BufferPool::BufferPool(uint64_t cache_limit) : state_(std::make_shared<State>()) { state_->limit = cache_limit; }
 
 BufferPool::~BufferPool() = default;
 
@@ -49,8 +47,7 @@ Bytes BufferPool::allocate(size_t size) {
     }
     state_->in_use += class_bytes;
   }
-  if (raw == nullptr)
-    raw = static_cast<std::byte*>(::operator new[](class_bytes, std::align_val_t{Bytes::alignment}));
+  if (raw == nullptr) raw = static_cast<std::byte*>(::operator new[](class_bytes, std::align_val_t{Bytes::alignment}));
   // The deleter holds the state alive, so buffers may outlive the pool.
   std::weak_ptr<State> weak = state_;
   std::shared_ptr<std::byte> block(raw, [weak, cls, class_bytes](std::byte* p) {

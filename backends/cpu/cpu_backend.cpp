@@ -1,15 +1,14 @@
 #include "backends/cpu/cpu_backend.hpp"
 
-#include <thread>
-
 #include <cblas.h>
+#include <thread>
 
 #include "backends/cpu/kernels.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(const DeviceOptions& options)
       : pool_(options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads),
@@ -23,21 +22,6 @@ class CpuBackend final : public Backend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
-  [[nodiscard]] bool supports(DType) const noexcept override { return true; }
-
-  caf::expected<BufferPtr> from_data(const TensorIr&, TensorData data) override {
-    return BufferPtr{std::make_shared<HostBuffer>(std::move(data.bytes))};
-  }
-
-  void to_data(const TensorIr& t, const BufferPtr& buffer, ReadCallback done) override {
-    const Bytes* bytes = host_bytes(buffer);
-    if (bytes == nullptr) {
-      done(make_error(Errc::invalid_tensor, "cpu: buffer of another backend"));
-      return;
-    }
-    done(TensorData(t.shape, t.dtype, *bytes));
-  }
-
   caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     std::array<const Bytes*, 8> small{};
     std::array<bool, 8> small_consumable{};
@@ -72,9 +56,7 @@ class CpuBackend final : public Backend {
     ctx_.random_ops = 0;
   }
 
-  [[nodiscard]] MemoryStats memory() const override {
-    return {buffers_.bytes_in_use(), buffers_.bytes_cached()};
-  }
+  [[nodiscard]] MemoryStats memory() const override { return {buffers_.bytes_in_use(), buffers_.bytes_cached()}; }
 
  private:
   caf::expected<Bytes> run(FromDataOp& o, const Inputs&) { return o.data.bytes; }

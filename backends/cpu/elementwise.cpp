@@ -95,7 +95,7 @@ T from_double(double v) {
     return static_cast<T>(v);
   else
     return static_cast<T>((std::isfinite(v) && v > -9.2e18 && v < 9.2e18) ? static_cast<int64_t>(v)
-                                                                           : std::numeric_limits<int64_t>::min());
+                                                                          : std::numeric_limits<int64_t>::min());
 }
 
 // A clamp bound for integer T: limited to T's range first, so a bound
@@ -111,7 +111,8 @@ T clamp_bound(double v) {
   }
 }
 
-Bytes output_for(Context& ctx, const TensorIr& out, const Inputs& in, std::initializer_list<const TensorIr*> candidates) {
+Bytes output_for(Context& ctx, const TensorIr& out, const Inputs& in,
+                 std::initializer_list<const TensorIr*> candidates) {
   size_t i = 0;
   for (const TensorIr* c : candidates) {
     if (i < in.consumable.size() && in.consumable[i] && c->dtype == out.dtype && c->shape == out.shape)
@@ -129,47 +130,79 @@ bool with_binary(BinaryKind k, F&& f) {
   constexpr bool is_f = std::is_floating_point_v<T>;
   switch (k) {
     case BinaryKind::add:
-      if constexpr (is_b) return f([](T a, T b) -> T { return a || b; });
-      else return f([](T a, T b) -> T { return wrap_add(a, b); });
+      if constexpr (is_b)
+        return f([](T a, T b) -> T { return a || b; });
+      else
+        return f([](T a, T b) -> T { return wrap_add(a, b); });
     case BinaryKind::sub:
-      if constexpr (is_b) return false;
-      else return f([](T a, T b) -> T { return wrap_sub(a, b); });
+      if constexpr (is_b)
+        return false;
+      else
+        return f([](T a, T b) -> T { return wrap_sub(a, b); });
     case BinaryKind::mul:
-      if constexpr (is_b) return f([](T a, T b) -> T { return a && b; });
-      else return f([](T a, T b) -> T { return wrap_mul(a, b); });
+      if constexpr (is_b)
+        return f([](T a, T b) -> T { return a && b; });
+      else
+        return f([](T a, T b) -> T { return wrap_mul(a, b); });
     case BinaryKind::div:
-      if constexpr (is_f) return f([](T a, T b) -> T { return a / b; });
-      else return false;
+      if constexpr (is_f)
+        return f([](T a, T b) -> T { return a / b; });
+      else
+        return false;
     case BinaryKind::pow:
-      if constexpr (is_f) return f([](T a, T b) -> T { return std::pow(a, b); });
-      else if constexpr (is_b) return false;
-      else return f([](T a, T b) -> T { return int_pow(a, b); });
+      if constexpr (is_f)
+        return f([](T a, T b) -> T { return std::pow(a, b); });
+      else if constexpr (is_b)
+        return false;
+      else
+        return f([](T a, T b) -> T { return int_pow(a, b); });
     case BinaryKind::remainder:
-      if constexpr (is_b) return false;
-      else return f([](T a, T b) -> T { return py_remainder(a, b); });
-    case BinaryKind::maximum: return f([](T a, T b) -> T { return nan_max(a, b); });
-    case BinaryKind::minimum: return f([](T a, T b) -> T { return nan_min(a, b); });
+      if constexpr (is_b)
+        return false;
+      else
+        return f([](T a, T b) -> T { return py_remainder(a, b); });
+    case BinaryKind::maximum:
+      return f([](T a, T b) -> T { return nan_max(a, b); });
+    case BinaryKind::minimum:
+      return f([](T a, T b) -> T { return nan_min(a, b); });
     case BinaryKind::atan2:
-      if constexpr (is_f) return f([](T a, T b) -> T { return std::atan2(a, b); });
-      else return false;
-    case BinaryKind::eq: return f([](T a, T b) -> bool { return a == b; });
-    case BinaryKind::ne: return f([](T a, T b) -> bool { return a != b; });
-    case BinaryKind::lt: return f([](T a, T b) -> bool { return a < b; });
-    case BinaryKind::le: return f([](T a, T b) -> bool { return a <= b; });
-    case BinaryKind::gt: return f([](T a, T b) -> bool { return a > b; });
-    case BinaryKind::ge: return f([](T a, T b) -> bool { return a >= b; });
-    case BinaryKind::logical_and: return f([](T a, T b) -> bool { return (a != T(0)) && (b != T(0)); });
-    case BinaryKind::logical_or: return f([](T a, T b) -> bool { return (a != T(0)) || (b != T(0)); });
-    case BinaryKind::logical_xor: return f([](T a, T b) -> bool { return (a != T(0)) != (b != T(0)); });
+      if constexpr (is_f)
+        return f([](T a, T b) -> T { return std::atan2(a, b); });
+      else
+        return false;
+    case BinaryKind::eq:
+      return f([](T a, T b) -> bool { return a == b; });
+    case BinaryKind::ne:
+      return f([](T a, T b) -> bool { return a != b; });
+    case BinaryKind::lt:
+      return f([](T a, T b) -> bool { return a < b; });
+    case BinaryKind::le:
+      return f([](T a, T b) -> bool { return a <= b; });
+    case BinaryKind::gt:
+      return f([](T a, T b) -> bool { return a > b; });
+    case BinaryKind::ge:
+      return f([](T a, T b) -> bool { return a >= b; });
+    case BinaryKind::logical_and:
+      return f([](T a, T b) -> bool { return (a != T(0)) && (b != T(0)); });
+    case BinaryKind::logical_or:
+      return f([](T a, T b) -> bool { return (a != T(0)) || (b != T(0)); });
+    case BinaryKind::logical_xor:
+      return f([](T a, T b) -> bool { return (a != T(0)) != (b != T(0)); });
     case BinaryKind::bitwise_and:
-      if constexpr (is_f) return false;
-      else return f([](T a, T b) -> T { return static_cast<T>(a & b); });
+      if constexpr (is_f)
+        return false;
+      else
+        return f([](T a, T b) -> T { return static_cast<T>(a & b); });
     case BinaryKind::bitwise_or:
-      if constexpr (is_f) return false;
-      else return f([](T a, T b) -> T { return static_cast<T>(a | b); });
+      if constexpr (is_f)
+        return false;
+      else
+        return f([](T a, T b) -> T { return static_cast<T>(a | b); });
     case BinaryKind::bitwise_xor:
-      if constexpr (is_f) return false;
-      else return f([](T a, T b) -> T { return static_cast<T>(a ^ b); });
+      if constexpr (is_f)
+        return false;
+      else
+        return f([](T a, T b) -> T { return static_cast<T>(a ^ b); });
   }
   return false;
 }
@@ -185,31 +218,49 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
   constexpr bool is_f = std::is_floating_point_v<T>;
   switch (k) {
     case UnaryKind::neg:
-      if constexpr (is_b) return false;
-      else return f([](T x) -> T { return wrap_sub(T(0), x); });
+      if constexpr (is_b)
+        return false;
+      else
+        return f([](T x) -> T { return wrap_sub(T(0), x); });
     case UnaryKind::abs:
-      if constexpr (is_b || std::is_unsigned_v<T>) return f([](T x) -> T { return x; });
-      else return f([](T x) -> T { return x < 0 ? wrap_sub(T(0), x) : x; });
+      if constexpr (is_b || std::is_unsigned_v<T>)
+        return f([](T x) -> T { return x; });
+      else
+        return f([](T x) -> T { return x < 0 ? wrap_sub(T(0), x) : x; });
     case UnaryKind::sign:
-      if constexpr (is_b) return f([](T x) -> T { return x; });
-      else return f([](T x) -> T { return static_cast<T>((T(0) < x) - (x < T(0))); });
+      if constexpr (is_b)
+        return f([](T x) -> T { return x; });
+      else
+        return f([](T x) -> T { return static_cast<T>((T(0) < x) - (x < T(0))); });
     case UnaryKind::relu:  // NaN stays NaN, as PyTorch's clamp_min(x, 0)
-      if constexpr (is_b) return false;
-      else return f([](T x) -> T { return x > T(0) || x != x ? x : T(0); });
+      if constexpr (is_b)
+        return false;
+      else
+        return f([](T x) -> T { return x > T(0) || x != x ? x : T(0); });
     case UnaryKind::floor:
-      if constexpr (is_f) return f([](T x) -> T { return std::floor(x); });
-      else if constexpr (is_b) return false;
-      else return f([](T x) -> T { return x; });
+      if constexpr (is_f)
+        return f([](T x) -> T { return std::floor(x); });
+      else if constexpr (is_b)
+        return false;
+      else
+        return f([](T x) -> T { return x; });
     case UnaryKind::ceil:
-      if constexpr (is_f) return f([](T x) -> T { return std::ceil(x); });
-      else if constexpr (is_b) return false;
-      else return f([](T x) -> T { return x; });
+      if constexpr (is_f)
+        return f([](T x) -> T { return std::ceil(x); });
+      else if constexpr (is_b)
+        return false;
+      else
+        return f([](T x) -> T { return x; });
     case UnaryKind::round:
-      if constexpr (is_f) return f([](T x) -> T { return std::nearbyint(x); });
-      else if constexpr (is_b) return false;
-      else return f([](T x) -> T { return x; });
+      if constexpr (is_f)
+        return f([](T x) -> T { return std::nearbyint(x); });
+      else if constexpr (is_b)
+        return false;
+      else
+        return f([](T x) -> T { return x; });
     case UnaryKind::clamp:
-      if constexpr (is_b) return false;
+      if constexpr (is_b)
+        return false;
       else {
         bool has_lo = !std::isnan(lo), has_hi = !std::isnan(hi);
         T l = has_lo ? clamp_bound<T>(lo) : T(0), h = has_hi ? clamp_bound<T>(hi) : T(0);
@@ -221,38 +272,61 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
           return x;
         });
       }
-    case UnaryKind::logical_not: return f([](T x) -> bool { return x == T(0); });
+    case UnaryKind::logical_not:
+      return f([](T x) -> bool { return x == T(0); });
     case UnaryKind::bitwise_not:
-      if constexpr (is_f) return false;
-      else if constexpr (is_b) return f([](T x) -> T { return !x; });
-      else return f([](T x) -> T { return static_cast<T>(~x); });
+      if constexpr (is_f)
+        return false;
+      else if constexpr (is_b)
+        return f([](T x) -> T { return !x; });
+      else
+        return f([](T x) -> T { return static_cast<T>(~x); });
     case UnaryKind::isnan:
-      if constexpr (is_f) return f([](T x) -> bool { return std::isnan(x); });
-      else return f([](T) -> bool { return false; });
+      if constexpr (is_f)
+        return f([](T x) -> bool { return std::isnan(x); });
+      else
+        return f([](T) -> bool { return false; });
     case UnaryKind::isinf:
-      if constexpr (is_f) return f([](T x) -> bool { return std::isinf(x); });
-      else return f([](T) -> bool { return false; });
+      if constexpr (is_f)
+        return f([](T x) -> bool { return std::isinf(x); });
+      else
+        return f([](T) -> bool { return false; });
     default:
       break;
   }
   // The floating family: the rules make the output (and compute) type float.
   if constexpr (is_f) {
     switch (k) {
-      case UnaryKind::exp: return f([](T x) -> T { return std::exp(x); });
-      case UnaryKind::log: return f([](T x) -> T { return std::log(x); });
-      case UnaryKind::log1p: return f([](T x) -> T { return std::log1p(x); });
-      case UnaryKind::expm1: return f([](T x) -> T { return std::expm1(x); });
-      case UnaryKind::sqrt: return f([](T x) -> T { return std::sqrt(x); });
-      case UnaryKind::rsqrt: return f([](T x) -> T { return T(1) / std::sqrt(x); });
-      case UnaryKind::sin: return f([](T x) -> T { return std::sin(x); });
-      case UnaryKind::cos: return f([](T x) -> T { return std::cos(x); });
-      case UnaryKind::tanh: return f([](T x) -> T { return std::tanh(x); });
-      case UnaryKind::sigmoid: return f([](T x) -> T { return T(1) / (T(1) + std::exp(-x)); });
-      case UnaryKind::gelu: return f([](T x) -> T { return gelu(x); });
-      case UnaryKind::silu: return f([](T x) -> T { return x / (T(1) + std::exp(-x)); });
-      case UnaryKind::erf: return f([](T x) -> T { return std::erf(x); });
-      case UnaryKind::reciprocal: return f([](T x) -> T { return T(1) / x; });
-      default: break;
+      case UnaryKind::exp:
+        return f([](T x) -> T { return std::exp(x); });
+      case UnaryKind::log:
+        return f([](T x) -> T { return std::log(x); });
+      case UnaryKind::log1p:
+        return f([](T x) -> T { return std::log1p(x); });
+      case UnaryKind::expm1:
+        return f([](T x) -> T { return std::expm1(x); });
+      case UnaryKind::sqrt:
+        return f([](T x) -> T { return std::sqrt(x); });
+      case UnaryKind::rsqrt:
+        return f([](T x) -> T { return T(1) / std::sqrt(x); });
+      case UnaryKind::sin:
+        return f([](T x) -> T { return std::sin(x); });
+      case UnaryKind::cos:
+        return f([](T x) -> T { return std::cos(x); });
+      case UnaryKind::tanh:
+        return f([](T x) -> T { return std::tanh(x); });
+      case UnaryKind::sigmoid:
+        return f([](T x) -> T { return T(1) / (T(1) + std::exp(-x)); });
+      case UnaryKind::gelu:
+        return f([](T x) -> T { return gelu(x); });
+      case UnaryKind::silu:
+        return f([](T x) -> T { return x / (T(1) + std::exp(-x)); });
+      case UnaryKind::erf:
+        return f([](T x) -> T { return std::erf(x); });
+      case UnaryKind::reciprocal:
+        return f([](T x) -> T { return T(1) / x; });
+      default:
+        break;
     }
   }
   return false;
@@ -342,12 +416,12 @@ caf::expected<Bytes> random(Context& ctx, RandomOp& op) {
 }
 
 caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
-  const bool predicate = op.kind == UnaryKind::logical_not || op.kind == UnaryKind::isnan ||
-                         op.kind == UnaryKind::isinf;
+  const bool predicate =
+      op.kind == UnaryKind::logical_not || op.kind == UnaryKind::isnan || op.kind == UnaryKind::isinf;
   const DType compute = predicate ? op.in.dtype : op.out.dtype;
   Bytes src = as_dtype(ctx, *in.bytes[0], op.in.dtype, compute, op.in.numel());
   Bytes out = (!predicate && compute == op.in.dtype) ? output_for(ctx, op.out, in, {&op.in})
-                                                      : ctx.buffers.allocate(op.out.bytes());
+                                                     : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
     return with_unary<T>(op.kind, op.a, op.b, [&](auto fn) {
@@ -385,8 +459,8 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
     });
     if (zero) return make_error(Errc::kernel_failure, "remainder: integer division by zero");
   }
-  Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs, &op.rhs})
-                                      : ctx.buffers.allocate(op.out.bytes());
+  Bytes out =
+      compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs, &op.rhs}) : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
     return with_binary<T>(op.kind, [&](auto fn) {
@@ -404,12 +478,11 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
 }
 
 caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
-  const DType scalar_type = op.scalar_kind == ScalarKind::floating ? DType::f64
+  const DType scalar_type = op.scalar_kind == ScalarKind::floating   ? DType::f64
                             : op.scalar_kind == ScalarKind::integral ? DType::i64
                                                                      : DType::boolean;
-  const DType compute = (is_comparison(op.kind) || is_logical(op.kind))
-                            ? promote_scalar(op.lhs.dtype, op.scalar_kind)
-                            : op.out.dtype;
+  const DType compute =
+      (is_comparison(op.kind) || is_logical(op.kind)) ? promote_scalar(op.lhs.dtype, op.scalar_kind) : op.out.dtype;
   (void)scalar_type;
   if (op.kind == BinaryKind::remainder && !is_floating(compute) && !op.scalar_first && op.scalar == 0)
     return make_error(Errc::kernel_failure, "remainder: integer division by zero");
@@ -421,8 +494,7 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
     });
     if (zero) return make_error(Errc::kernel_failure, "remainder: integer division by zero");
   }
-  Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs})
-                                      : ctx.buffers.allocate(op.out.bytes());
+  Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs}) : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
     const T s = from_double<T>(op.scalar);

@@ -13,9 +13,15 @@ namespace {
 template <class F>
 void by_width(size_t elem, F&& f) {
   switch (elem) {
-    case 1: f(uint8_t{}); break;
-    case 4: f(uint32_t{}); break;
-    default: f(uint64_t{}); break;
+    case 1:
+      f(uint8_t{});
+      break;
+    case 4:
+      f(uint32_t{});
+      break;
+    default:
+      f(uint64_t{});
+      break;
   }
 }
 

@@ -49,8 +49,7 @@ void flat2(Context& ctx, const T* a, const T* b, R* out, int64_t n, Fn fn) {
 
 /// Element-wise map over one input: out[i] = fn(in[i]), any strides.
 template <class T, class R, class Fn>
-void map1(Context& ctx, const T* in, const std::vector<int64_t>& in_strides, R* out,
-          const Shape& shape, Fn fn) {
+void map1(Context& ctx, const T* in, const std::vector<int64_t>& in_strides, R* out, const Shape& shape, Fn fn) {
   StridedLoop<2> loop(shape.dims, {in_strides, shape.strides()});
   parallel_rows(ctx, loop, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& s) {
     const T* a = in + off[0];
@@ -65,8 +64,8 @@ void map1(Context& ctx, const T* in, const std::vector<int64_t>& in_strides, R* 
 
 /// Element-wise map over two broadcast inputs.
 template <class T, class R, class Fn>
-void map2(Context& ctx, const T* a, const std::vector<int64_t>& sa, const T* b,
-          const std::vector<int64_t>& sb, R* out, const Shape& shape, Fn fn) {
+void map2(Context& ctx, const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, R* out,
+          const Shape& shape, Fn fn) {
   StridedLoop<3> loop(shape.dims, {sa, sb, shape.strides()});
   parallel_rows(ctx, loop, [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& s) {
     const T* x = a + off[0];

@@ -88,9 +88,12 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
             return static_cast<R>(acc);
           });
         };
-        if (op.out.dtype == DType::i64) body(out.as<int64_t>());
-        else if (op.out.dtype == DType::f64) body(out.as<double>());
-        else body(out.as<float>());
+        if (op.out.dtype == DType::i64)
+          body(out.as<int64_t>());
+        else if (op.out.dtype == DType::f64)
+          body(out.as<double>());
+        else
+          body(out.as<float>());
         break;
       }
       case ReduceKind::max:
@@ -102,7 +105,11 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
           for_reduced(p, base, l, [&](T v) {
             if constexpr (std::is_floating_point_v<T>) {
               if (std::isnan(best)) return;
-              if (std::isnan(v)) { best = v; first = false; return; }
+              if (std::isnan(v)) {
+                best = v;
+                first = false;
+                return;
+              }
             }
             if (first || (mx ? v > best : v < best)) best = v;
             first = false;
@@ -121,9 +128,17 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
           for_reduced(p, base, l, [&](T v) {
             if (!nan_seen) {
               if constexpr (std::is_floating_point_v<T>) {
-                if (std::isnan(v)) { nan_seen = true; best_i = i; ++i; return; }
+                if (std::isnan(v)) {
+                  nan_seen = true;
+                  best_i = i;
+                  ++i;
+                  return;
+                }
               }
-              if (i == 0 || (mx ? v > best : v < best)) { best = v; best_i = i; }
+              if (i == 0 || (mx ? v > best : v < best)) {
+                best = v;
+                best_i = i;
+              }
             }
             ++i;
           });
@@ -155,8 +170,10 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
         reduce_each(ctx, x, out.as<bool>(), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
           bool acc = !any;
           for_reduced(p, base, l, [&](T v) {
-            if (any) acc = acc || v != T(0);
-            else acc = acc && v != T(0);
+            if (any)
+              acc = acc || v != T(0);
+            else
+              acc = acc && v != T(0);
           });
           return acc;
         });

@@ -776,24 +776,9 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
 
 // --- the backend ----------------------------------------------------------------
 
-class ReferenceBackend final : public Backend {
+class ReferenceBackend final : public HostBackend {
  public:
   [[nodiscard]] std::string_view kind() const noexcept override { return "reference"; }
-  [[nodiscard]] bool supports(DType) const noexcept override { return true; }
-
-  caf::expected<BufferPtr> from_data(const TensorIr&, TensorData data) override {
-    return BufferPtr{std::make_shared<HostBuffer>(std::move(data.bytes))};
-  }
-
-  void to_data(const TensorIr& t, const BufferPtr& buffer, ReadCallback done) override {
-    const Bytes* bytes = host_bytes(buffer);
-    if (bytes == nullptr) {
-      done(make_error(Errc::invalid_tensor, "reference: buffer of another backend"));
-      return;
-    }
-    done(TensorData(t.shape, t.dtype, *bytes));
-  }
-
   caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     std::vector<const Bytes*> in;
     for (auto& b : inputs) {

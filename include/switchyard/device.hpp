@@ -48,9 +48,7 @@ class Device {
   [[nodiscard]] Future<void> sync() const;
   [[nodiscard]] Future<DeviceStats> stats() const;
 
-  friend bool operator==(const Device& a, const Device& b) noexcept {
-    return a.core_ == b.core_ && a.id_ == b.id_;
-  }
+  friend bool operator==(const Device& a, const Device& b) noexcept { return a.core_ == b.core_ && a.id_ == b.id_; }
 
  private:
   friend class Runtime;

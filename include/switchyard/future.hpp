@@ -111,11 +111,7 @@ class Promise {
   Promise() : state_(std::make_shared<detail::SharedState<T>>()) {}
   [[nodiscard]] Future<T> future() const { return Future<T>(state_); }
   void set_value(detail::Stored<T> v) const { state_->set_value(std::move(v)); }
-  void set_value() const
-    requires std::is_void_v<T>
-  {
-    state_->set_value(detail::Unit{});
-  }
+  void set_value() const requires std::is_void_v<T> { state_->set_value(detail::Unit{}); }
   void set_error(std::exception_ptr e) const { state_->set_error(std::move(e)); }
 
  private:

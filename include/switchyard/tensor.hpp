@@ -22,8 +22,7 @@ struct Scalar {
   double value;
   ScalarKind kind;
   template <class T>
-    requires std::is_arithmetic_v<T>
-  Scalar(T v)  // NOLINT(google-explicit-constructor)
+  requires std::is_arithmetic_v<T> Scalar(T v)  // NOLINT(google-explicit-constructor)
       : value(static_cast<double>(v)),
         kind(std::is_same_v<T, bool> ? ScalarKind::boolean
              : std::is_integral_v<T> ? ScalarKind::integral

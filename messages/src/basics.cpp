@@ -55,8 +55,7 @@ std::vector<int64_t> broadcast_strides(const Shape& from, const Shape& to) {
   std::vector<int64_t> out(to.rank(), 0);
   auto s = from.strides();
   size_t lead = to.rank() - from.rank();
-  for (size_t i = 0; i < from.rank(); ++i)
-    out[lead + i] = from.dims[i] == 1 && to.dims[lead + i] != 1 ? 0 : s[i];
+  for (size_t i = 0; i < from.rank(); ++i) out[lead + i] = from.dims[i] == 1 && to.dims[lead + i] != 1 ? 0 : s[i];
   return out;
 }
 
@@ -68,20 +67,34 @@ std::optional<int64_t> normalize_axis(int64_t axis, size_t rank) noexcept {
 
 const char* to_string(Errc code) noexcept {
   switch (code) {
-    case Errc::shape_mismatch: return "shape_mismatch";
-    case Errc::dtype_mismatch: return "dtype_mismatch";
-    case Errc::invalid_argument: return "invalid_argument";
-    case Errc::unknown_device: return "unknown_device";
-    case Errc::device_mismatch: return "device_mismatch";
-    case Errc::invalid_tensor: return "invalid_tensor";
-    case Errc::unknown_tensor: return "unknown_tensor";
-    case Errc::kernel_failure: return "kernel_failure";
-    case Errc::out_of_memory: return "out_of_memory";
-    case Errc::index_out_of_range: return "index_out_of_range";
-    case Errc::device_lost: return "device_lost";
-    case Errc::runtime_closed: return "runtime_closed";
-    case Errc::protocol_error: return "protocol_error";
-    case Errc::unsupported: return "unsupported";
+    case Errc::shape_mismatch:
+      return "shape_mismatch";
+    case Errc::dtype_mismatch:
+      return "dtype_mismatch";
+    case Errc::invalid_argument:
+      return "invalid_argument";
+    case Errc::unknown_device:
+      return "unknown_device";
+    case Errc::device_mismatch:
+      return "device_mismatch";
+    case Errc::invalid_tensor:
+      return "invalid_tensor";
+    case Errc::unknown_tensor:
+      return "unknown_tensor";
+    case Errc::kernel_failure:
+      return "kernel_failure";
+    case Errc::out_of_memory:
+      return "out_of_memory";
+    case Errc::index_out_of_range:
+      return "index_out_of_range";
+    case Errc::device_lost:
+      return "device_lost";
+    case Errc::runtime_closed:
+      return "runtime_closed";
+    case Errc::protocol_error:
+      return "protocol_error";
+    case Errc::unsupported:
+      return "unsupported";
   }
   return "unknown";
 }
@@ -119,13 +132,11 @@ ErrorInfo describe(const caf::error& err) {
   return info;
 }
 
-TensorData::TensorData(Shape s, DType t, Bytes b)
-    : shape(std::move(s)), dtype(t), bytes(std::move(b)) {
+TensorData::TensorData(Shape s, DType t, Bytes b) : shape(std::move(s)), dtype(t), bytes(std::move(b)) {
   auto want = static_cast<size_t>(shape.numel()) * size_of(dtype);
   if (bytes.size() != want)
-    throw std::invalid_argument("TensorData: " + std::to_string(bytes.size()) +
-                                " bytes do not match shape " + shape.to_string() + " of " +
-                                std::string(name_of(dtype)) + " (" + std::to_string(want) +
+    throw std::invalid_argument("TensorData: " + std::to_string(bytes.size()) + " bytes do not match shape " +
+                                shape.to_string() + " of " + std::string(name_of(dtype)) + " (" + std::to_string(want) +
                                 " bytes)");
 }
 
@@ -138,8 +149,8 @@ void TensorData::check_dtype(DType expected) const {
 
 double TensorData::at(int64_t i) const {
   if (i < 0 || i >= numel())
-    throw std::out_of_range("TensorData::at: index " + std::to_string(i) + " outside " +
-                            std::to_string(numel()) + " elements");
+    throw std::out_of_range("TensorData::at: index " + std::to_string(i) + " outside " + std::to_string(numel()) +
+                            " elements");
   return visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     return static_cast<double>(bytes.as<const T>()[i]);

@@ -18,10 +18,20 @@ caf::error arg_error(std::string what) { return make_error(Errc::invalid_argumen
 // "int to float" unary ufuncs).
 bool float_result(UnaryKind k) {
   switch (k) {
-    case UnaryKind::exp: case UnaryKind::log: case UnaryKind::log1p: case UnaryKind::expm1:
-    case UnaryKind::sqrt: case UnaryKind::rsqrt: case UnaryKind::sin: case UnaryKind::cos:
-    case UnaryKind::tanh: case UnaryKind::sigmoid: case UnaryKind::gelu: case UnaryKind::silu:
-    case UnaryKind::erf: case UnaryKind::reciprocal:
+    case UnaryKind::exp:
+    case UnaryKind::log:
+    case UnaryKind::log1p:
+    case UnaryKind::expm1:
+    case UnaryKind::sqrt:
+    case UnaryKind::rsqrt:
+    case UnaryKind::sin:
+    case UnaryKind::cos:
+    case UnaryKind::tanh:
+    case UnaryKind::sigmoid:
+    case UnaryKind::gelu:
+    case UnaryKind::silu:
+    case UnaryKind::erf:
+    case UnaryKind::reciprocal:
       return true;
     default:
       return false;
@@ -76,7 +86,8 @@ template <class Operands>
 caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
   if (is_comparison(k) || is_logical(k)) return DType::boolean;
   if (is_bitwise(k)) {
-    if (is_floating(t)) return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
+    if (is_floating(t))
+      return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
     return t;
   }
   switch (k) {
@@ -84,7 +95,8 @@ caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
     case BinaryKind::atan2:
       return is_floating(t) ? t : default_float;
     case BinaryKind::sub:
-      if (is_bool(t)) return dtype_error("sub of two bool operands is not defined (use logical_xor), got " + operands());
+      if (is_bool(t))
+        return dtype_error("sub of two bool operands is not defined (use logical_xor), got " + operands());
       return t;
     case BinaryKind::pow:
     case BinaryKind::remainder:
@@ -96,12 +108,11 @@ caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
 }
 }  // namespace
 
-caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, const Shape& b,
-                                        DType tb) {
+caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, const Shape& b, DType tb) {
   auto shape = broadcast_shapes(a, b);
   if (!shape)
-    return shape_error(std::string(to_string(k)) + ": shapes " + a.to_string() + " and " +
-                       b.to_string() + " cannot be broadcast together");
+    return shape_error(std::string(to_string(k)) + ": shapes " + a.to_string() + " and " + b.to_string() +
+                       " cannot be broadcast together");
   // PyTorch rejects sub with any bool operand, not only bool - bool.
   if (k == BinaryKind::sub && (is_bool(ta) || is_bool(tb)))
     return dtype_error("sub with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
@@ -124,13 +135,13 @@ caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, 
   return TensorSpec{a, *t};
 }
 
-caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t,
-                                        std::vector<int64_t>& axes, bool keepdim) {
+caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, std::vector<int64_t>& axes,
+                                        bool keepdim) {
   for (auto& ax : axes) {
     auto n = normalize_axis(ax, s.rank());
     if (!n && !(s.rank() == 0 && (ax == 0 || ax == -1)))
-      return shape_error(std::string(to_string(k)) + ": axis " + std::to_string(ax) +
-                         " is out of range for shape " + s.to_string());
+      return shape_error(std::string(to_string(k)) + ": axis " + std::to_string(ax) + " is out of range for shape " +
+                         s.to_string());
     ax = n ? *n : 0;
   }
   std::sort(axes.begin(), axes.end());
@@ -148,11 +159,11 @@ caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t,
     else if (keepdim)
       out.dims.push_back(1);
   }
-  bool needs_elements = k == ReduceKind::max || k == ReduceKind::min ||
-                        k == ReduceKind::argmax || k == ReduceKind::argmin;
+  bool needs_elements =
+      k == ReduceKind::max || k == ReduceKind::min || k == ReduceKind::argmax || k == ReduceKind::argmin;
   if (needs_elements && reduced == 0 && s.numel() == 0 && out.numel() >= 0)
-    return shape_error(std::string(to_string(k)) + ": cannot reduce an empty extent of shape " +
-                       s.to_string() + " (there is no identity element)");
+    return shape_error(std::string(to_string(k)) + ": cannot reduce an empty extent of shape " + s.to_string() +
+                       " (there is no identity element)");
   switch (k) {
     case ReduceKind::sum:
     case ReduceKind::prod:
@@ -161,8 +172,7 @@ caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t,
     case ReduceKind::var:
     case ReduceKind::std:
       if (!is_floating(t))
-        return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) +
-                           " (cast first)");
+        return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) + " (cast first)");
       return TensorSpec{out, t};
     case ReduceKind::argmax:
     case ReduceKind::argmin:
@@ -185,8 +195,8 @@ caf::expected<TensorSpec> softmax_result(const Shape& s, DType t, int64_t& axis)
   return TensorSpec{s, t};
 }
 
-caf::expected<TensorSpec> matmul_result(const Shape& a, DType ta, const Shape& b, DType tb,
-                                        bool transpose_a, bool transpose_b) {
+caf::expected<TensorSpec> matmul_result(const Shape& a, DType ta, const Shape& b, DType tb, bool transpose_a,
+                                        bool transpose_b) {
   if (a.rank() < 2 || b.rank() < 2)
     return shape_error("matmul: operands need at least 2 axes, got " + a.to_string() + " and " + b.to_string());
   if (ta != tb) return dtype_error("matmul: operands must share a dtype, got " + dt(ta) + " and " + dt(tb));
@@ -196,9 +206,9 @@ caf::expected<TensorSpec> matmul_result(const Shape& a, DType ta, const Shape& b
   int64_t kb = b.dims[b.rank() - (transpose_b ? 1 : 2)];
   int64_t n = b.dims[b.rank() - (transpose_b ? 2 : 1)];
   if (ka != kb)
-    return shape_error("matmul: inner extents differ: " + a.to_string() + (transpose_a ? "^T" : "") +
-                       " @ " + b.to_string() + (transpose_b ? "^T" : "") + " (" +
-                       std::to_string(ka) + " vs " + std::to_string(kb) + ")");
+    return shape_error("matmul: inner extents differ: " + a.to_string() + (transpose_a ? "^T" : "") + " @ " +
+                       b.to_string() + (transpose_b ? "^T" : "") + " (" + std::to_string(ka) + " vs " +
+                       std::to_string(kb) + ")");
   Shape ba{std::vector<int64_t>(a.dims.begin(), a.dims.end() - 2)};
   Shape bb{std::vector<int64_t>(b.dims.begin(), b.dims.end() - 2)};
   auto batch = broadcast_shapes(ba, bb);
@@ -210,8 +220,7 @@ caf::expected<TensorSpec> matmul_result(const Shape& a, DType ta, const Shape& b
   return TensorSpec{std::move(*batch), ta};
 }
 
-caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset,
-                      const std::vector<int64_t>& strides) {
+caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset, const std::vector<int64_t>& strides) {
   if (strides.size() != out.rank())
     return shape_error("view: " + std::to_string(strides.size()) + " strides for shape " + out.to_string());
   if (out.numel() == 0) return {};
@@ -225,8 +234,8 @@ caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset,
   }
   if (lo < 0 || hi >= in_numel) {
     auto clamp64 = [](__int128 v) {
-      return std::to_string(static_cast<int64_t>(std::clamp<__int128>(v, std::numeric_limits<int64_t>::min(),
-                                                                      std::numeric_limits<int64_t>::max())));
+      return std::to_string(static_cast<int64_t>(
+          std::clamp<__int128>(v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())));
     };
     return make_error(Errc::index_out_of_range, "view: elements " + clamp64(lo) + ".." + clamp64(hi) +
                                                     " fall outside a tensor of " + std::to_string(in_numel) +
@@ -239,17 +248,19 @@ caf::expected<TensorSpec> cat_result(const std::vector<TensorIr>& inputs, int64_
   if (inputs.empty()) return arg_error("cat: needs at least one tensor");
   const auto& first = inputs.front();
   auto n = normalize_axis(axis, first.shape.rank());
-  if (!n) return shape_error("cat: axis " + std::to_string(axis) + " is out of range for shape " + first.shape.to_string());
+  if (!n)
+    return shape_error("cat: axis " + std::to_string(axis) + " is out of range for shape " + first.shape.to_string());
   axis = *n;
   Shape out = first.shape;
   out.dims[axis] = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& t = inputs[i];
     if (t.dtype != first.dtype)
-      return dtype_error("cat: tensor " + std::to_string(i) + " is " + dt(t.dtype) + ", tensor 0 is " + dt(first.dtype));
+      return dtype_error("cat: tensor " + std::to_string(i) + " is " + dt(t.dtype) + ", tensor 0 is " +
+                         dt(first.dtype));
     if (t.shape.rank() != first.shape.rank())
-      return shape_error("cat: tensor " + std::to_string(i) + " has shape " + t.shape.to_string() +
-                         ", tensor 0 has " + first.shape.to_string());
+      return shape_error("cat: tensor " + std::to_string(i) + " has shape " + t.shape.to_string() + ", tensor 0 has " +
+                         first.shape.to_string());
     for (size_t d = 0; d < t.shape.rank(); ++d)
       if (static_cast<int64_t>(d) != axis && t.shape.dims[d] != first.shape.dims[d])
         return shape_error("cat: tensor " + std::to_string(i) + " has shape " + t.shape.to_string() +
@@ -273,8 +284,8 @@ caf::expected<TensorSpec> pad_result(const Shape& s, DType t, const std::vector<
   return TensorSpec{std::move(out), t};
 }
 
-caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index,
-                                       const TensorIr* src, int64_t& axis) {
+caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index, const TensorIr* src,
+                                       int64_t& axis) {
   static constexpr const char* names[] = {"gather", "scatter_add", "index_select"};
   if (static_cast<size_t>(k) >= std::size(names))
     return arg_error("unknown index op " + std::to_string(static_cast<int>(k)));
@@ -282,32 +293,40 @@ caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const Te
   if (index.dtype != DType::i64 && index.dtype != DType::i32)
     return dtype_error(name + ": index must be i64 or i32, got " + dt(index.dtype));
   auto n = normalize_axis(axis, std::max<size_t>(in.shape.rank(), 1));
-  if (!n) return shape_error(name + ": axis " + std::to_string(axis) + " is out of range for shape " + in.shape.to_string());
+  if (!n)
+    return shape_error(name + ": axis " + std::to_string(axis) + " is out of range for shape " + in.shape.to_string());
   axis = *n;
   switch (k) {
     case IndexKind::index_select: {
-      if (index.shape.rank() > 1) return shape_error("index_select: index must be 0-D or 1-D, got " + index.shape.to_string());
+      if (index.shape.rank() > 1)
+        return shape_error("index_select: index must be 0-D or 1-D, got " + index.shape.to_string());
       Shape out = in.shape;
       if (out.rank() > 0) out.dims[axis] = index.shape.numel();
       return TensorSpec{std::move(out), in.dtype};
     }
     case IndexKind::gather: {
       if (index.shape.rank() != in.shape.rank())
-        return shape_error("gather: index " + index.shape.to_string() + " must have the rank of input " + in.shape.to_string());
+        return shape_error("gather: index " + index.shape.to_string() + " must have the rank of input " +
+                           in.shape.to_string());
       for (size_t d = 0; d < in.shape.rank(); ++d)
         if (static_cast<int64_t>(d) != axis && index.shape.dims[d] > in.shape.dims[d])
-          return shape_error("gather: index " + index.shape.to_string() + " exceeds input " + in.shape.to_string() + " on axis " + std::to_string(d));
+          return shape_error("gather: index " + index.shape.to_string() + " exceeds input " + in.shape.to_string() +
+                             " on axis " + std::to_string(d));
       return TensorSpec{index.shape, in.dtype};
     }
     case IndexKind::scatter_add: {
       if (src == nullptr) return arg_error("scatter_add: needs a source tensor");
-      if (src->dtype != in.dtype) return dtype_error("scatter_add: source is " + dt(src->dtype) + ", input is " + dt(in.dtype));
+      if (src->dtype != in.dtype)
+        return dtype_error("scatter_add: source is " + dt(src->dtype) + ", input is " + dt(in.dtype));
       if (index.shape.rank() != in.shape.rank() || src->shape.rank() != in.shape.rank())
-        return shape_error("scatter_add: input " + in.shape.to_string() + ", index " + index.shape.to_string() + " and source " + src->shape.to_string() + " must share a rank");
+        return shape_error("scatter_add: input " + in.shape.to_string() + ", index " + index.shape.to_string() +
+                           " and source " + src->shape.to_string() + " must share a rank");
       for (size_t d = 0; d < in.shape.rank(); ++d) {
         if (index.shape.dims[d] > src->shape.dims[d] ||
             (static_cast<int64_t>(d) != axis && index.shape.dims[d] > in.shape.dims[d]))
-          return shape_error("scatter_add: index " + index.shape.to_string() + " exceeds source " + src->shape.to_string() + " or input " + in.shape.to_string() + " on axis " + std::to_string(d));
+          return shape_error("scatter_add: index " + index.shape.to_string() + " exceeds source " +
+                             src->shape.to_string() + " or input " + in.shape.to_string() + " on axis " +
+                             std::to_string(d));
       }
       return TensorSpec{in.shape, in.dtype};
     }
@@ -320,8 +339,8 @@ caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, 
   auto s1 = broadcast_shapes(cond.shape, a.shape);
   auto s2 = s1 ? broadcast_shapes(*s1, b.shape) : std::nullopt;
   if (!s2)
-    return shape_error("where: shapes " + cond.shape.to_string() + ", " + a.shape.to_string() +
-                       " and " + b.shape.to_string() + " cannot be broadcast together");
+    return shape_error("where: shapes " + cond.shape.to_string() + ", " + a.shape.to_string() + " and " +
+                       b.shape.to_string() + " cannot be broadcast together");
   return TensorSpec{std::move(*s2), promote(a.dtype, b.dtype)};
 }
 
@@ -330,9 +349,9 @@ namespace {
 caf::error expect_out(const char* op, const TensorIr& out, const caf::expected<TensorSpec>& spec) {
   if (!spec) return spec.error();
   if (out.shape != spec->shape || out.dtype != spec->dtype)
-    return make_error(Errc::protocol_error,
-                      std::string(op) + ": declared output " + out.shape.to_string() + " " + dt(out.dtype) +
-                          " differs from the rules' " + spec->shape.to_string() + " " + dt(spec->dtype));
+    return make_error(Errc::protocol_error, std::string(op) + ": declared output " + out.shape.to_string() + " " +
+                                                dt(out.dtype) + " differs from the rules' " + spec->shape.to_string() +
+                                                " " + dt(spec->dtype));
   return {};
 }
 
@@ -340,7 +359,8 @@ struct Validator {
   caf::error operator()(FromDataOp& x) {
     if (x.data.shape != x.out.shape || x.data.dtype != x.out.dtype)
       return make_error(Errc::protocol_error, "from_data: data " + x.data.shape.to_string() + " " + dt(x.data.dtype) +
-                                                  " differs from tensor " + x.out.shape.to_string() + " " + dt(x.out.dtype));
+                                                  " differs from tensor " + x.out.shape.to_string() + " " +
+                                                  dt(x.out.dtype));
     if (x.data.bytes.size() != x.out.bytes())
       return make_error(Errc::protocol_error, "from_data: " + std::to_string(x.data.bytes.size()) + " bytes for " +
                                                   std::to_string(x.out.bytes()) + " expected");
@@ -358,9 +378,12 @@ struct Validator {
       return arg_error("bernoulli: probability " + std::to_string(x.a) + " is outside [0, 1]");
     return {};
   }
-  caf::error operator()(UnaryOp& x) { return expect_out(to_string(x.kind), x.out, unary_result(x.kind, x.in.shape, x.in.dtype)); }
+  caf::error operator()(UnaryOp& x) {
+    return expect_out(to_string(x.kind), x.out, unary_result(x.kind, x.in.shape, x.in.dtype));
+  }
   caf::error operator()(BinaryOp& x) {
-    return expect_out(to_string(x.kind), x.out, binary_result(x.kind, x.lhs.shape, x.lhs.dtype, x.rhs.shape, x.rhs.dtype));
+    return expect_out(to_string(x.kind), x.out,
+                      binary_result(x.kind, x.lhs.shape, x.lhs.dtype, x.rhs.shape, x.rhs.dtype));
   }
   caf::error operator()(ScalarOp& x) {
     return expect_out(to_string(x.kind), x.out, scalar_result(x.kind, x.lhs.shape, x.lhs.dtype, x.scalar_kind));
@@ -368,14 +391,18 @@ struct Validator {
   caf::error operator()(ReduceOp& x) {
     return expect_out(to_string(x.kind), x.out, reduce_result(x.kind, x.in.shape, x.in.dtype, x.axes, x.keepdim));
   }
-  caf::error operator()(SoftmaxOp& x) { return expect_out("softmax", x.out, softmax_result(x.in.shape, x.in.dtype, x.axis)); }
+  caf::error operator()(SoftmaxOp& x) {
+    return expect_out("softmax", x.out, softmax_result(x.in.shape, x.in.dtype, x.axis));
+  }
   caf::error operator()(MatmulOp& x) {
     auto spec = matmul_result(x.lhs.shape, x.lhs.dtype, x.rhs.shape, x.rhs.dtype, x.transpose_lhs, x.transpose_rhs);
     if (spec && x.has_bias()) {
-      if (x.bias.dtype != spec->dtype) return dtype_error("linear: bias is " + dt(x.bias.dtype) + ", product is " + dt(spec->dtype));
+      if (x.bias.dtype != spec->dtype)
+        return dtype_error("linear: bias is " + dt(x.bias.dtype) + ", product is " + dt(spec->dtype));
       auto b = broadcast_shapes(spec->shape, x.bias.shape);
       if (!b || *b != spec->shape)
-        return shape_error("linear: bias " + x.bias.shape.to_string() + " does not broadcast to " + spec->shape.to_string());
+        return shape_error("linear: bias " + x.bias.shape.to_string() + " does not broadcast to " +
+                           spec->shape.to_string());
     }
     return expect_out("matmul", x.out, spec);
   }
@@ -391,9 +418,12 @@ struct Validator {
     return check_view(x.base.numel(), x.value.shape, x.offset, x.strides);
   }
   caf::error operator()(CatOp& x) { return expect_out("cat", x.out, cat_result(x.inputs, x.axis)); }
-  caf::error operator()(PadOp& x) { return expect_out("pad", x.out, pad_result(x.in.shape, x.in.dtype, x.before, x.after)); }
+  caf::error operator()(PadOp& x) {
+    return expect_out("pad", x.out, pad_result(x.in.shape, x.in.dtype, x.before, x.after));
+  }
   caf::error operator()(IndexOp& x) {
-    return expect_out("index", x.out, index_result(x.kind, x.in, x.index, x.kind == IndexKind::scatter_add ? &x.src : nullptr, x.axis));
+    return expect_out("index", x.out,
+                      index_result(x.kind, x.in, x.index, x.kind == IndexKind::scatter_add ? &x.src : nullptr, x.axis));
   }
   caf::error operator()(WhereOp& x) { return expect_out("where", x.out, where_result(x.cond, x.lhs, x.rhs)); }
   caf::error operator()(DropOp&) { return {}; }
@@ -438,16 +468,23 @@ caf::error validate(OperationIr& op) {
   caf::error err;
   op.each_input([&](TensorIr& t) {
     if (err) return;
-    if (!t.id) err = make_error(Errc::protocol_error, op.name() + ": input without an id");
-    else if (!is_valid(t.dtype)) err = make_error(Errc::protocol_error, op.name() + ": input with an invalid dtype");
-    else if (!in_range(t.status, TensorStatus::read_write)) err = make_error(Errc::protocol_error, op.name() + ": input with an invalid status");
-    else err = check_shape(t.shape, "input");
+    if (!t.id)
+      err = make_error(Errc::protocol_error, op.name() + ": input without an id");
+    else if (!is_valid(t.dtype))
+      err = make_error(Errc::protocol_error, op.name() + ": input with an invalid dtype");
+    else if (!in_range(t.status, TensorStatus::read_write))
+      err = make_error(Errc::protocol_error, op.name() + ": input with an invalid status");
+    else
+      err = check_shape(t.shape, "input");
   });
   op.each_output([&](TensorIr& t) {
     if (err) return;
-    if (!t.id) err = make_error(Errc::protocol_error, op.name() + ": output without an id");
-    else if (!is_valid(t.dtype)) err = make_error(Errc::protocol_error, op.name() + ": output with an invalid dtype");
-    else err = check_shape(t.shape, "output");
+    if (!t.id)
+      err = make_error(Errc::protocol_error, op.name() + ": output without an id");
+    else if (!is_valid(t.dtype))
+      err = make_error(Errc::protocol_error, op.name() + ": output with an invalid dtype");
+    else
+      err = check_shape(t.shape, "output");
   });
   if (err) return err;
   return std::visit(Validator{}, op.op);

@@ -22,8 +22,8 @@ namespace {
   std::fprintf(stderr, "fuzz invariant violated: %s\n", what);
   std::abort();
 }
-#define FUZZ_CHECK(cond) \
-  do {                   \
+#define FUZZ_CHECK(cond)          \
+  do {                            \
     if (!(cond)) violated(#cond); \
   } while (false)
 
@@ -160,10 +160,14 @@ class Reader {
   bool flag() { return u8() & 1; }
   double real() {
     switch (u8() % 5) {
-      case 0: return 0;
-      case 1: return std::numeric_limits<double>::quiet_NaN();
-      case 2: return std::numeric_limits<double>::infinity();
-      case 3: return static_cast<double>(number()) / 2;
+      case 0:
+        return 0;
+      case 1:
+        return std::numeric_limits<double>::quiet_NaN();
+      case 2:
+        return std::numeric_limits<double>::infinity();
+      case 3:
+        return static_cast<double>(number()) / 2;
       default: {
         auto v = static_cast<uint64_t>(i64());
         double d;
@@ -207,21 +211,32 @@ OperationIr random_op(Reader& r) {
       o.data.shape = r.flag() ? o.out.shape : r.shape();
       o.data.dtype = r.flag() ? o.out.dtype : r.dtype();
       if (well_formed(o.data.shape) && o.data.shape.numel() < 4096 && is_valid(o.data.dtype))
-        o.data.bytes = Bytes::allocate(static_cast<size_t>(o.data.shape.numel()) * size_of(o.data.dtype) +
-                                       (r.flag() ? 1 : 0));
+        o.data.bytes =
+            Bytes::allocate(static_cast<size_t>(o.data.shape.numel()) * size_of(o.data.dtype) + (r.flag() ? 1 : 0));
       return o;
     }
-    case 1: return FillOp{r.kind<FillKind>(3), r.tensor(), r.real(), r.real()};
-    case 2: return RandomOp{r.kind<RandomKind>(3), r.tensor(), r.real(), r.real()};
-    case 3: return UnaryOp{r.kind<UnaryKind>(26), r.tensor(), r.tensor(), r.real(), r.real()};
-    case 4: return BinaryOp{r.kind<BinaryKind>(21), r.tensor(), r.tensor(), r.tensor()};
-    case 5: return ScalarOp{r.kind<BinaryKind>(21), r.tensor(), r.real(), r.kind<ScalarKind>(3), r.flag(), r.tensor()};
-    case 6: return ReduceOp{r.kind<ReduceKind>(11), r.tensor(), r.tensor(), r.numbers(), r.flag(), r.number()};
-    case 7: return SoftmaxOp{r.tensor(), r.tensor(), r.number(), r.flag()};
-    case 8: return MatmulOp{r.tensor(), r.tensor(), r.flag() ? r.tensor() : TensorIr{}, r.tensor(), r.flag(), r.flag()};
-    case 9: return CastOp{r.tensor(), r.tensor()};
-    case 10: return ViewOp{r.tensor(), r.tensor(), r.number(), r.numbers()};
-    case 11: return SliceAssignOp{r.tensor(), r.tensor(), r.tensor(), r.number(), r.numbers()};
+    case 1:
+      return FillOp{r.kind<FillKind>(3), r.tensor(), r.real(), r.real()};
+    case 2:
+      return RandomOp{r.kind<RandomKind>(3), r.tensor(), r.real(), r.real()};
+    case 3:
+      return UnaryOp{r.kind<UnaryKind>(26), r.tensor(), r.tensor(), r.real(), r.real()};
+    case 4:
+      return BinaryOp{r.kind<BinaryKind>(21), r.tensor(), r.tensor(), r.tensor()};
+    case 5:
+      return ScalarOp{r.kind<BinaryKind>(21), r.tensor(), r.real(), r.kind<ScalarKind>(3), r.flag(), r.tensor()};
+    case 6:
+      return ReduceOp{r.kind<ReduceKind>(11), r.tensor(), r.tensor(), r.numbers(), r.flag(), r.number()};
+    case 7:
+      return SoftmaxOp{r.tensor(), r.tensor(), r.number(), r.flag()};
+    case 8:
+      return MatmulOp{r.tensor(), r.tensor(), r.flag() ? r.tensor() : TensorIr{}, r.tensor(), r.flag(), r.flag()};
+    case 9:
+      return CastOp{r.tensor(), r.tensor()};
+    case 10:
+      return ViewOp{r.tensor(), r.tensor(), r.number(), r.numbers()};
+    case 11:
+      return SliceAssignOp{r.tensor(), r.tensor(), r.tensor(), r.number(), r.numbers()};
     case 12: {
       CatOp o;
       auto n = r.u8() % 4;
@@ -230,11 +245,16 @@ OperationIr random_op(Reader& r) {
       o.axis = r.number();
       return o;
     }
-    case 13: return PadOp{r.tensor(), r.tensor(), r.numbers(), r.numbers(), r.real()};
-    case 14: return IndexOp{r.kind<IndexKind>(3), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.number()};
-    case 15: return WhereOp{r.tensor(), r.tensor(), r.tensor(), r.tensor()};
-    case 16: return DropOp{TensorId{r.u8()}};
-    default: return SeedOp{static_cast<uint64_t>(r.i64())};
+    case 13:
+      return PadOp{r.tensor(), r.tensor(), r.numbers(), r.numbers(), r.real()};
+    case 14:
+      return IndexOp{r.kind<IndexKind>(3), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.number()};
+    case 15:
+      return WhereOp{r.tensor(), r.tensor(), r.tensor(), r.tensor()};
+    case 16:
+      return DropOp{TensorId{r.u8()}};
+    default:
+      return SeedOp{static_cast<uint64_t>(r.i64())};
   }
 }
 
@@ -295,12 +315,23 @@ int decode_one(const uint8_t* data, size_t size) {
   auto* body = reinterpret_cast<const char*>(data + 1);
   auto n = size - 1;
   switch (static_cast<Target>(data[0] % static_cast<uint8_t>(Target::count))) {
-    case Target::operation: decode_as<OperationIr>(body, n); break;
-    case Target::tensor_data: decode_as<TensorData>(body, n); break;
-    case Target::tensor_ir: decode_as<TensorIr>(body, n); break;
-    case Target::device_stats: decode_as<DeviceStats>(body, n); break;
-    case Target::operations: decode_as<std::vector<OperationIr>>(body, n); break;
-    case Target::count: break;
+    case Target::operation:
+      decode_as<OperationIr>(body, n);
+      break;
+    case Target::tensor_data:
+      decode_as<TensorData>(body, n);
+      break;
+    case Target::tensor_ir:
+      decode_as<TensorIr>(body, n);
+      break;
+    case Target::device_stats:
+      decode_as<DeviceStats>(body, n);
+      break;
+    case Target::operations:
+      decode_as<std::vector<OperationIr>>(body, n);
+      break;
+    case Target::count:
+      break;
   }
   return 0;
 }
@@ -398,7 +429,9 @@ TensorIr tir(uint64_t id, Shape s, DType t = DType::f32, TensorStatus st = Tenso
 }
 
 std::vector<std::pair<std::string, OperationIr>> sample_ops() {
-  auto out = [](uint64_t id, Shape s, DType t = DType::f32) { return tir(id, std::move(s), t, TensorStatus::not_init); };
+  auto out = [](uint64_t id, Shape s, DType t = DType::f32) {
+    return tir(id, std::move(s), t, TensorStatus::not_init);
+  };
   std::vector<float> v{1, 2, 3, 4, 5, 6};
   std::vector<std::pair<std::string, OperationIr>> ops;
   ops.emplace_back("from_data", FromDataOp{out(1, {2, 3}), TensorData::from(v, Shape{2, 3})});
@@ -410,7 +443,8 @@ std::vector<std::pair<std::string, OperationIr>> sample_ops() {
   ops.emplace_back("unary_clamp", UnaryOp{UnaryKind::clamp, tir(1, {2, 3}), out(7, {2, 3}), -1, 1});
   ops.emplace_back("binary_add", BinaryOp{BinaryKind::add, tir(1, {2, 3}), tir(2, {3}), out(8, {2, 3})});
   ops.emplace_back("binary_lt", BinaryOp{BinaryKind::lt, tir(1, {2, 1}), tir(2, {3}), out(9, {2, 3}, DType::boolean)});
-  ops.emplace_back("scalar_mul", ScalarOp{BinaryKind::mul, tir(1, {2, 3}), 2.0, ScalarKind::floating, false, out(10, {2, 3})});
+  ops.emplace_back("scalar_mul",
+                   ScalarOp{BinaryKind::mul, tir(1, {2, 3}), 2.0, ScalarKind::floating, false, out(10, {2, 3})});
   ops.emplace_back("reduce_sum", ReduceOp{ReduceKind::sum, tir(1, {2, 3}), out(11, {2}), {1}, false, 1});
   ops.emplace_back("reduce_var", ReduceOp{ReduceKind::var, tir(1, {2, 3}), out(12, {1, 3}), {0}, true, 1});
   ops.emplace_back("softmax", SoftmaxOp{tir(1, {2, 3}), out(13, {2, 3}), 1, false});
@@ -422,11 +456,12 @@ std::vector<std::pair<std::string, OperationIr>> sample_ops() {
   ops.emplace_back("slice_assign", SliceAssignOp{tir(1, {2, 3}), tir(19, {2, 1}), out(20, {2, 3}), 1, {3, 1}});
   ops.emplace_back("cat", CatOp{{tir(1, {2, 3}), tir(6, {2, 3})}, out(21, {4, 3}), 0});
   ops.emplace_back("pad", PadOp{tir(1, {2, 3}), out(22, {4, 4}), {1, 0}, {1, 1}, 0});
-  ops.emplace_back("gather", IndexOp{IndexKind::gather, tir(1, {2, 3}), tir(23, {2, 2}, DType::i64), TensorIr{}, out(24, {2, 2}), 1});
+  ops.emplace_back("gather", IndexOp{IndexKind::gather, tir(1, {2, 3}), tir(23, {2, 2}, DType::i64), TensorIr{},
+                                     out(24, {2, 2}), 1});
   ops.emplace_back("scatter_add", IndexOp{IndexKind::scatter_add, tir(1, {2, 3}), tir(23, {2, 2}, DType::i64),
                                           tir(25, {2, 2}), out(26, {2, 3}), 1});
-  ops.emplace_back("index_select", IndexOp{IndexKind::index_select, tir(1, {2, 3}), tir(27, {2}, DType::i64), TensorIr{},
-                                           out(28, {2, 2}), 1});
+  ops.emplace_back("index_select", IndexOp{IndexKind::index_select, tir(1, {2, 3}), tir(27, {2}, DType::i64),
+                                           TensorIr{}, out(28, {2, 2}), 1});
   ops.emplace_back("where", WhereOp{tir(9, {2, 3}, DType::boolean), tir(1, {2, 3}), tir(2, {3}), out(29, {2, 3})});
   ops.emplace_back("drop", DropOp{TensorId{1}});
   ops.emplace_back("seed", SeedOp{42});

@@ -3,7 +3,6 @@
 // depend on the failed call, later work must succeed, and no handle leaks.
 
 #include <catch2/catch.hpp>
-
 #include <optional>
 
 #include "support/faulty_backend.hpp"
@@ -56,11 +55,11 @@ TEST_CASE("a failing kernel poisons its output and dependents, not independent w
     auto a = d.tensor<float>({1, 2, 3, 4}, {4});
     auto b = a + 1.0f;
     f.fail_execute_in(2);
-    auto c = a * 2.0f;   // 1st: runs
-    auto e = b * 3.0f;   // 2nd: fails
-    auto g = e + c;      // depends on e: poisoned without running
-    auto h = c + 1.0f;   // independent: runs
-    auto i = g.sum();    // transitively poisoned
+    auto c = a * 2.0f;  // 1st: runs
+    auto e = b * 3.0f;  // 2nd: fails
+    auto g = e + c;     // depends on e: poisoned without running
+    auto h = c + 1.0f;  // independent: runs
+    auto i = g.sum();   // transitively poisoned
 
     CHECK(c.to_vector<float>() == std::vector<float>{2, 4, 6, 8});
     CHECK(h.to_vector<float>() == std::vector<float>{3, 5, 7, 9});
@@ -196,8 +195,8 @@ TEST_CASE("a poisoned tensor bridged to another device stays poisoned there", "[
   {
     auto x = bad.full({3}, 1.0);
     f.fail_execute_in(1);
-    auto y = x.exp();            // fails on faulty:0
-    auto z = y.to(cpu) + 1.0f;   // poison crosses the bridge
+    auto y = x.exp();           // fails on faulty:0
+    auto z = y.to(cpu) + 1.0f;  // poison crosses the bridge
     std::string msg;
     CHECK(read_error(z, &msg) == Errc::kernel_failure);
     CHECK_THAT(msg, Catch::Contains("injected fault"));

@@ -4,7 +4,6 @@
 // the test; a good one returns.
 
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>

@@ -2,9 +2,8 @@
 // every outstanding future; nothing hangs or crashes, and tensors that
 // outlive the Runtime are inert.
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 

@@ -4,9 +4,8 @@
 // zero and RSS must stay flat. The short run is part of the default suite;
 // the ~1 minute run is opt-in (SWITCHYARD_SOAK=ON, ctest -L soak).
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -95,7 +94,8 @@ class Client {
     }
     settle(reads_.size());
     for (auto& s : syncs_) {
-      if (!s.wait_for(resolve_bound)) totals_.unresolved.fetch_add(1);
+      if (!s.wait_for(resolve_bound))
+        totals_.unresolved.fetch_add(1);
       else
         try {
           s.get();
@@ -168,10 +168,22 @@ class Client {
       Value out{Tensor(), a.want, a.dims};
       int k = small();
       switch (pick(4)) {
-        case 0: out.t = a.t + k; for (auto& x : out.want) x += k; break;
-        case 1: out.t = a.t * k; for (auto& x : out.want) x *= k; break;
-        case 2: out.t = -a.t; for (auto& x : out.want) x = -x; break;
-        default: out.t = a.t.abs(); for (auto& x : out.want) x = std::abs(x); break;
+        case 0:
+          out.t = a.t + k;
+          for (auto& x : out.want) x += k;
+          break;
+        case 1:
+          out.t = a.t * k;
+          for (auto& x : out.want) x *= k;
+          break;
+        case 2:
+          out.t = -a.t;
+          for (auto& x : out.want) x = -x;
+          break;
+        default:
+          out.t = a.t.abs();
+          for (auto& x : out.want) x = std::abs(x);
+          break;
       }
       add(std::move(out));
       return;

@@ -87,9 +87,12 @@ class FaultyBackend final : public backends::Backend {
     plan_->faults.fetch_add(1);
     std::string what = std::string("injected fault in ") + where;
     switch (plan_->mode.load()) {
-      case FaultPlan::Mode::bad_alloc: throw std::bad_alloc();
-      case FaultPlan::Mode::exception: throw std::runtime_error(what);
-      case FaultPlan::Mode::error: break;
+      case FaultPlan::Mode::bad_alloc:
+        throw std::bad_alloc();
+      case FaultPlan::Mode::exception:
+        throw std::runtime_error(what);
+      case FaultPlan::Mode::error:
+        break;
     }
     return make_error(code, what);
   }
@@ -109,7 +112,8 @@ inline void add_faulty_backend(RuntimeOptions& options, std::shared_ptr<FaultPla
         "faulty",
         cpu.device_count,
         [] { return std::string{}; },
-        [plan, create = cpu.create](int index, const backends::DeviceOptions& opts) -> std::unique_ptr<backends::Backend> {
+        [plan, create = cpu.create](int index,
+                                    const backends::DeviceOptions& opts) -> std::unique_ptr<backends::Backend> {
           return std::make_unique<FaultyBackend>(create(index, opts), plan);
         },
     });

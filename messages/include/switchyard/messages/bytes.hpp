@@ -72,10 +72,8 @@ typename Inspector::result_type inspect(Inspector& f, Bytes& x) {
     size_t n = 0;
     if (auto err = f.begin_sequence(n)) return err;
     if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f); bin && n > bin->remaining())
-      return make_error(Errc::protocol_error, "declared payload of " + std::to_string(n) +
-                                                  " bytes exceeds the " +
-                                                  std::to_string(bin->remaining()) +
-                                                  " bytes received");
+      return make_error(Errc::protocol_error, "declared payload of " + std::to_string(n) + " bytes exceeds the " +
+                                                  std::to_string(bin->remaining()) + " bytes received");
     x = Bytes::allocate(n);
     if (n > 0) {
       if (auto err = f.apply_raw(n, x.data())) return err;

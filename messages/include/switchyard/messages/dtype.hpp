@@ -10,30 +10,38 @@ namespace switchyard {
 /// Element type of a tensor. `boolean` is stored as one byte holding 0 or 1.
 enum class DType : uint8_t { f32, f64, i32, i64, u8, boolean };
 
-inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::i32,
-                                       DType::i64, DType::u8,  DType::boolean};
+inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::boolean};
 
 /// Bytes per element.
 [[nodiscard]] constexpr size_t size_of(DType t) noexcept {
   switch (t) {
     case DType::f64:
-    case DType::i64: return 8;
+    case DType::i64:
+      return 8;
     case DType::f32:
-    case DType::i32: return 4;
+    case DType::i32:
+      return 4;
     case DType::u8:
-    case DType::boolean: return 1;
+    case DType::boolean:
+      return 1;
   }
   return 0;
 }
 
 [[nodiscard]] constexpr std::string_view name_of(DType t) noexcept {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
+    case DType::boolean:
+      return "bool";
   }
   return "invalid";
 }
@@ -43,9 +51,7 @@ inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::i32,
 [[nodiscard]] constexpr bool is_valid(DType t) noexcept {
   return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DType::boolean);
 }
-[[nodiscard]] constexpr bool is_floating(DType t) noexcept {
-  return t == DType::f32 || t == DType::f64;
-}
+[[nodiscard]] constexpr bool is_floating(DType t) noexcept { return t == DType::f32 || t == DType::f64; }
 [[nodiscard]] constexpr bool is_integral(DType t) noexcept {
   return t == DType::i32 || t == DType::i64 || t == DType::u8;
 }
@@ -87,12 +93,30 @@ enum class ScalarKind : uint8_t { boolean, integral, floating };
 /// Maps C++ element types to DType.
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::boolean;
+};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
@@ -100,12 +124,18 @@ inline constexpr DType dtype_of_v = dtype_of<T>::value;
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::u8: return f(uint8_t{});
-    case DType::boolean: break;
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    case DType::boolean:
+      break;
   }
   return f(bool{});
 }

@@ -34,8 +34,7 @@ inline constexpr caf::atom_value error_category = caf::atom("switchyard");
 [[nodiscard]] const char* to_string(Errc code) noexcept;
 
 [[nodiscard]] inline caf::error make_error(Errc code, std::string what) {
-  return caf::error{static_cast<uint8_t>(code), error_category,
-                    caf::make_message(std::move(what))};
+  return caf::error{static_cast<uint8_t>(code), error_category, caf::make_message(std::move(what))};
 }
 
 /// Extracts (code, message) from a caf::error of any category; errors of

@@ -18,32 +18,25 @@ struct TensorSpec {
 // the offending shapes or dtypes, and what was expected.
 
 [[nodiscard]] caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t);
-[[nodiscard]] caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta,
-                                                      const Shape& b, DType tb);
-[[nodiscard]] caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta,
-                                                      ScalarKind sk);
+[[nodiscard]] caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, const Shape& b, DType tb);
+[[nodiscard]] caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk);
 /// Normalises `axes` in place (negative axes resolved, sorted, unique;
 /// empty means every axis).
-[[nodiscard]] caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t,
-                                                      std::vector<int64_t>& axes, bool keepdim);
+[[nodiscard]] caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, std::vector<int64_t>& axes,
+                                                      bool keepdim);
 [[nodiscard]] caf::expected<TensorSpec> softmax_result(const Shape& s, DType t, int64_t& axis);
-[[nodiscard]] caf::expected<TensorSpec> matmul_result(const Shape& a, DType ta, const Shape& b,
-                                                      DType tb, bool transpose_a,
-                                                      bool transpose_b);
+[[nodiscard]] caf::expected<TensorSpec> matmul_result(const Shape& a, DType ta, const Shape& b, DType tb,
+                                                      bool transpose_a, bool transpose_b);
 /// Checks that a strided view over a tensor of `in_numel` elements stays
 /// inside it.
 [[nodiscard]] caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset,
                                     const std::vector<int64_t>& strides);
-[[nodiscard]] caf::expected<TensorSpec> cat_result(const std::vector<TensorIr>& inputs,
-                                                   int64_t& axis);
-[[nodiscard]] caf::expected<TensorSpec> pad_result(const Shape& s, DType t,
-                                                   const std::vector<int64_t>& before,
+[[nodiscard]] caf::expected<TensorSpec> cat_result(const std::vector<TensorIr>& inputs, int64_t& axis);
+[[nodiscard]] caf::expected<TensorSpec> pad_result(const Shape& s, DType t, const std::vector<int64_t>& before,
                                                    const std::vector<int64_t>& after);
-[[nodiscard]] caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in,
-                                                     const TensorIr& index, const TensorIr* src,
-                                                     int64_t& axis);
-[[nodiscard]] caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a,
-                                                     const TensorIr& b);
+[[nodiscard]] caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index,
+                                                     const TensorIr* src, int64_t& axis);
+[[nodiscard]] caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, const TensorIr& b);
 
 /// Checks a whole op as a runner receives it: ids present, outputs of the
 /// shape and dtype the rules give, sizes within bounds.

@@ -14,16 +14,56 @@ namespace switchyard {
 // parameter. Shape and dtype rules for all of them live in op_rules.hpp.
 
 enum class UnaryKind : uint8_t {
-  neg, abs, sign, exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tanh, sigmoid,
-  relu, gelu, silu, erf, floor, ceil, round, reciprocal, clamp, logical_not,
-  bitwise_not, isnan, isinf,
+  neg,
+  abs,
+  sign,
+  exp,
+  log,
+  log1p,
+  expm1,
+  sqrt,
+  rsqrt,
+  sin,
+  cos,
+  tanh,
+  sigmoid,
+  relu,
+  gelu,
+  silu,
+  erf,
+  floor,
+  ceil,
+  round,
+  reciprocal,
+  clamp,
+  logical_not,
+  bitwise_not,
+  isnan,
+  isinf,
 };
 
 enum class BinaryKind : uint8_t {
-  add, sub, mul, div, pow, remainder, maximum, minimum, atan2,
-  eq, ne, lt, le, gt, ge,
-  logical_and, logical_or, logical_xor,
-  bitwise_and, bitwise_or, bitwise_xor,
+  add,
+  sub,
+  mul,
+  div,
+  pow,
+  remainder,
+  maximum,
+  minimum,
+  atan2,
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
+  logical_and,
+  logical_or,
+  logical_xor,
+  bitwise_and,
+  bitwise_or,
+  bitwise_xor,
 };
 
 enum class ReduceKind : uint8_t { sum, mean, prod, max, min, argmax, argmin, var, std, any, all };
@@ -36,9 +76,7 @@ enum class IndexKind : uint8_t { gather, scatter_add, index_select };
 [[nodiscard]] const char* to_string(BinaryKind k) noexcept;
 [[nodiscard]] const char* to_string(ReduceKind k) noexcept;
 
-[[nodiscard]] constexpr bool is_comparison(BinaryKind k) noexcept {
-  return k >= BinaryKind::eq && k <= BinaryKind::ge;
-}
+[[nodiscard]] constexpr bool is_comparison(BinaryKind k) noexcept { return k >= BinaryKind::eq && k <= BinaryKind::ge; }
 [[nodiscard]] constexpr bool is_logical(BinaryKind k) noexcept {
   return k >= BinaryKind::logical_and && k <= BinaryKind::logical_xor;
 }
@@ -50,8 +88,12 @@ enum class IndexKind : uint8_t { gather, scatter_add, index_select };
 struct FromDataOp {
   TensorIr out;
   TensorData data;
-  template <class F> void each_input(F&&) {}
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&&) {}
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// full(value), arange(start=value, step), eye (ones on the diagonal of the
@@ -61,8 +103,12 @@ struct FillOp {
   TensorIr out;
   double value = 0;
   double step = 1;
-  template <class F> void each_input(F&&) {}
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&&) {}
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Counter-based random numbers: element i of the n-th random op after a
@@ -73,8 +119,12 @@ struct RandomOp {
   TensorIr out;
   double a = 0;
   double b = 1;
-  template <class F> void each_input(F&&) {}
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&&) {}
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// out = op(in); `a` and `b` are clamp's bounds (NaN where absent).
@@ -84,8 +134,14 @@ struct UnaryOp {
   TensorIr out;
   double a = 0;
   double b = 0;
-  template <class F> void each_input(F&& f) { f(in); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// out = lhs op rhs with NumPy broadcasting; inputs are converted to the
@@ -95,8 +151,15 @@ struct BinaryOp {
   TensorIr lhs;
   TensorIr rhs;
   TensorIr out;
-  template <class F> void each_input(F&& f) { f(lhs); f(rhs); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(lhs);
+    f(rhs);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// out = lhs op scalar (or scalar op lhs when `scalar_first`).
@@ -107,8 +170,14 @@ struct ScalarOp {
   ScalarKind scalar_kind = ScalarKind::floating;
   bool scalar_first = false;
   TensorIr out;
-  template <class F> void each_input(F&& f) { f(lhs); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(lhs);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Reduction over `axes` (sorted, unique, non-negative; empty = all axes).
@@ -120,8 +189,14 @@ struct ReduceOp {
   std::vector<int64_t> axes;
   bool keepdim = false;
   int64_t correction = 1;
-  template <class F> void each_input(F&& f) { f(in); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Numerically stable (log_)softmax along one axis.
@@ -130,8 +205,14 @@ struct SoftmaxOp {
   TensorIr out;
   int64_t axis = -1;
   bool log = false;
-  template <class F> void each_input(F&& f) { f(in); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Batched matrix product over the last two axes with broadcasting of the
@@ -145,12 +226,16 @@ struct MatmulOp {
   bool transpose_lhs = false;
   bool transpose_rhs = false;
   [[nodiscard]] bool has_bias() const noexcept { return static_cast<bool>(bias.id); }
-  template <class F> void each_input(F&& f) {
+  template <class F>
+  void each_input(F&& f) {
     f(lhs);
     f(rhs);
     if (has_bias()) f(bias);
   }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Converts every element to out.dtype (C++ conversion; float to integer
@@ -158,8 +243,14 @@ struct MatmulOp {
 struct CastOp {
   TensorIr in;
   TensorIr out;
-  template <class F> void each_input(F&& f) { f(in); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Strided gather into a fresh contiguous tensor:
@@ -171,8 +262,14 @@ struct ViewOp {
   TensorIr out;
   int64_t offset = 0;
   std::vector<int64_t> strides;
-  template <class F> void each_input(F&& f) { f(in); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// out = copy of base whose strided region (offset/strides over
@@ -183,8 +280,15 @@ struct SliceAssignOp {
   TensorIr out;
   int64_t offset = 0;
   std::vector<int64_t> strides;
-  template <class F> void each_input(F&& f) { f(base); f(value); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(base);
+    f(value);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Concatenation along `axis` of same-dtype inputs.
@@ -192,10 +296,14 @@ struct CatOp {
   std::vector<TensorIr> inputs;
   TensorIr out;
   int64_t axis = 0;
-  template <class F> void each_input(F&& f) {
+  template <class F>
+  void each_input(F&& f) {
     for (auto& t : inputs) f(t);
   }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// Constant padding: `before[k]`/`after[k]` elements on axis k.
@@ -205,8 +313,14 @@ struct PadOp {
   std::vector<int64_t> before;
   std::vector<int64_t> after;
   double value = 0;
-  template <class F> void each_input(F&& f) { f(in); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// gather(in, axis, index), scatter_add(in, axis, index, src),
@@ -219,12 +333,16 @@ struct IndexOp {
   TensorIr src;  ///< scatter_add only (id 0 otherwise)
   TensorIr out;
   int64_t axis = 0;
-  template <class F> void each_input(F&& f) {
+  template <class F>
+  void each_input(F&& f) {
     f(in);
     f(index);
     if (kind == IndexKind::scatter_add) f(src);
   }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// out = cond ? lhs : rhs with broadcasting of all three.
@@ -233,39 +351,52 @@ struct WhereOp {
   TensorIr lhs;
   TensorIr rhs;
   TensorIr out;
-  template <class F> void each_input(F&& f) { f(cond); f(lhs); f(rhs); }
-  template <class F> void each_output(F&& f) { f(out); }
+  template <class F>
+  void each_input(F&& f) {
+    f(cond);
+    f(lhs);
+    f(rhs);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
 };
 
 /// The client released its last reference to a tensor.
 struct DropOp {
   TensorId id;
-  template <class F> void each_input(F&&) {}
-  template <class F> void each_output(F&&) {}
+  template <class F>
+  void each_input(F&&) {}
+  template <class F>
+  void each_output(F&&) {}
 };
 
 /// Restarts the device's random stream.
 struct SeedOp {
   uint64_t seed = 0;
-  template <class F> void each_input(F&&) {}
-  template <class F> void each_output(F&&) {}
+  template <class F>
+  void each_input(F&&) {}
+  template <class F>
+  void each_output(F&&) {}
 };
 
 /// One operation as it travels from client to runner.
 struct OperationIr {
-  using Variant = std::variant<FromDataOp, FillOp, RandomOp, UnaryOp, BinaryOp, ScalarOp,
-                               ReduceOp, SoftmaxOp, MatmulOp, CastOp, ViewOp, SliceAssignOp,
-                               CatOp, PadOp, IndexOp, WhereOp, DropOp, SeedOp>;
+  using Variant = std::variant<FromDataOp, FillOp, RandomOp, UnaryOp, BinaryOp, ScalarOp, ReduceOp, SoftmaxOp, MatmulOp,
+                               CastOp, ViewOp, SliceAssignOp, CatOp, PadOp, IndexOp, WhereOp, DropOp, SeedOp>;
   Variant op;
 
   OperationIr() = default;
   template <class T, class = std::enable_if_t<!std::is_same_v<std::decay_t<T>, OperationIr>>>
   OperationIr(T&& x) : op(std::forward<T>(x)) {}  // NOLINT(google-explicit-constructor)
 
-  template <class F> void each_input(F&& f) {
+  template <class F>
+  void each_input(F&& f) {
     std::visit([&](auto& o) { o.each_input(f); }, op);
   }
-  template <class F> void each_output(F&& f) {
+  template <class F>
+  void each_output(F&& f) {
     std::visit([&](auto& o) { o.each_output(f); }, op);
   }
   /// Short name for traces and errors ("binary.add", "matmul", ...).
@@ -296,8 +427,7 @@ typename Inspector::result_type inspect(Inspector& f, BinaryOp& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScalarOp& x) {
-  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, x.scalar, x.scalar_kind,
-           x.scalar_first, x.out);
+  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, x.scalar, x.scalar_kind, x.scalar_first, x.out);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReduceOp& x) {
@@ -309,8 +439,7 @@ typename Inspector::result_type inspect(Inspector& f, SoftmaxOp& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MatmulOp& x) {
-  return f(caf::meta::type_name("matmul"), x.lhs, x.rhs, x.bias, x.out, x.transpose_lhs,
-           x.transpose_rhs);
+  return f(caf::meta::type_name("matmul"), x.lhs, x.rhs, x.bias, x.out, x.transpose_lhs, x.transpose_rhs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CastOp& x) {

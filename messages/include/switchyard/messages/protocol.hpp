@@ -52,9 +52,8 @@ struct DeviceStats {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
-  return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_failed,
-           x.queue_depth, x.live_handles, x.live_bytes, x.cached_bytes, x.bytes_bridged_in,
-           x.bytes_bridged_out);
+  return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_failed, x.queue_depth, x.live_handles,
+           x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out);
 }
 
 /// One device's executor: owns the device's tensor handles and runs the ops
@@ -65,11 +64,9 @@ using runner_actor = caf::typed_actor<
     // A tensor's contents; waits while the tensor is pending.
     caf::replies_to<read_atom, TensorId>::with<TensorData>,
     // Completes once every op received before it has run.
-    caf::replies_to<sync_atom>::with<done_atom>,
-    caf::replies_to<stats_atom>::with<DeviceStats>,
+    caf::replies_to<sync_atom>::with<done_atom>, caf::replies_to<stats_atom>::with<DeviceStats>,
     // Bridge, target side: `TensorIr` will arrive by import; ops on it wait.
-    caf::reacts_to<expect_atom, TensorIr>,
-    caf::reacts_to<import_atom, TensorId, TensorData>,
+    caf::reacts_to<expect_atom, TensorIr>, caf::reacts_to<import_atom, TensorId, TensorData>,
     caf::reacts_to<import_atom, TensorId, caf::error>,
     // Bridge, source side: send tensor `TensorId` to the runner as import of
     // the second id; replies once sent (or with the error sent instead).
@@ -81,17 +78,17 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<detach_atom, caf::node_id>>;
 
 /// Forwards requests by device and coordinates bridges between runners.
-using router_actor = caf::typed_actor<
-    caf::reacts_to<submit_atom, DeviceId, std::vector<OperationIr>>,
-    caf::replies_to<read_atom, DeviceId, TensorId>::with<TensorData>,
-    caf::replies_to<sync_atom, DeviceId>::with<done_atom>,
-    caf::replies_to<stats_atom, DeviceId>::with<DeviceStats>,
-    // Move tensor (src device, src id) to (dst device) as TensorIr.
-    caf::reacts_to<bridge_atom, DeviceId, TensorId, DeviceId, TensorIr>,
-    // Register a device's runner under an id and a name.
-    caf::replies_to<attach_atom, DeviceId, std::string, runner_actor>::with<done_atom>,
-    // Remove a device: its outstanding requests fail with device_lost.
-    caf::reacts_to<detach_atom, DeviceId>>;
+using router_actor =
+    caf::typed_actor<caf::reacts_to<submit_atom, DeviceId, std::vector<OperationIr>>,
+                     caf::replies_to<read_atom, DeviceId, TensorId>::with<TensorData>,
+                     caf::replies_to<sync_atom, DeviceId>::with<done_atom>,
+                     caf::replies_to<stats_atom, DeviceId>::with<DeviceStats>,
+                     // Move tensor (src device, src id) to (dst device) as TensorIr.
+                     caf::reacts_to<bridge_atom, DeviceId, TensorId, DeviceId, TensorIr>,
+                     // Register a device's runner under an id and a name.
+                     caf::replies_to<attach_atom, DeviceId, std::string, runner_actor>::with<done_atom>,
+                     // Remove a device: its outstanding requests fail with device_lost.
+                     caf::reacts_to<detach_atom, DeviceId>>;
 
 /// A worker's entry actor (dynamically typed, so a client of another
 /// protocol version still gets a readable answer instead of an interface

@@ -25,9 +25,7 @@ struct TensorIr {
   TensorStatus status = TensorStatus::not_init;
 
   [[nodiscard]] int64_t numel() const noexcept { return shape.numel(); }
-  [[nodiscard]] size_t bytes() const noexcept {
-    return static_cast<size_t>(shape.numel()) * size_of(dtype);
-  }
+  [[nodiscard]] size_t bytes() const noexcept { return static_cast<size_t>(shape.numel()) * size_of(dtype); }
 };
 
 template <class Inspector>
