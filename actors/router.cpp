@@ -88,6 +88,15 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
   return sys.spawn(
       [](Self self, RouterOptions options) -> router_actor::behavior_type {
         self->state.options = std::move(options);
+        // Shutting down: every relayed request still waiting is answered
+        // first. An undelivered promise would leave its requester waiting
+        // forever, and the actor system's destructor waits for it.
+        self->set_exit_handler([self](caf::exit_msg& msg) {
+          std::vector<DeviceId> ids;
+          for (auto& [id, dev] : self->state.devices) ids.push_back(id);
+          for (auto id : ids) lose_device(self, id, "the runtime is shutting down");
+          self->quit(msg.reason);
+        });
         self->set_down_handler([self](caf::down_msg& msg) {
           for (auto& [id, dev] : self->state.devices)
             if (dev.runner.address() == msg.source) {
