@@ -24,54 +24,59 @@ using Reply = caf::result<uint32_t, std::vector<std::string>, std::vector<std::s
 }  // namespace
 
 caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices, caf::io::middleman_actor connector) {
-  return sys.spawn([devices = std::move(devices),
-                    connector = std::move(connector)](caf::stateful_actor<EntryState>* self) mutable -> caf::behavior {
-    self->state.devices = std::move(devices);
-    self->state.connector = std::move(connector);
-    // A hostile or confused peer gets an error naming what it sent, and the
-    // entry keeps serving (the CAF default would also log to stderr).
-    self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-      return make_error(Errc::protocol_error, "worker: unexpected message " + caf::to_string(x.content()));
-    });
-    self->set_down_handler([self](caf::down_msg& msg) {
-      auto it = self->state.clients.find(msg.source);
-      if (it == self->state.clients.end()) return;
-      auto node = it->second;
-      self->state.clients.erase(it);
-      for (const auto& [addr, n] : self->state.clients)
-        if (n == node) return;  // another connection of that client lives on
-      for (const auto& d : self->state.devices) self->send(d.runner, detach_atom::value, node);
-    });
-    return {
-        [self](hello_atom, uint32_t version, caf::actor& client) -> Reply {
-          if (version != protocol_version)
-            return make_error(Errc::protocol_error, "protocol version mismatch: worker speaks " +
-                                                        std::to_string(protocol_version) + ", client speaks " +
-                                                        std::to_string(version));
-          if (!client) return make_error(Errc::protocol_error, "hello without a client actor");
-          if (self->state.clients.emplace(client.address(), client.node()).second) self->monitor(client);
-          std::vector<std::string> names, kinds;
-          std::vector<caf::actor> runners;
-          for (const auto& d : self->state.devices) {
-            names.push_back(d.name);
-            kinds.push_back(d.kind);
-            runners.push_back(d.runner);
-          }
-          return {protocol_version, std::move(names), std::move(kinds), std::move(runners)};
-        },
-        [self](peer_atom, std::string& host, uint16_t port) -> caf::result<done_atom> {
-          auto rp = self->make_response_promise<done_atom>();
-          self->request(self->state.connector, std::chrono::seconds(10), caf::connect_atom::value, std::move(host),
-                        port)
-              .then([rp](const caf::node_id&, const caf::strong_actor_ptr&,
-                         const std::set<std::string>&) mutable { rp.deliver(done_atom::value); },
-                    [rp](caf::error& e) mutable {
-                      rp.deliver(make_error(Errc::device_lost, "worker: cannot reach peer: " + caf::to_string(e)));
-                    });
-          return rp;
-        },
-    };
-  });
+  // Devices and connector travel as spawn arguments: CAF 0.17 spawning a
+  // function actor with no arguments dereferences a null shared_ptr<tuple<>>
+  // (UBSan: reference binding to null pointer).
+  return sys.spawn(
+      [](caf::stateful_actor<EntryState>* self, std::vector<LocalDevice> devices,
+         caf::io::middleman_actor connector) -> caf::behavior {
+        self->state.devices = std::move(devices);
+        self->state.connector = std::move(connector);
+        // A hostile or confused peer gets an error naming what it sent, and the
+        // entry keeps serving (the CAF default would also log to stderr).
+        self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+          return make_error(Errc::protocol_error, "worker: unexpected message " + caf::to_string(x.content()));
+        });
+        self->set_down_handler([self](caf::down_msg& msg) {
+          auto it = self->state.clients.find(msg.source);
+          if (it == self->state.clients.end()) return;
+          auto node = it->second;
+          self->state.clients.erase(it);
+          for (const auto& [addr, n] : self->state.clients)
+            if (n == node) return;  // another connection of that client lives on
+          for (const auto& d : self->state.devices) self->send(d.runner, detach_atom::value, node);
+        });
+        return {
+            [self](hello_atom, uint32_t version, caf::actor& client) -> Reply {
+              if (version != protocol_version)
+                return make_error(Errc::protocol_error, "protocol version mismatch: worker speaks " +
+                                                            std::to_string(protocol_version) + ", client speaks " +
+                                                            std::to_string(version));
+              if (!client) return make_error(Errc::protocol_error, "hello without a client actor");
+              if (self->state.clients.emplace(client.address(), client.node()).second) self->monitor(client);
+              std::vector<std::string> names, kinds;
+              std::vector<caf::actor> runners;
+              for (const auto& d : self->state.devices) {
+                names.push_back(d.name);
+                kinds.push_back(d.kind);
+                runners.push_back(d.runner);
+              }
+              return {protocol_version, std::move(names), std::move(kinds), std::move(runners)};
+            },
+            [self](peer_atom, std::string& host, uint16_t port) -> caf::result<done_atom> {
+              auto rp = self->make_response_promise<done_atom>();
+              self->request(self->state.connector, std::chrono::seconds(10), caf::connect_atom::value, std::move(host),
+                            port)
+                  .then([rp](const caf::node_id&, const caf::strong_actor_ptr&,
+                             const std::set<std::string>&) mutable { rp.deliver(done_atom::value); },
+                        [rp](caf::error& e) mutable {
+                          rp.deliver(make_error(Errc::device_lost, "worker: cannot reach peer: " + caf::to_string(e)));
+                        });
+              return rp;
+            },
+        };
+      },
+      std::move(devices), std::move(connector));
 }
 
 }  // namespace switchyard::worker
