@@ -88,25 +88,12 @@ struct Bits<8> {
   using type = uint64_t;
 };
 
-/// Calls f(T{}) with the C++ type of dtype t (device code flavour of
-/// visit_dtype; bool for boolean). Host-side dispatch to kernel templates.
+/// visit_dtype for kernel dispatch: an invalid dtype (from a lying peer) is
+/// a CUDA-style error instead of falling through to bool.
 template <class F>
 cudaError_t by_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::i32:
-      return f(int32_t{});
-    case DType::i64:
-      return f(int64_t{});
-    case DType::u8:
-      return f(uint8_t{});
-    case DType::boolean:
-      return f(bool{});
-  }
-  return cudaErrorInvalidValue;
+  if (!is_valid(t)) return cudaErrorInvalidValue;
+  return visit_dtype(t, std::forward<F>(f));
 }
 
 template <class F>
