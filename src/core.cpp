@@ -55,9 +55,31 @@ DeviceRequest parse_device(const std::string& name) {
   return r;
 }
 
+// CAF 0.17 gives every thread that spawns an actor or builds a scoped_actor
+// (actor_system::spawn_impl calls CAF_SET_LOGGER_SYS) a thread-local strong
+// reference to the system's logger, dropped only when the thread exits, and
+// ~actor_system waits for the logger to die. A client thread that ever read a
+// tensor would therefore hang a Runtime destroyed on another thread for as
+// long as the client thread lives. Entry points that touch CAF from a client
+// thread hold this guard, which gives the reference back; CAF's own threads
+// (continuations run there) had one before and keep it.
+class ThreadLoggerGuard {
+ public:
+  ThreadLoggerGuard() : foreign_thread_(caf::logger::current_logger() == nullptr) {}
+  ThreadLoggerGuard(const ThreadLoggerGuard&) = delete;
+  ThreadLoggerGuard& operator=(const ThreadLoggerGuard&) = delete;
+  ~ThreadLoggerGuard() {
+    if (foreign_thread_) caf::logger::set_current_actor_system(nullptr);
+  }
+
+ private:
+  bool foreign_thread_;
+};
+
 }  // namespace
 
 Core::Core(RuntimeOptions options) : options_(std::move(options)), slots_(std::make_unique<Slot[]>(max_devices)) {
+  ThreadLoggerGuard logger_guard;
   std::random_device rd;
   // A random prefix keeps ids of different clients of one worker apart.
   next_id_ = (uint64_t{rd()} << 32 & 0x7FFFFFFF00000000ULL) | 1;
@@ -103,6 +125,7 @@ void Core::check_usable(DeviceId id) const {
 }
 
 DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner, bool local) {
+  ThreadLoggerGuard logger_guard;
   auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
   if (id >= max_devices)
     throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
@@ -120,6 +143,7 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
 }
 
 void Core::start() {
+  ThreadLoggerGuard logger_guard;
   auto kinds = backends::backend_kinds();
   if (options_.extend_backends) options_.extend_backends(kinds);
   std::vector<std::pair<std::string, std::pair<const backends::BackendKind*, int>>> plan;
@@ -201,6 +225,7 @@ void Core::start() {
 }
 
 std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
+  ThreadLoggerGuard logger_guard;
   if (closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
   const std::string address = host + ":" + std::to_string(port);
   std::lock_guard add_lock(add_mutex_);
@@ -400,6 +425,7 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
   // function actor without arguments dereferences a null shared_ptr (UBSan).
   // One box shared by both handlers, emptied by whichever runs.
   auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
+  ThreadLoggerGuard logger_guard;
   system_->spawn(
       [promise, convert, weak, box, xs...](caf::event_based_actor* self, router_actor router) mutable {
         self->request(router, caf::infinite, xs...)
@@ -457,6 +483,7 @@ void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& d
 
 void Core::close() {
   if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  ThreadLoggerGuard logger_guard;
   // Send what is queued (submit refuses new work now that closed_ is set).
   for (DeviceId d = 0; d < device_count(); ++d) {
     std::lock_guard lock(slots_[d].queue.mutex);
