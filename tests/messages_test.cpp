@@ -3,6 +3,9 @@
 // type would silently serialize to nothing.
 #include <catch2/catch.hpp>
 
+#include <bit>
+#include <limits>
+
 #include <caf/all.hpp>
 
 #include "switchyard/messages/op_rules.hpp"
@@ -86,6 +89,33 @@ TEST_CASE("Every op family round-trips through the binary serializer", "[message
   REQUIRE(m != nullptr);
   CHECK(m->transpose_lhs);
   CHECK(m->bias.id == TensorId{7});
+}
+
+// Found by decode_fuzzer: CAF 0.17's pack754 never returns for +-inf and
+// garbles NaN, so a fill with inf hung the sending thread and a clamp
+// without bounds (NaN) arrived with garbage bounds on a worker.
+TEST_CASE("Non-finite and subnormal op parameters cross the wire bit-exactly", "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  auto o = ir(1, {4}, DType::f32, TensorStatus::not_init);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  for (double v : {inf, -inf, nan, -nan, tiny, -0.0, 1e308, 0.1}) {
+    INFO("value " << v);
+    std::vector<OperationIr> ops{FillOp{FillKind::full, o, v, v}, UnaryOp{UnaryKind::clamp, o, o, v, v},
+                                 ScalarOp{BinaryKind::add, o, v, ScalarKind::floating, false, o},
+                                 PadOp{o, ir(2, {6}, DType::f32), {1}, {1}, v}, RandomOp{RandomKind::uniform, o, v, v}};
+    auto back = round_trip(sys, ops);
+    const auto want = std::bit_cast<uint64_t>(v);
+    CHECK(std::bit_cast<uint64_t>(std::get<FillOp>(back[0].op).value) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<FillOp>(back[0].op).step) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<UnaryOp>(back[1].op).a) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<UnaryOp>(back[1].op).b) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<ScalarOp>(back[2].op).scalar) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<PadOp>(back[3].op).value) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<RandomOp>(back[4].op).b) == want);
+  }
 }
 
 TEST_CASE("DeviceStats and TensorIr round-trip", "[messages]") {

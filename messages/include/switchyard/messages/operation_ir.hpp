@@ -1,5 +1,7 @@
 #pragma once
 
+#include <bit>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -405,21 +407,40 @@ struct OperationIr {
 
 // --- inspection ---------------------------------------------------------
 
+/// CAF 0.17 encodes a double with pack754, whose normalising loop never ends
+/// for +-inf (a fill with inf hung the sender) and which garbles NaN (clamp's
+/// "no bound" marker). Doubles in ops therefore cross the wire as their
+/// IEEE-754 bit pattern, which is exact for every value.
+struct F64Bits {
+  double& value;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, F64Bits x) {
+  if constexpr (std::is_void_v<typename Inspector::result_type>) {
+    return f(x.value);  // to_string: print the number
+  } else {
+    auto bits = std::bit_cast<uint64_t>(x.value);
+    auto result = f(bits);
+    if constexpr (Inspector::writes_state) x.value = std::bit_cast<double>(bits);
+    return result;
+  }
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FromDataOp& x) {
   return f(caf::meta::type_name("from_data"), x.out, x.data);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FillOp& x) {
-  return f(caf::meta::type_name("fill"), x.kind, x.out, x.value, x.step);
+  return f(caf::meta::type_name("fill"), x.kind, x.out, F64Bits{x.value}, F64Bits{x.step});
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RandomOp& x) {
-  return f(caf::meta::type_name("random"), x.kind, x.out, x.a, x.b);
+  return f(caf::meta::type_name("random"), x.kind, x.out, F64Bits{x.a}, F64Bits{x.b});
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UnaryOp& x) {
-  return f(caf::meta::type_name("unary"), x.kind, x.in, x.out, x.a, x.b);
+  return f(caf::meta::type_name("unary"), x.kind, x.in, x.out, F64Bits{x.a}, F64Bits{x.b});
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BinaryOp& x) {
@@ -427,7 +448,7 @@ typename Inspector::result_type inspect(Inspector& f, BinaryOp& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScalarOp& x) {
-  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, x.scalar, x.scalar_kind, x.scalar_first, x.out);
+  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, F64Bits{x.scalar}, x.scalar_kind, x.scalar_first, x.out);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReduceOp& x) {
@@ -459,7 +480,7 @@ typename Inspector::result_type inspect(Inspector& f, CatOp& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PadOp& x) {
-  return f(caf::meta::type_name("pad"), x.in, x.out, x.before, x.after, x.value);
+  return f(caf::meta::type_name("pad"), x.in, x.out, x.before, x.after, F64Bits{x.value});
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, IndexOp& x) {
