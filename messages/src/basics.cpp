@@ -17,10 +17,11 @@ std::optional<DType> parse_dtype(std::string_view name) noexcept {
 
 std::vector<int64_t> Shape::strides() const {
   std::vector<int64_t> s(dims.size());
-  int64_t acc = 1;
+  // Unsigned: wraps instead of overflowing for hostile shapes (rules_fuzzer).
+  uint64_t acc = 1;
   for (size_t i = dims.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= dims[i];
+    s[i] = static_cast<int64_t>(acc);
+    acc *= static_cast<uint64_t>(dims[i]);
   }
   return s;
 }

@@ -20,10 +20,12 @@ struct Shape {
   [[nodiscard]] size_t rank() const noexcept { return dims.size(); }
   [[nodiscard]] int64_t operator[](size_t i) const { return dims[i]; }
   /// Number of elements (1 for rank 0).
+  /// Wraps (no UB) for hostile shapes whose product overflows; validate()
+  /// rejects those before any backend sees them.
   [[nodiscard]] int64_t numel() const noexcept {
-    int64_t n = 1;
-    for (auto d : dims) n *= d;
-    return n;
+    uint64_t n = 1;
+    for (auto d : dims) n *= static_cast<uint64_t>(d);
+    return static_cast<int64_t>(n);
   }
   /// Row-major strides in elements.
   [[nodiscard]] std::vector<int64_t> strides() const;
