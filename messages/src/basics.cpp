@@ -1,3 +1,4 @@
+#include <type_traits>
 #include <sstream>
 
 #include <caf/sec.hpp>
@@ -154,7 +155,9 @@ double TensorData::at(int64_t i) const {
                             " elements");
   return visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    return static_cast<double>(bytes.as<const T>()[i]);
+    // A bool byte from the wire may hold any value; loading it as bool is UB.
+    if constexpr (std::is_same_v<T, bool>) return bytes.as<const uint8_t>()[i] != 0 ? 1.0 : 0.0;
+    else return static_cast<double>(bytes.as<const T>()[i]);
   });
 }
 

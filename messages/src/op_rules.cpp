@@ -150,10 +150,10 @@ caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, s
   if (axes.empty())
     for (size_t i = 0; i < s.rank(); ++i) axes.push_back(static_cast<int64_t>(i));
   Shape out;
-  int64_t reduced = 1;
+  bool reduces_empty_extent = false;  // a flag, not a product: hostile extents overflow
   for (size_t i = 0; i < s.rank(); ++i) {
     bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i));
-    if (r) reduced *= s.dims[i];
+    if (r && s.dims[i] == 0) reduces_empty_extent = true;
     if (!r)
       out.dims.push_back(s.dims[i]);
     else if (keepdim)
@@ -161,7 +161,7 @@ caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, s
   }
   bool needs_elements =
       k == ReduceKind::max || k == ReduceKind::min || k == ReduceKind::argmax || k == ReduceKind::argmin;
-  if (needs_elements && reduced == 0 && s.numel() == 0 && out.numel() >= 0)
+  if (needs_elements && reduces_empty_extent && s.numel() == 0 && out.numel() >= 0)
     return shape_error(std::string(to_string(k)) + ": cannot reduce an empty extent of shape " + s.to_string() +
                        " (there is no identity element)");
   switch (k) {

@@ -3,6 +3,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "switchyard/messages/bytes.hpp"
@@ -56,8 +57,14 @@ struct TensorData {
     std::vector<T> out(static_cast<size_t>(numel()));
     visit_dtype(dtype, [&](auto tag) {
       using S = decltype(tag);
-      const S* src = bytes.as<const S>();
-      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i]);
+      if constexpr (std::is_same_v<S, bool>) {
+        // Bytes from the wire may hold any value; loading one as bool is UB.
+        const auto* src = bytes.as<const uint8_t>();
+        for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i] != 0);
+      } else {
+        const S* src = bytes.as<const S>();
+        for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i]);
+      }
     });
     return out;
   }
