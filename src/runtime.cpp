@@ -104,6 +104,7 @@ Tensor Device::from_data(TensorData data) const {
   if (data.bytes.size() != want)
     throw Error(Errc::shape_mismatch, "from_data: " + std::to_string(data.bytes.size()) + " bytes for shape " +
                                           data.shape.to_string() + " of " + std::string(name_of(data.dtype)));
+  canonicalize_bools(data);  // a caller's own bool bytes may hold values other than 0 and 1
   auto ir = new_tensor(c, data.shape, data.dtype);
   return create(core_, id_, ir, FromDataOp{ir, std::move(data)});
 }

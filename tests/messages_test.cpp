@@ -48,6 +48,34 @@ TEST_CASE("TensorData round-trips as one byte blob", "[messages]") {
         std::vector<float>{1.5f, -2.f, 3.25f, 0.f, 7.f, 8.f});
 }
 
+TEST_CASE("Bool bytes other than 0 and 1 from a peer arrive as 1", "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  const uint8_t raw[] = {0, 1, 2, 255, 0, 128};
+  TensorData d{Shape{6}, DType::boolean, Bytes::copy_of(raw, sizeof raw)};
+  auto back = round_trip(sys, d);
+  auto bytes = back.as<uint8_t>();
+  CHECK(std::vector<uint8_t>(bytes.begin(), bytes.end()) == std::vector<uint8_t>{0, 1, 1, 1, 0, 1});
+  // The same bytes as u8 are data, not truth values: untouched.
+  d.dtype = DType::u8;
+  auto u8 = round_trip(sys, d).to_vector<int>();
+  CHECK(u8 == std::vector<int>{0, 1, 2, 255, 0, 128});
+}
+
+TEST_CASE("canonicalize_bools rewrites a private copy of shared bytes", "[messages]") {
+  const uint8_t raw[] = {3, 0, 1};
+  TensorData d{Shape{3}, DType::boolean, Bytes::copy_of(raw, sizeof raw)};
+  Bytes callers = d.bytes;  // the caller still holds the block
+  canonicalize_bools(d);
+  CHECK(d.bytes.data() != callers.data());
+  CHECK(d.bytes.as<uint8_t>()[0] == 1);
+  CHECK(callers.as<uint8_t>()[0] == 3);
+  // Canonical data is left alone: no copy.
+  auto* before = d.bytes.data();
+  canonicalize_bools(d);
+  CHECK(d.bytes.data() == before);
+}
+
 TEST_CASE("Every op family round-trips through the binary serializer", "[messages]") {
   Config cfg;
   caf::actor_system sys{cfg};

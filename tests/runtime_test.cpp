@@ -100,6 +100,24 @@ TEST_CASE("Every dtype survives a bridge", "[bridge]") {
   }
 }
 
+TEST_CASE("Bool data holding bytes other than 0 and 1 is read as true", "[bridge]") {
+  Runtime rt(RuntimeOptions{.devices = {"cpu:0", "reference:0"}});
+  const uint8_t raw[] = {0, 2, 255, 1};
+  Bytes bytes = Bytes::copy_of(raw, sizeof raw);
+  for (auto name : {"cpu:0", "reference:0"}) {
+    INFO(name);
+    auto d = rt.device(name);
+    auto t = d.from_data(TensorData{Shape{4}, DType::boolean, bytes});
+    auto ones = d.full({4}, 1.0, DType::boolean);
+    CHECK(t.to_vector<int>() == std::vector<int>{0, 1, 1, 1});
+    CHECK(t.eq(ones).to_vector<int>() == std::vector<int>{0, 1, 1, 1});
+    CHECK(t.logical_not().to_vector<int>() == std::vector<int>{1, 0, 0, 0});
+    CHECK(t.cast(DType::i32).sum().to_vector<int>() == std::vector<int>{3});
+  }
+  // The caller's bytes are not rewritten behind its back.
+  CHECK(bytes.as<uint8_t>()[1] == 2);
+}
+
 TEST_CASE("No handle is left on any device after all tensors are gone", "[lifetime]") {
   auto rt = make_runtime();
   auto cpu0 = rt.device("cpu:0"), cpu1 = rt.device("cpu:1");

@@ -149,6 +149,20 @@ void TensorData::check_dtype(DType expected) const {
                               " elements but the tensor holds " + std::string(name_of(dtype)));
 }
 
+void canonicalize_bools(TensorData& x) noexcept {
+  if (x.dtype != DType::boolean) return;
+  const auto* src = x.bytes.as<const uint8_t>();
+  const size_t n = x.bytes.size();
+  size_t first = 0;
+  while (first < n && src[first] <= 1) ++first;
+  if (first == n) return;  // the common case: already canonical, nothing written
+  // Bytes are shared and immutable once written: rewrite a private copy
+  // unless this is the only holder.
+  if (!x.bytes.unique()) x.bytes = Bytes::copy_of(src, n);
+  auto* dst = x.bytes.as<uint8_t>();
+  for (size_t i = first; i < n; ++i) dst[i] = dst[i] != 0 ? 1 : 0;
+}
+
 double TensorData::at(int64_t i) const {
   if (i < 0 || i >= numel())
     throw std::out_of_range("TensorData::at: index " + std::to_string(i) + " outside " + std::to_string(numel()) +
