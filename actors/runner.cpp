@@ -308,12 +308,9 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
   const auto& meta = it->second.meta;
   if (!data) {
     resolve(st, id, nullptr, data.error());
-  } else if (data->shape != meta.shape || data->dtype != meta.dtype || data->bytes.size() != meta.bytes()) {
-    resolve(
-        st, id, nullptr,
-        make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " carries " + data->shape.to_string() +
-                                             " " + std::string(name_of(data->dtype)) + ", expected " +
-                                             meta.shape.to_string() + " " + std::string(name_of(meta.dtype))));
+  } else if (auto err = validate_data(*data, meta.shape, meta.dtype)) {
+    resolve(st, id, nullptr,
+            make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + ": " + describe(err).message));
   } else {
     st.stats.bytes_bridged_in += data->bytes.size();
     if (st.tracer) {

@@ -11,6 +11,7 @@
 #include "actors/runner.hpp"
 #include "actors/trace.hpp"
 #include "backends/backend.hpp"
+#include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::detail {
 
@@ -448,11 +449,16 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
   return fut;
 }
 
-Future<TensorData> Core::read(DeviceId device, TensorId id, std::shared_ptr<const void> keep) {
+Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
   flush(device);
-  return ask<TensorData, TensorData>(
-      std::move(keep), [](Promise<TensorData>& p, TensorData& d) { p.set_value(std::move(d)); }, read_atom::value,
-      device, id);
+  auto check = [device = info(device).name, ir](Promise<TensorData>& p, TensorData& d) {
+    if (auto err = validate_data(d, ir.shape, ir.dtype))
+      p.set_error(to_exception(make_error(Errc::protocol_error, "read of tensor " + std::to_string(ir.id.value) +
+                                                                    " from " + device + ": " + describe(err).message)));
+    else
+      p.set_value(std::move(d));
+  };
+  return ask<TensorData, TensorData>(std::move(keep), std::move(check), read_atom::value, device, ir.id);
 }
 
 Future<void> Core::sync(DeviceId device) {

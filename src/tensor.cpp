@@ -113,7 +113,7 @@ Future<TensorData> Tensor::read() const {
   // The handle rides along: dropping the last Tensor right after read()
   // would otherwise send the drop ahead of the read request (it is sent
   // from a spawned actor), and the read would find no tensor.
-  return h.core->read(h.device, h.ir.id, h_);
+  return h.core->read(h.device, h.ir, h_);
 }
 
 Tensor Tensor::to(const Device& target) const {

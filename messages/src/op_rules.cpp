@@ -501,4 +501,12 @@ caf::error validate_data(const TensorData& data) {
   return {};
 }
 
+caf::error validate_data(const TensorData& data, const Shape& shape, DType dtype) {
+  if (auto err = validate_data(data)) return err;
+  if (data.shape != shape || data.dtype != dtype)
+    return make_error(Errc::protocol_error, "tensor data of " + data.shape.to_string() + " " + dt(data.dtype) +
+                                                ", expected " + shape.to_string() + " " + dt(dtype));
+  return {};
+}
+
 }  // namespace switchyard

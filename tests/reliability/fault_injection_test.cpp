@@ -148,6 +148,51 @@ TEST_CASE("a failed read fails that read only; the tensor stays readable", "[rel
   CHECK(live_handles(d) == 0);
 }
 
+TEST_CASE("a read reply that does not match its tensor fails that read with protocol_error", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  {
+    auto a = d.tensor<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+    d.sync().get();
+    for (auto lie : {FaultPlan::Lie::short_bytes, FaultPlan::Lie::wrong_shape}) {
+      INFO("lie " << static_cast<int>(lie));
+      f.plan->lie = lie;
+      f.plan->lie_to_data_at = f.plan->to_datas.load() + 1;
+      std::string msg;
+      CHECK(read_error(a, &msg) == Errc::protocol_error);
+      CHECK_THAT(msg, Catch::Contains("read of tensor " + std::to_string(a.id().value)) &&
+                          Catch::Contains("faulty:0") && Catch::Contains("[2, 3]") && Catch::Contains("expected"));
+      // The device told one lie; the tensor and later reads are fine.
+      CHECK(a.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+    }
+  }
+  CHECK(live_handles(d) == 0);
+}
+
+TEST_CASE("a bridge export that does not match its tensor poisons the copy with protocol_error",
+          "[reliability][fault]") {
+  Faulty f({"cpu:0", "faulty:0"});
+  auto cpu = f.dev("cpu:0");
+  auto bad = f.dev("faulty:0");
+  {
+    auto x = bad.tensor<float>({4, 5, 6, 7}, {2, 2});
+    bad.sync().get();
+    for (auto lie : {FaultPlan::Lie::short_bytes, FaultPlan::Lie::wrong_shape}) {
+      INFO("lie " << static_cast<int>(lie));
+      f.plan->lie = lie;
+      f.plan->lie_to_data_at = f.plan->to_datas.load() + 1;
+      auto y = x.to(cpu);
+      auto z = y + 1.0f;
+      std::string msg;
+      CHECK(read_error(z, &msg) == Errc::protocol_error);
+      CHECK_THAT(msg, Catch::Contains("cpu:0: import of") && Catch::Contains("[2, 2]") && Catch::Contains("expected"));
+      CHECK((x.to(cpu) + 1.0f).to_vector<float>() == std::vector<float>{5, 6, 7, 8});
+    }
+  }
+  CHECK(live_handles(cpu) == 0);
+  CHECK(live_handles(bad) == 0);
+}
+
 TEST_CASE("a bridge whose import allocation fails poisons the copy, not the source", "[reliability][fault]") {
   Faulty f({"cpu:0", "faulty:0"});
   auto cpu = f.dev("cpu:0");

@@ -30,6 +30,14 @@ struct FaultPlan {
   std::atomic<uint64_t> fail_from_data_at{0};  // the N-th upload (allocation) fails
   std::atomic<uint64_t> fail_to_data_at{0};    // the N-th read or export fails
   std::atomic<Mode> mode{Mode::error};
+  // The N-th read or export succeeds but hands back data that does not match
+  // the tensor, as a lying remote worker would: the receiver must notice.
+  enum class Lie : uint8_t {
+    short_bytes,  // right shape and dtype, one byte missing
+    wrong_shape,  // self-consistent data of another shape
+  };
+  std::atomic<uint64_t> lie_to_data_at{0};
+  std::atomic<Lie> lie{Lie::short_bytes};
 
   std::atomic<uint64_t> executes{0};
   std::atomic<uint64_t> from_datas{0};
@@ -60,6 +68,13 @@ class FaultyBackend final : public backends::Backend {
       done(make_error(Errc::kernel_failure, "injected fault in to_data #" + std::to_string(plan_->to_datas.load())));
       return;
     }
+    if (hit_at(plan_->to_datas.load(), plan_->lie_to_data_at)) {
+      inner_->to_data(t, buffer, [lie = plan_->lie.load(), done = std::move(done)](caf::expected<TensorData> r) {
+        if (r) *r = falsify(std::move(*r), lie);
+        done(std::move(r));
+      });
+      return;
+    }
     inner_->to_data(t, buffer, std::move(done));
   }
 
@@ -79,8 +94,21 @@ class FaultyBackend final : public backends::Backend {
 
  private:
   static bool hit(std::atomic<uint64_t>& counter, const std::atomic<uint64_t>& at) {
-    auto n = counter.fetch_add(1) + 1;
-    return at.load() != 0 && n == at.load();
+    return hit_at(counter.fetch_add(1) + 1, at);
+  }
+  static bool hit_at(uint64_t n, const std::atomic<uint64_t>& at) { return at.load() != 0 && n == at.load(); }
+
+  static TensorData falsify(TensorData d, FaultPlan::Lie lie) {
+    TensorData out;
+    out.dtype = d.dtype;
+    if (lie == FaultPlan::Lie::short_bytes) {
+      out.shape = d.shape;
+      out.bytes = Bytes::copy_of(d.bytes.data(), d.bytes.size() - 1);
+    } else {
+      out.shape = Shape{d.shape.numel()};  // flattened: the bytes still match
+      out.bytes = d.bytes;
+    }
+    return out;
   }
 
   caf::error fault(const char* where, Errc code) {

@@ -46,6 +46,9 @@ struct TensorSpec {
 /// valid dtype, a shape within bounds and exactly numel * size_of(dtype)
 /// bytes, so element access cannot leave the buffer.
 [[nodiscard]] caf::error validate_data(const TensorData& data);
+/// validate_data, and the data is of `shape` and `dtype`: what a read reply
+/// or a bridge import must carry for the tensor it is meant for.
+[[nodiscard]] caf::error validate_data(const TensorData& data, const Shape& shape, DType dtype);
 
 /// Row-major strides of a shape (elements).
 [[nodiscard]] std::vector<int64_t> contiguous_strides(const Shape& s);
