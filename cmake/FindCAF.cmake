@@ -3,6 +3,16 @@
 #   CAF::core, CAF::io, CAF::openssl (io and openssl link core; core links Threads).
 find_package(Threads REQUIRED)
 
+# A changed CAF_ROOT (e.g. the TSan build's own CAF) must not keep the paths
+# found before from the cache.
+if(NOT "${CAF_ROOT}" STREQUAL "${_CAF_ROOT_SEEN}")
+  unset(CAF_INCLUDE_DIR CACHE)
+  unset(CAF_CORE_LIBRARY CACHE)
+  unset(CAF_IO_LIBRARY CACHE)
+  unset(CAF_OPENSSL_LIBRARY CACHE)
+  set(_CAF_ROOT_SEEN "${CAF_ROOT}" CACHE INTERNAL "CAF_ROOT of the last search")
+endif()
+
 find_path(CAF_INCLUDE_DIR caf/config.hpp)
 find_library(CAF_CORE_LIBRARY caf_core)
 find_library(CAF_IO_LIBRARY caf_io)
