@@ -232,6 +232,15 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client hanging up must not kill the server
+  // Blocked here, so in every thread main starts (HTTP workers, CAF, the
+  // batcher); only the signal thread unblocks them. A handler run on the main
+  // thread, blocked in accept(), was deferred under TSan until the next
+  // connection arrived; on an HTTP worker it would interrupt request I/O.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   Options opt = parse_args(argc, argv);
   mlp::Model model;
@@ -410,6 +419,7 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> listening_done{false};
   std::thread signal_thread([&] {
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a signal pending since start-up arrives now
     while (!listening_done) {
       pollfd p{signal_pipe[0], POLLIN, 0};
       if (poll(&p, 1, 100) <= 0) continue;
