@@ -85,7 +85,8 @@ class Core : public std::enable_shared_from_this<Core> {
   /// the tensor's drop cannot overtake the read. The reply must match `ir`'s
   /// shape and dtype and carry exactly their bytes, else the read fails with
   /// protocol_error: a remote worker is not trusted to send what was asked.
-  [[nodiscard]] Future<TensorData> read(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep = nullptr);
+  [[nodiscard]] Future<TensorData> read(DeviceId device, const TensorIr& ir,
+                                        std::shared_ptr<const void> keep = nullptr);
   [[nodiscard]] Future<void> sync(DeviceId device);
   [[nodiscard]] Future<DeviceStats> stats(DeviceId device);
   void bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir);
