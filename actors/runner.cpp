@@ -39,8 +39,6 @@ struct RunnerState {
   std::shared_ptr<Tracer> tracer;  // null: tracing off
   uint32_t track = 0;
   std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
-
-  static inline const char* name_hint = "switchyard.runner";
 };
 
 using Self = runner_actor::stateful_pointer<RunnerState>;
