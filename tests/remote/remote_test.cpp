@@ -238,6 +238,26 @@ TEST_CASE("a worker frees the tensors of a client that went away and keeps servi
   CHECK(dev.full({2}, 4).to_vector<float>() == std::vector<float>{4, 4});
 }
 
+TEST_CASE("a worker frees the tensors of a client process that was killed", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime observer(local_cpu());
+  observer.connect(w.host(), w.port());
+  auto dev = observer.device(w.address() + "/cpu:0");
+  sy::testing::ChildProcess client({SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "25"});
+  REQUIRE(client.read_line(30s) == "ready");
+  CHECK(dev.stats().get().live_handles == 25);
+  // SIGKILL: no drop, no close, no goodbye; only the connection ends.
+  client.stop(SIGKILL);
+  uint64_t live = 1;
+  for (int i = 0; i < 250 && live != 0; ++i) {
+    live = dev.stats().get().live_handles;
+    if (live != 0) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(live == 0);
+  CHECK(dev.stats().get().live_bytes == 0);
+  CHECK(dev.full({2}, 4).to_vector<float>() == std::vector<float>{4, 4});
+}
+
 TEST_CASE("connecting to a dead address or twice gives clear errors", "[remote]") {
   sy::Runtime rt(local_cpu());
   uint16_t port = 0;

@@ -1,7 +1,8 @@
 #pragma once
 
-// Starts a switchyard-worker child process for tests and stops it (SIGTERM,
-// then SIGKILL) when it goes out of scope. Everything is bounded in time.
+// Starts switchyard-worker (and other helper) child processes for tests and
+// stops them (SIGTERM, then SIGKILL) when they go out of scope. Everything is
+// bounded in time.
 
 #include <chrono>
 #include <cstdint>
@@ -19,47 +20,33 @@ extern char** environ;
 
 namespace switchyard::testing {
 
-class WorkerProcess {
+/// A child process whose stdout the test reads line by line; stopped
+/// (SIGTERM, then SIGKILL) when it goes out of scope.
+class ChildProcess {
  public:
-  /// Runs the worker with `args` and waits (up to 20 s) for its
-  /// "listening on HOST:PORT" line; throws if it exits or stays silent.
-  explicit WorkerProcess(std::vector<std::string> args) {
+  explicit ChildProcess(std::vector<std::string> argv_strings) {
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe failed");
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    std::vector<std::string> all{SWITCHYARD_WORKER_PATH};
-    all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
+    for (auto& a : argv_strings) argv.push_back(a.data());
     argv.push_back(nullptr);
     int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
     out_ = out[0];
-    if (rc != 0) throw std::runtime_error("cannot start " + all[0]);
-    auto line = read_line(std::chrono::seconds(20));
-    auto pos = line.find("listening on ");
-    auto colon = line.rfind(':');
-    if (pos == std::string::npos || colon == std::string::npos) {
-      stop(SIGKILL);
-      throw std::runtime_error("worker did not report its address (got '" + line + "')");
-    }
-    host_ = line.substr(pos + 13, colon - pos - 13);
-    port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+    if (rc != 0) throw std::runtime_error("cannot start " + argv_strings[0]);
   }
-  ~WorkerProcess() {
+  ~ChildProcess() {
     stop(SIGTERM);
     if (out_ >= 0) close(out_);
   }
-  WorkerProcess(const WorkerProcess&) = delete;
-  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
 
-  [[nodiscard]] const std::string& host() const { return host_; }
-  [[nodiscard]] uint16_t port() const { return port_; }
-  [[nodiscard]] std::string address() const { return host_ + ":" + std::to_string(port_); }
   [[nodiscard]] pid_t pid() const { return pid_; }
 
   /// Sends `sig` and reaps the process (SIGKILL after 10 s); returns the
@@ -81,7 +68,7 @@ class WorkerProcess {
     return status;
   }
 
- private:
+  /// The next line of the child's stdout, or what arrived of it by `limit`.
   std::string read_line(std::chrono::milliseconds limit) {
     std::string line;
     auto deadline = std::chrono::steady_clock::now() + limit;
@@ -96,8 +83,37 @@ class WorkerProcess {
     return line;
   }
 
+ private:
   pid_t pid_ = -1;
   int out_ = -1;
+};
+
+class WorkerProcess : public ChildProcess {
+ public:
+  /// Runs the worker with `args` and waits (up to 20 s) for its
+  /// "listening on HOST:PORT" line; throws if it exits or stays silent.
+  explicit WorkerProcess(std::vector<std::string> args) : ChildProcess(with_path(std::move(args))) {
+    auto line = read_line(std::chrono::seconds(20));
+    auto pos = line.find("listening on ");
+    auto colon = line.rfind(':');
+    if (pos == std::string::npos || colon == std::string::npos) {
+      stop(SIGKILL);
+      throw std::runtime_error("worker did not report its address (got '" + line + "')");
+    }
+    host_ = line.substr(pos + 13, colon - pos - 13);
+    port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  }
+
+  [[nodiscard]] const std::string& host() const { return host_; }
+  [[nodiscard]] uint16_t port() const { return port_; }
+  [[nodiscard]] std::string address() const { return host_ + ":" + std::to_string(port_); }
+
+ private:
+  static std::vector<std::string> with_path(std::vector<std::string> args) {
+    args.insert(args.begin(), SWITCHYARD_WORKER_PATH);
+    return args;
+  }
+
   std::string host_;
   uint16_t port_ = 0;
 };
