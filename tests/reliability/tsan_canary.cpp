@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <thread>
 #include <vector>
 
@@ -24,19 +23,20 @@ int main(int argc, char** argv) {
   const bool race = argc > 1 && std::strcmp(argv[1], "race") == 0;
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto payload = std::make_shared<std::vector<int>>(1000, 7);  // written here, before the send
+  std::vector<int> payload;
   std::atomic<long> sum{0};
   auto receiver = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
-    return {[&, self](int64_t address) {
-      const auto* values = reinterpret_cast<const std::vector<int>*>(address);
+    return {[&, self](int go) {
       long s = 0;
-      for (int x : *values) s += x;
+      for (int x : payload) s += static_cast<long>(x) * go;  // reads what main wrote before the send
       if (race) unordered = 1;
       sum.store(s, std::memory_order_relaxed);  // relaxed: orders nothing for TSan
       self->quit();
     }};
   });
-  caf::anon_send(receiver, reinterpret_cast<int64_t>(payload.get()));
+  // Written after the spawn, so only the message can order it before the read.
+  payload.assign(1000, 7);
+  caf::anon_send(receiver, 1);
   while (sum.load(std::memory_order_relaxed) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (race) std::printf("unordered = %d\n", unordered);
   std::printf("sum = %ld\n", sum.load());
