@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/common/number_conversion.hpp"
 #include "backends/common/philox.hpp"
 #include "backends/cpu/loops.hpp"
 
@@ -84,32 +85,10 @@ T nan_min(T a, T b) {
   return a < b ? a : b;
 }
 
-// A double (a fill value, a scalar operand, a clamp bound) in T with the
-// runtime's cast rule: truncation toward zero and wrapping for integers
-// (a plain static_cast is undefined out of range, e.g. -1.0 to u8).
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, bool>)
-    return v != 0;
-  else if constexpr (std::is_floating_point_v<T>)
-    return static_cast<T>(v);
-  else
-    return static_cast<T>((std::isfinite(v) && v > -9.2e18 && v < 9.2e18) ? static_cast<int64_t>(v)
-                                                                          : std::numeric_limits<int64_t>::min());
-}
-
-// A clamp bound for integer T: limited to T's range first, so a bound
-// beyond it does nothing instead of wrapping around.
-template <class T>
-T clamp_bound(double v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const double lo = std::max(static_cast<double>(std::numeric_limits<T>::lowest()), -9.2e18);
-    const double hi = std::min(static_cast<double>(std::numeric_limits<T>::max()), 9.2e18);
-    return from_double<T>(std::clamp(v, lo, hi));
-  } else {
-    return static_cast<T>(v);
-  }
-}
+// Fill values, scalar operands, arange elements, clamp bounds and casts
+// use the runtime's one conversion rule, shared with the other backends.
+using backends::clamp_bound;
+using backends::from_double;
 
 Bytes output_for(Context& ctx, const TensorIr& out, const Inputs& in,
                  std::initializer_list<const TensorIr*> candidates) {
@@ -347,17 +326,9 @@ void convert(Context& ctx, const void* src, DType from, void* dst, DType to, int
       D* d = static_cast<D*>(dst);
       ctx.pool.parallel_for(n, parallel_grain, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
-          if constexpr (std::is_same_v<D, bool>)
-            d[i] = s[i] != S(0);
-          else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
-            // Out-of-range and NaN conversions are undefined in C++; go
-            // through int64 (defined for finite values in range) and wrap.
-            S v = s[i];
-            d[i] = (std::isfinite(v) && v > S(-9.2e18) && v < S(9.2e18))
-                       ? static_cast<D>(static_cast<int64_t>(v))
-                       : static_cast<D>(std::numeric_limits<int64_t>::min());
-          } else
-            d[i] = static_cast<D>(s[i]);
+          // Out-of-range and NaN float -> integer conversions are undefined
+          // in C++; the shared rule goes through int64 and wraps.
+          d[i] = backends::convert_element<S, D>(s[i]);
         }
       });
     });

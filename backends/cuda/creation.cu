@@ -3,6 +3,7 @@
 // random transforms must round exactly like the CPU backend (no fused
 // multiply-add), so both backends give the same bits.
 
+#include "backends/common/number_conversion.hpp"
 #include "backends/common/philox.hpp"
 #include "backends/cuda/device_util.cuh"
 
@@ -16,7 +17,8 @@ __global__ void fill_kernel(W* out, W value, int64_t n) {
 
 template <class T>
 __global__ void arange_kernel(T* out, int64_t n, double start, double step) {
-  SY_GRID_STRIDE(i, n) out[i] = static_cast<T>(start + step * static_cast<double>(i));
+  // The shared rule, as on the CPU: arange(-3, 3, 1, u8) wraps to 253, 254, 255, 0, 1, 2.
+  SY_GRID_STRIDE(i, n) out[i] = from_double<T>(start + step * static_cast<double>(i));
 }
 
 template <class W>

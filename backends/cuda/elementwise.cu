@@ -6,10 +6,15 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/common/number_conversion.hpp"
 #include "backends/cuda/device_util.cuh"
 
 namespace switchyard::backends::cuda::kern {
 namespace {
+
+using backends::clamp_bound;
+using backends::convert_element;
+using backends::from_double;
 
 template <class T>
 inline constexpr bool is_f = std::is_floating_point_v<T>;
@@ -19,21 +24,8 @@ inline constexpr bool is_b = std::is_same_v<T, bool>;
 // --- cast -------------------------------------------------------------
 
 template <class S, class D>
-__device__ inline D convert(S v) {
-  if constexpr (std::is_same_v<D, bool>) {
-    return v != S(0);
-  } else if constexpr (is_f<S> && std::is_integral_v<D>) {
-    // As on the CPU: via int64 for finite in-range values, else INT64_MIN wrapped.
-    return (isfinite(v) && v > S(-9.2e18) && v < S(9.2e18)) ? static_cast<D>(static_cast<int64_t>(v))
-                                                            : static_cast<D>(INT64_MIN);
-  } else {
-    return static_cast<D>(v);
-  }
-}
-
-template <class S, class D>
 __global__ void cast_kernel(const S* src, D* dst, int64_t n) {
-  SY_GRID_STRIDE(i, n) dst[i] = convert<S, D>(src[i]);
+  SY_GRID_STRIDE(i, n) dst[i] = convert_element<S, D>(src[i]);
 }
 
 // --- unary ------------------------------------------------------------
@@ -44,7 +36,6 @@ template <class T>
 constexpr bool unary_valid(int k) {
   switch (k) {
     case u_neg:
-    case u_sign:
     case u_relu:
     case u_floor:
     case u_ceil:
@@ -52,6 +43,7 @@ constexpr bool unary_valid(int k) {
     case u_clamp:
       return !is_b<T>;
     case u_abs:
+    case u_sign:  // bool: the identity, as on the CPU
     case u_logical_not:
     case u_isnan:
     case u_isinf:
@@ -76,10 +68,13 @@ struct UnaryFn {
         return x;
       else
         return x < T(0) ? static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x)) : x;
-    } else if constexpr (K == u_sign)
-      return static_cast<T>((T(0) < x) - (x < T(0)));
-    else if constexpr (K == u_relu)
-      return x > T(0) ? x : T(0);
+    } else if constexpr (K == u_sign) {
+      if constexpr (is_b<T>)
+        return x;
+      else
+        return static_cast<T>((T(0) < x) - (x < T(0)));
+    } else if constexpr (K == u_relu)
+      return x > T(0) || x != x ? x : T(0);  // NaN stays NaN, as on the CPU and in PyTorch
     else if constexpr (K == u_floor) {
       if constexpr (is_f<T>)
         return floor(x);
@@ -172,8 +167,9 @@ cudaError_t dispatch_unary(const Launch& l, int kind, const T* in, void* out, in
       if constexpr (K == u_clamp) {
         fn.has_lo = !std::isnan(a);
         fn.has_hi = !std::isnan(b);
-        fn.lo = fn.has_lo ? static_cast<T>(a) : T(0);
-        fn.hi = fn.has_hi ? static_cast<T>(b) : T(0);
+        // Limited to T's range first, as on the CPU: u8 clamp(-1, 2) is [0, 2].
+        fn.lo = fn.has_lo ? clamp_bound<T>(a) : T(0);
+        fn.hi = fn.has_hi ? clamp_bound<T>(b) : T(0);
       }
       return launch(l, n, unary_kernel<T, K>, in, static_cast<typename Fn::R*>(out), n, fn);
     }
@@ -348,14 +344,6 @@ __global__ void where_kernel(const uint8_t* c, const W* a, const W* b, W* out, L
   }
 }
 
-template <class T>
-T scalar_as(double v) {
-  if constexpr (std::is_same_v<T, bool>)
-    return v != 0;
-  else
-    return static_cast<T>(v);
-}
-
 }  // namespace
 
 cudaError_t cast(Launch l, const void* src, DType from, void* dst, DType to, int64_t n) {
@@ -379,8 +367,8 @@ cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs
                    void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
   return by_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs), scalar_as<T>(lhs_scalar),
-                              scalar_as<T>(rhs_scalar), out, layout, n, status);
+    return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs),
+                              from_double<T>(lhs_scalar), from_double<T>(rhs_scalar), out, layout, n, status);
   });
 }
 

@@ -1,0 +1,93 @@
+#pragma once
+
+// The runtime's one rule for turning a number into an element of a dtype,
+// shared by the CPU backend (g++) and the CUDA backend's host code and
+// kernels (nvcc), so a fill value, a scalar operand, an arange element, a
+// pad value or a cast gives the same bits on every device.
+//
+//   to bool            v != 0
+//   to f32 / f64       the C++ conversion (round to nearest)
+//   float to integer   truncation toward zero through int64, then wrapping
+//                      to the width (-1.0 -> u8 255); NaN, infinities and
+//                      values beyond +-9.2e18 become INT64_MIN wrapped
+//                      (a plain static_cast is undefined there)
+//   integer to integer wrapping (two's complement)
+//
+// A clamp bound is different: it is first limited to the dtype's range, so
+// a bound beyond it does nothing instead of wrapping around (clamp_bound).
+//
+// No <cmath>, no std::numeric_limits in the device paths: both are host-only
+// in device code without --expt-relaxed-constexpr. A NaN fails both range
+// comparisons, and so do the infinities, which makes isfinite unnecessary.
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#ifndef SY_HOST_DEVICE  // also defined (identically) by philox.hpp
+#if defined(__CUDACC__)
+#define SY_HOST_DEVICE __host__ __device__
+#else
+#define SY_HOST_DEVICE
+#endif
+#endif
+
+namespace switchyard::backends {
+
+/// Finite doubles strictly inside +-this convert to int64 without overflow.
+inline constexpr double int64_safe_bound = 9.2e18;
+inline constexpr int64_t int64_lowest = -9223372036854775807LL - 1;
+
+/// A floating value (float or double) as int64: truncation toward zero, or
+/// INT64_MIN for NaN, infinities and values beyond +-9.2e18.
+template <class F>
+SY_HOST_DEVICE inline int64_t float_to_int64(F v) {
+  return (v > F(-int64_safe_bound) && v < F(int64_safe_bound)) ? static_cast<int64_t>(v) : int64_lowest;
+}
+
+/// Element S converted to element D with the runtime's cast rule.
+template <class S, class D>
+SY_HOST_DEVICE inline D convert_element(S v) {
+  if constexpr (std::is_same_v<D, bool>)
+    return v != S(0);
+  else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>)
+    return static_cast<D>(float_to_int64(v));
+  else
+    return static_cast<D>(v);
+}
+
+/// A double (fill value, scalar operand, arange element, pad value) in T.
+template <class T>
+SY_HOST_DEVICE inline T from_double(double v) {
+  return convert_element<double, T>(v);
+}
+
+/// A clamp bound in T: for integer T limited to T's range (and +-9.2e18)
+/// first, so clamp(-1, 2) on u8 clamps to [0, 2] rather than [255, 2].
+/// Host only (the bounds are computed once per launch).
+template <class T>
+inline T clamp_bound(double v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const double lo_limit = static_cast<double>(std::numeric_limits<T>::lowest());
+    const double hi_limit = static_cast<double>(std::numeric_limits<T>::max());
+    const double lo = lo_limit > -int64_safe_bound ? lo_limit : -int64_safe_bound;
+    const double hi = hi_limit < int64_safe_bound ? hi_limit : int64_safe_bound;
+    // NaN means "no bound" to the callers; it never reaches here.
+    return from_double<T>(v < lo ? lo : (v > hi ? hi : v));
+  } else {
+    return from_double<T>(v);
+  }
+}
+
+/// The bit pattern of from_double<T>(v) in the low sizeof(T) bytes (for
+/// kernels that fill by width, not by dtype).
+template <class T>
+inline uint64_t bits_of(double v) {
+  const T x = from_double<T>(v);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &x, sizeof(T));
+  return bits;
+}
+
+}  // namespace switchyard::backends
