@@ -16,15 +16,19 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <dlfcn.h>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 
+#include "backends/common/number_conversion.hpp"
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/layout_plan.hpp"
@@ -82,6 +86,33 @@ constexpr size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
 
 // --- device state ---------------------------------------------------------
 
+/// Restores the calling thread's current CUDA device when it goes.
+class CurrentDeviceGuard {
+ public:
+  CurrentDeviceGuard() {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+  }
+  ~CurrentDeviceGuard() {
+    if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
+  CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+/// Whether an error from a stream query means the context is broken for good
+/// (an illegal address, a trap, ...): such errors are returned by every
+/// later call, so a second query returning the same error confirms it.
+bool is_sticky(cudaStream_t stream, cudaError_t first) {
+  if (first == cudaSuccess || first == cudaErrorNotReady) return false;
+  return cudaStreamQuery(stream) == first;
+}
+
 /// Per-device state shared by the backend and every buffer it made, so that
 /// the last buffer (whoever drops it) can still free its memory.
 class DeviceState {
@@ -91,6 +122,9 @@ class DeviceState {
   DeviceState& operator=(const DeviceState&) = delete;
 
   caf::error init() {
+    // The constructing thread's current device is left as it was: a runtime
+    // that starts cuda:0..N must not leave its caller on the last GPU.
+    CurrentDeviceGuard keep_current;
     SY_CUDA_TRY(cudaSetDevice(index_));
     SY_CUDA_TRY(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     SY_CUDA_TRY(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
@@ -189,6 +223,35 @@ class DeviceState {
     return {};
   }
 
+  /// Marks the device lost (the first sticky error wins); true when this
+  /// call was the one that did.
+  bool mark_lost(cudaError_t e) noexcept {
+    int expected = cudaSuccess;
+    return lost_.compare_exchange_strong(expected, static_cast<int>(e));
+  }
+  [[nodiscard]] bool lost() const noexcept { return lost_.load() != cudaSuccess; }
+  /// The error every request gets once the device is lost.
+  [[nodiscard]] caf::error lost_error() const {
+    const auto e = static_cast<cudaError_t>(lost_.load());
+    return make_error(Errc::device_lost, "cuda:" + std::to_string(index_) + " lost: " + cudaGetErrorName(e) + " (" +
+                                             cudaGetErrorString(e) +
+                                             "); the device is unusable until the process restarts");
+  }
+  /// Checks both streams for a sticky error; marks the device lost if so.
+  bool detect_lost() noexcept {
+    if (lost()) return true;
+    for (cudaStream_t s : {copy_, compute_}) {
+      if (!s) continue;
+      const cudaError_t e = cudaStreamQuery(s);
+      if (is_sticky(s, e)) {
+        mark_lost(e);
+        return true;
+      }
+      if (e != cudaSuccess && e != cudaErrorNotReady) (void)cudaGetLastError();
+    }
+    return false;
+  }
+
   [[nodiscard]] int index() const noexcept { return index_; }
   [[nodiscard]] cudaStream_t compute() const noexcept { return compute_; }
   [[nodiscard]] cudaStream_t copy() const noexcept { return copy_; }
@@ -200,6 +263,7 @@ class DeviceState {
   int index_;
   uint64_t limit_;
   std::atomic<uint64_t> in_use_{0};
+  std::atomic<int> lost_{cudaSuccess};  // the sticky cudaError_t once lost
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   cudaMemPool_t pool_ = nullptr;
@@ -225,43 +289,45 @@ class Block {
 using BlockPtr = std::shared_ptr<Block>;
 
 /// A check a kernel performs on the data (index range, integer division by
-/// zero): the kernel writes a status word pair on the device; a read of any
-/// tensor computed from it copies the words with the data and fails with
-/// this error when the first word is set. Reads never wait on the device
-/// for it, and ops downstream of it inherit the check.
+/// zero): a record on the device (kern::check_record_words int64s) that the
+/// kernel flags. A buffer carries at most one record: an op whose inputs
+/// (and own kernel) bring several folds them into a new one (first set
+/// wins, inputs first), and one with a single source shares it, so the
+/// records a read copies and ops merge stay bounded. A read copies the
+/// record with the data and fails when it is flagged; one seen clear is
+/// clear for good (its writers precede the read in stream order) and is
+/// no longer inherited.
 struct Check {
-  BlockPtr word;  // int64 [flag, value]
-  Errc code = Errc::kernel_failure;
-  std::string op;
-  int64_t extent = 0;
-  int64_t axis = 0;
-
-  [[nodiscard]] caf::error error(int64_t value) const {
-    if (code == Errc::index_out_of_range)
-      return make_error(code, op + ": index " + std::to_string(value) + " is out of range for extent " +
-                                  std::to_string(extent) + " of axis " + std::to_string(axis));
-    return make_error(code, op + ": integer division by zero");
-  }
+  BlockPtr record;
+  mutable std::atomic<bool> seen_clear{false};
 };
-using Checks = std::vector<std::shared_ptr<const Check>>;
+using CheckPtr = std::shared_ptr<const Check>;
+
+/// The error a flagged record describes.
+caf::error check_error(const int64_t (&r)[kern::check_record_words]) {
+  static constexpr const char* names[] = {"gather", "scatter_add", "index_select", "remainder"};
+  const int64_t op = r[3] & 0xff, axis = r[3] >> 8;
+  if (op == kern::check_remainder) return make_error(Errc::kernel_failure, "remainder: integer division by zero");
+  const char* name = op >= 0 && op < 3 ? names[op] : "index op";
+  return make_error(Errc::index_out_of_range, std::string(name) + ": index " + std::to_string(r[1]) +
+                                                  " is out of range for extent " + std::to_string(r[2]) + " of axis " +
+                                                  std::to_string(axis));
+}
 
 class CudaBuffer final : public Buffer {
  public:
-  CudaBuffer(BlockPtr block, size_t size, Checks checks = {})
-      : block_(std::move(block)), size_(size), checks_(std::move(checks)) {}
+  CudaBuffer(BlockPtr block, size_t size) : block_(std::move(block)), size_(size) {}
   [[nodiscard]] size_t size() const noexcept override { return size_; }
   [[nodiscard]] void* data() const noexcept { return block_->data(); }
   [[nodiscard]] const BlockPtr& block() const noexcept { return block_; }
-  [[nodiscard]] const Checks& checks() const noexcept { return checks_; }
-  void add_checks(const Checks& more) {
-    for (const auto& c : more)
-      if (std::find(checks_.begin(), checks_.end(), c) == checks_.end()) checks_.push_back(c);
-  }
+  /// The data check this buffer's values depend on (null: none pending).
+  [[nodiscard]] const CheckPtr& check() const noexcept { return check_; }
+  void set_check(CheckPtr c) { check_ = std::move(c); }
 
  private:
   BlockPtr block_;
   size_t size_;
-  Checks checks_;
+  CheckPtr check_;
 };
 
 CudaBuffer* as_cuda(const BufferPtr& b) { return dynamic_cast<CudaBuffer*>(b.get()); }
@@ -341,23 +407,12 @@ struct PendingTransfer {
   BufferPtr buffer;  // keeps device memory alive until the copy completes
   TensorIr ir;
   ReadCallback done;  // empty for uploads
-  Checks checks;
+  CheckPtr check;     // copied after the data when set
 };
 
-template <class T>
-uint64_t bits_of(double v) {
-  T x;
-  if constexpr (std::is_same_v<T, bool>)
-    x = v != 0;
-  else
-    x = static_cast<T>(v);
-  uint64_t bits = 0;
-  std::memcpy(&bits, &x, sizeof(T));
-  return bits;
-}
-
+// Fill, pad and eye values with the shared conversion rule (the CPU's).
 uint64_t bits_for(DType t, double v) {
-  return visit_dtype(t, [&](auto tag) { return bits_of<decltype(tag)>(v); });
+  return visit_dtype(t, [&](auto tag) { return backends::bits_of<decltype(tag)>(v); });
 }
 
 caf::error unsupported(const std::string& what, DType t) {
@@ -371,17 +426,31 @@ class CudaBackend final : public Backend {
   CudaBackend(int index, const DeviceOptions& options)
       : dev_(std::make_shared<DeviceState>(index, options.memory_limit)), inbox_(std::make_unique<Inbox>()) {
     init_error_ = dev_->init();
+    if (!init_error_) watchdog_ = std::thread([this] { watch(); });
   }
 
   ~CudaBackend() override {
+    {
+      std::lock_guard lock(watch_mutex_);
+      stop_watch_ = true;
+    }
+    watch_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     // Wait for the copy stream so no host function touches the inbox after
     // it is gone; the DeviceState (shared with surviving buffers) goes last.
+    // (On a lost device this returns the sticky error at once.)
     if (cudaSetDevice(dev_->index()) == cudaSuccess && dev_->copy()) (void)cudaStreamSynchronize(dev_->copy());
     (void)cudaGetLastError();
     // Unfinished reads are dropped, not called back: the runner is going
     // away with us (its promises then report a broken promise).
-    for (auto& p : pending_) pinned_.give(p.chunk, p.chunk_size);
+    for (auto& p : pending_) {
+      if (dev_->lost())
+        pinned_.abandon(p.chunk);
+      else
+        pinned_.give(p.chunk, p.chunk_size);
+    }
     pending_.clear();
+    orphans_.clear();
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cuda"; }
@@ -389,25 +458,27 @@ class CudaBackend final : public Backend {
 
   caf::expected<BufferPtr> from_data(const TensorIr& t, TensorData data) override {
     if (init_error_) return init_error_;
+    if (dev_->lost()) return dev_->lost_error();
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
     auto out = upload(t, data.bytes);
-    if (!out) return std::move(out.error());
+    if (!out) return lost_or(std::move(out.error()));
     return BufferPtr{std::move(*out)};
   }
 
   void to_data(const TensorIr& t, const BufferPtr& buffer, ReadCallback done) override {
-    if (auto err = start_read(t, buffer, done)) done(std::move(err));
+    if (auto err = start_read(t, buffer, done)) done(lost_or(std::move(err)));
   }
 
   caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     if (init_error_) return init_error_;
+    if (dev_->lost()) return dev_->lost_error();
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
     for (const auto& b : inputs)
       if (!as_cuda(b)) return make_error(Errc::invalid_tensor, "cuda: input buffer of another backend");
     auto result = std::visit([&](auto& o) { return run(o, inputs); }, op.op);
-    if (!result) return std::move(result.error());
+    if (!result) return lost_or(std::move(result.error()));
     // Ops downstream of a data check inherit it, so their reads fail too.
-    for (const auto& b : inputs) (*result)->add_checks(as_cuda(b)->checks());
+    if (auto err = inherit_checks(**result, inputs)) return lost_or(std::move(err));
     outputs[0] = std::move(*result);
     return {};
   }
@@ -430,25 +501,86 @@ class CudaBackend final : public Backend {
       ++consumed_;
       finish(p);
     }
+    in_flight_.store(pending_.size(), std::memory_order_relaxed);
+    // On a lost device the host functions of the rest never run: fail them.
+    if (!pending_.empty() && dev_->lost()) fail_pending();
   }
 
   caf::error synchronize() override {
     if (init_error_) return init_error_;
+    if (dev_->lost()) {
+      poll();
+      return dev_->lost_error();
+    }
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
-    SY_CUDA_TRY(cudaStreamSynchronize(dev_->copy()));
-    SY_CUDA_TRY(cudaStreamSynchronize(dev_->compute()));
+    cudaError_t e = cudaStreamSynchronize(dev_->copy());
+    if (e == cudaSuccess) e = cudaStreamSynchronize(dev_->compute());
+    if (e != cudaSuccess) {
+      if (dev_->detect_lost()) {
+        poll();
+        return dev_->lost_error();
+      }
+      SY_CUDA_TRY(e);
+    }
     poll();
     return {};
   }
 
   [[nodiscard]] MemoryStats memory() const override {
-    if (init_error_) return {};
+    if (init_error_ || dev_->lost()) return {};
     (void)cudaSetDevice(dev_->index());
     return dev_->memory();
   }
 
  private:
   using Result = caf::expected<std::shared_ptr<CudaBuffer>>;
+
+  // --- a lost device ------------------------------------------------------------
+
+  // The watchdog: while transfers are in flight, looks every 20 ms for a
+  // sticky error on the device's streams, and wakes the runner when it finds
+  // one (poll() then fails what is pending). Host functions never run once
+  // the context is broken, so without it those reads would wait forever.
+  void watch() {
+    if (cudaSetDevice(dev_->index()) != cudaSuccess) (void)cudaGetLastError();
+    std::unique_lock lock(watch_mutex_);
+    while (!stop_watch_) {
+      watch_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      if (stop_watch_ || dev_->lost() || in_flight_.load(std::memory_order_relaxed) == 0) continue;
+      if (dev_->detect_lost()) {
+        std::lock_guard wake_lock(inbox_->mutex);
+        if (inbox_->wake) inbox_->wake();
+      }
+    }
+  }
+
+  /// `err`, or the device-lost error when the failure was the device's end.
+  caf::error lost_or(caf::error err) {
+    if (dev_->lost() || dev_->detect_lost()) {
+      if (!pending_.empty()) fail_pending();
+      return dev_->lost_error();
+    }
+    return err;
+  }
+
+  /// Fails every pending read with the device-lost error. Their staging
+  /// chunks and buffers are abandoned: a copy might still touch them.
+  void fail_pending() {
+    auto pending = std::move(pending_);
+    pending_.clear();
+    in_flight_.store(0, std::memory_order_relaxed);
+    for (auto& p : pending) {
+      pinned_.abandon(p.chunk);
+      orphans_.push_back(std::move(p.buffer));
+    }
+    for (auto& p : pending)
+      if (p.done) p.done(dev_->lost_error());
+  }
+
+  void add_pending(PendingTransfer p) {
+    pending_.push_back(std::move(p));
+    in_flight_.store(pending_.size(), std::memory_order_relaxed);
+  }
 
   // --- transfers -------------------------------------------------------------
 
@@ -469,26 +601,31 @@ class CudaBackend final : public Backend {
       pinned_.give(chunk->first, chunk->second);
       SY_CUDA_TRY(e);
     }
-    // From here the chunk belongs to the copy until its host function ran;
-    // on an error it is abandoned rather than risk a copy still reading it.
+    // From here the chunk and the device memory belong to the copy until its
+    // host function ran; on an error both are abandoned (kept until the
+    // backend goes) rather than risk a copy still using them.
     e = cudaLaunchHostFunc(dev_->copy(), &Inbox::on_host, inbox_.get());
     if (e != cudaSuccess) {
       pinned_.abandon(chunk->first);
+      orphans_.push_back(out);
       SY_CUDA_TRY(e);
     }
-    pending_.push_back(PendingTransfer{chunk->first, chunk->second, out, t, {}, {}});
+    add_pending(PendingTransfer{chunk->first, chunk->second, out, t, {}, {}});
     if (auto err = dev_->order(dev_->copy(), dev_->compute())) return err;
     return out;
   }
 
   caf::error start_read(const TensorIr& t, const BufferPtr& buffer, ReadCallback& done) {
     if (init_error_) return init_error_;
+    if (dev_->lost()) return dev_->lost_error();
     auto* b = as_cuda(buffer);
     if (!b) return make_error(Errc::invalid_tensor, "cuda: buffer of another backend");
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
     const size_t bytes = t.bytes();
     const size_t data_part = align16(bytes);
-    auto chunk = pinned_.take(data_part + 16 * b->checks().size());
+    CheckPtr check = b->check() && !b->check()->seen_clear.load() ? b->check() : nullptr;
+    constexpr size_t record_bytes = kern::check_record_words * sizeof(int64_t);
+    auto chunk = pinned_.take(data_part + (check ? record_bytes : 0));
     if (!chunk) return std::move(chunk.error());
     if (auto err = dev_->order(dev_->compute(), dev_->copy())) {
       pinned_.give(chunk->first, chunk->second);
@@ -496,20 +633,27 @@ class CudaBackend final : public Backend {
     }
     cudaError_t e =
         bytes ? cudaMemcpyAsync(chunk->first, b->data(), bytes, cudaMemcpyDeviceToHost, dev_->copy()) : cudaSuccess;
-    for (size_t i = 0; i < b->checks().size() && e == cudaSuccess; ++i)
-      e = cudaMemcpyAsync(chunk->first + data_part + 16 * i, b->checks()[i]->word->data(), 16, cudaMemcpyDeviceToHost,
+    const bool data_queued = bytes && e == cudaSuccess;
+    if (e == cudaSuccess && check)
+      e = cudaMemcpyAsync(chunk->first + data_part, check->record->data(), record_bytes, cudaMemcpyDeviceToHost,
                           dev_->copy());
     if (e == cudaSuccess) e = cudaLaunchHostFunc(dev_->copy(), &Inbox::on_host, inbox_.get());
     if (e != cudaSuccess) {
-      pinned_.abandon(chunk->first);  // a copy may still be writing it
+      // A copy may still be reading the buffer and writing the chunk: keep
+      // both until the backend goes (the destructor waits for the stream).
+      pinned_.abandon(chunk->first);
+      if (data_queued || check) {
+        orphans_.push_back(buffer);
+        if (check) orphans_.push_back(check);
+      }
       SY_CUDA_TRY(e);
     }
-    pending_.push_back(PendingTransfer{chunk->first, chunk->second, buffer, t, std::move(done), b->checks()});
+    add_pending(PendingTransfer{chunk->first, chunk->second, buffer, t, std::move(done), std::move(check)});
     return {};
   }
 
   // Completes a transfer whose copy is done: an upload returns its staging
-  // chunk; a read checks the data-check words, copies the data out of the
+  // chunk; a read checks the data-check record, copies the data out of the
   // staging chunk and then calls back (once, outside the try).
   void finish(PendingTransfer& p) {
     if (!p.done) {
@@ -530,12 +674,46 @@ class CudaBackend final : public Backend {
   caf::expected<TensorData> read_result(const PendingTransfer& p) const {
     const size_t bytes = p.ir.bytes();
     const size_t data_part = align16(bytes);
-    for (size_t i = 0; i < p.checks.size(); ++i) {
-      int64_t word[2];
-      std::memcpy(word, p.chunk + data_part + 16 * i, sizeof word);
-      if (word[0] != 0) return p.checks[i]->error(word[1]);
+    if (p.check) {
+      int64_t record[kern::check_record_words];
+      std::memcpy(record, p.chunk + data_part, sizeof record);
+      if (record[0] != 0) return check_error(record);
+      p.check->seen_clear.store(true);
     }
     return TensorData(p.ir.shape, p.ir.dtype, Bytes::copy_of(p.chunk, bytes));
+  }
+
+  /// Gives `out` the one data check its value depends on: none, the single
+  /// pending one among its inputs' and its own, or a fold of several.
+  caf::error inherit_checks(CudaBuffer& out, std::span<BufferPtr> inputs) {
+    std::vector<CheckPtr> sources;
+    auto add = [&](const CheckPtr& c) {
+      if (c && !c->seen_clear.load() && std::find(sources.begin(), sources.end(), c) == sources.end())
+        sources.push_back(c);
+    };
+    for (const auto& b : inputs) add(as_cuda(b)->check());
+    add(out.check());  // the op's own check last: its inputs' failures came first
+    if (sources.size() <= 1) {
+      out.set_check(sources.empty() ? nullptr : sources.front());
+      return {};
+    }
+    // Fold max_fold at a time; each fold's result is the next fold's first source.
+    CheckPtr folded = sources.front();
+    size_t next = 1;
+    while (next < sources.size()) {
+      kern::CheckSources in;
+      in.records[in.count++] = static_cast<const int64_t*>(folded->record->data());
+      while (next < sources.size() && in.count < kern::max_fold)
+        in.records[in.count++] = static_cast<const int64_t*>(sources[next++]->record->data());
+      auto record = new_block(kern::check_record_words * sizeof(int64_t));
+      if (!record) return std::move(record.error());
+      SY_CUDA_TRY(kern::fold_checks(dev_->launch(), in, static_cast<int64_t*>((*record)->data())));
+      auto c = std::make_shared<Check>();
+      c->record = std::move(*record);
+      folded = std::move(c);
+    }
+    out.set_check(std::move(folded));
+    return {};
   }
 
   // --- helpers -----------------------------------------------------------------
@@ -578,22 +756,18 @@ class CudaBackend final : public Backend {
     return static_cast<const void*>(scratch->data());
   }
 
-  /// A zeroed status word pair for a data check.
-  caf::expected<std::shared_ptr<Check>> new_check(Errc code, std::string op, int64_t extent, int64_t axis) {
-    auto word = new_block(16);
-    if (!word) return std::move(word.error());
-    SY_CUDA_TRY(cudaMemsetAsync((*word)->data(), 0, 16, dev_->compute()));
+  /// A fresh data-check record for op `op` (kern::CheckOp).
+  caf::expected<std::shared_ptr<Check>> new_check(int op, int64_t extent, int64_t axis) {
+    auto record = new_block(kern::check_record_words * sizeof(int64_t));
+    if (!record) return std::move(record.error());
+    SY_CUDA_TRY(kern::init_check(dev_->launch(), static_cast<int64_t*>((*record)->data()), extent, op | (axis << 8)));
     auto c = std::make_shared<Check>();
-    c->word = std::move(*word);
-    c->code = code;
-    c->op = std::move(op);
-    c->extent = extent;
-    c->axis = axis;
+    c->record = std::move(*record);
     return c;
   }
 
   static void* ptr(const BufferPtr& b) { return as_cuda(b)->data(); }
-  static int64_t* status_of(const std::shared_ptr<Check>& c) { return static_cast<int64_t*>(c->word->data()); }
+  static int64_t* status_of(const std::shared_ptr<Check>& c) { return static_cast<int64_t*>(c->record->data()); }
 
   /// Turns a kernel entry's status into an error; NotSupported names the op.
   static caf::error kernel_status(cudaError_t e, const std::string& what, DType t, const char* expr, const char* file,
@@ -672,7 +846,7 @@ class CudaBackend final : public Backend {
     if (!b) return std::move(b.error());
     std::shared_ptr<Check> check;
     if (o.kind == BinaryKind::remainder && !is_floating(compute)) {
-      auto c = new_check(Errc::kernel_failure, "remainder", 0, 0);
+      auto c = new_check(kern::check_remainder, 0, 0);
       if (!c) return std::move(c.error());
       check = std::move(*c);
     }
@@ -683,7 +857,7 @@ class CudaBackend final : public Backend {
     SY_KERNEL_TRY(kern::binary(dev_->launch(), static_cast<int>(o.kind), compute, *a, *b, 0, 0, (*out)->data(), layout,
                                o.out.numel(), check ? status_of(check) : nullptr),
                   to_string(o.kind), compute);
-    if (check) (*out)->add_checks({check});
+    if (check) (*out)->set_check(check);
     return out;
   }
 
@@ -698,7 +872,7 @@ class CudaBackend final : public Backend {
     if (!a) return std::move(a.error());
     std::shared_ptr<Check> check;
     if (int_remainder && o.scalar_first) {
-      auto c = new_check(Errc::kernel_failure, "remainder", 0, 0);
+      auto c = new_check(kern::check_remainder, 0, 0);
       if (!c) return std::move(c.error());
       check = std::move(*c);
     }
@@ -711,7 +885,7 @@ class CudaBackend final : public Backend {
     SY_KERNEL_TRY(kern::binary(dev_->launch(), static_cast<int>(o.kind), compute, lhs, rhs, o.scalar, o.scalar,
                                (*out)->data(), layout, n, check ? status_of(check) : nullptr),
                   to_string(o.kind), compute);
-    if (check) (*out)->add_checks({check});
+    if (check) (*out)->set_check(check);
     return out;
   }
 
@@ -753,9 +927,19 @@ class CudaBackend final : public Backend {
     }
     auto kept = make_layout<1>(kept_dims, {kept_strides});
     auto red = make_layout<1>(red_dims, {red_strides});
-    SY_KERNEL_TRY(kern::reduce(dev_->launch(), static_cast<int>(o.kind), o.in.dtype, o.out.dtype, ptr(in[0]),
-                               (*out)->data(), kept, o.out.numel(), red, count, o.correction),
-                  to_string(o.kind), o.in.dtype);
+    // Scratch for split reductions (x.sum() over many elements): freed
+    // stream-ordered after the kernels.
+    BlockPtr scratch;
+    const size_t scratch_bytes = kern::reduce_scratch_bytes(dev_->launch(), o.out.numel(), count);
+    if (scratch_bytes > 0) {
+      auto block = new_block(scratch_bytes);
+      if (!block) return std::move(block.error());
+      scratch = std::move(*block);
+    }
+    SY_KERNEL_TRY(
+        kern::reduce(dev_->launch(), static_cast<int>(o.kind), o.in.dtype, o.out.dtype, ptr(in[0]), (*out)->data(),
+                     kept, o.out.numel(), red, count, o.correction, scratch ? scratch->data() : nullptr, scratch_bytes),
+        to_string(o.kind), o.in.dtype);
     return out;
   }
 
@@ -924,10 +1108,10 @@ class CudaBackend final : public Backend {
   }
 
   Result run(IndexOp& o, std::span<BufferPtr> in) {
-    static constexpr const char* names[] = {"gather", "scatter_add", "index_select"};
+    static constexpr int ops[] = {kern::check_gather, kern::check_scatter_add, kern::check_index_select};
     const auto& ind = o.in.shape.dims;
     const int64_t axis_len = ind.empty() ? 1 : ind[o.axis];
-    auto check = new_check(Errc::index_out_of_range, names[static_cast<int>(o.kind)], axis_len, o.axis);
+    auto check = new_check(ops[static_cast<int>(o.kind)], axis_len, o.axis);
     if (!check) return std::move(check.error());
     auto out = new_buffer(o.out);
     if (!out) return out;
@@ -936,13 +1120,18 @@ class CudaBackend final : public Backend {
     int64_t* status = status_of(*check);
     switch (o.kind) {
       case IndexKind::index_select: {
+        // Every index is checked, the first bad one reported (as on the CPU).
+        SY_CUDA_TRY(kern::check_indices(l, o.index.dtype, ptr(in[1]), o.index.numel(), axis_len, status));
+        if (ind.empty()) {
+          // A 0-d input has one element whatever the index holds (even none).
+          SY_CUDA_TRY(cudaMemcpyAsync((*out)->data(), ptr(in[0]), w, cudaMemcpyDeviceToDevice, l.stream));
+          break;
+        }
         int64_t outer = 1, inner = 1;
-        for (int64_t i = 0; i < o.axis && i < static_cast<int64_t>(ind.size()); ++i) outer *= ind[i];
+        for (int64_t i = 0; i < o.axis; ++i) outer *= ind[i];
         for (size_t i = o.axis + 1; i < ind.size(); ++i) inner *= ind[i];
-        // A 0-D input keeps its shape whatever the index length.
-        const int64_t count = ind.empty() ? std::min(o.index.numel(), o.out.numel()) : o.index.numel();
         SY_CUDA_TRY(kern::index_select(l, w, o.index.dtype, ptr(in[0]), ptr(in[1]), (*out)->data(), outer, axis_len,
-                                       count, inner, status));
+                                       o.index.numel(), inner));
         break;
       }
       case IndexKind::gather: {
@@ -966,7 +1155,7 @@ class CudaBackend final : public Backend {
         break;
       }
     }
-    (*out)->add_checks({*check});
+    (*out)->set_check(*check);
     return out;
   }
 
@@ -982,13 +1171,42 @@ class CudaBackend final : public Backend {
   caf::error init_error_;
   PinnedPool pinned_;
   std::unique_ptr<Inbox> inbox_;
-  std::deque<PendingTransfer> pending_;  // in copy-stream order
+  std::deque<PendingTransfer> pending_;               // in copy-stream order
+  std::atomic<size_t> in_flight_{0};                  // pending_.size() for the watchdog
+  std::vector<std::shared_ptr<const void>> orphans_;  // device memory a failed transfer may still use
+  std::thread watchdog_;
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool stop_watch_ = false;
   uint64_t consumed_ = 0;
   uint64_t seed_ = 0;
   uint64_t random_ops_ = 0;
 };
 
 }  // namespace
+
+namespace testing {
+
+std::string break_context(int device) {
+  CurrentDeviceGuard keep_current;
+  if (cudaSetDevice(device) != cudaSuccess) return "cudaSetDevice failed";
+  cudaStream_t stream = nullptr;  // never destroyed: the context is gone with it
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return "no stream";
+  cudaError_t e = kern::write_through_bad_pointer(kern::Launch{stream, 1});
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  return cudaGetErrorName(e);
+}
+
+int current_device() {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+}  // namespace testing
 
 BackendKind backend_kind() {
   return BackendKind{

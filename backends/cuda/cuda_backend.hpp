@@ -18,4 +18,14 @@ struct Probe {
 };
 [[nodiscard]] Probe probe();
 
+namespace testing {
+/// Breaks the CUDA context of `device` on purpose (a kernel writes through a
+/// bad pointer) and waits for the fault; returns the CUDA error's name. For
+/// the device-lost tests only: every later use of that device in this
+/// process fails, so those tests run as processes of their own.
+std::string break_context(int device);
+/// The calling thread's current CUDA device (-1 when there is none).
+int current_device();
+}  // namespace testing
+
 }  // namespace switchyard::backends::cuda

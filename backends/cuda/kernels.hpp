@@ -151,9 +151,10 @@ cudaError_t where(Launch l, size_t width, const uint8_t* cond, const void* lhs, 
 /// dst[dst_offset + off1(i)] = src[src_offset + off0(i)] for i < n.
 cudaError_t copy_strided(Launch l, size_t width, const void* src, int64_t src_offset, void* dst, int64_t dst_offset,
                          const Layout<2>& layout, int64_t n);
-/// index_select along an axis: out[o][i][r] = src[o][index[i]][r].
+/// index_select along an axis: out[o][i][r] = src[o][index[i]][r]; an
+/// index out of range writes 0 (check_indices reports it).
 cudaError_t index_select(Launch l, size_t width, DType index_t, const void* src, const void* index, void* out,
-                         int64_t outer, int64_t axis_len, int64_t count, int64_t inner, int64_t* status);
+                         int64_t outer, int64_t axis_len, int64_t count, int64_t inner);
 /// gather: for index element i (contiguous), out[i] = src[off0(i) +
 /// index[i] * axis_stride] where off0 skips the axis (its stride is 0).
 cudaError_t gather(Launch l, size_t width, DType index_t, const void* src, const void* index, void* out,
@@ -171,11 +172,45 @@ cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c,
 cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b, void* c, int64_t a_mat, int64_t b_mat,
                            int64_t c_mat, const Layout<2>& batch, int64_t batches, void** ptrs);
 
+// --- data checks (layout.cu) -------------------------------------------------
+/// A data-check record: int64[4] in device memory, {flag, value, extent,
+/// meta}. A kernel that finds bad data sets flag (and value) through the
+/// `status` pointer of its entry; extent and meta describe the check
+/// (meta = check_op | axis << 8) so the host can word the error from the
+/// record alone. Every buffer carries at most one record.
+inline constexpr int check_record_words = 4;
+enum CheckOp : int { check_gather, check_scatter_add, check_index_select, check_remainder };
+/// Writes {0, 0, extent, meta} into a fresh record.
+cudaError_t init_check(Launch l, int64_t* record, int64_t extent, int64_t meta);
+/// Up to this many records fold in one launch.
+inline constexpr int max_fold = 8;
+struct CheckSources {
+  const int64_t* records[max_fold] = {};
+  int count = 0;
+};
+/// out = the first record of `in` (in order) whose flag is set, else zeros.
+cudaError_t fold_checks(Launch l, const CheckSources& in, int64_t* out);
+/// Validates `count` indices against an axis of `axis_len` (negative ones
+/// count from the end) and flags the FIRST bad one in index order, as the
+/// CPU reports it (a flag from inside a parallel kernel is a race winner).
+cudaError_t check_indices(Launch l, DType index_t, const void* index, int64_t count, int64_t axis_len, int64_t* status);
+
+/// For the device-lost test only: one thread writes through a bad pointer,
+/// which breaks the CUDA context for the whole process (illegal address).
+cudaError_t write_through_bad_pointer(Launch l);
+
 // --- reductions (reduce.cu) -----------------------------------------------
 /// Reduces `in` (dtype in_t) over the axes of `reduced` for each output of
-/// `kept` (both in input element strides), writing out_t.
+/// `kept` (both in input element strides), writing out_t. Few outputs with
+/// long reductions split each output over several blocks (two kernels)
+/// when `scratch` holds reduce_scratch_bytes(); without it one block (or
+/// warp) per output does all the work.
 cudaError_t reduce(Launch l, int kind, DType in_t, DType out_t, const void* in, void* out, const Layout<1>& kept,
-                   int64_t n_out, const Layout<1>& reduced, int64_t count, int64_t correction);
+                   int64_t n_out, const Layout<1>& reduced, int64_t count, int64_t correction, void* scratch,
+                   size_t scratch_bytes);
+/// Bytes of device scratch a reduction of this size splits with (0: none).
+inline constexpr size_t reduce_partial_bytes = 16;
+size_t reduce_scratch_bytes(Launch l, int64_t n_out, int64_t count);
 /// (log_)softmax of rows of `len` elements `inner` apart.
 cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer, int64_t len, int64_t inner, bool log);
 

@@ -29,15 +29,53 @@ __device__ inline int64_t resolve(const I* index, int64_t i, int64_t len, int64_
 
 template <class W, class I>
 __global__ void index_select_kernel(const W* src, const I* index, W* out, int64_t outer, int64_t axis_len,
-                                    int64_t count, int64_t inner, int64_t* status) {
+                                    int64_t count, int64_t inner) {
   const int64_t n = outer * count * inner;
   SY_GRID_STRIDE(i, n) {
     const int64_t r = i % inner;
     const int64_t j = (i / inner) % count;
     const int64_t o = i / (inner * count);
-    const int64_t v = resolve(index, j, axis_len, status);
-    out[i] = v < 0 ? W(0) : src[(o * axis_len + v) * inner + r];
+    int64_t v = static_cast<int64_t>(index[j]);
+    if (v < 0) v += axis_len;
+    // Out of range: check_indices, launched before, flags the first one.
+    out[i] = (v < 0 || v >= axis_len) ? W(0) : src[(o * axis_len + v) * inner + r];
   }
+}
+
+// One block: each thread finds the first bad index of its stride, the block
+// takes the smallest position, so the report does not depend on scheduling.
+template <class I>
+__global__ void check_indices_kernel(const I* index, int64_t count, int64_t axis_len, int64_t* status) {
+  __shared__ unsigned long long first;
+  if (threadIdx.x == 0) first = ~0ULL;
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const auto v = static_cast<int64_t>(index[j]);
+    if (v < -axis_len || v >= axis_len) {
+      atomicMin(&first, static_cast<unsigned long long>(j));
+      break;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && first != ~0ULL) flag(status, static_cast<int64_t>(index[first]));
+}
+
+__global__ void bad_pointer_kernel(int* bad) { *bad = 1; }
+
+__global__ void init_check_kernel(int64_t* record, int64_t extent, int64_t meta) {
+  record[0] = 0;
+  record[1] = 0;
+  record[2] = extent;
+  record[3] = meta;
+}
+
+__global__ void fold_checks_kernel(CheckSources in, int64_t* out) {
+  for (int k = 0; k < in.count; ++k)
+    if (in.records[k][0] != 0) {
+      for (int w = 0; w < check_record_words; ++w) out[w] = in.records[k][w];
+      return;
+    }
+  for (int w = 0; w < check_record_words; ++w) out[w] = 0;
 }
 
 template <class W, class I>
@@ -141,15 +179,40 @@ cudaError_t copy_strided(Launch l, size_t width, const void* src, int64_t src_of
 }
 
 cudaError_t index_select(Launch l, size_t width, DType index_t, const void* src, const void* index, void* out,
-                         int64_t outer, int64_t axis_len, int64_t count, int64_t inner, int64_t* status) {
+                         int64_t outer, int64_t axis_len, int64_t count, int64_t inner) {
   return by_width(width, [&](auto w) {
     using W = decltype(w);
     return by_index(index_t, [&](auto ix) {
       using I = decltype(ix);
       return launch(l, outer * count * inner, index_select_kernel<W, I>, static_cast<const W*>(src),
-                    static_cast<const I*>(index), static_cast<W*>(out), outer, axis_len, count, inner, status);
+                    static_cast<const I*>(index), static_cast<W*>(out), outer, axis_len, count, inner);
     });
   });
+}
+
+cudaError_t check_indices(Launch l, DType index_t, const void* index, int64_t count, int64_t axis_len,
+                          int64_t* status) {
+  if (count <= 0) return cudaSuccess;
+  return by_index(index_t, [&](auto ix) {
+    using I = decltype(ix);
+    check_indices_kernel<I><<<1, block_threads, 0, l.stream>>>(static_cast<const I*>(index), count, axis_len, status);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t write_through_bad_pointer(Launch l) {
+  bad_pointer_kernel<<<1, 1, 0, l.stream>>>(reinterpret_cast<int*>(uintptr_t{16}));
+  return cudaGetLastError();
+}
+
+cudaError_t init_check(Launch l, int64_t* record, int64_t extent, int64_t meta) {
+  init_check_kernel<<<1, 1, 0, l.stream>>>(record, extent, meta);
+  return cudaGetLastError();
+}
+
+cudaError_t fold_checks(Launch l, const CheckSources& in, int64_t* out) {
+  fold_checks_kernel<<<1, 1, 0, l.stream>>>(in, out);
+  return cudaGetLastError();
 }
 
 cudaError_t gather(Launch l, size_t width, DType index_t, const void* src, const void* index, void* out,

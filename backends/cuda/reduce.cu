@@ -3,6 +3,8 @@
 // for short reductions and the whole block for long ones, so neither case
 // leaves most threads idle.
 
+#include <cstring>
+
 #include "backends/cuda/device_util.cuh"
 
 namespace switchyard::backends::cuda::kern {
@@ -129,6 +131,89 @@ __global__ void reduce_kernel(const T* in, typename Op::Out* out, Layout<1> kept
   }
 }
 
+// --- split reductions: few outputs, long reductions ----------------------------
+// One block per output leaves a 132-SM GPU nearly idle on x.sum(): such
+// reductions split each output over `splits` blocks that write partial
+// accumulators, and a second kernel combines the partials of each output.
+
+// A warp shuffle of any trivially copyable accumulator of up to 16 bytes.
+template <class Acc>
+__device__ inline Acc shfl_down(Acc v, int delta) {
+  constexpr int words = (sizeof(Acc) + 7) / 8;
+  unsigned long long w[words] = {};
+  memcpy(w, &v, sizeof(Acc));
+  for (int k = 0; k < words; ++k) w[k] = __shfl_down_sync(0xffffffffu, w[k], delta);
+  Acc r;
+  memcpy(&r, w, sizeof(Acc));
+  return r;
+}
+
+// Whole-block reduction with warp shuffles, then one warp over the warps'
+// results. Every thread calls it; thread 0 holds the result.
+template <class Acc, class Op>
+__device__ inline Acc block_reduce(Acc v, const Op& op) {
+  __shared__ __align__(16) unsigned char raw[32 * sizeof(Acc)];
+  Acc* per_warp = reinterpret_cast<Acc*>(raw);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  for (int d = 16; d > 0; d >>= 1) v = op.combine(v, shfl_down(v, d));
+  if (lane == 0) per_warp[warp] = v;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  if (warp == 0) {
+    v = lane < warps ? per_warp[lane] : op.identity();
+    for (int d = 16; d > 0; d >>= 1) v = op.combine(v, shfl_down(v, d));
+  }
+  __syncthreads();  // per_warp is reused by the next call
+  return v;
+}
+
+template <class T, class Op>
+__global__ void reduce_split_kernel(const T* in, typename Op::Acc* partial, Layout<1> kept, int64_t n_out,
+                                    Layout<1> red, int64_t count, int64_t chunk, int splits, Op op) {
+  const bool contiguous = red.rank == 1 && red.strides[0][0] == 1;
+  // b is uniform across the block, so every thread reaches the barriers.
+  for (int64_t b = blockIdx.x; b < n_out * splits; b += gridDim.x) {
+    const int64_t o = b / splits, part = b % splits;
+    int64_t base[1];
+    offsets(kept, o, base);
+    const int64_t begin = part * chunk, end = begin + chunk < count ? begin + chunk : count;
+    auto acc = op.identity();
+    if (contiguous) {
+      const T* p = in + base[0];
+      for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc = op.combine(acc, op.load(p[j], j));
+    } else {
+      for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+        int64_t r[1];
+        offsets(red, j, r);
+        acc = op.combine(acc, op.load(in[base[0] + r[0]], j));
+      }
+    }
+    acc = block_reduce(acc, op);
+    if (threadIdx.x == 0) partial[b] = acc;
+  }
+}
+
+template <class Op>
+__global__ void reduce_partials_kernel(const typename Op::Acc* partial, typename Op::Out* out, int64_t n_out,
+                                       int splits, int64_t count, Op op) {
+  for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+    auto acc = op.identity();
+    for (int s = static_cast<int>(threadIdx.x); s < splits; s += static_cast<int>(blockDim.x))
+      acc = op.combine(acc, partial[o * splits + s]);
+    acc = block_reduce(acc, op);
+    if (threadIdx.x == 0) out[o] = op.finish(acc, count);
+  }
+}
+
+// Splits per output: 1 (the group kernel) when there are enough outputs to
+// fill the device or the reduction is short.
+int reduce_splits(const Launch& l, int64_t n_out, int64_t count) {
+  if (n_out <= 0 || count < 32768 || n_out * 4 >= l.max_blocks) return 1;
+  int64_t s = l.max_blocks / n_out;
+  if (s > count / 8192) s = count / 8192;
+  return static_cast<int>(s < 1 ? 1 : s);
+}
+
 template <class T>
 __global__ void var_kernel(const T* in, T* out, Layout<1> kept, int64_t n_out, Layout<1> red, int64_t count, int G,
                            int64_t correction, bool sd) {
@@ -205,8 +290,23 @@ unsigned groups_grid(const Launch& l, int64_t groups, int G) {
 
 template <class T, class Op>
 cudaError_t run_reduce(const Launch& l, const void* in, void* out, const Layout<1>& kept, int64_t n_out,
-                       const Layout<1>& red, int64_t count) {
+                       const Layout<1>& red, int64_t count, void* scratch, size_t scratch_bytes) {
   if (n_out <= 0) return cudaSuccess;
+  using Acc = typename Op::Acc;
+  static_assert(sizeof(Acc) <= reduce_partial_bytes, "a partial accumulator must fit its scratch slot");
+  const int splits = reduce_splits(l, n_out, count);
+  if (splits > 1 && scratch && scratch_bytes >= static_cast<size_t>(n_out) * splits * sizeof(Acc)) {
+    const int64_t chunk = (count + splits - 1) / splits;
+    const int64_t blocks = n_out * splits;
+    auto* partial = static_cast<Acc*>(scratch);
+    reduce_split_kernel<T, Op><<<static_cast<unsigned>(blocks), block_threads, 0, l.stream>>>(
+        static_cast<const T*>(in), partial, kept, n_out, red, count, chunk, splits, Op{});
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const int64_t out_blocks = n_out < l.max_blocks ? n_out : l.max_blocks;
+    reduce_partials_kernel<Op><<<static_cast<unsigned>(out_blocks), block_threads, 0, l.stream>>>(
+        partial, static_cast<typename Op::Out*>(out), n_out, splits, count, Op{});
+    return cudaGetLastError();
+  }
   const int G = group_size(count);
   reduce_kernel<T, Op><<<groups_grid(l, n_out, G), block_threads, 0, l.stream>>>(
       static_cast<const T*>(in), static_cast<typename Op::Out*>(out), kept, n_out, red, count, G, Op{});
@@ -215,33 +315,42 @@ cudaError_t run_reduce(const Launch& l, const void* in, void* out, const Layout<
 
 }  // namespace
 
+size_t reduce_scratch_bytes(Launch l, int64_t n_out, int64_t count) {
+  const int splits = reduce_splits(l, n_out, count);
+  return splits > 1 ? static_cast<size_t>(n_out) * static_cast<size_t>(splits) * reduce_partial_bytes : 0;
+}
+
 cudaError_t reduce(Launch l, int kind, DType in_t, DType /*out_t: implied by kind and in_t*/, const void* in, void* out,
-                   const Layout<1>& kept, int64_t n_out, const Layout<1>& red, int64_t count, int64_t correction) {
+                   const Layout<1>& kept, int64_t n_out, const Layout<1>& red, int64_t count, int64_t correction,
+                   void* scratch, size_t scratch_bytes) {
   return by_dtype(in_t, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     using SumR = std::conditional_t<is_f<T>, T, int64_t>;
     switch (kind) {
       case r_sum:
-        return run_reduce<T, Accumulate<T, SumR, false, false>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Accumulate<T, SumR, false, false>>(l, in, out, kept, n_out, red, count, scratch,
+                                                                scratch_bytes);
       case r_prod:
-        return run_reduce<T, Accumulate<T, SumR, true, false>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Accumulate<T, SumR, true, false>>(l, in, out, kept, n_out, red, count, scratch,
+                                                               scratch_bytes);
       case r_mean:
         if constexpr (is_f<T>)
-          return run_reduce<T, Accumulate<T, T, false, true>>(l, in, out, kept, n_out, red, count);
+          return run_reduce<T, Accumulate<T, T, false, true>>(l, in, out, kept, n_out, red, count, scratch,
+                                                              scratch_bytes);
         else
           return cudaErrorNotSupported;
       case r_max:
-        return run_reduce<T, Extreme<T, true, false>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Extreme<T, true, false>>(l, in, out, kept, n_out, red, count, scratch, scratch_bytes);
       case r_min:
-        return run_reduce<T, Extreme<T, false, false>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Extreme<T, false, false>>(l, in, out, kept, n_out, red, count, scratch, scratch_bytes);
       case r_argmax:
-        return run_reduce<T, Extreme<T, true, true>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Extreme<T, true, true>>(l, in, out, kept, n_out, red, count, scratch, scratch_bytes);
       case r_argmin:
-        return run_reduce<T, Extreme<T, false, true>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Extreme<T, false, true>>(l, in, out, kept, n_out, red, count, scratch, scratch_bytes);
       case r_any:
-        return run_reduce<T, Logical<T, true>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Logical<T, true>>(l, in, out, kept, n_out, red, count, scratch, scratch_bytes);
       case r_all:
-        return run_reduce<T, Logical<T, false>>(l, in, out, kept, n_out, red, count);
+        return run_reduce<T, Logical<T, false>>(l, in, out, kept, n_out, red, count, scratch, scratch_bytes);
       case r_var:
       case r_std:
         if constexpr (is_f<T>) {
