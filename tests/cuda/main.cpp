@@ -1,5 +1,7 @@
 // GPU test runner: without a CUDA device it prints why and exits with 77,
 // which ctest reports as "skipped" (SKIP_RETURN_CODE in CMakeLists.txt).
+// Listing the cases works without a GPU: scripts/gpu-check's run script
+// lists them to run each case as its own process.
 
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -8,11 +10,17 @@
 #include "backends/cuda/cuda_backend.hpp"
 
 int main(int argc, char** argv) {
-  auto probe = switchyard::backends::cuda::probe();
-  if (probe.count == 0) {
-    std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n", probe.reason.c_str());
-    return 77;
+  Catch::Session session;
+  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
+  const auto& cfg = session.configData();
+  const bool listing = cfg.listTests || cfg.listTestNamesOnly || cfg.listTags || cfg.listReporters || cfg.showHelp;
+  if (!listing) {
+    auto probe = switchyard::backends::cuda::probe();
+    if (probe.count == 0) {
+      std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n", probe.reason.c_str());
+      return 77;
+    }
+    std::printf("running the GPU tests on %d CUDA device(s)\n", probe.count);
   }
-  std::printf("running the GPU tests on %d CUDA device(s)\n", probe.count);
-  return Catch::Session().run(argc, argv);
+  return session.run();
 }

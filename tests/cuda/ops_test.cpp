@@ -7,15 +7,19 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "switchyard/switchyard.hpp"
+#include "tests/cuda/wait.hpp"
 
 namespace sy = switchyard;
 using sy::DType;
 using sy::Shape;
 using sy::Tensor;
 using sy::TensorData;
+using sytest_cuda::got;
+using sytest_cuda::read;
 
 namespace {
 
@@ -94,18 +98,18 @@ bool same(const sy::Device& cpu, const sy::Device& gpu, const std::vector<Tensor
   INFO(what << " on " << gpu.name());
   TensorData cd;
   try {
-    cd = c.read().get();
+    cd = read(c);
   } catch (const sy::Error& e) {
     // The CPU refused the data (e.g. an integer remainder by zero): so must the GPU.
     try {
-      (void)g.read().get();
+      (void)read(g);
       FAIL("cpu failed with '" << e.what() << "', the GPU succeeded");
     } catch (const sy::Error& ge) {
       CHECK(ge.code() == e.code());
     }
     return true;
   }
-  auto gd = g.read().get();
+  auto gd = read(g);
   expect_same(cd, gd, rtol);
   return true;
 }
@@ -119,13 +123,12 @@ TEST_CASE("cuda: fill, arange and eye match the CPU for every dtype", "[cuda][gp
   for (auto& gpu : rig.gpus)
     for (DType t : every_dtype) {
       INFO(sy::name_of(t));
-      auto c = rig.cpu.full({3, 5}, 2.5, t).read().get();
-      auto g = gpu.full({3, 5}, 2.5, t).read().get();
+      auto c = read(rig.cpu.full({3, 5}, 2.5, t));
+      auto g = read(gpu.full({3, 5}, 2.5, t));
       expect_same(c, g, 0);
-      if (t != DType::boolean)
-        expect_same(rig.cpu.arange(0, 40, 1.5, t).read().get(), gpu.arange(0, 40, 1.5, t).read().get(), 0);
-      expect_same(rig.cpu.eye(4, 6, t).read().get(), gpu.eye(4, 6, t).read().get(), 0);
-      expect_same(rig.cpu.zeros({0, 3}, t).read().get(), gpu.zeros({0, 3}, t).read().get(), 0);
+      if (t != DType::boolean) expect_same(read(rig.cpu.arange(0, 40, 1.5, t)), read(gpu.arange(0, 40, 1.5, t)), 0);
+      expect_same(read(rig.cpu.eye(4, 6, t)), read(gpu.eye(4, 6, t)), 0);
+      expect_same(read(rig.cpu.zeros({0, 3}, t)), read(gpu.zeros({0, 3}, t)), 0);
     }
 }
 
@@ -137,10 +140,10 @@ TEST_CASE("cuda: random draws give the CPU's values after the same seed", "[cuda
     for (DType t : {DType::f32, DType::f64}) {
       INFO(sy::name_of(t));
       // uniform and bernoulli are exact (no fused multiply-add in the kernel).
-      expect_same(rig.cpu.uniform({1000}, -2, 5, t).read().get(), gpu.uniform({1000}, -2, 5, t).read().get(), 0);
-      expect_same(rig.cpu.bernoulli({1000}, 0.3, t).read().get(), gpu.bernoulli({1000}, 0.3, t).read().get(), 0);
+      expect_same(read(rig.cpu.uniform({1000}, -2, 5, t)), read(gpu.uniform({1000}, -2, 5, t)), 0);
+      expect_same(read(rig.cpu.bernoulli({1000}, 0.3, t)), read(gpu.bernoulli({1000}, 0.3, t)), 0);
       // normal uses log/cos/sqrt, whose CUDA versions may differ by an ulp.
-      expect_same(rig.cpu.normal({1000}, 1, 2, t).read().get(), gpu.normal({1000}, 1, 2, t).read().get(), 1e-6);
+      expect_same(read(rig.cpu.normal({1000}, 1, 2, t)), read(gpu.normal({1000}, 1, 2, t)), 1e-6);
     }
   }
 }
@@ -346,14 +349,14 @@ TEST_CASE("cuda: an index out of range fails the read with index_out_of_range", 
     auto bad = gpu.tensor<int64_t>({0, 3}, {2});
     auto y = x.index_select(0, bad) + 1.0;  // downstream ops inherit the check
     try {
-      (void)y.read().get();
+      (void)read(y);
       FAIL("the read succeeded");
     } catch (const sy::Error& e) {
       CHECK(e.code() == sy::Errc::index_out_of_range);
       CHECK(std::string(e.what()).find("index 3") != std::string::npos);
     }
     // The device keeps working.
-    CHECK(x.sum().to_vector<float>() == std::vector<float>{6});
+    CHECK(read(x.sum()).to_vector<float>() == std::vector<float>{6});
   }
 }
 
@@ -362,8 +365,8 @@ TEST_CASE("cuda: integer remainder by zero fails the read like the CPU", "[cuda]
   for (auto& gpu : rig.gpus) {
     auto a = gpu.tensor<int32_t>({5, 6}, {2});
     auto b = gpu.tensor<int32_t>({2, 0}, {2});
-    CHECK_THROWS_AS(a.remainder(b).read().get(), sy::Error);
-    CHECK(a.remainder(gpu.tensor<int32_t>({2, 4}, {2})).to_vector<int32_t>() == std::vector<int32_t>{1, 2});
+    CHECK_THROWS_AS(read(a.remainder(b)), sy::Error);
+    CHECK(read(a.remainder(gpu.tensor<int32_t>({2, 4}, {2}))).to_vector<int32_t>() == std::vector<int32_t>{1, 2});
   }
 }
 
@@ -373,9 +376,9 @@ TEST_CASE("cuda: tensors travel cpu -> cuda -> cpu and between GPUs unchanged", 
     auto d = data({1000, 3}, DType::f64, 41);
     auto x = rig.cpu.from_data(d);
     auto back = x.to(rig.gpus[i]).mul(x.to(rig.gpus[i])).to(rig.cpu);
-    expect_same(x.mul(x).read().get(), back.read().get(), 0);
+    expect_same(read(x.mul(x)), read(back), 0);
     auto next = rig.gpus[(i + 1) % rig.gpus.size()];
-    expect_same(d, x.to(rig.gpus[i]).to(next).read().get(), 0);
+    expect_same(d, read(x.to(rig.gpus[i]).to(next)), 0);
   }
 }
 
@@ -392,8 +395,8 @@ TEST_CASE("cuda: stats show the bytes a device holds", "[cuda][gpu]") {
   Rig rig;
   for (auto& gpu : rig.gpus) {
     auto x = gpu.zeros({1024, 1024});
-    gpu.sync().get();
-    auto s = gpu.stats().get();
+    got(gpu.sync());
+    auto s = got(gpu.stats());
     CHECK(s.live_bytes >= 4u * 1024 * 1024);
   }
 }
@@ -404,11 +407,191 @@ TEST_CASE("cuda: RuntimeOptions::cuda_memory_limit fails an oversized op with ou
     if (gpu.kind() != "cuda") continue;
     auto big = gpu.zeros({4 << 20});  // 16 MiB of f32
     try {
-      (void)big.read().get();
+      (void)read(big);
       FAIL("a 16 MiB tensor fit under an 8 MiB limit");
     } catch (const sy::Error& e) {
       CHECK(e.code() == sy::Errc::out_of_memory);
     }
-    CHECK(gpu.ones({16}).sum().to_vector<float>() == std::vector<float>{16});
+    CHECK(read(gpu.ones({16}).sum()).to_vector<float>() == std::vector<float>{16});
   }
+}
+
+// --- the review's findings (issue 21), each against the CPU ----------------
+
+TEST_CASE("cuda: sign of bool is the identity, as on the CPU", "[cuda][gpu][review]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto in = data({17}, DType::boolean, 3);
+    CHECK(same(
+        rig.cpu, gpu, {in}, [](const std::vector<Tensor>& x) { return x[0].unary(sy::UnaryKind::sign); }, "sign bool"));
+    auto got_bool = read(gpu.from_data(in).unary(sy::UnaryKind::sign));
+    for (int64_t i = 0; i < in.numel(); ++i) CHECK(got_bool.at(i) == in.at(i));
+  }
+}
+
+TEST_CASE("cuda: relu keeps NaN and infinities like the CPU and PyTorch", "[cuda][gpu][review]") {
+  Rig rig;
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (auto& gpu : rig.gpus)
+    for (DType t : {DType::f32, DType::f64}) {
+      auto in = sy::visit_dtype(t, [&](auto tag) -> TensorData {
+        using T = decltype(tag);
+        if constexpr (std::is_floating_point_v<T>)
+          return TensorData::from(std::vector<T>{T(nan), T(-1), T(0), T(2), T(inf), T(-inf)}, Shape{{6}});
+        else
+          return {};
+      });
+      auto r = read(gpu.from_data(in).unary(sy::UnaryKind::relu));
+      CHECK(std::isnan(r.at(0)));
+      CHECK(r.at(1) == 0);
+      CHECK(r.at(3) == 2);
+      CHECK(r.at(4) == inf);
+      CHECK(r.at(5) == 0);
+      CHECK(same(
+          rig.cpu, gpu, {in}, [](const std::vector<Tensor>& x) { return x[0].unary(sy::UnaryKind::relu); },
+          "relu " + std::string(sy::name_of(t))));
+    }
+}
+
+TEST_CASE("cuda: integer clamp bounds are limited to the dtype's range first", "[cuda][gpu][review]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    // u8 clamp(-1, 2): [0, 2], not [255, 2] (which gave 2 everywhere).
+    auto u8 = TensorData::from(std::vector<uint8_t>{0, 1, 2, 3, 200}, Shape{{5}});
+    CHECK(read(gpu.from_data(u8).clamp(-1, 2)).to_vector<uint8_t>() == std::vector<uint8_t>{0, 1, 2, 2, 2});
+    for (DType t : every_dtype)
+      for (auto [lo, hi] : {std::pair{-1.0, 2.0}, std::pair{-1e10, 1e10}, std::pair{-300.0, 300.0},
+                            std::pair{2.5, 1e30}, std::pair{-1e30, -2.5}})
+        same(
+            rig.cpu, gpu, {data({40}, t, 9, -5, 5)}, [=](const std::vector<Tensor>& x) { return x[0].clamp(lo, hi); },
+            "clamp(" + std::to_string(lo) + ", " + std::to_string(hi) + ") " + std::string(sy::name_of(t)));
+  }
+}
+
+TEST_CASE("cuda: fill, arange, pad, eye and scalar operands convert numbers like the CPU", "[cuda][gpu][review]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    // arange(-3, 3, 1, u8) wraps: 253, 254, 255, 0, 1, 2 (the device used to saturate to zeros).
+    CHECK(read(gpu.arange(-3, 3, 1, DType::u8)).to_vector<uint8_t>() == std::vector<uint8_t>{253, 254, 255, 0, 1, 2});
+    for (DType t : every_dtype) {
+      INFO(sy::name_of(t));
+      for (double v : {-1.0, -3.7, 255.9, 256.0, 300.0, -300.0, 1e19, -1e19, 3e9, -3e9, 0.5,
+                       std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+        INFO("value " << v);
+        expect_same(read(rig.cpu.full({3}, v, t)), read(gpu.full({3}, v, t)), 0);
+        same(
+            rig.cpu, gpu, {data({2, 3}, t, 5, 1, 4)},
+            [=](const std::vector<Tensor>& x) {
+              return x[0].pad({1, 0}, {0, 2}, v);
+            },
+            "pad");
+        for (bool first : {false, true})
+          same(
+              rig.cpu, gpu, {data({7}, t, 5, 1, 4)},
+              [=](const std::vector<Tensor>& x) { return x[0].binary(sy::BinaryKind::add, v, first); }, "add scalar");
+      }
+      // Integer scalars computed in an integer dtype wrap (u8 + -1 is u8 - 1).
+      for (int64_t v : {int64_t{-1}, int64_t{-300}, int64_t{300}, int64_t{256}, int64_t{1} << 40})
+        for (auto kind : {sy::BinaryKind::add, sy::BinaryKind::mul, sy::BinaryKind::maximum, sy::BinaryKind::lt})
+          same(
+              rig.cpu, gpu, {data({7}, t, 6, 1, 4)}, [=](const std::vector<Tensor>& x) { return x[0].binary(kind, v); },
+              "int scalar " + std::to_string(v) + " " + std::string(sy::to_string(kind)));
+      if (t != DType::boolean) expect_same(read(rig.cpu.arange(-5, 5, 0.7, t)), read(gpu.arange(-5, 5, 0.7, t)), 0);
+      expect_same(read(rig.cpu.eye(3, 5, t)), read(gpu.eye(3, 5, t)), 0);
+    }
+  }
+}
+
+TEST_CASE("cuda: index_select reports the first bad index, handles 0-d inputs and empty indices",
+          "[cuda][gpu][review]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto x = gpu.tensor<float>({1, 2, 3, 4}, {4});
+    // Several bad indices: the first in index order is reported, every time.
+    std::vector<int64_t> many(4096, 0);
+    for (size_t i = 1000; i < many.size(); i += 7) many[i] = 100 + static_cast<int64_t>(i);
+    for (int round = 0; round < 5; ++round) {
+      try {
+        (void)read(x.index_select(0, gpu.tensor<int64_t>(many, {static_cast<int64_t>(many.size())})));
+        FAIL("bad indices passed");
+      } catch (const sy::Error& e) {
+        CHECK(e.code() == sy::Errc::index_out_of_range);
+        CHECK(std::string(e.what()).find("index 1100 ") != std::string::npos);
+      }
+    }
+    // 0-d input: one element whatever the index holds, every index checked.
+    auto scalar = TensorData::from(std::vector<float>{7.5f}, Shape{});
+    for (const std::vector<int64_t>& idx : {std::vector<int64_t>{0}, std::vector<int64_t>{0, -1, 0},
+                                            std::vector<int64_t>{}, std::vector<int64_t>{0, 1}}) {
+      auto index = TensorData::from(idx, Shape{{static_cast<int64_t>(idx.size())}});
+      CHECK(same(
+          rig.cpu, gpu, {scalar, index}, [](const std::vector<Tensor>& t) { return t[0].index_select(0, t[1]); },
+          "index_select 0-d with " + std::to_string(idx.size()) + " indices"));
+    }
+    // An empty index on a 1-d input gives an empty result.
+    auto empty = read(x.index_select(0, gpu.tensor<int64_t>({}, {0})));
+    CHECK(empty.numel() == 0);
+  }
+}
+
+TEST_CASE("cuda: data checks stay bounded through long chains of index ops", "[cuda][gpu][review]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    auto idx = gpu.tensor<int64_t>({1, 0, 2}, {3});
+    auto x = gpu.tensor<float>({1, 2, 3}, {3});
+    // 2000 index ops, each also mixing in a second checked tensor: every op
+    // folds several pending checks; a read copies one record, not 2000.
+    auto side = x.index_select(0, idx);
+    for (int i = 0; i < 2000; ++i) x = x.index_select(0, idx) + side * 0.0;
+    auto v = read(x, std::chrono::seconds(60)).to_vector<float>();
+    CHECK(v == std::vector<float>{1, 2, 3});  // the permutation has order 2
+    // A bad index anywhere in the history still fails the read, and names itself.
+    auto bad = x.index_select(0, gpu.tensor<int64_t>({0, 5}, {2}));
+    auto y = bad;
+    for (int i = 0; i < 50; ++i) y = y.index_select(0, gpu.tensor<int64_t>({1, 0}, {2})) + side.sum();
+    try {
+      (void)read(y);
+      FAIL("the bad index was lost on the way");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::index_out_of_range);
+      CHECK(std::string(e.what()).find("index 5 ") != std::string::npos);
+    }
+    // A remainder by zero folded with an index check still fails the read.
+    auto zero = gpu.tensor<int32_t>({0, 1}, {2});
+    auto r = gpu.tensor<int32_t>({3, 4}, {2}).remainder(zero).cast(DType::f32) + bad.sum();
+    CHECK_THROWS_AS(read(r), sy::Error);
+  }
+}
+
+TEST_CASE("cuda: long reductions split over many blocks match the CPU", "[cuda][gpu][perf]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype) {
+      // Few outputs with long reductions take the split path: contiguous
+      // (axis 1 of 3 x 200000, the whole tensor) and strided (axis 0 of 200000 x 3).
+      auto wide = data({3, 200000}, t, 21);
+      auto tall = data({200000, 3}, t, 22);
+      const std::string name(sy::name_of(t));
+      struct Case {
+        TensorData in;
+        std::vector<int64_t> axes;
+        const char* what;
+      };
+      for (const Case& c : {Case{wide, {1}, "rows"}, Case{wide, {}, "all"}, Case{tall, {0}, "columns"}}) {
+        const auto& axes = c.axes;
+        auto run = [&](auto op, const char* op_name) {
+          same(rig.cpu, gpu, {c.in}, op, name + " " + c.what + " " + op_name, 1e-6);
+        };
+        run([&](const std::vector<Tensor>& x) { return x[0].sum(axes); }, "sum");
+        run([&](const std::vector<Tensor>& x) { return x[0].max(axes); }, "max");
+        run([&](const std::vector<Tensor>& x) { return x[0].min(axes); }, "min");
+        run([&](const std::vector<Tensor>& x) { return x[0].mean(axes); }, "mean");
+        run([&](const std::vector<Tensor>& x) { return x[0].any(axes); }, "any");
+        run([&](const std::vector<Tensor>& x) { return x[0].all(axes); }, "all");
+        if (axes.size() == 1) {
+          run([&](const std::vector<Tensor>& x) { return x[0].argmax(axes[0]); }, "argmax");
+          run([&](const std::vector<Tensor>& x) { return x[0].argmin(axes[0]); }, "argmin");
+        }
+      }
+    }
 }
