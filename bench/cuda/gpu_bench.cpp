@@ -3,6 +3,7 @@
 //
 //   matmul          Tensor::matmul vs cublasSgemm (TFLOP/s)
 //   elementwise     x * x and x + 1 vs cudaMemcpy device-to-device (GB/s, bytes read + written)
+//   reductions      x.sum(), row and column sums vs cudaMemcpy device-to-device (GB/s read)
 //   launch          a chain of tiny ops vs empty kernel launches (us per op)
 //   host<->device   Device::from_data / Tensor::read vs pinned cudaMemcpy (GB/s)
 //   peer            Tensor::to(cuda:1) (host staged) vs cudaMemcpyPeer (GB/s; needs 2 GPUs)
@@ -124,6 +125,33 @@ bool bench_elementwise(const sy::Device& gpu, std::vector<Row>& rows) {
   return true;
 }
 
+// Reductions read their input once: GB/s counts the bytes read, against
+// the copy's bytes read + written (the goal: >= 70% for a 256M sum).
+bool bench_reduce(const sy::Device& gpu, std::vector<Row>& rows) {
+  const int64_t n = int64_t{1} << 28;  // 1 GiB of f32
+  const double bytes = n * 4.0;
+  auto x = gpu.uniform({n});
+  double t_sum = time_switchyard(gpu, 10, [&] { (void)x.sum(); });
+  auto m = x.reshape({int64_t{1} << 14, int64_t{1} << 14});
+  double t_rows = time_switchyard(gpu, 10, [&] { (void)m.sum({1}); });
+  double t_cols = time_switchyard(gpu, 10, [&] { (void)m.sum({0}); });
+  void *src, *dst;
+  BENCH_CHECK(cudaMalloc(&src, n * 4));
+  BENCH_CHECK(cudaMalloc(&dst, n * 4));
+  double t_copy = 0;
+  bool ok = time_direct(
+      nullptr, 10, [&] { return cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, nullptr) == cudaSuccess; },
+      t_copy);
+  cudaFree(src);
+  cudaFree(dst);
+  if (!ok) return false;
+  const double copy = 2 * bytes / t_copy / 1e9;
+  rows.push_back({"sum 256M f32 vs D2D copy", "GB/s", bytes / t_sum / 1e9, copy});
+  rows.push_back({"row sums 16k x 16k vs copy", "GB/s", bytes / t_rows / 1e9, copy});
+  rows.push_back({"column sums 16k x 16k vs copy", "GB/s", bytes / t_cols / 1e9, copy});
+  return true;
+}
+
 bool bench_launch(const sy::Device& gpu, std::vector<Row>& rows) {
   const int ops = 5000;
   auto y = gpu.zeros({1});
@@ -209,6 +237,7 @@ bool bench_peer(const std::vector<sy::Device>& gpus, std::vector<Row>& rows) {
 }  // namespace
 
 int main() {
+  size_t printed = 0;
   sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}});
   std::vector<sy::Device> gpus;
   for (auto& d : rt.devices())
@@ -219,10 +248,20 @@ int main() {
     return 77;
   }
   std::vector<Row> rows;
-  bool ok = bench_matmul(gpus[0], 1024, rows) && bench_matmul(gpus[0], 4096, rows) &&
-            bench_elementwise(gpus[0], rows) && bench_launch(gpus[0], rows) &&
-            bench_host(rt.device("cpu:0"), gpus[0], rows);
-  if (ok && gpus.size() >= 2) ok = bench_peer(gpus, rows);
+  // Each row is printed as soon as it is measured: a benchmark that hangs
+  // or fails later still leaves the earlier rows in the log.
+  auto step = [&](bool done) {
+    for (size_t i = printed; i < rows.size(); ++i)
+      std::printf("measured: %s %.3f %s (direct %.3f)\n", rows[i].name.c_str(), rows[i].switchyard,
+                  rows[i].unit.c_str(), rows[i].direct);
+    printed = rows.size();
+    std::fflush(stdout);
+    return done;
+  };
+  bool ok = step(bench_matmul(gpus[0], 1024, rows)) && step(bench_matmul(gpus[0], 4096, rows)) &&
+            step(bench_elementwise(gpus[0], rows)) && step(bench_reduce(gpus[0], rows)) &&
+            step(bench_launch(gpus[0], rows)) && step(bench_host(rt.device("cpu:0"), gpus[0], rows));
+  if (ok && gpus.size() >= 2) ok = step(bench_peer(gpus, rows));
   std::printf("\n%-28s %-8s %12s %12s %7s\n", "benchmark", "unit", "switchyard", "direct", "ratio");
   for (const auto& r : rows)
     std::printf("%-28s %-8s %12.3f %12.3f %7.2f\n", r.name.c_str(), r.unit.c_str(), r.switchyard, r.direct,
