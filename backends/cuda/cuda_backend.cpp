@@ -930,7 +930,7 @@ class CudaBackend final : public Backend {
     // Scratch for split reductions (x.sum() over many elements): freed
     // stream-ordered after the kernels.
     BlockPtr scratch;
-    const size_t scratch_bytes = kern::reduce_scratch_bytes(dev_->launch(), o.out.numel(), count);
+    const size_t scratch_bytes = kern::reduce_scratch_bytes(dev_->launch(), kept, o.out.numel(), count);
     if (scratch_bytes > 0) {
       auto block = new_block(scratch_bytes);
       if (!block) return std::move(block.error());

@@ -210,7 +210,7 @@ cudaError_t reduce(Launch l, int kind, DType in_t, DType out_t, const void* in, 
                    size_t scratch_bytes);
 /// Bytes of device scratch a reduction of this size splits with (0: none).
 inline constexpr size_t reduce_partial_bytes = 16;
-size_t reduce_scratch_bytes(Launch l, int64_t n_out, int64_t count);
+size_t reduce_scratch_bytes(Launch l, const Layout<1>& kept, int64_t n_out, int64_t count);
 /// (log_)softmax of rows of `len` elements `inner` apart.
 cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer, int64_t len, int64_t inner, bool log);
 

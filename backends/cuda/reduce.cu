@@ -205,6 +205,44 @@ __global__ void reduce_partials_kernel(const typename Op::Acc* partial, typename
   }
 }
 
+// Column reductions (the kept axes are the innermost, contiguous ones, as in
+// x.sum(0) of a row-major matrix): one thread per output, so neighbouring
+// threads read neighbouring addresses, and blockIdx.y splits the reduced
+// range when there are too few outputs to fill the device.
+template <class T, class Op>
+__global__ void reduce_columns_kernel(const T* in, typename Op::Acc* partial, typename Op::Out* out, int64_t n_out,
+                                      Layout<1> red, int64_t count, int64_t chunk, int splits, Op op) {
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= n_out) return;
+  const int64_t part = blockIdx.y;
+  const int64_t begin = part * chunk, end = begin + chunk < count ? begin + chunk : count;
+  auto acc = op.identity();
+  for (int64_t j = begin; j < end; ++j) {
+    int64_t r[1];
+    offsets(red, j, r);
+    acc = op.combine(acc, op.load(in[o + r[0]], j));
+  }
+  if (splits == 1)
+    out[o] = op.finish(acc, count);
+  else
+    partial[o * splits + part] = acc;
+}
+
+// Whether a reduction is a column reduction: the outputs are contiguous in
+// the input (kept layout merged to one axis of stride 1), and enough of them
+// for whole warps.
+bool columns(const Layout<1>& kept, int64_t n_out) { return n_out >= 64 && kept.rank == 1 && kept.strides[0][0] == 1; }
+
+// Splits of the reduced range for a column reduction: enough threads to
+// fill an H100/H200-class device (~270k), chunks of at least 64 elements.
+int column_splits(int64_t n_out, int64_t count) {
+  constexpr int64_t threads_wanted = 1 << 18;
+  int64_t s = (threads_wanted + n_out - 1) / n_out;
+  if (s > count / 64) s = count / 64;
+  if (s > 65535) s = 65535;
+  return static_cast<int>(s < 1 ? 1 : s);
+}
+
 // Splits per output: 1 (the group kernel) when there are enough outputs to
 // fill the device or the reduction is short.
 int reduce_splits(const Launch& l, int64_t n_out, int64_t count) {
@@ -294,6 +332,21 @@ cudaError_t run_reduce(const Launch& l, const void* in, void* out, const Layout<
   if (n_out <= 0) return cudaSuccess;
   using Acc = typename Op::Acc;
   static_assert(sizeof(Acc) <= reduce_partial_bytes, "a partial accumulator must fit its scratch slot");
+  if (columns(kept, n_out)) {
+    int splits = column_splits(n_out, count);
+    if (splits > 1 && !(scratch && scratch_bytes >= static_cast<size_t>(n_out) * splits * sizeof(Acc))) splits = 1;
+    const int64_t chunk = (count + splits - 1) / splits;
+    const dim3 grid(static_cast<unsigned>((n_out + block_threads - 1) / block_threads), static_cast<unsigned>(splits));
+    auto* partial = static_cast<Acc*>(scratch);
+    auto* result = static_cast<typename Op::Out*>(out);
+    reduce_columns_kernel<T, Op><<<grid, block_threads, 0, l.stream>>>(static_cast<const T*>(in), partial, result,
+                                                                       n_out, red, count, chunk, splits, Op{});
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || splits == 1) return e;
+    const int64_t out_blocks = n_out < l.max_blocks ? n_out : l.max_blocks;
+    reduce_partials_kernel<Op><<<static_cast<unsigned>(out_blocks), block_threads, 0, l.stream>>>(
+        partial, result, n_out, splits, count, Op{});
+    return cudaGetLastError();
+  }
   const int splits = reduce_splits(l, n_out, count);
   if (splits > 1 && scratch && scratch_bytes >= static_cast<size_t>(n_out) * splits * sizeof(Acc)) {
     const int64_t chunk = (count + splits - 1) / splits;
@@ -315,8 +368,8 @@ cudaError_t run_reduce(const Launch& l, const void* in, void* out, const Layout<
 
 }  // namespace
 
-size_t reduce_scratch_bytes(Launch l, int64_t n_out, int64_t count) {
-  const int splits = reduce_splits(l, n_out, count);
+size_t reduce_scratch_bytes(Launch l, const Layout<1>& kept, int64_t n_out, int64_t count) {
+  const int splits = columns(kept, n_out) ? column_splits(n_out, count) : reduce_splits(l, n_out, count);
   return splits > 1 ? static_cast<size_t>(n_out) * static_cast<size_t>(splits) * reduce_partial_bytes : 0;
 }
 

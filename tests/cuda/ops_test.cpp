@@ -563,7 +563,7 @@ TEST_CASE("cuda: data checks stay bounded through long chains of index ops", "[c
   }
 }
 
-TEST_CASE("cuda: long reductions split over many blocks match the CPU", "[cuda][gpu][perf]") {
+TEST_CASE("cuda: long and column reductions (split over blocks) match the CPU", "[cuda][gpu][perf]") {
   Rig rig;
   for (auto& gpu : rig.gpus)
     for (DType t : every_dtype) {
@@ -577,7 +577,12 @@ TEST_CASE("cuda: long reductions split over many blocks match the CPU", "[cuda][
         std::vector<int64_t> axes;
         const char* what;
       };
-      for (const Case& c : {Case{wide, {1}, "rows"}, Case{wide, {}, "all"}, Case{tall, {0}, "columns"}}) {
+      // Column reductions (outputs contiguous in the input): split over
+      // blockIdx.y (4096 x 300) and one pass per output thread (5 x 1000).
+      auto cols = data({4096, 300}, t, 23);
+      auto short_cols = data({5, 1000}, t, 24);
+      for (const Case& c : {Case{wide, {1}, "rows"}, Case{wide, {}, "all"}, Case{tall, {0}, "columns"},
+                            Case{cols, {0}, "split columns"}, Case{short_cols, {0}, "short columns"}}) {
         const auto& axes = c.axes;
         auto run = [&](auto op, const char* op_name) {
           same(rig.cpu, gpu, {c.in}, op, name + " " + c.what + " " + op_name, 1e-6);
@@ -594,4 +599,24 @@ TEST_CASE("cuda: long reductions split over many blocks match the CPU", "[cuda][
         }
       }
     }
+}
+
+TEST_CASE("cuda: contiguous elementwise fast paths match the CPU, tails included", "[cuda][gpu][perf]") {
+  Rig rig;
+  for (auto& gpu : rig.gpus)
+    for (DType t : every_dtype)
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000003}}) {
+        auto lhs = data({n}, t, 61, 1, 5);
+        auto rhs = data({n}, t, 62, 1, 5);
+        for (auto kind : {sy::BinaryKind::add, sy::BinaryKind::mul, sy::BinaryKind::remainder, sy::BinaryKind::maximum,
+                          sy::BinaryKind::lt, sy::BinaryKind::bitwise_xor}) {
+          const std::string what =
+              std::string(sy::to_string(kind)) + " " + std::string(sy::name_of(t)) + " n=" + std::to_string(n);
+          same(
+              rig.cpu, gpu, {lhs, rhs}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, x[1]); }, what);
+          same(
+              rig.cpu, gpu, {lhs}, [&](const std::vector<Tensor>& x) { return x[0].binary(kind, 3, true); },
+              what + " scalar first");
+        }
+      }
 }
