@@ -165,18 +165,25 @@ class DeviceState {
   /// Device memory ordered on the compute stream; sizes round up to 16 bytes
   /// (the byte-wide atomics rely on it). Over the limit: out_of_memory.
   /// A failed allocation trims the pool's cache and tries once more.
-  caf::expected<void*> allocate(size_t bytes) {
+  caf::expected<void*> allocate(size_t bytes) { return allocate_on(bytes, compute_); }
+
+  /// Same, ordered on `stream`. Uploads allocate on the copy stream, so they
+  /// need not wait for the compute queued before them; the pool orders any
+  /// reuse of memory freed on the compute stream by itself (its internal
+  /// dependencies), and the free of such a block happens on the compute
+  /// stream after it waited for the upload.
+  caf::expected<void*> allocate_on(size_t bytes, cudaStream_t stream) {
     const size_t size = align16(std::max<size_t>(bytes, 1));
     if (limit_ && in_use_ + size > limit_)
       return make_error(Errc::out_of_memory, "cuda: allocating " + std::to_string(size) + " bytes would exceed the " +
                                                  std::to_string(limit_) + "-byte memory limit (" +
                                                  std::to_string(in_use_.load()) + " bytes in use)");
     void* p = nullptr;
-    cudaError_t e = cudaMallocFromPoolAsync(&p, size, pool_, compute_);
+    cudaError_t e = cudaMallocFromPoolAsync(&p, size, pool_, stream);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       (void)cudaMemPoolTrimTo(pool_, 0);
-      e = cudaMallocFromPoolAsync(&p, size, pool_, compute_);
+      e = cudaMallocFromPoolAsync(&p, size, pool_, stream);
     }
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -585,20 +592,28 @@ class CudaBackend final : public Backend {
   // --- transfers -------------------------------------------------------------
 
   Result upload(const TensorIr& t, const Bytes& bytes) {
-    auto block = new_block(bytes.size());
+    // Allocated on the copy stream: the upload overlaps the compute queued
+    // before it; later compute waits for this upload only (the event below).
+    auto block = new_block(bytes.size(), dev_->copy());
     if (!block) return std::move(block.error());
     auto out = std::make_shared<CudaBuffer>(std::move(*block), t.bytes());
-    if (bytes.size() == 0) return out;
-    auto chunk = pinned_.take(bytes.size());
-    if (!chunk) return std::move(chunk.error());
-    std::memcpy(chunk->first, bytes.data(), bytes.size());
-    if (auto err = dev_->order(dev_->compute(), dev_->copy())) {  // the allocation is stream-ordered
-      pinned_.give(chunk->first, chunk->second);
-      return err;
+    // The compute stream (which uses and frees the block) must come after
+    // the allocation on the copy stream, on every way out.
+    auto ready = [&] { return dev_->order(dev_->copy(), dev_->compute()); };
+    if (bytes.size() == 0) {
+      if (auto err = ready()) return err;
+      return out;
     }
+    auto chunk = pinned_.take(bytes.size());
+    if (!chunk) {
+      (void)ready();
+      return std::move(chunk.error());
+    }
+    std::memcpy(chunk->first, bytes.data(), bytes.size());
     cudaError_t e = cudaMemcpyAsync(out->data(), chunk->first, bytes.size(), cudaMemcpyHostToDevice, dev_->copy());
     if (e != cudaSuccess) {
       pinned_.give(chunk->first, chunk->second);
+      (void)ready();
       SY_CUDA_TRY(e);
     }
     // From here the chunk and the device memory belong to the copy until its
@@ -608,10 +623,11 @@ class CudaBackend final : public Backend {
     if (e != cudaSuccess) {
       pinned_.abandon(chunk->first);
       orphans_.push_back(out);
+      (void)ready();
       SY_CUDA_TRY(e);
     }
     add_pending(PendingTransfer{chunk->first, chunk->second, out, t, {}, {}});
-    if (auto err = dev_->order(dev_->copy(), dev_->compute())) return err;
+    if (auto err = ready()) return err;
     return out;
   }
 
@@ -718,8 +734,9 @@ class CudaBackend final : public Backend {
 
   // --- helpers -----------------------------------------------------------------
 
-  caf::expected<BlockPtr> new_block(size_t bytes) {
-    auto p = dev_->allocate(bytes);
+  caf::expected<BlockPtr> new_block(size_t bytes) { return new_block(bytes, dev_->compute()); }
+  caf::expected<BlockPtr> new_block(size_t bytes, cudaStream_t stream) {
+    auto p = dev_->allocate_on(bytes, stream);
     if (!p) return std::move(p.error());
     return std::make_shared<Block>(dev_, *p, bytes);
   }
