@@ -13,7 +13,8 @@ struct Outstanding {
 };
 
 struct Device {
-  std::string name;
+  std::string name;         // as the client knows it: "cpu:0", "127.0.0.1:4242/cpu:0"
+  std::string remote_name;  // as its worker knows it ("cpu:0"); empty for local devices
   runner_actor runner;
   std::unordered_map<uint64_t, Outstanding> outstanding;
 };
@@ -42,6 +43,24 @@ caf::duration timeout_for(Self self, const runner_actor& runner) {
   return caf::duration{self->state.options.remote_timeout};
 }
 
+// Errors as the client should read them: naming the device as the client
+// knows it. A remote runner prefixes its messages with its worker's name for
+// it ("cpu:0: ..."), and CAF's own errors (a timeout) name no device at all.
+caf::error for_client(Self self, const Device& d, const caf::error& err) {
+  auto info = describe(err);
+  if (err.category() == caf::atom("system")) {
+    auto code = static_cast<caf::sec>(err.code());
+    if (code == caf::sec::request_timeout)
+      return make_error(Errc::device_lost, "device " + d.name + " lost: no reply within " +
+                                               std::to_string(self->state.options.remote_timeout.count()) +
+                                               " ms (RuntimeOptions::remote_timeout)");
+    return make_error(info.code, "device " + d.name + ": " + info.message);
+  }
+  if (!d.remote_name.empty() && info.message.starts_with(d.remote_name + ": "))
+    return make_error(info.code, d.name + info.message.substr(d.remote_name.size()));
+  return err;
+}
+
 void lose_device(Self self, DeviceId id, const std::string& why) {
   auto it = self->state.devices.find(id);
   if (it == self->state.devices.end()) return;
@@ -68,13 +87,20 @@ caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
   };
   self->request(it->second.runner, timeout_for(self, it->second.runner), xs...)
       .then(
-          [rp, forget](Reply& r) mutable {
+          [self, id, rp, forget](Reply& r) mutable {
             forget();
+            if constexpr (std::is_same_v<Reply, DeviceStats>) {
+              if (auto d = self->state.devices.find(id); d != self->state.devices.end()) r.device = d->second.name;
+            }
             rp.deliver(std::move(r));
           },
-          [rp, forget](caf::error& e) mutable {
+          [self, id, rp, forget](caf::error& e) mutable {
             forget();
-            if (rp.pending()) rp.deliver(std::move(e));
+            if (!rp.pending()) return;
+            if (auto d = self->state.devices.find(id); d != self->state.devices.end())
+              rp.deliver(for_client(self, d->second, e));
+            else
+              rp.deliver(std::move(e));
           });
   return rp;
 }
@@ -116,6 +142,7 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
             [self](read_atom, DeviceId id, TensorId t) { return relay<TensorData>(self, id, read_atom::value, t); },
             [self](sync_atom, DeviceId id) { return relay<done_atom>(self, id, sync_atom::value); },
             [self](stats_atom, DeviceId id) { return relay<DeviceStats>(self, id, stats_atom::value); },
+            [self](trim_atom, DeviceId id) { return relay<done_atom>(self, id, trim_atom::value); },
             [self](bridge_atom, DeviceId src, TensorId src_id, DeviceId dst, TensorIr& dst_ir) {
               auto& devs = self->state.devices;
               auto d = devs.find(dst);
@@ -141,15 +168,21 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
                           it->second.outstanding.erase(token);
                       },
                       [self, src, token, fail](caf::error& e) {
+                        // The source's failure (a poisoned or missing tensor, a
+                        // timeout) reaches the target through here, named.
                         auto it = self->state.devices.find(src);
                         if (it == self->state.devices.end() || it->second.outstanding.erase(token) == 0) return;
-                        fail(std::move(e));
+                        fail(for_client(self, it->second, e));
                       });
             },
             [self](attach_atom, DeviceId id, std::string& name, runner_actor& runner) {
               self->monitor(runner);
               self->state.lost.erase(id);
-              self->state.devices[id] = Device{std::move(name), std::move(runner), {}};
+              // A remote device is "host:port/<its worker's name>".
+              std::string remote_name;
+              if (runner.node() != self->node())
+                if (auto slash = name.find('/'); slash != std::string::npos) remote_name = name.substr(slash + 1);
+              self->state.devices[id] = Device{std::move(name), std::move(remote_name), std::move(runner), {}};
               return done_atom::value;
             },
             [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },

@@ -39,6 +39,9 @@ struct RunnerState {
   std::shared_ptr<Tracer> tracer;  // null: tracing off
   uint32_t track = 0;
   std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
+  std::chrono::milliseconds idle_trim_after{0};
+  bool busy_since_idle_check = false;  // an op came in since the last idle timer
+  bool idle_timer_armed = false;
 };
 
 using Self = runner_actor::stateful_pointer<RunnerState>;
@@ -332,6 +335,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.tracer = std::move(hooks.tracer);
   self->state.track = hooks.track;
   self->state.batches_done = std::move(hooks.batches_done);
+  self->state.idle_trim_after = hooks.idle_trim_after;
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
@@ -350,6 +354,29 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         }
         complete_syncs(self);
         if (self->state.batches_done) self->state.batches_done->fetch_add(1, std::memory_order_release);
+        auto& st = self->state;
+        st.busy_since_idle_check = true;
+        if (st.idle_trim_after.count() > 0 && !st.idle_timer_armed) {
+          st.idle_timer_armed = true;
+          self->delayed_send(self, st.idle_trim_after, idle_atom::value);
+        }
+      },
+      [self](idle_atom) {
+        // One timer at a time, re-armed while ops keep coming: an idle
+        // period of at least idle_trim_after (and under twice that) trims.
+        auto& st = self->state;
+        if (st.busy_since_idle_check) {
+          st.busy_since_idle_check = false;
+          self->delayed_send(self, st.idle_trim_after, idle_atom::value);
+          return;
+        }
+        st.idle_timer_armed = false;
+        st.backend->trim();
+      },
+      [self](trim_atom) -> caf::result<done_atom> {
+        // Ordered after every op received before it, like a sync.
+        self->state.backend->trim();
+        return done_atom::value;
       },
       [self](read_atom, TensorId id) -> caf::result<TensorData> {
         auto rp = self->make_response_promise<TensorData>();
@@ -396,20 +423,22 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       [self](import_atom, TensorId id, caf::error& err) { import(self, id, std::move(err)); },
       [self](export_atom, TensorId id, caf::actor& target, TensorId dst) -> caf::result<done_atom> {
         auto rp = self->make_response_promise<done_atom>();
+        // A failure goes back to the requester (the client's router), which
+        // names the device as its client knows it and fails the import.
         auto send = [self, target, dst, rp](caf::expected<TensorData> r) mutable {
-          if (r) {
-            auto& st = self->state;
-            st.stats.bytes_bridged_out += r->bytes.size();
-            if (st.tracer) {
-              auto now = Tracer::Clock::now();
-              st.tracer->slice(st.track, "export", now, now + std::chrono::microseconds(1),
-                               "\"bytes\":" + std::to_string(r->bytes.size()));
-              st.tracer->flow_begin(st.track, dst.value, now);
-            }
-            self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, std::move(*r));
-          } else {
-            self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, r.error());
+          if (!r) {
+            rp.deliver(std::move(r.error()));
+            return;
           }
+          auto& st = self->state;
+          st.stats.bytes_bridged_out += r->bytes.size();
+          if (st.tracer) {
+            auto now = Tracer::Clock::now();
+            st.tracer->slice(st.track, "export", now, now + std::chrono::microseconds(1),
+                             "\"bytes\":" + std::to_string(r->bytes.size()));
+            st.tracer->flow_begin(st.track, dst.value, now);
+          }
+          self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, std::move(*r));
           rp.deliver(done_atom::value);
         };
         when_resolved(

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,9 @@ struct RunnerHooks {
   /// deferred): lets a local client bound the batches in flight, so a
   /// client faster than its device cannot grow the mailbox without limit.
   std::shared_ptr<std::atomic<uint64_t>> batches_done;
+  /// A runner that took in no op for this long trims its backend's cache
+  /// (memory goes back to the system while a service idles); 0: never.
+  std::chrono::milliseconds idle_trim_after{1000};
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

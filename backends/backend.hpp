@@ -80,6 +80,9 @@ class Backend {
 
   // (optional) Memory held by live buffers and by caches.
   [[nodiscard]] virtual MemoryStats memory() const { return {}; }
+
+  // (optional) Gives cached (free) memory back to the system.
+  virtual void trim() {}
 };
 
 /// Options a device is created with.
@@ -88,6 +91,8 @@ struct DeviceOptions {
   size_t threads = 0;
   /// Upper bound on bytes the device may allocate (0: none).
   uint64_t memory_limit = 0;
+  /// Most bytes of freed buffers kept for reuse (0: no cache).
+  uint64_t cache_limit = uint64_t{256} << 20;
 };
 
 /// One compiled-in backend kind in the device registry.

@@ -25,6 +25,16 @@ void throw_error(const caf::error& err) {
   throw Error(info.code, info.message);
 }
 
+namespace {
+// Per thread by nature: it says what the calling thread is doing right now
+// (running a reply handler), not anything about a runtime.
+thread_local int runtime_handler_depth = 0;
+}  // namespace
+
+bool on_runtime_thread() noexcept { return runtime_handler_depth > 0; }
+RuntimeThreadScope::RuntimeThreadScope() noexcept { ++runtime_handler_depth; }
+RuntimeThreadScope::~RuntimeThreadScope() { --runtime_handler_depth; }
+
 TensorHandle::~TensorHandle() {
   if (core && !core->closed()) core->submit(device, DropOp{ir.id});
 }
@@ -188,12 +198,14 @@ void Core::start() {
       opts.threads =
           options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
       if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
+      opts.cache_limit = options_.cpu_cache_limit;
       std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
       auto runner = actors::spawn_runner(*system_, name, std::move(backend),
-                                         actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done});
+                                         actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done,
+                                                             options_.idle_trim_after});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
     }
   }
@@ -229,6 +241,9 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   ThreadLoggerGuard logger_guard;
   if (closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
   const std::string address = host + ":" + std::to_string(port);
+  if (on_runtime_thread())
+    throw Error(Errc::invalid_argument, "connect to " + address +
+                                            ": not from a continuation (the handshake would block a runtime thread)");
   std::lock_guard add_lock(add_mutex_);
   for (const auto& w : workers_)
     if (w.host == host && w.port == port &&
@@ -319,33 +334,38 @@ void mark_last_uses(std::vector<OperationIr>& ops, std::unordered_map<TensorId, 
 
 }  // namespace
 
-void Core::flush_locked(DeviceId device, Queue& q) {
-  if (q.ops.empty()) return;
+bool Core::send_locked(DeviceId device, Queue& q) {
+  if (q.ops.empty()) return false;
   if (options_.reuse_last_use) mark_last_uses(q.ops, q.next_use);
   std::vector<OperationIr> batch;
   // The next batch starts at full capacity: growing it op by op cost
   // reallocations and page faults on the submitting thread (profiled).
   batch.reserve(options_.max_batch);
   batch.swap(q.ops);
-  // Only local runners count the batches they take in; a remote device's
-  // flow is bounded by its connection instead.
-  if (slots_[device].local) wait_for_room(q);
+  // Sent under the lock, so batches of one device leave in queue order.
   caf::anon_send(router_, submit_atom::value, device, std::move(batch));
-  ++q.batches_sent;
+  q.batches_sent.fetch_add(1, std::memory_order_release);
+  return true;
 }
 
 // Backpressure: a client that submits faster than its device runs would
 // otherwise grow the runner's mailbox without bound (1M tiny ops grew the
-// resident set by ~28 MiB before this; see docs/ARCHITECTURE.md). Waits,
-// holding the queue, while too many batches are in flight; gives up after
-// a second without progress so a stuck or lost device cannot hang a client
-// (its failure then surfaces through futures as before).
-void Core::wait_for_room(Queue& q) {
+// resident set by ~28 MiB before this; see docs/ARCHITECTURE.md). A client
+// thread waits here, holding no lock, while too many of the device's batches
+// are in flight. Runtime threads (continuations, drops from them) never wait:
+// the batches they would wait for travel through those same threads. Gives
+// up after a second without progress, so a stuck or lost device cannot hang
+// a client (its failure then surfaces through futures as before).
+void Core::wait_for_room(DeviceId device, Queue& q) {
   constexpr uint64_t max_in_flight = 16;
+  // Only local runners count the batches they take in; a remote device's
+  // flow is bounded by its connection instead.
+  if (!slots_[device].local || on_runtime_thread()) return;
+  auto in_flight = [&](uint64_t done) { return q.batches_sent.load(std::memory_order_acquire) - done; };
   auto done = q.batches_done->load(std::memory_order_acquire);
-  if (q.batches_sent - done < max_in_flight) return;
+  if (in_flight(done) < max_in_flight) return;
   auto last_progress = std::chrono::steady_clock::now();
-  for (int spins = 0; q.batches_sent - done >= max_in_flight; ++spins) {
+  for (int spins = 0; in_flight(done) >= max_in_flight; ++spins) {
     if (spins < 64)
       std::this_thread::yield();
     else
@@ -355,7 +375,7 @@ void Core::wait_for_room(Queue& q) {
     if (now_done != done) {
       done = now_done;
       last_progress = now;
-    } else if (now - last_progress > std::chrono::seconds(1) || closed()) {
+    } else if (now - last_progress > std::chrono::seconds(1) || closed() || lost(device)) {
       return;
     }
   }
@@ -364,15 +384,17 @@ void Core::wait_for_room(Queue& q) {
 void Core::submit(DeviceId device, OperationIr op) {
   auto& q = slot(device).queue;
   bool arm = false;
+  bool sent = false;
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
     q.ops.push_back(std::move(op));
     if (q.ops.size() >= options_.max_batch)
-      flush_locked(device, q);
+      sent = send_locked(device, q);
     else
       arm = q.ops.size() == 1;
   }
+  if (sent) wait_for_room(device, q);
   if (arm) {
     std::lock_guard lock(flusher_mutex_);
     if (!flusher_armed_) {
@@ -382,14 +404,18 @@ void Core::submit(DeviceId device, OperationIr op) {
   }
 }
 
-void Core::flush(DeviceId device) {
+void Core::flush(DeviceId device, bool wait) {
   auto& q = slot(device).queue;
-  std::lock_guard lock(q.mutex);
-  flush_locked(device, q);
+  bool sent = false;
+  {
+    std::lock_guard lock(q.mutex);
+    sent = send_locked(device, q);
+  }
+  if (sent && wait) wait_for_room(device, q);
 }
 
 void Core::flush_all() {
-  for (DeviceId d = 0; d < device_count(); ++d) flush(d);
+  for (DeviceId d = 0; d < device_count(); ++d) flush(d, false);
 }
 
 void Core::flusher_loop() {
@@ -432,10 +458,12 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
         self->request(router, caf::infinite, xs...)
             .then(
                 [promise, convert, box](Reply& r) mutable {
+                  RuntimeThreadScope scope;
                   box->reset();  // queue the drop before the caller sees the value
                   convert(promise, r);
                 },
                 [promise, weak, box](caf::error& e) mutable {
+                  RuntimeThreadScope scope;
                   box->reset();
                   auto core = weak.lock();
                   if (core && core->closed() && describe(e).code == Errc::device_lost)
@@ -473,6 +501,12 @@ Future<DeviceStats> Core::stats(DeviceId device) {
       nullptr, [](Promise<DeviceStats>& p, DeviceStats& s) { p.set_value(std::move(s)); }, stats_atom::value, device);
 }
 
+Future<void> Core::trim(DeviceId device) {
+  flush(device);
+  return ask<done_atom, void>(
+      nullptr, [](Promise<void>& p, done_atom) { p.set_value(); }, trim_atom::value, device);
+}
+
 void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir) {
   // Both queues go out first: the export must follow the ops producing the
   // source, and the expect must precede ops on the result.
@@ -480,11 +514,15 @@ void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& d
   check_usable(dst);
   auto& qs = slot(src).queue;
   auto& qd = slot(dst).queue;
-  std::scoped_lock lock(qs.mutex, qd.mutex);
-  if (closed()) return;
-  flush_locked(src, qs);
-  if (dst != src) flush_locked(dst, qd);
-  caf::anon_send(router_, bridge_atom::value, src, src_id, dst, dst_ir);
+  {
+    std::scoped_lock lock(qs.mutex, qd.mutex);
+    if (closed()) return;
+    send_locked(src, qs);
+    if (dst != src) send_locked(dst, qd);
+    caf::anon_send(router_, bridge_atom::value, src, src_id, dst, dst_ir);
+  }
+  wait_for_room(src, qs);
+  if (dst != src) wait_for_room(dst, qd);
 }
 
 void Core::close() {
@@ -493,8 +531,21 @@ void Core::close() {
   // Send what is queued (submit refuses new work now that closed_ is set).
   for (DeviceId d = 0; d < device_count(); ++d) {
     std::lock_guard lock(slots_[d].queue.mutex);
-    flush_locked(d, slots_[d].queue);
+    send_locked(d, slots_[d].queue);
   }
+  if (on_runtime_thread()) {
+    // ~actor_system below waits for every scheduler thread, this one too:
+    // finish on a thread of our own, which keeps the core alive until done.
+    if (auto self = weak_from_this().lock()) {
+      std::thread([self = std::move(self)] { self->shut_down(); }).detach();
+      return;
+    }
+  }
+  shut_down();
+}
+
+void Core::shut_down() {
+  ThreadLoggerGuard logger_guard;
   {
     std::lock_guard lock(flusher_mutex_);
     flusher_stop_ = true;

@@ -37,6 +37,18 @@ struct DeviceInfo {
   std::string kind;
 };
 
+/// Marks the calling thread as running a runtime reply handler (and the
+/// continuations it completes) for the scope's lifetime; see
+/// on_runtime_thread(). Such code never waits for room in a device queue,
+/// and a Runtime destroyed there shuts down on a thread of its own.
+class RuntimeThreadScope {
+ public:
+  RuntimeThreadScope() noexcept;
+  ~RuntimeThreadScope();
+  RuntimeThreadScope(const RuntimeThreadScope&) = delete;
+  RuntimeThreadScope& operator=(const RuntimeThreadScope&) = delete;
+};
+
 /// Converts a caf::error into the exception futures rethrow.
 [[nodiscard]] std::exception_ptr to_exception(const caf::error& err);
 /// Throws Error for a failed rule check at the call site.
@@ -51,6 +63,9 @@ class Core : public std::enable_shared_from_this<Core> {
   /// need shared_from_this for nothing, but devices() does.
   void start();
   /// Completes outstanding work, fails what cannot complete, stops actors.
+  /// On a runtime thread (a continuation) it returns at once and the
+  /// shutdown finishes on a thread of its own: the actor system's teardown
+  /// waits for every runtime thread, the calling one included.
   void close();
 
   [[nodiscard]] TensorId new_id() noexcept { return TensorId{next_id_.fetch_add(1, std::memory_order_relaxed)}; }
@@ -75,7 +90,9 @@ class Core : public std::enable_shared_from_this<Core> {
 
   /// Queues an op for a device (sent with the next batch).
   void submit(DeviceId device, OperationIr op);
-  void flush(DeviceId device);
+  /// Sends the device's queued ops; a client thread then waits while too
+  /// many of its batches are in flight (`wait`), never holding the queue.
+  void flush(DeviceId device, bool wait = true);
   void flush_all();
 
   /// A new tensor `ir` on `device` produced by `op` (already holding ir).
@@ -89,6 +106,7 @@ class Core : public std::enable_shared_from_this<Core> {
                                         std::shared_ptr<const void> keep = nullptr);
   [[nodiscard]] Future<void> sync(DeviceId device);
   [[nodiscard]] Future<DeviceStats> stats(DeviceId device);
+  [[nodiscard]] Future<void> trim(DeviceId device);
   void bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir);
 
   [[nodiscard]] caf::actor_system& system() { return *system_; }
@@ -100,8 +118,9 @@ class Core : public std::enable_shared_from_this<Core> {
     std::vector<OperationIr> ops;
     // Scratch of mark_last_uses, kept to avoid an allocation per batch.
     std::unordered_map<TensorId, uint32_t> next_use;
-    // Flow control: batches sent, and batches the runner has taken in.
-    uint64_t batches_sent = 0;
+    // Flow control: batches sent (written under `mutex`, read by waiters
+    // without it), and batches the runner has taken in.
+    std::atomic<uint64_t> batches_sent{0};
     std::shared_ptr<std::atomic<uint64_t>> batches_done = std::make_shared<std::atomic<uint64_t>>(0);
   };
   // Written once before `count_` publishes it, except `lost*` (router thread).
@@ -129,8 +148,12 @@ class Core : public std::enable_shared_from_this<Core> {
   DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local);
   void on_lost(DeviceId id, const std::string& why);
 
-  void flush_locked(DeviceId device, Queue& q);
-  void wait_for_room(Queue& q);
+  // Sends the queued ops as one batch; true when one was sent. Never waits:
+  // the queue lock is held, and a drop on a runtime thread may need it.
+  bool send_locked(DeviceId device, Queue& q);
+  // Backpressure, after a send and outside the lock, on client threads only.
+  void wait_for_room(DeviceId device, Queue& q);
+  void shut_down();
   void flusher_loop();
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs);

@@ -155,5 +155,6 @@ void Device::seed(uint64_t seed) const { core_of(core_).submit(id_, SeedOp{seed}
 Future<void> Device::sync() const { return core_of(core_).sync(id_); }
 
 Future<DeviceStats> Device::stats() const { return core_of(core_).stats(id_); }
+Future<void> Device::trim() const { return core_of(core_).trim(id_); }
 
 }  // namespace switchyard

@@ -17,6 +17,18 @@ class HostBuffer final : public Buffer {
   Bytes bytes_;
 };
 
+/// Kernels' write access to the bytes of an output: a fresh block, or an
+/// input `reusable()` proved unshared. Everyone else writes through
+/// Bytes::mutable_data(), which copies a shared block first.
+struct KernelAccess {
+  [[nodiscard]] static std::byte* data(const Bytes& b) noexcept { return b.kernel_data({}); }
+};
+template <class T>
+[[nodiscard]] T* writable(const Bytes& b) noexcept {
+  return reinterpret_cast<T*>(KernelAccess::data(b));
+}
+[[nodiscard]] inline std::byte* writable_data(const Bytes& b) noexcept { return KernelAccess::data(b); }
+
 /// The host bytes behind a buffer of a host backend (nullptr otherwise).
 [[nodiscard]] inline const Bytes* host_bytes(const BufferPtr& b) {
   auto* h = dynamic_cast<HostBuffer*>(b.get());

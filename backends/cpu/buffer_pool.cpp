@@ -1,5 +1,7 @@
 #include "backends/cpu/buffer_pool.hpp"
 
+#include <sys/mman.h>
+
 #include <array>
 #include <bit>
 #include <new>
@@ -9,8 +11,25 @@ namespace switchyard::backends::cpu {
 namespace {
 constexpr size_t min_class_bytes = 4096;
 constexpr size_t num_classes = 40;
+// Blocks from here up are mapped and unmapped directly: freed memory then
+// leaves the process for certain, where malloc may keep a freed block of
+// up to 32 MiB in its heap (its mmap threshold grows as blocks are freed).
+constexpr size_t map_min_bytes = size_t{256} << 10;
 
-void release(std::byte* p) { ::operator delete[](p, std::align_val_t{Bytes::alignment}); }
+std::byte* obtain(size_t class_bytes) {
+  if (class_bytes < map_min_bytes)
+    return static_cast<std::byte*>(::operator new[](class_bytes, std::align_val_t{Bytes::alignment}));
+  void* p = ::mmap(nullptr, class_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<std::byte*>(p);
+}
+
+void release(std::byte* p, size_t class_bytes) {
+  if (class_bytes < map_min_bytes)
+    ::operator delete[](p, std::align_val_t{Bytes::alignment});
+  else
+    ::munmap(p, class_bytes);
+}
 }  // namespace
 
 struct BufferPool::State {
@@ -21,8 +40,8 @@ struct BufferPool::State {
   uint64_t limit = 0;
 
   ~State() {
-    for (auto& list : free_lists)
-      for (auto* p : list) release(p);
+    for (size_t cls = 0; cls < num_classes; ++cls)
+      for (auto* p : free_lists[cls]) release(p, min_class_bytes << cls);
   }
 };
 
@@ -47,7 +66,15 @@ Bytes BufferPool::allocate(size_t size) {
     }
     state_->in_use += class_bytes;
   }
-  if (raw == nullptr) raw = static_cast<std::byte*>(::operator new[](class_bytes, std::align_val_t{Bytes::alignment}));
+  if (raw == nullptr) {
+    try {
+      raw = obtain(class_bytes);
+    } catch (...) {
+      std::lock_guard lock(state_->mutex);
+      state_->in_use -= class_bytes;
+      throw;
+    }
+  }
   // The deleter holds the state alive, so buffers may outlive the pool.
   std::weak_ptr<State> weak = state_;
   std::shared_ptr<std::byte> block(raw, [weak, cls, class_bytes](std::byte* p) {
@@ -60,7 +87,7 @@ Bytes BufferPool::allocate(size_t size) {
         return;
       }
     }
-    release(p);
+    release(p, class_bytes);
   });
   return Bytes::adopt(std::move(block), size);
 }
@@ -76,12 +103,15 @@ uint64_t BufferPool::bytes_in_use() const {
 }
 
 void BufferPool::trim() {
-  std::lock_guard lock(state_->mutex);
-  for (auto& list : state_->free_lists) {
-    for (auto* p : list) release(p);
-    list.clear();
+  std::array<std::vector<std::byte*>, num_classes> freed;
+  {
+    std::lock_guard lock(state_->mutex);
+    freed.swap(state_->free_lists);
+    state_->cached = 0;
   }
-  state_->cached = 0;
+  // Unmapping outside the lock: a drop on another thread never waits for it.
+  for (size_t cls = 0; cls < num_classes; ++cls)
+    for (auto* p : freed[cls]) release(p, min_class_bytes << cls);
 }
 
 }  // namespace switchyard::backends::cpu

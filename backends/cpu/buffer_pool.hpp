@@ -17,7 +17,8 @@ namespace switchyard::backends::cpu {
 /// last reference drops, possibly on a client thread, hence the mutex.
 class BufferPool {
  public:
-  explicit BufferPool(uint64_t cache_limit = uint64_t{1} << 30);
+  /// Keeps at most `cache_limit` bytes of freed blocks (0: none).
+  explicit BufferPool(uint64_t cache_limit);
   ~BufferPool();
 
   /// Uninitialised bytes from the pool.

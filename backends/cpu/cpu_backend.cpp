@@ -12,6 +12,7 @@ class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(const DeviceOptions& options)
       : pool_(options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads),
+        buffers_(options.cache_limit),
         ctx_{pool_, buffers_} {
     // GEMM runs on the runner's thread while this device's pool is idle, so
     // OpenBLAS may use as many threads as the pool has, and no more: its
@@ -57,6 +58,7 @@ class CpuBackend final : public HostBackend {
   }
 
   [[nodiscard]] MemoryStats memory() const override { return {buffers_.bytes_in_use(), buffers_.bytes_cached()}; }
+  void trim() override { buffers_.trim(); }
 
  private:
   caf::expected<Bytes> run(FromDataOp& o, const Inputs&) { return o.data.bytes; }

@@ -338,7 +338,7 @@ void convert(Context& ctx, const void* src, DType from, void* dst, DType to, int
 Bytes as_dtype(Context& ctx, const Bytes& src, DType from, DType to, int64_t n) {
   if (from == to) return src;
   auto out = ctx.buffers.allocate(static_cast<size_t>(n) * size_of(to));
-  convert(ctx, src.data(), from, out.data(), to, n);
+  convert(ctx, src.data(), from, writable_data(out), to, n);
   return out;
 }
 
@@ -347,7 +347,7 @@ caf::expected<Bytes> fill(Context& ctx, FillOp& op) {
   const int64_t n = op.out.numel();
   visit_dtype(op.out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T* o = out.as<T>();
+    T* o = writable<T>(out);
     switch (op.kind) {
       case FillKind::full: {
         T v = from_double<T>(op.value);
@@ -377,7 +377,7 @@ caf::expected<Bytes> random(Context& ctx, RandomOp& op) {
   const auto draw = static_cast<RandomDraw>(op.kind);
   visit_dtype(op.out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T* o = out.as<T>();
+    T* o = writable<T>(out);
     ctx.pool.parallel_for(op.out.numel(), 4096, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
         o[i] = static_cast<T>(random_value(draw, seed, index, static_cast<uint64_t>(i), op.a, op.b));
@@ -398,7 +398,7 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
     return with_unary<T>(op.kind, op.a, op.b, [&](auto fn) {
       using R = decltype(fn(T{}));
       // Buffers are contiguous and the shapes equal: one flat loop.
-      flat1<T, R>(ctx, src.as<const T>(), out.as<R>(), op.out.numel(), fn);
+      flat1<T, R>(ctx, src.as<const T>(), writable<R>(out), op.out.numel(), fn);
       return true;
     });
   });
@@ -437,10 +437,10 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
       if (op.lhs.shape == op.out.shape && op.rhs.shape == op.out.shape)
-        flat2<T, R>(ctx, a.as<const T>(), b.as<const T>(), out.as<R>(), op.out.numel(), fn);
+        flat2<T, R>(ctx, a.as<const T>(), b.as<const T>(), writable<R>(out), op.out.numel(), fn);
       else
         map2<T, R>(ctx, a.as<const T>(), broadcast_strides(op.lhs.shape, op.out.shape), b.as<const T>(),
-                   broadcast_strides(op.rhs.shape, op.out.shape), out.as<R>(), op.out.shape, fn);
+                   broadcast_strides(op.rhs.shape, op.out.shape), writable<R>(out), op.out.shape, fn);
       return true;
     });
   });
@@ -473,9 +473,9 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
       using R = decltype(fn(T{}, T{}));
       const int64_t n = op.out.numel();
       if (op.scalar_first)
-        flat1<T, R>(ctx, a.as<const T>(), out.as<R>(), n, [=](T x) { return fn(s, x); });
+        flat1<T, R>(ctx, a.as<const T>(), writable<R>(out), n, [=](T x) { return fn(s, x); });
       else
-        flat1<T, R>(ctx, a.as<const T>(), out.as<R>(), n, [=](T x) { return fn(x, s); });
+        flat1<T, R>(ctx, a.as<const T>(), writable<R>(out), n, [=](T x) { return fn(x, s); });
       return true;
     });
   });
@@ -486,7 +486,7 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
 caf::expected<Bytes> cast(Context& ctx, CastOp& op, const Inputs& in) {
   if (op.in.dtype == op.out.dtype) return *in.bytes[0];
   auto out = ctx.buffers.allocate(op.out.bytes());
-  convert(ctx, in.bytes[0]->data(), op.in.dtype, out.data(), op.out.dtype, op.in.numel());
+  convert(ctx, in.bytes[0]->data(), op.in.dtype, writable_data(out), op.out.dtype, op.in.numel());
   return out;
 }
 
@@ -499,7 +499,7 @@ caf::expected<Bytes> where(Context& ctx, WhereOp& op, const Inputs& in) {
     using T = decltype(tag);
     const T* x = a.as<const T>();
     const T* y = b.as<const T>();
-    T* o = out.as<T>();
+    T* o = writable<T>(out);
     StridedLoop<4> loop(op.out.shape.dims,
                         {broadcast_strides(op.cond.shape, op.out.shape), broadcast_strides(op.lhs.shape, op.out.shape),
                          broadcast_strides(op.rhs.shape, op.out.shape), op.out.shape.strides()});

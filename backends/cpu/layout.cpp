@@ -62,7 +62,7 @@ caf::expected<Bytes> view(Context& ctx, ViewOp& op, const Inputs& in) {
     return src;  // a reshape of contiguous data: share the block
   auto out = ctx.buffers.allocate(op.out.bytes());
   if (op.out.numel() > 0)
-    strided_copy(ctx, src.data(), op.offset, op.strides, out.data(), 0, op.out.shape.strides(), op.out.shape,
+    strided_copy(ctx, src.data(), op.offset, op.strides, writable_data(out), 0, op.out.shape.strides(), op.out.shape,
                  size_of(op.out.dtype));
   return out;
 }
@@ -73,10 +73,10 @@ caf::expected<Bytes> slice_assign(Context& ctx, SliceAssignOp& op, const Inputs&
     out = *in.bytes[0];
   } else {
     out = ctx.buffers.allocate(op.out.bytes());
-    if (op.out.bytes() > 0) std::memcpy(out.data(), in.bytes[0]->data(), op.out.bytes());
+    if (op.out.bytes() > 0) std::memcpy(writable_data(out), in.bytes[0]->data(), op.out.bytes());
   }
   if (op.value.numel() > 0)
-    strided_copy(ctx, in.bytes[1]->data(), 0, op.value.shape.strides(), out.data(), op.offset, op.strides,
+    strided_copy(ctx, in.bytes[1]->data(), 0, op.value.shape.strides(), writable_data(out), op.offset, op.strides,
                  op.value.shape, size_of(op.out.dtype));
   return out;
 }
@@ -93,7 +93,7 @@ caf::expected<Bytes> cat(Context& ctx, CatOp& op, const Inputs& in) {
   for (size_t t = 0; t < op.inputs.size(); ++t) {
     const int64_t row = op.inputs[t].shape.dims[op.axis] * inner * static_cast<int64_t>(elem);
     const std::byte* src = in.bytes[t]->data();
-    std::byte* dst = out.data() + col;
+    std::byte* dst = writable_data(out) + col;
     if (row > 0)
       ctx.pool.parallel_for(outer, std::max<int64_t>(1, parallel_grain / std::max<int64_t>(row, 1)),
                             [&](int64_t b, int64_t e) {
@@ -113,7 +113,7 @@ caf::expected<Bytes> pad(Context& ctx, PadOp& op, const Inputs& in) {
   int64_t offset = 0;
   auto out_strides = op.out.shape.strides();
   for (size_t d = 0; d < op.before.size(); ++d) offset += op.before[d] * out_strides[d];
-  strided_copy(ctx, in.bytes[0]->data(), 0, op.in.shape.strides(), out->data(), offset, out_strides, op.in.shape,
+  strided_copy(ctx, in.bytes[0]->data(), 0, op.in.shape.strides(), writable_data(*out), offset, out_strides, op.in.shape,
                size_of(op.out.dtype));
   return out;
 }
@@ -133,7 +133,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       }
       auto out = ctx.buffers.allocate(op.out.bytes());
       if (ind.empty()) {  // a 0-d input has one element whatever the index holds
-        std::memcpy(out.data(), src.data(), elem);
+        std::memcpy(writable_data(out), src.data(), elem);
         return out;
       }
       int64_t outer = 1, inner = 1;
@@ -144,7 +144,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
         for (int64_t i = 0; i < count; ++i) {
           int64_t v = read_index(idx, op.index.dtype, i);
           if (v < 0) v += axis_len;
-          std::memcpy(out.data() + (o * count + i) * block, src.data() + (o * axis_len + v) * block, block);
+          std::memcpy(writable_data(out) + (o * count + i) * block, src.data() + (o * axis_len + v) * block, block);
         }
       return out;
     }
@@ -157,7 +157,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       by_width(elem, [&](auto tag) {
         using W = decltype(tag);
         const W* s = src.as<const W>();
-        W* o = out.as<W>();
+        W* o = writable<W>(out);
         for (int64_t flat = 0; flat < n && !err; ++flat) {
           int64_t rem = flat, off = 0;
           for (size_t d = idims.size(); d-- > 0;) {
@@ -181,7 +181,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
     }
     case IndexKind::scatter_add: {
       auto out = ctx.buffers.allocate(op.out.bytes());
-      if (op.out.bytes() > 0) std::memcpy(out.data(), src.data(), op.out.bytes());
+      if (op.out.bytes() > 0) std::memcpy(writable_data(out), src.data(), op.out.bytes());
       const Bytes& add = *in.bytes[2];
       const auto out_strides = op.out.shape.strides();
       const auto src_strides = op.src.shape.strides();
@@ -191,7 +191,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       visit_dtype(op.in.dtype, [&](auto tag) {
         using T = decltype(tag);
         const T* a = add.as<const T>();
-        T* o = out.as<T>();
+        T* o = writable<T>(out);
         for (int64_t flat = 0; flat < n && !err; ++flat) {
           int64_t rem = flat, off = 0, soff = 0;
           for (size_t d = idims.size(); d-- > 0;) {

@@ -60,7 +60,7 @@ caf::expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
     } else {
       const T* a = in.bytes[0]->as<const T>();
       const T* b = in.bytes[1]->as<const T>();
-      T* c = out.as<T>();
+      T* c = writable<T>(out);
       auto one = [&](int64_t batch) {
         int64_t rem = batch, ao = 0, bo = 0;
         for (size_t i = d.batch_dims.size(); i-- > 0;) {

@@ -89,17 +89,17 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
           });
         };
         if (op.out.dtype == DType::i64)
-          body(out.as<int64_t>());
+          body(writable<int64_t>(out));
         else if (op.out.dtype == DType::f64)
-          body(out.as<double>());
+          body(writable<double>(out));
         else
-          body(out.as<float>());
+          body(writable<float>(out));
         break;
       }
       case ReduceKind::max:
       case ReduceKind::min: {
         const bool mx = op.kind == ReduceKind::max;
-        reduce_each(ctx, x, out.as<T>(), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
+        reduce_each(ctx, x, writable<T>(out), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
           bool first = true;
           T best{};
           for_reduced(p, base, l, [&](T v) {
@@ -121,7 +121,7 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
       case ReduceKind::argmax:
       case ReduceKind::argmin: {
         const bool mx = op.kind == ReduceKind::argmax;
-        reduce_each(ctx, x, out.as<int64_t>(), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
+        reduce_each(ctx, x, writable<int64_t>(out), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
           int64_t i = 0, best_i = 0;
           T best{};
           bool nan_seen = false;
@@ -150,7 +150,7 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
       case ReduceKind::std: {
         const bool sd = op.kind == ReduceKind::std;
         const double denom = static_cast<double>(count - op.correction);
-        reduce_each(ctx, x, out.as<T>(), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
+        reduce_each(ctx, x, writable<T>(out), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
           double sum = 0;
           for_reduced(p, base, l, [&](T v) { sum += static_cast<double>(v); });
           double mean = sum / static_cast<double>(count);
@@ -167,7 +167,7 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
       case ReduceKind::any:
       case ReduceKind::all: {
         const bool any = op.kind == ReduceKind::any;
-        reduce_each(ctx, x, out.as<bool>(), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
+        reduce_each(ctx, x, writable<bool>(out), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
           bool acc = !any;
           for_reduced(p, base, l, [&](T v) {
             if (any)
@@ -194,7 +194,7 @@ caf::expected<Bytes> softmax(Context& ctx, SoftmaxOp& op, const Inputs& in) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
       const T* x = in.bytes[0]->as<const T>();
-      T* y = out.as<T>();
+      T* y = writable<T>(out);
       int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(len, 1));
       ctx.pool.parallel_for(outer * inner, grain, [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {

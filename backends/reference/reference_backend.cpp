@@ -71,22 +71,22 @@ void store(const Bytes& b, DType t, int64_t k, Value v) {
   // happens once (int64 -> double -> float could round twice).
   switch (t) {
     case DType::f32:
-      b.as<float>()[k] = v.floating ? static_cast<float>(v.f) : static_cast<float>(v.i);
+      writable<float>(b)[k] = v.floating ? static_cast<float>(v.f) : static_cast<float>(v.i);
       break;
     case DType::f64:
-      b.as<double>()[k] = v.floating ? v.f : static_cast<double>(v.i);
+      writable<double>(b)[k] = v.floating ? v.f : static_cast<double>(v.i);
       break;
     case DType::i32:  // C++20: integer narrowing is modular
-      b.as<int32_t>()[k] = static_cast<int32_t>(v.floating ? float_to_int(v.f) : v.i);
+      writable<int32_t>(b)[k] = static_cast<int32_t>(v.floating ? float_to_int(v.f) : v.i);
       break;
     case DType::i64:
-      b.as<int64_t>()[k] = v.floating ? float_to_int(v.f) : v.i;
+      writable<int64_t>(b)[k] = v.floating ? float_to_int(v.f) : v.i;
       break;
     case DType::u8:
-      b.as<uint8_t>()[k] = static_cast<uint8_t>(v.floating ? float_to_int(v.f) : v.i);
+      writable<uint8_t>(b)[k] = static_cast<uint8_t>(v.floating ? float_to_int(v.f) : v.i);
       break;
     case DType::boolean:
-      b.as<uint8_t>()[k] = v.truthy() ? 1 : 0;
+      writable<uint8_t>(b)[k] = v.truthy() ? 1 : 0;
       break;
   }
 }
@@ -654,7 +654,7 @@ caf::expected<Bytes> run_matmul(const MatmulOp& op, const Bytes& lhs, const Byte
 
 /// Element copy without conversion (layout ops never change the dtype).
 void copy_element(const Bytes& src, int64_t from, const Bytes& dst, int64_t to, size_t elem) {
-  std::memcpy(dst.data() + to * static_cast<int64_t>(elem), src.data() + from * static_cast<int64_t>(elem), elem);
+  std::memcpy(writable_data(dst) + to * static_cast<int64_t>(elem), src.data() + from * static_cast<int64_t>(elem), elem);
 }
 
 caf::expected<Bytes> run_view(const ViewOp& op, const Bytes& in) {
@@ -667,7 +667,7 @@ caf::expected<Bytes> run_view(const ViewOp& op, const Bytes& in) {
 
 caf::expected<Bytes> run_slice_assign(const SliceAssignOp& op, const Bytes& base, const Bytes& value) {
   auto out = allocate(op.out);
-  if (op.out.bytes() > 0) std::memcpy(out.data(), base.data(), op.out.bytes());
+  if (op.out.bytes() > 0) std::memcpy(writable_data(out), base.data(), op.out.bytes());
   const size_t elem = size_of(op.out.dtype);
   for (int64_t k = 0; k < op.value.numel(); ++k)
     copy_element(value, k, out, op.offset + dot(unravel(k, op.value.shape), op.strides), elem);
@@ -753,7 +753,7 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
     }
     case IndexKind::scatter_add: {
       // out = in; out[i][index[i][j][k]][k] += src[i][j][k]   (axis 1)
-      if (op.out.bytes() > 0) std::memcpy(out.data(), in.data(), op.out.bytes());
+      if (op.out.bytes() > 0) std::memcpy(writable_data(out), in.data(), op.out.bytes());
       const auto src_strides = op.src.shape.strides();
       for (int64_t k = 0; k < op.index.numel(); ++k) {
         auto idx = unravel(k, op.index.shape);

@@ -47,6 +47,11 @@ class Device {
   /// Completes once every op submitted to this device so far has run.
   [[nodiscard]] Future<void> sync() const;
   [[nodiscard]] Future<DeviceStats> stats() const;
+  /// Gives the memory this device caches for reuse back to the system, after
+  /// the ops submitted before it; completes when done (`stats().cached_bytes`
+  /// is then 0). Devices also do this by themselves when idle
+  /// (RuntimeOptions::idle_trim_after).
+  [[nodiscard]] Future<void> trim() const;
 
   friend bool operator==(const Device& a, const Device& b) noexcept { return a.core_ == b.core_ && a.id_ == b.id_; }
 

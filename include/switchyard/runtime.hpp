@@ -36,6 +36,13 @@ struct RuntimeOptions {
   /// memory is the limit). An op that would exceed it fails with
   /// out_of_memory; the device keeps working.
   uint64_t cuda_memory_limit = 0;
+  /// Most bytes of freed tensor buffers each CPU device keeps for reuse
+  /// (large tensors then skip page faults in loops); beyond it, freed
+  /// memory goes back to the system at once. 0: no cache.
+  uint64_t cpu_cache_limit = uint64_t{256} << 20;
+  /// A device that took in no op for this long gives its cached memory
+  /// back to the system (0: only Device::trim() does).
+  std::chrono::milliseconds idle_trim_after{1000};
   /// Ops queued per device on the client before they are sent as one
   /// message; reads, syncs and bridges send earlier.
   size_t max_batch = 256;

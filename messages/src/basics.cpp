@@ -156,10 +156,8 @@ void canonicalize_bools(TensorData& x) noexcept {
   size_t first = 0;
   while (first < n && src[first] <= 1) ++first;
   if (first == n) return;  // the common case: already canonical, nothing written
-  // Bytes are shared and immutable once written: rewrite a private copy
-  // unless this is the only holder.
-  if (!x.bytes.unique()) x.bytes = Bytes::copy_of(src, n);
-  auto* dst = x.bytes.as<uint8_t>();
+  // Copy-on-write: a holder sharing the block keeps its bytes.
+  auto* dst = x.bytes.mutable_as<uint8_t>();
   for (size_t i = first; i < n; ++i) dst[i] = dst[i] != 0 ? 1 : 0;
 }
 

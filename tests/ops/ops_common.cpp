@@ -42,7 +42,7 @@ sy::TensorData data(sy::DType t, sy::Shape s, const std::vector<double>& v) {
   auto bytes = sy::Bytes::allocate(v.size() * sy::size_of(t));
   sy::visit_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    auto* p = bytes.as<T>();
+    auto* p = bytes.mutable_as<T>();
     for (size_t i = 0; i < v.size(); ++i) {
       if constexpr (std::is_same_v<T, bool>)
         reinterpret_cast<uint8_t*>(p)[i] = v[i] != 0;

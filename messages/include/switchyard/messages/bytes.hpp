@@ -15,11 +15,17 @@
 
 namespace switchyard {
 
-/// Shared, 64-byte aligned host memory. Copies share the block: tensor
-/// buffers are immutable once written, so host runners and readers can hold
-/// the same bytes without copying (a host-to-host bridge is a handover).
-/// Writers must hold the only reference (`unique()`), which the runtime
-/// guarantees for freshly allocated outputs and for last-use inputs.
+namespace backends {
+struct KernelAccess;
+}
+
+/// Shared, 64-byte aligned host memory. Copies share the block: a read
+/// result, the data a tensor was made from and the device's own buffer may
+/// all be one block, so uploads, reads and host-to-host bridges never copy.
+/// That sharing is never observable: the block is read-only through every
+/// public accessor, and `mutable_data()` copies it first unless this Bytes
+/// is its only holder (copy-on-write). So a read result is the caller's own
+/// to change, and what a device was given never changes under it.
 class Bytes {
  public:
   static constexpr size_t alignment = 64;
@@ -37,20 +43,42 @@ class Bytes {
   }
   [[nodiscard]] static Bytes copy_of(const void* src, size_t size) {
     auto b = allocate(size);
-    if (size > 0) std::memcpy(b.data(), src, size);
+    if (size > 0) std::memcpy(b.block_.get(), src, size);
     return b;
   }
 
   [[nodiscard]] size_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-  [[nodiscard]] std::byte* data() const noexcept { return block_.get(); }
+  /// Read-only view of the block.
+  [[nodiscard]] const std::byte* data() const noexcept { return block_.get(); }
+  /// Whether this is the block's only holder (so writing is unobservable).
   [[nodiscard]] bool unique() const noexcept { return block_.use_count() == 1; }
   [[nodiscard]] long use_count() const noexcept { return block_.use_count(); }
 
   template <class T>
-  [[nodiscard]] T* as() const noexcept {
-    return reinterpret_cast<T*>(block_.get());
+  [[nodiscard]] const T* as() const noexcept {
+    return reinterpret_cast<const T*>(block_.get());
   }
+
+  /// Writable block: copies it first when another holder shares it, so no
+  /// other reader (a device, a future, another TensorData) sees the write.
+  [[nodiscard]] std::byte* mutable_data() {
+    if (block_ && !unique()) *this = copy_of(block_.get(), size_);
+    return block_.get();
+  }
+  template <class T>
+  [[nodiscard]] T* mutable_as() {
+    return reinterpret_cast<T*>(mutable_data());
+  }
+
+  /// Writable block without the copy, for backend kernels only: they write
+  /// fresh outputs and inputs the runtime proved unshared (`reusable()`), and
+  /// may hold a second Bytes of the same block while they do.
+  class KernelKey {
+    friend struct backends::KernelAccess;
+    KernelKey() = default;
+  };
+  [[nodiscard]] std::byte* kernel_data(KernelKey /*key*/) const noexcept { return block_.get(); }
 
  private:
   std::shared_ptr<std::byte> block_;
@@ -65,7 +93,7 @@ typename Inspector::result_type inspect(Inspector& f, Bytes& x) {
     size_t n = x.size();
     if (auto err = f.begin_sequence(n)) return err;
     if (n > 0) {
-      if (auto err = f.apply_raw(n, x.data())) return err;
+      if (auto err = f.apply_raw(n, const_cast<std::byte*>(x.data()))) return err;
     }
     return f.end_sequence();
   } else if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
@@ -76,7 +104,7 @@ typename Inspector::result_type inspect(Inspector& f, Bytes& x) {
                                                   std::to_string(bin->remaining()) + " bytes received");
     x = Bytes::allocate(n);
     if (n > 0) {
-      if (auto err = f.apply_raw(n, x.data())) return err;
+      if (auto err = f.apply_raw(n, x.mutable_data())) return err;
     }
     return f.end_sequence();
   } else {

@@ -18,7 +18,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 3;
+inline constexpr uint32_t protocol_version = 4;
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
@@ -32,6 +32,8 @@ using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using detach_atom = caf::atom_constant<caf::atom("detach")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
+using trim_atom = caf::atom_constant<caf::atom("trim")>;
+using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using peer_atom = caf::atom_constant<caf::atom("peer")>;
 
@@ -69,10 +71,16 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<expect_atom, TensorIr>, caf::reacts_to<import_atom, TensorId, TensorData>,
     caf::reacts_to<import_atom, TensorId, caf::error>,
     // Bridge, source side: send tensor `TensorId` to the runner as import of
-    // the second id; replies once sent (or with the error sent instead).
+    // the second id; replies once sent, or with the failure (the requester
+    // then fails the import, naming the source as its client knows it).
     caf::replies_to<export_atom, TensorId, caf::actor, TensorId>::with<done_atom>,
     // An async backend has completions ready (sent by its waker).
     caf::reacts_to<poll_atom>,
+    // Gives the backend's cached memory back to the system, after the ops
+    // received before it.
+    caf::replies_to<trim_atom>::with<done_atom>,
+    // Self-sent timer: trims the cache if no op came in for a while.
+    caf::reacts_to<idle_atom>,
     // A client node went away: free every tensor it owns. Accepted only
     // from the runner's own node (a worker's entry actor sends it).
     caf::reacts_to<detach_atom, caf::node_id>>;
@@ -83,6 +91,7 @@ using router_actor =
                      caf::replies_to<read_atom, DeviceId, TensorId>::with<TensorData>,
                      caf::replies_to<sync_atom, DeviceId>::with<done_atom>,
                      caf::replies_to<stats_atom, DeviceId>::with<DeviceStats>,
+                     caf::replies_to<trim_atom, DeviceId>::with<done_atom>,
                      // Move tensor (src device, src id) to (dst device) as TensorIr.
                      caf::reacts_to<bridge_atom, DeviceId, TensorId, DeviceId, TensorIr>,
                      // Register a device's runner under an id and a name.

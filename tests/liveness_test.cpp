@@ -1,0 +1,343 @@
+// Liveness, lifetime and data ownership under concurrent use (issue #13):
+// calls that must return at once do, a Runtime may die inside a
+// continuation, futures are shared, read and uploaded bytes are never
+// aliased, and the CPU cache gives memory back. Every wait is bounded by a
+// watchdog that fails the process with a message instead of hanging.
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <thread>
+
+#include <switchyard/switchyard.hpp>
+
+#include "support/watchdog.hpp"
+
+using namespace switchyard;
+using namespace std::chrono_literals;
+using switchyard::testing::Watchdog;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+template <class F>
+std::string error_message_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no Error thrown)";
+}
+
+// Resident set of this process in bytes.
+uint64_t rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+// --- 1. no stalls: drops on reply threads never meet a waiting client ------
+
+TEST_CASE("fire-and-forget reads never stall the submitting thread", "[liveness]") {
+  // Before: each dropped read's reply handler released the tensor on a CAF
+  // thread, whose drop waited for the queue lock that this thread held while
+  // it waited (backpressure) for batches those CAF threads had to deliver:
+  // single calls took exactly 1 or 2 s.
+  Watchdog watchdog(120s, "300 x (ones + fire-and-forget read)");
+  Runtime rt({.devices = {"cpu:0"}, .max_batch = 4});
+  auto cpu = rt.device("cpu:0");
+  double worst = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 300; ++i) {
+      auto t0 = Clock::now();
+      auto t = cpu.ones({256});
+      (void)t.read();
+      worst = std::max(worst, ms_since(t0));
+    }
+  }
+  INFO("longest ones() + read() call: " << worst << " ms");
+  CHECK(worst < 900);
+  CHECK(cpu.sync().wait_for(30s));
+}
+
+TEST_CASE("continuations that drop tensors while other threads submit never stall", "[liveness]") {
+  Watchdog watchdog(120s, "reads via then while 4 threads submit");
+  Runtime rt({.devices = {"cpu:0", "cpu:1"}, .max_batch = 8});
+  auto cpu0 = rt.device("cpu:0"), cpu1 = rt.device("cpu:1");
+  std::atomic<bool> stop{false};
+  std::atomic<int> completed{0};
+  std::atomic<double> worst{0};
+  auto note = [&](double ms) {
+    double seen = worst.load();
+    while (ms > seen && !worst.compare_exchange_weak(seen, ms)) {
+    }
+  };
+  std::vector<std::thread> submitters;
+  for (int k = 0; k < 4; ++k)
+    submitters.emplace_back([&, k] {
+      auto dev = k % 2 == 0 ? cpu0 : cpu1;
+      auto x = dev.ones({64});
+      while (!stop) {
+        auto t0 = Clock::now();
+        x = (x + 1).to(k % 2 == 0 ? cpu1 : cpu0) * 0.5;
+        note(ms_since(t0));
+      }
+    });
+  std::vector<Future<void>> reads;
+  for (int i = 0; i < 100; ++i) {
+    auto t0 = Clock::now();
+    auto x = cpu0.full({128}, i);
+    reads.push_back(x.sum().read().then([&completed, x](TensorData) mutable {
+      x = Tensor();  // the last handle, dropped on the completing thread
+      completed.fetch_add(1);
+    }));
+    note(ms_since(t0));
+  }
+  for (auto& f : reads) REQUIRE(f.wait_for(60s));
+  stop = true;
+  for (auto& t : submitters) t.join();
+  CHECK(completed == 100);
+  INFO("longest non-blocking call: " << worst.load() << " ms");
+  CHECK(worst.load() < 900);
+}
+
+// --- 2. a Runtime destroyed inside a continuation ----------------------------
+
+TEST_CASE("a Runtime destroyed inside a then continuation shuts down without waiting for itself",
+          "[liveness][lifetime]") {
+  Watchdog watchdog(60s, "~Runtime inside a continuation");
+  auto holder = std::make_shared<std::unique_ptr<Runtime>>(
+      std::make_unique<Runtime>(RuntimeOptions{.devices = {"cpu:0", "cpu:1"}}));
+  auto cpu = (*holder)->device("cpu:0");
+  auto a = cpu.uniform({32, 32});
+  auto other = (*holder)->device("cpu:1").ones({4});
+  std::atomic<bool> reset_returned{false};
+  auto done = a.matmul(a).read().then([holder, &reset_returned](TensorData d) {
+    holder->reset();
+    reset_returned = true;
+    return d.numel();
+  });
+  REQUIRE(done.wait_for(30s));
+  CHECK(done.get() == 32 * 32);
+  CHECK(reset_returned);
+  // The runtime is closed: new work fails at once, pending reads fail.
+  CHECK_THROWS_AS(cpu.ones({2}), Error);
+  auto late = other.read();
+  REQUIRE(late.wait_for(30s));
+  CHECK_THROWS_AS(late.get(), Error);
+}
+
+// --- 4. data ownership ------------------------------------------------------
+
+TEST_CASE("a read result is the caller's own: writing it changes no tensor", "[liveness][ownership]") {
+  Runtime rt({.devices = {"cpu:0", "reference:0", "cpu:1"}});
+  for (const char* name : {"cpu:0", "reference:0"}) {
+    auto dev = rt.device(name);
+    auto u = dev.tensor<float>({1, 2, 3}, {3});
+    auto bridged = u.to(rt.device("cpu:1"));
+    auto d = u.read().get();
+    d.bytes.mutable_as<float>()[1] = -1;  // copy-on-write: the device keeps its bytes
+    CHECK(d.as<float>()[1] == -1);
+    CHECK(u.to_vector<float>() == std::vector<float>{1, 2, 3});
+    CHECK((u + 0).to_vector<float>() == std::vector<float>{1, 2, 3});
+    CHECK(bridged.to_vector<float>() == std::vector<float>{1, 2, 3});
+    CHECK(u.to(rt.device("cpu:1")).to_vector<float>() == std::vector<float>{1, 2, 3});
+  }
+}
+
+TEST_CASE("data given to from_data never changes under the device", "[liveness][ownership]") {
+  Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  for (const char* name : {"cpu:0", "reference:0"}) {
+    auto dev = rt.device(name);
+    auto td = TensorData::from(std::vector<float>{1, 2, 3, 4}, Shape{4});
+    auto t = dev.from_data(td);
+    td.bytes.mutable_as<float>()[0] = 100;
+    CHECK(td.as<float>()[0] == 100);
+    CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+    CHECK((t * 2).to_vector<float>() == std::vector<float>{2, 4, 6, 8});
+  }
+}
+
+TEST_CASE("two reads of one tensor do not see each other's writes", "[liveness][ownership]") {
+  Runtime rt({.devices = {"cpu:0"}});
+  auto t = rt.device("cpu:0").tensor<int32_t>({5, 6}, {2});
+  auto f = t.read();
+  auto first = f.get();
+  auto second = f.get();
+  first.bytes.mutable_as<int32_t>()[0] = 0;
+  CHECK(second.as<int32_t>()[0] == 5);
+  CHECK(f.get().as<int32_t>()[0] == 5);
+}
+
+TEST_CASE("writing unshared bytes does not copy them", "[liveness][ownership]") {
+  auto td = TensorData::from(std::vector<float>(1024, 1.0F), Shape{1024});
+  const auto* before = td.bytes.data();
+  td.bytes.mutable_as<float>()[0] = 2;
+  CHECK(td.bytes.data() == before);  // the only holder writes in place
+  auto shared = td;
+  shared.bytes.mutable_as<float>()[0] = 3;
+  CHECK(shared.bytes.data() != before);
+  CHECK(td.as<float>()[0] == 2);
+}
+
+// --- 5. futures ---------------------------------------------------------------
+
+TEST_CASE("a future serves several continuations, get after then, and copies", "[liveness][future]") {
+  Watchdog watchdog(60s, "shared futures");
+  Runtime rt({.devices = {"cpu:0"}});
+  auto t = rt.device("cpu:0").tensor<float>({1, 2, 3}, {3});
+  auto f = t.read();
+  auto copy = f;
+  auto a = f.then([](TensorData d) { return d.as<float>()[0]; });
+  auto b = f.then([](TensorData d) { return d.as<float>()[2]; });
+  auto c = copy.then([](const TensorData& d) { return d.numel(); });
+  REQUIRE(f.wait_for(30s));
+  CHECK(a.get() == 1);
+  CHECK(b.get() == 3);
+  CHECK(c.get() == 3);
+  CHECK(f.get().as<float>()[1] == 2);
+  CHECK(f.get().as<float>()[1] == 2);  // again
+  CHECK(copy.get().numel() == 3);
+  // Registered after completion: runs at once, still sees the value.
+  auto late = f.then([](TensorData d) { return d.as<float>()[1]; });
+  CHECK(late.get() == 2);
+}
+
+TEST_CASE("then accepts move-only callables and continuations returning futures", "[liveness][future]") {
+  Runtime rt({.devices = {"cpu:0"}});
+  auto cpu = rt.device("cpu:0");
+  auto owned = std::make_unique<float>(10);
+  auto f = cpu.tensor<float>({2}, {1}).read().then([p = std::move(owned)](TensorData d) { return d.as<float>()[0] * *p; });
+  REQUIRE(f.wait_for(30s));
+  CHECK(f.get() == 20);
+  // A continuation that starts more work: the result is the inner future's.
+  Future<float> chained = cpu.tensor<float>({3}, {1}).read().then([cpu](TensorData d) {
+    return (cpu.from_data(d) * 2).read().then([](TensorData e) { return e.as<float>()[0]; });
+  });
+  REQUIRE(chained.wait_for(30s));
+  CHECK(chained.get() == 6);
+}
+
+TEST_CASE("when_all and when_any combine futures", "[liveness][future]") {
+  Runtime rt({.devices = {"cpu:0", "cpu:1"}});
+  auto cpu0 = rt.device("cpu:0"), cpu1 = rt.device("cpu:1");
+  std::vector<Future<TensorData>> reads;
+  for (int i = 0; i < 5; ++i) reads.push_back(cpu0.full({2}, i).read());
+  auto all = when_all(reads);
+  REQUIRE(all.wait_for(30s));
+  auto values = all.get();
+  REQUIRE(values.size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(values[i].as<float>()[0] == static_cast<float>(i));
+
+  auto both = when_all(cpu0.sync(), cpu1.ones({3}).read());
+  REQUIRE(both.wait_for(30s));
+  CHECK(std::get<1>(both.get()).numel() == 3);
+
+  auto any = when_any(reads);
+  REQUIRE(any.wait_for(30s));
+  auto first = any.get();
+  CHECK(first.index < 5);
+  CHECK(first.value.as<float>()[0] == static_cast<float>(first.index));
+
+  CHECK(when_all(std::vector<Future<void>>{}).ready());
+  auto none = when_any(std::vector<Future<void>>{});
+  CHECK_THROWS_AS(none.get(), Error);
+
+  // A failure fails when_all at once, whatever the others do.
+  auto bad = cpu0.tensor<int32_t>({1}, {1}).remainder(cpu0.tensor<int32_t>({0}, {1})).read();
+  auto failing = when_all(std::vector<Future<TensorData>>{bad, cpu1.ones({1}).read()});
+  REQUIRE(failing.wait_for(30s));
+  CHECK(error_message_of([&] { (void)failing.get(); }).find("division by zero") != std::string::npos);
+}
+
+TEST_CASE("a blocking get inside a continuation fails at once instead of stalling", "[liveness][future]") {
+  Watchdog watchdog(60s, "get inside a continuation");
+  Runtime rt({.devices = {"cpu:0"}});
+  auto cpu = rt.device("cpu:0");
+  Promise<int> later;  // completed by this thread only after the continuation ran
+  auto other = later.future();
+  auto f = cpu.ones({1}).read().then([other](TensorData) {
+    try {
+      (void)other.get();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("returned a value it could not have had");
+  });
+  REQUIRE(f.wait_for(30s));
+  CHECK(f.get().find("inside a continuation") != std::string::npos);
+  // A bounded wait is allowed there, and a complete future's get is fine.
+  auto g = cpu.ones({1}).read().then([other](TensorData) { return other.wait_for(1ms); });
+  REQUIRE(g.wait_for(30s));
+  CHECK_FALSE(g.get());
+  later.set_value(7);
+  auto h = cpu.ones({1}).read().then([other](TensorData) { return other.get(); });
+  REQUIRE(h.wait_for(30s));
+  CHECK(h.get() == 7);
+}
+
+TEST_CASE("a promise dropped without a result fails its future", "[liveness][future]") {
+  Future<int> f;
+  {
+    Promise<int> p;
+    f = p.future();
+  }
+  REQUIRE(f.ready());
+  CHECK(error_message_of([&] { (void)f.get(); }).find("broken promise") != std::string::npos);
+}
+
+// --- 8. the CPU cache gives memory back ------------------------------------------
+
+TEST_CASE("the CPU buffer cache obeys its cap, trims on request and when idle", "[liveness][memory]") {
+  Watchdog watchdog(120s, "cache trimming");
+  constexpr uint64_t cap = uint64_t{32} << 20;
+  Runtime rt({.devices = {"cpu:0"}, .cpu_cache_limit = cap, .idle_trim_after = 200ms});
+  auto cpu = rt.device("cpu:0");
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 16; ++i) many.push_back(cpu.full({1 << 20}, i));  // 4 MiB each
+    REQUIRE(cpu.sync().wait_for(30s));
+  }
+  REQUIRE(cpu.sync().wait_for(30s));
+  auto stats = cpu.stats().get();
+  CHECK(stats.cached_bytes <= cap);
+  CHECK(stats.cached_bytes > 0);
+  REQUIRE(cpu.trim().wait_for(30s));
+  CHECK(cpu.stats().get().cached_bytes == 0);
+
+  // Idle: cached memory goes back without a call.
+  { auto t = cpu.full({1 << 20}, 1.0) + 1; REQUIRE(t.read().wait_for(30s)); }
+  REQUIRE(cpu.sync().wait_for(30s));
+  bool trimmed = false;
+  for (int i = 0; i < 200 && !trimmed; ++i) {
+    std::this_thread::sleep_for(50ms);
+    trimmed = cpu.stats().get().cached_bytes == 0;
+  }
+  CHECK(trimmed);
+}
+
+TEST_CASE("dropping large tensors returns the memory to the system", "[liveness][memory]") {
+  Watchdog watchdog(120s, "RSS after dropping tensors");
+  Runtime rt({.devices = {"cpu:0"}, .idle_trim_after = 0ms});
+  auto cpu = rt.device("cpu:0");
+  REQUIRE(cpu.ones({1024}).read().wait_for(30s));  // warm up threads and pools
+  const auto before = rss_bytes();
+  {
+    std::vector<Tensor> big;
+    for (int i = 0; i < 8; ++i) big.push_back(cpu.full({1 << 24}, i) * 2);  // 64 MiB each
+    REQUIRE(cpu.sync().wait_for(60s));
+    CHECK(rss_bytes() > before + (uint64_t{256} << 20));
+  }
+  REQUIRE(cpu.sync().wait_for(60s));
+  REQUIRE(cpu.trim().wait_for(30s));
+  const auto after = rss_bytes();
+  INFO("RSS before " << (before >> 20) << " MiB, after " << (after >> 20) << " MiB");
+  CHECK(after < before + (uint64_t{48} << 20));
+}
