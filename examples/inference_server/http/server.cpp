@@ -227,10 +227,10 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == asio::error::operation_aborted || state_ == State::closing) return close();
     const bool in_body = std::string_view(phase) == "body";
     if (ec == beast::error::timeout) {
+      // tcp_stream has already closed the socket at the deadline, so there
+      // is no way (and no point) to tell the peer.
       ++(in_body ? srv_.stats.body_timeouts : srv_.stats.header_timeouts);
-      return fail(408, std::string("the request ") + phase + " did not arrive in time (limit " +
-                           std::to_string((in_body ? srv_.opts.body_timeout : srv_.opts.header_timeout).count()) +
-                           " ms)");
+      return close();
     }
     // The peer went away mid-request: nobody to answer.
     if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == asio::error::eof ||

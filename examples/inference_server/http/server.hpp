@@ -11,7 +11,7 @@
 //
 // What an unauthenticated peer can cost is bounded here:
 // - every phase has a deadline (idle keep-alive, header from its first byte,
-//   body, writing the reply); a peer that misses one gets 408 and is closed;
+//   body, writing the reply); a peer that misses one is disconnected;
 // - headers are capped at max_header_bytes and bodies (chunked or not) at
 //   max_body_bytes; a declared Content-Length over the limit gets 413 before
 //   any of the body is read;
