@@ -71,6 +71,7 @@ constexpr const char* kUsage =
     "  --no-batching            one request per batch (batch window 0)\n"
     "  --max-body-bytes N       largest request body, chunked or not (default 1048576)\n"
     "  --max-header-bytes N     largest request header (default 16384)\n"
+    "  --max-body-memory-bytes N  request bodies held at once, all connections (default 268435456)\n"
     "  --http-threads N         event-loop threads serving every connection (default 2)\n"
     "  --max-connections N      open connections at most; more wait in the listen backlog (default 4096)\n"
     "  --listen-backlog N       connections the kernel queues before they are accepted (default 1024)\n"
@@ -129,6 +130,8 @@ Options parse_args(int argc, char** argv) {
       o.batching = false;
     } else if (a == "--max-body-bytes") {
       o.http.max_body_bytes = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 32));
+    } else if (a == "--max-body-memory-bytes") {
+      o.http.max_body_memory = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 40));
     } else if (a == "--max-header-bytes") {
       o.http.max_header_bytes = static_cast<size_t>(parse_int(a, value(), 256, 1 << 20));
     } else if (a == "--http-threads") {
@@ -448,6 +451,7 @@ int main(int argc, char** argv) {
       dropped("write_timeout", h.write_timeouts);
       dropped("bad_request", h.bad_requests);
       dropped("too_large", h.too_large);
+      dropped("body_memory", h.body_memory_refusals);
       out << "# HELP serve_http_accept_pauses_total Times --max-connections paused accepting\n"
           << "# TYPE serve_http_accept_pauses_total counter\n"
           << "serve_http_accept_pauses_total " << h.accept_pauses << '\n'

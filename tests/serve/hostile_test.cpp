@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <optional>
@@ -178,7 +179,8 @@ bool outputs_match(const std::string& body, const Rows& rows) {
 /// told to stop, and counts what it got.
 class LegitClient {
  public:
-  explicit LegitClient(int port) : thread_([this, port] { run(port); }) {}
+  explicit LegitClient(int port, bool healthz_only = false)
+      : healthz_only_(healthz_only), thread_([this, port] { run(port); }) {}
   ~LegitClient() { stop(); }
   void stop() {
     stop_ = true;
@@ -196,7 +198,7 @@ class LegitClient {
       ++sent;
       try {
         RawConn c(port);
-        bool healthz = i % 2 == 0;
+        bool healthz = healthz_only_ || i % 2 == 0;
         if (c.send_all(healthz ? get_request("/healthz") : infer)) {
           auto r = c.read_response(10000ms);
           if (r && r->status == 200 && (healthz || outputs_match(r->body, rows))) ++ok;
@@ -207,6 +209,7 @@ class LegitClient {
       std::this_thread::sleep_for(20ms);
     }
   }
+  bool healthz_only_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -221,6 +224,14 @@ double metric_reaching(int port, const std::string& name, double at_least) {
     v = metric(get_metrics(port), name);
   }
   return v;
+}
+
+/// The server's resident set in MiB (from /proc), or -1.
+double rss_mib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
 }
 
 void report(const char* what, const LegitClient& c) {
@@ -327,6 +338,8 @@ TEST_CASE("a chunked body is held to --max-body-bytes", "[serve][hostile]") {
     auto r = c.read_response(5000ms);
     REQUIRE(r);
     CHECK(r->status == 413);
+    std::printf("[figure] chunk declaring 2 GiB: 413 after %.3f s, server RSS %.0f MiB\n",
+                std::chrono::duration<double>(Clock::now() - t0).count(), rss_mib(server.pid()));
     // At once, not after the body deadline (30 s).
     CHECK(Clock::now() - t0 < 5s);
   }
@@ -334,6 +347,96 @@ TEST_CASE("a chunked body is held to --max-body-bytes", "[serve][hostile]") {
   Reply ok = post(server.port(), body_of(rows));
   REQUIRE(ok.status == 200);
   check_outputs(ok.body, rows);
+}
+
+TEST_CASE("request bodies of all connections together stay under --max-body-memory-bytes", "[serve][hostile]") {
+  ServerProcess server({"--max-body-bytes", "100000", "--max-body-memory-bytes", "250000"});
+  const int port = server.port();
+  const std::string held = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"inputs\":";
+  std::vector<RawConn> holders;
+  for (int i = 0; i < 2; ++i) {
+    holders.emplace_back(port);
+    REQUIRE(holders.back().send_all(held));
+  }
+  std::this_thread::sleep_for(500ms);  // both headers read: 200000 bytes reserved
+  {
+    RawConn third(port);
+    REQUIRE(third.send_all(held));
+    auto r = third.read_response(3000ms);
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    check_error_json(*r, "--max-body-memory-bytes");
+  }
+  // A small request still fits beside them, and /healthz has no body.
+  Rows rows = random_rows(1, 21);
+  Reply small = post(port, body_of(rows));
+  REQUIRE(small.status == 200);
+  check_outputs(small.body, rows);
+  // A holder leaves: its reservation returns, and a full 100000-byte body
+  // (JSON padded with spaces) is admitted again.
+  holders.pop_back();
+  std::string big = body_of(rows);
+  big.resize(100000, ' ');
+  Reply again;
+  for (auto until = Clock::now() + 5s; Clock::now() < until;) {
+    again = post(port, big);
+    if (again.status != 503) break;
+    std::this_thread::sleep_for(100ms);  // the server has not seen the close yet
+  }
+  REQUIRE(again.status == 200);
+  check_outputs(again.body, rows);
+  CHECK(metric(get_metrics(port), "serve_http_dropped_total{reason=\"body_memory\"}") >= 1);
+}
+
+TEST_CASE("200 peers each holding a nearly complete 1 MiB body cost at most the body budget", "[serve][hostile]") {
+  ServerProcess server({"--max-body-memory-bytes", std::to_string(64 << 20), "--body-timeout-ms", "6000"});
+  const int port = server.port();
+  const double rss_before = rss_mib(server.pid());
+  const std::string head = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n";
+  const std::string almost(1048575, ' ');
+  std::vector<RawConn> peers;
+  int refused = 0;
+  auto t0 = Clock::now();
+  for (int i = 0; i < 200; ++i) {
+    peers.emplace_back(port);
+    peers.back().send_all(head);
+  }
+  std::this_thread::sleep_for(500ms);  // every header read: 64 admitted, the rest refused at once
+  for (auto& p : peers) {
+    auto r = p.read_response(20ms);
+    if (r && r->status == 503)
+      ++refused;
+    else
+      p.send_all(almost, 2000ms);
+  }
+  const double rss_held = rss_mib(server.pid());
+  // While the budget is taken: bodyless requests are served, a request with a
+  // body gets a clear, retryable 503.
+  LegitClient legit(port, /*healthz_only=*/true);
+  Rows rows = random_rows(1, 31);
+  Reply during = post(port, body_of(rows));
+  std::this_thread::sleep_for(1s);
+  legit.stop();
+  std::printf(
+      "[figure] 200 peers x 1 MiB bodies, --max-body-memory-bytes 64 MiB: %d refused with 503, RSS %.0f -> %.0f "
+      "MiB\n",
+      refused, rss_before, rss_held);
+  report("body-memory attack (200 peers holding 1 MiB bodies), /healthz", legit);
+  CHECK(refused >= 200 - 64);
+  CHECK(rss_held - rss_before < 64 + 48);  // the budget plus parser and socket slack
+  CHECK(legit.ok == legit.sent);
+  check_rejected(during, 503, "--max-body-memory-bytes");
+  // The body deadline cuts the holders and returns their budget.
+  Reply after;
+  for (auto until = Clock::now() + 10s; Clock::now() < until;) {
+    after = post(port, body_of(rows));
+    if (after.status != 503) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  std::printf("[figure] body-memory attack: inference served again %.1f s after the attack began\n",
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  REQUIRE(after.status == 200);
+  check_outputs(after.body, rows);
 }
 
 TEST_CASE("bad or missing Content-Length is refused at once, not after a timeout", "[serve][hostile]") {
@@ -427,6 +530,8 @@ TEST_CASE("slowloris: 160 connections dribbling headers cost nothing, are cut at
   }
   LegitClient legit(port);
   auto t0 = Clock::now();
+  std::this_thread::sleep_for(500ms);
+  std::printf("[figure] slowloris: server RSS %.0f MiB holding the 160 connections\n", rss_mib(server.pid()));
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(4s);
     for (int i = 0; i < kSlow; ++i) slow[i].send_all("X-Slow-" + std::to_string(round) + ": 1\r\n", 100ms);
@@ -531,8 +636,9 @@ TEST_CASE("1000 concurrent connections are all answered (real backlog, no thread
   std::sort(ok.begin(), ok.end());
   double p99 = ok.empty() ? -1 : ok[std::min(ok.size() - 1, ok.size() * 99 / 100)];
   std::printf(
-      "[figure] 1000 concurrent connections (half /healthz, half /v1/infer): %d/%d answered, p99 %.3f s, last %.3f s\n",
-      answered, kConns, p99, ok.empty() ? -1.0 : ok.back());
+      "[figure] 1000 concurrent connections (half /healthz, half /v1/infer): %d/%d answered, p99 %.3f s, last %.3f s, "
+      "server RSS %.0f MiB with them open\n",
+      answered, kConns, p99, ok.empty() ? -1.0 : ok.back(), rss_mib(server.pid()));
   CHECK(answered == kConns);
   // No SYN dropped and retried (that costs 1 s at least) and no connection
   // waiting for a free thread.

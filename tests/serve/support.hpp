@@ -85,6 +85,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   [[nodiscard]] int port() const { return port_; }
+  [[nodiscard]] pid_t pid() const { return pid_; }
 
   /// SIGTERM, then waits (at most 30 s) for the exit; the exit code, or -1
   /// if it died from a signal or did not exit in time.

@@ -56,7 +56,7 @@ std::string_view Request::path() const {
 struct StatsCounters {
   std::atomic<int64_t> open{0};
   std::atomic<uint64_t> accepted{0}, requests{0}, idle_timeouts{0}, header_timeouts{0}, body_timeouts{0},
-      write_timeouts{0}, bad_requests{0}, too_large{0}, accept_pauses{0}, accept_errors{0};
+      write_timeouts{0}, bad_requests{0}, too_large{0}, body_memory_refusals{0}, accept_pauses{0}, accept_errors{0};
 };
 
 class Session;
@@ -79,6 +79,7 @@ struct ServerCore {
   std::optional<asio::steady_timer> accept_retry;
   bool accept_paused = false;
   std::atomic<bool> stopping{false};
+  std::atomic<size_t> body_bytes_reserved{0};  // see Options::max_body_memory
   StatsCounters stats;
 
   std::mutex sessions_mu;
@@ -110,6 +111,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(detail::ServerCore& srv, tcp::socket socket) : srv_(srv), stream_(std::move(socket)), buffer_(limit()) {}
 
   ~Session() {
+    release_body();
     {
       std::lock_guard lock(srv_.sessions_mu);
       srv_.sessions.erase(self_in_registry_);
@@ -192,6 +194,17 @@ class Session : public std::enable_shared_from_this<Session> {
                            " request needs a Content-Length or a chunked Transfer-Encoding");
     }
     if (parser_->is_done()) return dispatch();
+    // Bodies of all connections together stay under max_body_memory: room for
+    // this one (its declared length, or the limit if chunked) is reserved
+    // before a byte of it is read, and refused with 503 if there is none.
+    const size_t want =
+        parser_->chunked()
+            ? srv_.opts.max_body_bytes
+            : static_cast<size_t>(std::min<uint64_t>(*parser_->content_length(), srv_.opts.max_body_bytes));
+    if (!reserve_body(want)) {
+      ++srv_.stats.body_memory_refusals;
+      return fail(503, "the server holds too many request bodies at once (--max-body-memory-bytes); retry later");
+    }
     if (iequals(msg[bhttp::field::expect], "100-continue")) {
       // The client waits for this before sending its body (curl does for
       // bodies over 1 KiB). The body limit was already checked on the header.
@@ -272,6 +285,23 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (...) {
       responder(srv_.errors(500, "internal error"));
     }
+    release_body();  // the handler has had the body (a handler that keeps it copies it)
+  }
+
+  bool reserve_body(size_t n) {
+    auto& total = srv_.body_bytes_reserved;
+    size_t cur = total.load();
+    do {
+      if (cur + n > srv_.opts.max_body_memory) return false;
+    } while (!total.compare_exchange_weak(cur, cur + n));
+    reserved_ = n;
+    return true;
+  }
+
+  void release_body() {
+    if (reserved_ == 0) return;
+    srv_.body_bytes_reserved -= reserved_;
+    reserved_ = 0;
   }
 
   void write(Response r, bool keep_alive) {
@@ -300,6 +330,8 @@ class Session : public std::enable_shared_from_this<Session> {
   /// framing can no longer be trusted).
   void fail(int status, std::string message) {
     keep_alive_ = false;
+    release_body();
+    parser_.reset();  // with the partial body in it
     Response r = srv_.errors(status, message);
     write(std::move(r), false);
   }
@@ -338,6 +370,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   std::array<char, 4096> discard_{};
   size_t discarded_ = 0;
+  size_t reserved_ = 0;  // of ServerCore::body_bytes_reserved, for the body being read
   std::list<std::weak_ptr<Session>>::iterator self_in_registry_;
 };
 
@@ -511,6 +544,7 @@ Stats Server::stats() const {
   s.write_timeouts = c.write_timeouts;
   s.bad_requests = c.bad_requests;
   s.too_large = c.too_large;
+  s.body_memory_refusals = c.body_memory_refusals;
   s.accept_pauses = c.accept_pauses;
   s.accept_errors = c.accept_errors;
   return s;

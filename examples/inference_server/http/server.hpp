@@ -14,7 +14,8 @@
 //   body, writing the reply); a peer that misses one is disconnected;
 // - headers are capped at max_header_bytes and bodies (chunked or not) at
 //   max_body_bytes; a declared Content-Length over the limit gets 413 before
-//   any of the body is read;
+//   any of the body is read; all bodies in progress together stay under
+//   max_body_memory (503 beyond it);
 // - malformed framing (a bad, negative, overflowing or conflicting
 //   Content-Length, a body without a length on POST) gets 400/411 at once;
 // - at max_connections the server stops accepting, so new connections wait
@@ -103,6 +104,9 @@ struct Options {
   size_t max_connections = 4096;
   size_t max_header_bytes = 16 * 1024;
   size_t max_body_bytes = 1 << 20;
+  /// Request bodies being received or handled, all connections together;
+  /// a request whose body does not fit gets 503.
+  size_t max_body_memory = 256 << 20;
   /// A kept-alive connection may stay silent this long between requests.
   std::chrono::milliseconds idle_timeout{15000};
   /// From a request's first byte to the end of its header.
@@ -122,10 +126,11 @@ struct Stats {
   uint64_t header_timeouts = 0;
   uint64_t body_timeouts = 0;
   uint64_t write_timeouts = 0;
-  uint64_t bad_requests = 0;   ///< malformed framing: 400 / 411 / 431
-  uint64_t too_large = 0;      ///< 413
-  uint64_t accept_pauses = 0;  ///< times max_connections stopped the accept loop
-  uint64_t accept_errors = 0;  ///< failed accepts (e.g. out of file descriptors)
+  uint64_t bad_requests = 0;          ///< malformed framing: 400 / 411 / 431
+  uint64_t too_large = 0;             ///< 413
+  uint64_t body_memory_refusals = 0;  ///< 503: max_body_memory reached
+  uint64_t accept_pauses = 0;         ///< times max_connections stopped the accept loop
+  uint64_t accept_errors = 0;         ///< failed accepts (e.g. out of file descriptors)
 };
 
 class Server {
