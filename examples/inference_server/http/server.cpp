@@ -101,7 +101,8 @@ struct ReplySlot {
   asio::any_io_executor executor;  // the session's strand
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::atomic<bool> done{false};
-  std::shared_ptr<asio::steady_timer> deadline;  // touched only on the strand
+  std::mutex deadline_mu;                        // answer() may run on any thread, on_deadline() on the strand
+  std::shared_ptr<asio::steady_timer> deadline;  // waited on and cancelled only on the strand
 };
 
 }  // namespace detail
@@ -377,8 +378,13 @@ class Session : public std::enable_shared_from_this<Session> {
 namespace detail {
 
 void ReplySlot::answer(Response r) {
-  if (done.exchange(true)) return;
-  asio::post(executor, [s = session, t = deadline, r = std::move(r)]() mutable {
+  std::shared_ptr<asio::steady_timer> timer;
+  {
+    std::lock_guard lock(deadline_mu);
+    if (done.exchange(true)) return;
+    timer = deadline;
+  }
+  asio::post(executor, [s = session, t = std::move(timer), r = std::move(r)]() mutable {
     if (t) t->cancel();
     s->reply(std::move(r));
   });
@@ -396,8 +402,10 @@ void Responder::operator()(Response r) const { slot_->answer(std::move(r)); }
 bool Responder::answered() const { return slot_->done; }
 
 void Responder::on_deadline(std::chrono::milliseconds limit, std::function<void()> on_expiry) const {
-  // Called on the strand (inside the handler), so creating the timer here is
-  // safe; after this only the strand touches it.
+  // Called on the strand (inside the handler), so the timer is created and
+  // waited on there; the lock orders it with an answer() from another
+  // thread, which then cancels it (on the strand).
+  std::lock_guard lock(slot_->deadline_mu);
   if (slot_->done || slot_->deadline) return;
   slot_->deadline = std::make_shared<asio::steady_timer>(slot_->executor, limit);
   std::weak_ptr<detail::ReplySlot> weak = slot_;
