@@ -1,6 +1,8 @@
 #pragma once
 
 // Prometheus text-format pieces: a cumulative histogram and a counter map.
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -9,6 +11,22 @@
 #include <vector>
 
 namespace serve {
+
+/// `v` as Prometheus text, exactly: an integer where `v` is one (below
+/// 2^53, where every integer is a double), else the shortest decimal that
+/// reads back as the same double (never the stream default of 6 significant
+/// digits, which printed a sum of 1280140.5 as 1.28014e+06).
+[[nodiscard]] inline std::string format_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[40];
+  if (v == std::trunc(v) && std::fabs(v) < 9007199254740992.0) {
+    auto [p, ec] = std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(v));
+    return std::string(buf, p);
+  }
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, p);
+}
 
 /// A Prometheus histogram with fixed upper bounds (thread safe).
 class Histogram {
@@ -31,11 +49,11 @@ class Histogram {
     uint64_t cumulative = 0;
     for (size_t i = 0; i < bounds_.size(); ++i) {
       cumulative += counts_[i];
-      out << name << "_bucket{le=\"" << bounds_[i] << "\"} " << cumulative << '\n';
+      out << name << "_bucket{le=\"" << format_number(bounds_[i]) << "\"} " << cumulative << '\n';
     }
     cumulative += counts_.back();
     out << name << "_bucket{le=\"+Inf\"} " << cumulative << '\n';
-    out << name << "_sum " << sum_ << '\n' << name << "_count " << count_ << '\n';
+    out << name << "_sum " << format_number(sum_) << '\n' << name << "_count " << count_ << '\n';
   }
 
  private:

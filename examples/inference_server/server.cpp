@@ -9,19 +9,28 @@
 // GET /healthz, GET /metrics (Prometheus text). Bad input gets a 4xx with
 // {"error": "..."}; a failed device batch gets 503 for its requests only.
 // SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit 0.
+//
+// The HTTP protocol (framing, limits, deadlines, connection caps) is the
+// business of http/server.hpp; this file holds the routes and the model.
+#include "http/server.hpp"
+
 #include <atomic>
 #include <charconv>
 #include <chrono>
-#include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <httplib.h>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <poll.h>
 #include <signal.h>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -29,6 +38,7 @@
 #include <switchyard/switchyard.hpp>
 
 #include "batcher.hpp"
+#include "json_io.hpp"
 #include "metrics.hpp"
 #include "mlp_model.hpp"
 
@@ -45,23 +55,30 @@ struct Options {
   std::vector<std::string> devices = {"cpu:0"};
   serve::BatchOptions batch;
   bool batching = true;
-  size_t max_body_bytes = 1 << 20;
-  size_t http_threads = 128;
   std::chrono::milliseconds request_timeout{30000};
   bool fault_injection = false;
+  http::Options http;  // host and port are copied in from the fields above
 };
 
 constexpr const char* kUsage =
     "usage: inference_server --model FILE [options]\n"
-    "  --host ADDR              listen address (default 127.0.0.1)\n"
+    "  --host ADDR              listen address, an IP address (default 127.0.0.1)\n"
     "  --port N                 port; 0 picks a free one (default 8080)\n"
     "  --devices LIST           comma-separated devices, one replica each (default cpu:0; cuda:* for every GPU)\n"
     "  --batch-window-us N      how long a batch stays open after its first request (default 1000)\n"
     "  --max-batch N            rows per batch (default 64)\n"
     "  --max-inflight N         batches in flight per replica before batches are held open (default 2)\n"
     "  --no-batching            one request per batch (batch window 0)\n"
-    "  --max-body-bytes N       largest request body (default 1048576)\n"
-    "  --http-threads N         HTTP worker threads = concurrent connections served (default 128)\n"
+    "  --max-body-bytes N       largest request body, chunked or not (default 1048576)\n"
+    "  --max-header-bytes N     largest request header (default 16384)\n"
+    "  --max-body-memory-bytes N  request bodies held at once, all connections (default 268435456)\n"
+    "  --http-threads N         event-loop threads serving every connection (default 2)\n"
+    "  --max-connections N      open connections at most; more wait in the listen backlog (default 4096)\n"
+    "  --listen-backlog N       connections the kernel queues before they are accepted (default 1024)\n"
+    "  --idle-timeout-ms N      close a keep-alive connection silent this long (default 15000)\n"
+    "  --header-timeout-ms N    a request header must be complete this long after its first byte (default 10000)\n"
+    "  --body-timeout-ms N      a request body must be complete this long after its header (default 20000)\n"
+    "  --write-timeout-ms N     drop a peer that does not take its reply within this (default 10000)\n"
     "  --request-timeout-ms N   give up on a request after this long with 504 (default 30000)\n"
     "  --fault-injection        honour the test header 'X-Inject-Fault: 1' (fails that request's batch on the "
     "device)\n";
@@ -77,6 +94,10 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int
   if (ec != std::errc() || p != v.data() + v.size() || out < lo || out > hi)
     die_usage(flag + " wants an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" + v + "'");
   return out;
+}
+
+std::chrono::milliseconds parse_ms(const std::string& flag, const std::string& v) {
+  return std::chrono::milliseconds(parse_int(flag, v, 1, 3'600'000));
 }
 
 Options parse_args(int argc, char** argv) {
@@ -108,11 +129,27 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--no-batching") {
       o.batching = false;
     } else if (a == "--max-body-bytes") {
-      o.max_body_bytes = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 32));
+      o.http.max_body_bytes = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 32));
+    } else if (a == "--max-body-memory-bytes") {
+      o.http.max_body_memory = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 40));
+    } else if (a == "--max-header-bytes") {
+      o.http.max_header_bytes = static_cast<size_t>(parse_int(a, value(), 256, 1 << 20));
     } else if (a == "--http-threads") {
-      o.http_threads = static_cast<size_t>(parse_int(a, value(), 1, 4096));
+      o.http.threads = static_cast<size_t>(parse_int(a, value(), 1, 256));
+    } else if (a == "--max-connections") {
+      o.http.max_connections = static_cast<size_t>(parse_int(a, value(), 1, 1 << 20));
+    } else if (a == "--listen-backlog") {
+      o.http.backlog = static_cast<int>(parse_int(a, value(), 1, 65535));
+    } else if (a == "--idle-timeout-ms") {
+      o.http.idle_timeout = parse_ms(a, value());
+    } else if (a == "--header-timeout-ms") {
+      o.http.header_timeout = parse_ms(a, value());
+    } else if (a == "--body-timeout-ms") {
+      o.http.body_timeout = parse_ms(a, value());
+    } else if (a == "--write-timeout-ms") {
+      o.http.write_timeout = parse_ms(a, value());
     } else if (a == "--request-timeout-ms") {
-      o.request_timeout = std::chrono::milliseconds(parse_int(a, value(), 1, 3'600'000));
+      o.request_timeout = parse_ms(a, value());
     } else if (a == "--fault-injection") {
       o.fault_injection = true;
     } else if (a == "--help" || a == "-h") {
@@ -127,74 +164,9 @@ Options parse_args(int argc, char** argv) {
     o.batch.window = std::chrono::microseconds(0);
     o.batch.max_batch = 1;
   }
+  o.http.host = o.host;
+  o.http.port = static_cast<uint16_t>(o.port);
   return o;
-}
-
-std::string error_body(const std::string& msg) { return json{{"error", msg}}.dump(); }
-
-/// Checked request rows, or the reason they are not acceptable.
-struct Parsed {
-  std::vector<float> rows;
-  int64_t n = 0;
-  std::string error;
-};
-
-Parsed parse_inputs(const std::string& body, uint32_t width) {
-  Parsed p;
-  auto fail = [](std::string why) {
-    Parsed bad;
-    bad.error = std::move(why);
-    return bad;
-  };
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::out_of_range& e) {
-    return fail("a number in the body is out of range (inputs must be finite float32): " + std::string(e.what()));
-  } catch (const json::exception& e) {
-    return fail("malformed JSON (NaN and Infinity are not JSON numbers): " + std::string(e.what()));
-  }
-  if (!j.is_object()) return fail("the body must be a JSON object {\"inputs\": [[...], ...]}");
-  auto it = j.find("inputs");
-  if (it == j.end()) return fail("missing field \"inputs\"");
-  if (!it->is_array()) return fail("\"inputs\" must be an array of rows");
-  if (it->empty()) return fail("\"inputs\" is empty: send at least one row");
-  p.rows.reserve(it->size() * width);
-  for (size_t r = 0; r < it->size(); ++r) {
-    const json& row = (*it)[r];
-    std::string where = "inputs[" + std::to_string(r) + "]";
-    if (!row.is_array()) return fail(where + " is not an array");
-    if (row.size() != width)
-      return fail(where + " has " + std::to_string(row.size()) + " values; the model takes " + std::to_string(width));
-    for (size_t c = 0; c < row.size(); ++c) {
-      const json& v = row[c];
-      if (!v.is_number()) return fail(where + "[" + std::to_string(c) + "] is not a number");
-      auto f = static_cast<float>(v.get<double>());
-      if (!std::isfinite(f))
-        return fail(where + "[" + std::to_string(c) + "] = " + v.dump() + " is not a finite float32");
-      p.rows.push_back(f);
-    }
-  }
-  p.n = static_cast<int64_t>(it->size());
-  return p;
-}
-
-std::string outputs_body(const serve::Rows& out, int64_t n, uint32_t width) {
-  std::string s = "{\"outputs\":[";
-  s.reserve(out.size() * 16 + 32);
-  char buf[32];
-  for (int64_t r = 0; r < n; ++r) {
-    s += r ? ",[" : "[";
-    for (uint32_t c = 0; c < width; ++c) {
-      if (c) s += ',';
-      // Shortest text that reads back as the same float32.
-      auto [p, ec] = std::to_chars(buf, buf + sizeof buf, out[static_cast<size_t>(r) * width + c]);
-      s.append(buf, p);
-    }
-    s += ']';
-  }
-  s += "]}";
-  return s;
 }
 
 // The signal handler's only way to reach the server: the write end of the
@@ -207,11 +179,83 @@ extern "C" void on_stop_signal(int sig) {
   if (fd >= 0) (void)!write(fd, &c, 1);
 }
 
-struct InFlightGuard {
-  std::atomic<int64_t>& n;
-  explicit InFlightGuard(std::atomic<int64_t>& c) : n(c) { ++n; }
-  ~InFlightGuard() { --n; }
+/// Runs blocking work (the /metrics handler waits up to 2 s for device
+/// stats) off the event-loop threads, one task at a time; a full queue is
+/// refused instead of growing.
+class BlockingWorker {
+ public:
+  explicit BlockingWorker(size_t max_queued) : max_queued_(max_queued), thread_([this] { loop(); }) {}
+  ~BlockingWorker() { stop(); }
+  BlockingWorker(const BlockingWorker&) = delete;
+  BlockingWorker& operator=(const BlockingWorker&) = delete;
+
+  /// False (and `task` dropped) when the queue is full or stopped.
+  bool post(std::function<void()> task) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || queue_.size() >= max_queued_) return false;
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return true;
+  }
+  /// Runs what is queued, then ends the thread.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
+
+http::Response json_reply(int status, std::string body) { return {status, "application/json", std::move(body), {}}; }
+
+http::Response error_reply(int status, const std::string& message) {
+  return json_reply(status, serve::error_body(message));
+}
+
+/// Fits --max-connections into the process's open file limit (raised to
+/// its hard maximum first), keeping some descriptors for the runtime.
+void fit_connections_to_fd_limit(http::Options& o) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  constexpr rlim_t kReserve = 128;  // CAF, OpenBLAS, the model file, the signal pipe, stdio
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur <= kReserve) return;
+  auto room = static_cast<size_t>(lim.rlim_cur - kReserve);
+  if (o.max_connections > room) {
+    std::fprintf(stderr, "inference_server: note: --max-connections lowered from %zu to %zu (open file limit %llu)\n",
+                 o.max_connections, room, static_cast<unsigned long long>(lim.rlim_cur));
+    o.max_connections = room;
+  }
+}
 
 }  // namespace
 
@@ -232,10 +276,10 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client hanging up must not kill the server
-  // Blocked here, so in every thread main starts (HTTP workers, CAF, the
-  // batcher); only the signal thread unblocks them. A handler run on the main
-  // thread, blocked in accept(), was deferred under TSan until the next
-  // connection arrived; on an HTTP worker it would interrupt request I/O.
+  // Blocked here, so in every thread main starts (event loop, CAF, the
+  // batcher); only the signal thread unblocks them. A handler run on a thread
+  // blocked in a system call was deferred under TSan until that call
+  // returned.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -243,6 +287,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   Options opt = parse_args(argc, argv);
+  fit_connections_to_fd_limit(opt.http);
   mlp::Model model;
   try {
     model = mlp::load(opt.model);
@@ -281,54 +326,63 @@ int main(int argc, char** argv) {
   std::atomic<int64_t> in_flight{0};
   const uint32_t in_width = model.input_width();
   const uint32_t out_width = model.output_width();
+  BlockingWorker blocking(64);
+  std::atomic<http::Server*> server_ptr{nullptr};
 
-  httplib::Server svr;
-  // httplib owns the queue it gets from this factory (its API takes a raw
-  // pointer). One thread serves one connection at a time, so this bounds the
-  // concurrent connections.
-  svr.new_task_queue = [n = opt.http_threads] { return new httplib::ThreadPool(n); };
-  svr.set_payload_max_length(opt.max_body_bytes);
-  svr.set_keep_alive_max_count(1'000'000);
-  svr.set_keep_alive_timeout(2);  // idle keep-alive connections delay shutdown by this much at most
-  svr.set_read_timeout(10);
-  // httplib writes headers and body separately: without this, Nagle plus the
-  // client's delayed ACK add ~40 ms to every keep-alive reply.
-  svr.set_tcp_nodelay(true);
-
-  svr.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
+  auto healthz = [&]() {
     json j{{"status", "ok"}, {"input_width", in_width}, {"output_width", out_width}};
     json devs = json::array();
     for (const auto& r : batcher.replicas()) devs.push_back(r.device.name());
     j["devices"] = devs;
-    res.set_content(j.dump(), "application/json");
-  });
+    return json_reply(200, j.dump());
+  };
 
-  svr.Post("/v1/infer", [&](const httplib::Request& req, httplib::Response& res) {
-    InFlightGuard guard(in_flight);
+  // Answers on the event-loop thread (bad input), on the thread that
+  // completes the batch's future, or on the strand when the request timeout
+  // fires first: whichever comes first counts.
+  auto infer = [&](http::Request req, http::Responder respond) {
+    ++in_flight;
     const auto t0 = Clock::now();
-    auto reply = [&](int status, std::string body) {
-      res.status = status;
-      res.set_content(std::move(body), "application/json");
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    auto reply = [&requests, &latency, &in_flight, t0, once, respond](int status, std::string body) {
+      if (once->exchange(true)) return;
       requests.add(std::to_string(status));
       latency.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+      --in_flight;
+      respond(json_reply(status, std::move(body)));
     };
-    Parsed p = parse_inputs(req.body, in_width);
-    if (!p.error.empty()) return reply(400, error_body(p.error));
-    bool fault = opt.fault_injection && req.get_header_value("X-Inject-Fault") == "1";
+    serve::Parsed p = serve::parse_inputs(req.body, in_width);
+    if (!p.error.empty()) return reply(400, serve::error_body(p.error));
+    bool fault = opt.fault_injection && req.header("X-Inject-Fault") == "1";
     const int64_t n = p.n;
     auto fut = batcher.submit(std::move(p.rows), n, fault);
-    if (!fut.wait_for(opt.request_timeout)) return reply(504, error_body("timed out waiting for the model"));
-    try {
-      serve::Rows out = fut.get();
-      reply(200, outputs_body(out, n, out_width));
-    } catch (const sy::Error& e) {
-      reply(503, error_body(std::string("device failure: ") + e.what()));
-    } catch (const std::exception& e) {
-      reply(500, error_body(std::string("internal error: ") + e.what()));
-    }
-  });
+    respond.on_deadline(opt.request_timeout,
+                        [reply] { reply(504, serve::error_body("timed out waiting for the model")); });
+    fut.on_complete([fut, reply, n, out_width](std::exception_ptr e) mutable {
+      if (!e) {
+        try {
+          serve::OutputsBody out = serve::outputs_body(fut.get(), n, out_width);
+          // Non-finite outputs cannot be JSON numbers: say so instead of
+          // writing `inf` (which no JSON parser accepts).
+          if (!out.error.empty()) return reply(422, serve::error_body(out.error));
+          return reply(200, std::move(out.body));
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      try {
+        std::rethrow_exception(e);
+      } catch (const sy::Error& err) {
+        reply(503, serve::error_body(std::string("device failure: ") + err.what()));
+      } catch (const std::exception& err) {
+        reply(500, serve::error_body(std::string("internal error: ") + err.what()));
+      } catch (...) {
+        reply(500, serve::error_body("internal error"));
+      }
+    });
+  };
 
-  svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+  auto metrics = [&]() {
     std::ostringstream out;
     const auto& reps = batcher.replicas();
     std::vector<sy::Future<sy::DeviceStats>> stats;
@@ -376,60 +430,83 @@ int main(int argc, char** argv) {
     requests.render(out, "serve_requests_total", "code", "Inference requests answered, by HTTP status");
     latency.render(out, "serve_request_duration_seconds", "Inference request latency from body received to reply");
     batcher.batch_rows().render(out, "serve_batch_rows", "Rows per dispatched batch");
-    res.set_content(out.str(), "text/plain; version=0.0.4");
-  });
-
-  // httplib's own errors (413 body too large, 404, 400 bad request line)
-  // come with an empty body: give them the same JSON shape as ours.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string msg;
-    if (res.status == 413)
-      msg = "request body too large (limit set by --max-body-bytes)";
-    else if (res.status == 404)
-      msg = "no such endpoint: " + req.method + " " + req.path + " (try POST /v1/infer, GET /healthz, GET /metrics)";
-    else
-      msg = "HTTP error " + std::to_string(res.status);
-    res.set_content(error_body(msg), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+    if (http::Server* server = server_ptr.load()) {
+      http::Stats h = server->stats();
+      out << "# HELP serve_http_connections_open Connections open now\n# TYPE serve_http_connections_open gauge\n"
+          << "serve_http_connections_open " << h.open << '\n'
+          << "# HELP serve_http_connections_accepted_total Connections accepted\n"
+          << "# TYPE serve_http_connections_accepted_total counter\n"
+          << "serve_http_connections_accepted_total " << h.accepted << '\n'
+          << "# HELP serve_http_requests_total Well-formed requests handed to the routes\n"
+          << "# TYPE serve_http_requests_total counter\n"
+          << "serve_http_requests_total " << h.requests << '\n'
+          << "# HELP serve_http_dropped_total Connections closed by the server, by reason\n"
+          << "# TYPE serve_http_dropped_total counter\n";
+      auto dropped = [&](const char* reason, uint64_t n) {
+        out << "serve_http_dropped_total{reason=\"" << reason << "\"} " << n << '\n';
+      };
+      dropped("idle_timeout", h.idle_timeouts);
+      dropped("header_timeout", h.header_timeouts);
+      dropped("body_timeout", h.body_timeouts);
+      dropped("write_timeout", h.write_timeouts);
+      dropped("bad_request", h.bad_requests);
+      dropped("too_large", h.too_large);
+      dropped("body_memory", h.body_memory_refusals);
+      out << "# HELP serve_http_accept_pauses_total Times --max-connections paused accepting\n"
+          << "# TYPE serve_http_accept_pauses_total counter\n"
+          << "serve_http_accept_pauses_total " << h.accept_pauses << '\n'
+          << "# HELP serve_http_accept_errors_total Failed accepts (e.g. out of file descriptors)\n"
+          << "# TYPE serve_http_accept_errors_total counter\n"
+          << "serve_http_accept_errors_total " << h.accept_errors << '\n';
     }
-    res.status = 500;
-    res.set_content(error_body("internal error: " + what), "application/json");
-  });
+    return http::Response{200, "text/plain; version=0.0.4", out.str(), {}};
+  };
 
-  int port = opt.port;
-  if (port == 0) {
-    port = svr.bind_to_any_port(opt.host);
-    if (port < 0) {
-      std::fprintf(stderr, "inference_server: cannot bind %s\n", opt.host.c_str());
-      return 1;
+  auto routes = [&](http::Request req, http::Responder respond) {
+    const std::string_view path = req.path();
+    auto only = [&](const char* method) {
+      if (req.method == method) return true;
+      http::Response r = error_reply(405, std::string(path) + " takes " + method + ", not " + req.method);
+      r.headers.emplace_back("Allow", method);
+      respond(std::move(r));
+      return false;
+    };
+    if (path == "/v1/infer") {
+      if (only("POST")) infer(std::move(req), respond);
+    } else if (path == "/healthz") {
+      if (only("GET")) respond(healthz());
+    } else if (path == "/metrics") {
+      if (!only("GET")) return;
+      if (!blocking.post([respond, &metrics] { respond(metrics()); }))
+        respond(error_reply(503, "too many /metrics requests queued; retry later"));
+    } else {
+      // The target is the peer's raw bytes: error_body() replaces what is
+      // not UTF-8, so /%FF or a raw 0xFF byte gets this 404, never a throw.
+      respond(error_reply(404, "no such endpoint: " + req.method + " " + req.target +
+                                   " (try POST /v1/infer, GET /healthz, GET /metrics)"));
     }
-  } else if (!svr.bind_to_port(opt.host, port)) {
-    std::fprintf(stderr, "inference_server: cannot bind %s:%d\n", opt.host.c_str(), port);
+  };
+
+  std::optional<http::Server> server;
+  try {
+    server.emplace(opt.http, routes, error_reply);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "inference_server: %s\n", e.what());
     return 1;
   }
+  server_ptr = &*server;
 
-  std::atomic<bool> listening_done{false};
+  std::atomic<bool> serving_done{false};
   std::thread signal_thread([&] {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a signal pending since start-up arrives now
-    while (!listening_done) {
+    while (!serving_done) {
       pollfd p{signal_pipe[0], POLLIN, 0};
       if (poll(&p, 1, 100) <= 0) continue;
       unsigned char sig = 0;
       if (read(signal_pipe[0], &sig, 1) != 1) continue;
       std::fprintf(stderr, "inference_server: %s, finishing in-flight requests\n", strsignal(sig));
       batcher.drain();  // no more batch windows: run what is queued now
-      // stop() is a no-op until listen has started (and must be called once).
-      while (!svr.is_running() && !listening_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (!listening_done) svr.stop();
+      server->stop();
       return;
     }
   });
@@ -437,17 +514,18 @@ int main(int argc, char** argv) {
   std::string devs;
   for (const auto& r : replicas) devs += (devs.empty() ? "" : ",") + r.device.name();
   std::printf("listening on http://%s:%d devices=%s batching=%s window_us=%lld max_batch=%lld\n", opt.host.c_str(),
-              port, devs.c_str(), opt.batching ? "on" : "off", static_cast<long long>(opt.batch.window.count()),
-              static_cast<long long>(opt.batch.max_batch));
+              server->port(), devs.c_str(), opt.batching ? "on" : "off",
+              static_cast<long long>(opt.batch.window.count()), static_cast<long long>(opt.batch.max_batch));
   std::fflush(stdout);
 
-  // Returns after stop(), once the pool's threads, and with them every
-  // request being handled, have finished.
-  bool ok = svr.listen_after_bind();
-  listening_done = true;
+  // Returns after stop(), once every request in progress has been answered.
+  server->run();
+  serving_done = true;
   signal_thread.join();
+  blocking.stop();
   batcher.stop();
-  std::printf("stopped: listen %s\n", ok ? "ended" : "failed");
+  server_ptr = nullptr;
+  std::printf("stopped: listen ended\n");
   std::fflush(stdout);
-  return ok ? 0 : 1;
+  return 0;
 }
