@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <iostream>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -59,6 +60,19 @@ GuardCounters ConnectionGuard::counters() const {
 
 bool ConnectionGuard::admit(const std::string& peer) {
   std::lock_guard lock(mutex_);
+  if (const double rate = limits_.max_connect_rate_per_address; rate > 0) {
+    const double burst = std::max(64.0, rate);
+    const auto now = std::chrono::steady_clock::now();
+    auto [it, fresh] = buckets_.try_emplace(peer, Bucket{burst, now});
+    auto& b = it->second;
+    b.tokens = std::min(burst, b.tokens + rate * std::chrono::duration<double>(now - b.last).count());
+    b.last = now;
+    if (b.tokens < 1) {
+      ++counters_.refused_rate_limit;
+      return false;
+    }
+    b.tokens -= 1;
+  }
   if (counters_.open >= limits_.max_connections) {
     ++counters_.refused_total_limit;
     return false;
@@ -126,6 +140,16 @@ void ConnectionGuard::sweep_loop() {
   std::unique_lock lock(mutex_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     auto now = std::chrono::steady_clock::now();
+    // Buckets that have refilled say nothing: dropping them keeps the map
+    // as small as the set of addresses that connected lately.
+    const double rate = limits_.max_connect_rate_per_address;
+    const double burst = std::max(64.0, rate);
+    for (auto it = buckets_.begin(); it != buckets_.end();) {
+      if (it->second.tokens + rate * std::chrono::duration<double>(now - it->second.last).count() >= burst)
+        it = buckets_.erase(it);
+      else
+        ++it;
+    }
     for (auto* c : live_) {
       if (!c->handshake_done() && now - c->opened_at() > limits_.handshake_timeout) {
         c->expire();
@@ -210,11 +234,21 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
 
   bool consume(caf::execution_unit* ctx, const void* buf, size_t n) override {
     if (expired_.load() || !framing_.on_unit(buf, n)) {
-      if (!expired_.load()) guard_->count_framing_close();
+      if (!expired_.load()) {
+        guard_->count_framing_close();
+        // Refusals before the handshake are counted, not logged (a flood
+        // would flood the log); one of a peer that completed it is news.
+        if (framing_.handshake_done())
+          std::cerr << "switchyard-worker: closing connection from " << peer_ << ": " << framing_.error() << "\n";
+      }
       close_now(ctx);
       return false;
     }
-    if (framing_.handshake_done()) handshake_done_.store(true);
+    if (framing_.handshake_done() && !handshake_done_.exchange(true) && accepted_) {
+      // This unit was the client handshake's payload: its node id.
+      caf::binary_deserializer source{ctx, static_cast<const char*>(buf), n};
+      if (source(peer_node_)) peer_node_ = caf::node_id{};
+    }
     return caf::io::scribe::consume(ctx, buf, n);
   }
 
@@ -233,7 +267,11 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
     // tensors as for any client that leaves.
     if (stream_.wr_buf().size() > guard_->limits().max_output_bytes) {
       std::vector<char>().swap(stream_.wr_buf());
-      if (!expired_.exchange(true)) guard_->count_output_close();
+      if (!expired_.exchange(true)) {
+        guard_->count_output_close();
+        std::cerr << "switchyard-worker: closing connection from " << peer_ << ": more than "
+                  << guard_->limits().max_output_bytes << " bytes of output queued (--max-output-bytes)\n";
+      }
       ::shutdown(fd_, SHUT_RDWR);
       return;
     }
@@ -283,6 +321,32 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
     io_failure(ctx, net::operation::read);
   }
 
+  // Every path that ends a connection (peer hung up, read or write error,
+  // the broker closing it, the broker's own shutdown) detaches the scribe
+  // from the broker here, on the broker's thread.
+  void detach_from(caf::io::abstract_broker* broker) override {
+    forget_spawn_server(broker);
+    caf::io::scribe::detach_from(broker);
+  }
+
+ private:
+  // CAF 0.17's BASP broker spawns a helper actor for every node that
+  // completes a handshake (for remote spawn, which the worker never offers)
+  // and keeps its handle in `spawn_servers` until the broker itself stops:
+  // each node that ever connected costs an actor forever, so a handshake
+  // flood grows the worker without bound. When a node's last connection
+  // ends, its helper goes too.
+  void forget_spawn_server(caf::io::abstract_broker* broker) {
+    if (!accepted_ || peer_node_ == caf::node_id{}) return;
+    auto* basp = dynamic_cast<caf::io::basp_broker*>(broker);
+    if (basp == nullptr) return;
+    if (auto route = basp->instance.tbl().lookup_direct(peer_node_); route && *route != hdl()) return;
+    auto it = basp->spawn_servers.find(peer_node_);
+    if (it == basp->spawn_servers.end()) return;
+    caf::anon_send_exit(it->second, caf::exit_reason::kill);
+    basp->spawn_servers.erase(it);
+  }
+
   bool launched_ = false;
   net::stream_impl<Policy> stream_;
   std::shared_ptr<ConnectionGuard> guard_;
@@ -294,6 +358,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   std::chrono::steady_clock::time_point opened_at_;
   std::atomic<bool> handshake_done_{false};
   std::atomic<bool> expired_{false};
+  caf::node_id peer_node_;
 };
 
 caf::io::scribe_ptr make_scribe(net::default_multiplexer& mpx, caf::actor_system& sys, net::native_socket fd,

@@ -41,6 +41,10 @@ struct GuardLimits {
   size_t max_connections = 0;
   /// Connections held at once from one peer address.
   size_t max_connections_per_address = 64;
+  /// New connections per second from one peer address (token bucket with
+  /// a burst of max(64, rate)); 0: no rate limit. A handshake flood from an
+  /// address is then mostly refused at accept, before BASP sees it.
+  double max_connect_rate_per_address = 20;
   /// Time from accept to a completed BASP handshake (TLS included).
   std::chrono::milliseconds handshake_timeout{5000};
 };
@@ -50,6 +54,7 @@ struct GuardCounters {
   uint64_t accepted = 0;
   uint64_t refused_total_limit = 0;
   uint64_t refused_address_limit = 0;
+  uint64_t refused_rate_limit = 0;
   uint64_t shed_no_fds = 0;
   uint64_t closed_framing = 0;
   uint64_t closed_output = 0;
@@ -103,6 +108,11 @@ class ConnectionGuard {
   mutable std::mutex mutex_;
   std::set<GuardedConnection*> live_;
   std::map<std::string, size_t> per_address_;
+  struct Bucket {
+    double tokens;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::map<std::string, Bucket> buckets_;
   GuardCounters counters_;
   int reserve_fd_ = -1;
   std::condition_variable stop_cv_;

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <sys/socket.h>
 
 namespace switchyard::worker {
@@ -90,8 +91,12 @@ std::string check_tls_files(const std::string& cert, const std::string& key, con
   ERR_clear_error();
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert.c_str()) != 1)
     return "--cert '" + cert + "': not a usable PEM certificate: " + openssl_error();
-  if (SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1)
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    // OpenSSL 3 checks the match here already.
+    if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH)
+      return "--key '" + key + "' does not match --cert '" + cert + "': " + openssl_error();
     return "--key '" + key + "': not a usable PEM private key: " + openssl_error();
+  }
   if (SSL_CTX_check_private_key(ctx.get()) != 1)
     return "--key '" + key + "' does not match --cert '" + cert + "': " + openssl_error();
   if (!ca.empty() && SSL_CTX_load_verify_locations(ctx.get(), ca.c_str(), nullptr) != 1)

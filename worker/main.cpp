@@ -51,6 +51,7 @@ struct WorkerConfig : caf::actor_system_config {
   size_t max_connections = 0;
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
   size_t handshake_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.handshake_timeout.count());
+  size_t max_connect_rate_per_address = static_cast<size_t>(worker::GuardLimits{}.max_connect_rate_per_address);
 
   WorkerConfig() {
     opt_group{custom_options_, "global"}
@@ -69,6 +70,8 @@ struct WorkerConfig : caf::actor_system_config {
         .add(max_connections, "max-connections", "connections held at once (0: open-file limit less 64, at most 4096)")
         .add(max_connections_per_address, "max-connections-per-address",
              "connections held at once from one peer address (default 64)")
+        .add(max_connect_rate_per_address, "max-connect-rate-per-address",
+             "new connections per second from one peer address, burst max(64, rate) (default 20; 0: no limit)")
         .add(handshake_timeout_ms, "handshake-timeout-ms",
              "time a new connection has to complete its handshake (default 5000)");
   }
@@ -158,6 +161,7 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
   limits.max_connections = cfg.max_connections;
   limits.max_connections_per_address = cfg.max_connections_per_address;
   limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);
+  limits.max_connect_rate_per_address = static_cast<double>(cfg.max_connect_rate_per_address);
   auto guard = std::make_shared<worker::ConnectionGuard>(limits);
   int rc = 0;
   {
@@ -217,9 +221,10 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
   auto c = guard->counters();
   std::cerr << "switchyard-worker: connections accepted " << c.accepted << ", peak open " << c.peak_open
             << ", refused (total limit) " << c.refused_total_limit << ", refused (per-address limit) "
-            << c.refused_address_limit << ", shed (no descriptors) " << c.shed_no_fds << ", closed (framing) "
-            << c.closed_framing << ", closed (output) " << c.closed_output << ", closed (handshake timeout) "
-            << c.closed_handshake_timeout << "\n";
+            << c.refused_address_limit << ", refused (rate limit) " << c.refused_rate_limit
+            << ", shed (no descriptors) " << c.shed_no_fds << ", closed (framing) " << c.closed_framing
+            << ", closed (output) " << c.closed_output << ", closed (handshake timeout) " << c.closed_handshake_timeout
+            << "\n";
   return rc;
 }
 
