@@ -11,9 +11,11 @@
 // (message size, output, handshake deadline and connection limits).
 
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <thread>
 #include <unistd.h>
 
@@ -131,6 +133,53 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   return out;
 }
 
+void print_counters(const worker::GuardCounters& c) {
+  std::cerr << "switchyard-worker: connections accepted " << c.accepted << ", peak open " << c.peak_open
+            << ", refused (total limit) " << c.refused_total_limit << ", refused (per-address limit) "
+            << c.refused_address_limit << ", refused (rate limit) " << c.refused_rate_limit
+            << ", shed (no descriptors) " << c.shed_no_fds << ", closed (framing) " << c.closed_framing
+            << ", closed (output) " << c.closed_output << ", closed (handshake timeout) " << c.closed_handshake_timeout
+            << "\n";
+}
+
+// The last step of a stop is CAF's own teardown (~actor_system). Everything
+// of ours has stopped by then (connections closed, runners and entry
+// terminated and awaited, the middleman actor stopped), yet CAF 0.17 can
+// still wait forever in await_detached_threads for a reference it holds
+// itself (seen once in 100 SIGTERM runs after the ordered stop). The worker
+// then exits without waiting for it rather than hang.
+class TeardownWatchdog {
+ public:
+  TeardownWatchdog() = default;
+  TeardownWatchdog(const TeardownWatchdog&) = delete;
+  TeardownWatchdog& operator=(const TeardownWatchdog&) = delete;
+  ~TeardownWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void arm(std::chrono::milliseconds limit, int rc) {
+    thread_ = std::thread([this, limit, rc] {
+      std::unique_lock lock(mutex_);
+      if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
+      std::cerr << "switchyard-worker: CAF teardown still waiting after " << limit.count()
+                << " ms (a detached actor thread in await_detached_threads); exiting without it\n";
+      std::cout.flush();
+      std::cerr.flush();
+      std::_Exit(rc);
+    });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 // Waits (up to `limit`) until every actor in `actors` has terminated.
 bool await_terminated(caf::scoped_actor& self, const std::vector<caf::actor>& actors, std::chrono::milliseconds limit) {
   size_t left = 0;
@@ -165,6 +214,8 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
   auto guard = std::make_shared<worker::ConnectionGuard>(limits);
   int rc = 0;
   {
+    // Declared before the system, so it outlives the system's destructor.
+    TeardownWatchdog watchdog;
     caf::actor_system sys{cfg};
     std::vector<worker::LocalDevice> devices;
     std::vector<caf::actor> actors;
@@ -217,14 +268,9 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
     if (!await_terminated(self, {caf::actor_cast<caf::actor>(connector)}, std::chrono::seconds(3)))
       std::cerr << "switchyard-worker: connection manager did not stop within 3 s\n";
     connector = nullptr;
+    print_counters(guard->counters());
+    watchdog.arm(std::chrono::seconds(2), rc);
   }
-  auto c = guard->counters();
-  std::cerr << "switchyard-worker: connections accepted " << c.accepted << ", peak open " << c.peak_open
-            << ", refused (total limit) " << c.refused_total_limit << ", refused (per-address limit) "
-            << c.refused_address_limit << ", refused (rate limit) " << c.refused_rate_limit
-            << ", shed (no descriptors) " << c.shed_no_fds << ", closed (framing) " << c.closed_framing
-            << ", closed (output) " << c.closed_output << ", closed (handshake timeout) " << c.closed_handshake_timeout
-            << "\n";
   return rc;
 }
 

@@ -45,7 +45,7 @@ TEST_CASE("framing: before the handshake only a small client handshake passes", 
   CHECK_FALSE(empty.on_unit(e.data(), e.size()));
 }
 
-TEST_CASE("framing: after the handshake messages up to the bound pass, larger ones do not", "[framing]") {
+TEST_CASE("framing: after the handshake messages up to the bound pass and larger ones do not", "[framing]") {
   FramingLimits limits;
   limits.max_message_bytes = 1000;
   BaspFraming f(limits, true);
@@ -83,7 +83,7 @@ TEST_CASE("framing: a read size nobody announced is refused", "[framing]") {
   CHECK_FALSE(g.on_unit(client.data(), client.size()));
 }
 
-TEST_CASE("listen checks: loopback means the resolved address, not its spelling", "[framing]") {
+TEST_CASE("listen checks: loopback means the resolved address and not its spelling", "[framing]") {
   using switchyard::worker::is_loopback_address;
   CHECK(is_loopback_address("127.0.0.1"));
   CHECK(is_loopback_address("127.255.0.9"));
