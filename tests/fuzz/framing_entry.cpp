@@ -41,8 +41,9 @@ int check_framing(const uint8_t* data, size_t size) {
     const size_t want = framing.read_limit();
     // The bounds: nothing above the handshake bound before the handshake,
     // nothing above the message bound after, a header is 32 bytes.
-    require(want <= std::max(limits.max_message_bytes, worker::basp_header_size), "read above the message bound");
-    if (!framing.handshake_done())
+    if (framing.handshake_done())
+      require(want <= std::max(limits.max_message_bytes, worker::basp_header_size), "read above the message bound");
+    else
       require(want <= std::max(limits.max_handshake_bytes, worker::basp_header_size),
               "read above the handshake bound before the handshake");
     if (!framing.allow_read(want)) {
