@@ -249,16 +249,41 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
     if (w.host == host && w.port == port &&
         std::none_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return lost(d); }))
       throw Error(Errc::invalid_argument, "already connected to worker " + address);
-  auto entry = options_.tls.enabled() ? caf::openssl::remote_actor(*system_, host, port)
-                                      : system_->middleman().remote_actor(host, port);
-  if (!entry)
-    throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": " + system_->render(entry.error()));
+  // Not remote_actor(): it waits for CAF's handshake without a deadline, so
+  // a port that accepts and stays silent would hang this call forever. The
+  // same request to the middleman actor, with one deadline for the connect
+  // and the hello together.
+  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+  };
+  caf::scoped_actor self{*system_};
+  auto connector =
+      options_.tls.enabled() ? system_->openssl_manager().actor_handle() : system_->middleman().actor_handle();
+  std::optional<caf::actor> entry;
+  std::optional<caf::error> failure;
+  self->request(connector, left(), caf::connect_atom::value, host, port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+            if (!ptr)
+              failure = caf::make_error(caf::sec::no_actor_published_at_port, "no worker published at this port");
+            else if (!ifs.empty())
+              failure = caf::make_error(caf::sec::unexpected_actor_messaging_interface, "not a switchyard-worker");
+            else
+              entry = caf::actor_cast<caf::actor>(std::move(ptr));
+          },
+          [&](caf::error& e) { failure = std::move(e); });
+  if (failure) {
+    if (*failure == caf::sec::request_timeout)
+      throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": no handshake within " +
+                                            std::to_string(options_.connect_timeout.count()) +
+                                            " ms (RuntimeOptions::connect_timeout)");
+    throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": " + system_->render(*failure));
+  }
   std::vector<std::string> names, kinds;
   std::vector<caf::actor> runners;
-  caf::scoped_actor self{*system_};
-  std::optional<caf::error> failure;
-  self->request(*entry, std::chrono::seconds(10), hello_atom::value, protocol_version,
-                caf::actor_cast<caf::actor>(router_))
+  self->request(*entry, left(), hello_atom::value, protocol_version, caf::actor_cast<caf::actor>(router_))
       .receive(
           [&](uint32_t, std::vector<std::string>& n, std::vector<std::string>& k, std::vector<caf::actor>& r) {
             names = std::move(n);
@@ -267,6 +292,10 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
           },
           [&](caf::error& e) { failure = e; });
   if (failure) {
+    if (*failure == caf::sec::request_timeout)
+      throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": no answer to hello within " +
+                                            std::to_string(options_.connect_timeout.count()) +
+                                            " ms (RuntimeOptions::connect_timeout)");
     auto info = describe(*failure);
     throw Error(info.code == Errc::device_lost ? Errc::unknown_device : info.code,
                 "worker " + address + " refused the connection: " + info.message);

@@ -4,12 +4,18 @@
 //   switchyard-worker --devices=cpu:0 --port=0
 //   -> "listening on 127.0.0.1:PORT"; clients: Runtime::connect(host, port)
 //
-// Stops on SIGINT/SIGTERM: unpublishes, stops its runners, exits 0.
+// Stops on SIGINT/SIGTERM: closes its port and every connection, stops its
+// runners, exits 0 (within a few seconds, clients connected or not).
+//
+// Every connection goes through the guarded transport of worker/guard.hpp
+// (message size, output, handshake deadline and connection limits).
 
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <thread>
 #include <unistd.h>
 
@@ -21,6 +27,8 @@
 #include "backends/backend.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "worker/entry.hpp"
+#include "worker/guard.hpp"
+#include "worker/listen_checks.hpp"
 
 namespace {
 // Written by the signal handler only (async-signal-safe write).
@@ -40,6 +48,12 @@ struct WorkerConfig : caf::actor_system_config {
   std::string ca;
   bool insecure_listen_any = false;
   size_t threads = 0;
+  size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
+  size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
+  size_t max_connections = 0;
+  size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
+  size_t handshake_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.handshake_timeout.count());
+  size_t max_connect_rate_per_address = static_cast<size_t>(worker::GuardLimits{}.max_connect_rate_per_address);
 
   WorkerConfig() {
     opt_group{custom_options_, "global"}
@@ -50,11 +64,20 @@ struct WorkerConfig : caf::actor_system_config {
         .add(key, "key", "TLS: the certificate's private key (PEM)")
         .add(ca, "tls-ca", "TLS: CA file; peers must present a certificate it signed (alias --ca)")
         .add(insecure_listen_any, "insecure-listen-any", "allow a non-loopback --host without TLS")
-        .add(threads, "threads", "kernel threads per CPU device (0: split the cores)");
+        .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
+        .add(max_message_bytes, "max-message-bytes",
+             "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
+        .add(max_output_bytes, "max-output-bytes",
+             "output queued toward one peer before it is disconnected, in bytes (default 1 GiB)")
+        .add(max_connections, "max-connections", "connections held at once (0: open-file limit less 64, at most 4096)")
+        .add(max_connections_per_address, "max-connections-per-address",
+             "connections held at once from one peer address (default 64)")
+        .add(max_connect_rate_per_address, "max-connect-rate-per-address",
+             "new connections per second from one peer address, burst max(64, rate) (default 20; 0: no limit)")
+        .add(handshake_timeout_ms, "handshake-timeout-ms",
+             "time a new connection has to complete its handshake (default 5000)");
   }
 };
-
-bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -110,45 +133,144 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   return out;
 }
 
-int run(WorkerConfig& cfg) {
+void print_counters(const worker::GuardCounters& c) {
+  std::cerr << "switchyard-worker: connections accepted " << c.accepted << ", peak open " << c.peak_open
+            << ", refused (total limit) " << c.refused_total_limit << ", refused (per-address limit) "
+            << c.refused_address_limit << ", refused (rate limit) " << c.refused_rate_limit
+            << ", shed (no descriptors) " << c.shed_no_fds << ", closed (framing) " << c.closed_framing
+            << ", closed (output) " << c.closed_output << ", closed (handshake timeout) " << c.closed_handshake_timeout
+            << "\n";
+}
+
+// The last step of a stop is CAF's own teardown (~actor_system). Everything
+// of ours has stopped by then (connections closed, runners and entry
+// terminated and awaited, the middleman actor stopped), yet CAF 0.17 can
+// still wait forever in await_detached_threads for a reference it holds
+// itself (seen once in 100 SIGTERM runs after the ordered stop). The worker
+// then exits without waiting for it rather than hang.
+class TeardownWatchdog {
+ public:
+  TeardownWatchdog() = default;
+  TeardownWatchdog(const TeardownWatchdog&) = delete;
+  TeardownWatchdog& operator=(const TeardownWatchdog&) = delete;
+  ~TeardownWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void arm(std::chrono::milliseconds limit, int rc) {
+    thread_ = std::thread([this, limit, rc] {
+      std::unique_lock lock(mutex_);
+      if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
+      std::cerr << "switchyard-worker: CAF teardown still waiting after " << limit.count()
+                << " ms (a detached actor thread in await_detached_threads); exiting without it\n";
+      std::cout.flush();
+      std::cerr.flush();
+      std::_Exit(rc);
+    });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Waits (up to `limit`) until every actor in `actors` has terminated.
+bool await_terminated(caf::scoped_actor& self, const std::vector<caf::actor>& actors, std::chrono::milliseconds limit) {
+  size_t left = 0;
+  for (const auto& a : actors)
+    if (a) {
+      self->monitor(a);
+      ++left;
+    }
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  bool timed_out = false;
+  while (left > 0 && !timed_out) {
+    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (remaining.count() <= 0) break;
+    self->receive([&](caf::down_msg&) { --left; }, caf::after(remaining) >> [&] { timed_out = true; });
+  }
+  return left == 0;
+}
+
+int run(WorkerConfig& cfg, const std::string& bind_address) {
   auto backends = make_backends(cfg);
   if (!backends) {
     std::cerr << "switchyard-worker: " << describe(backends.error()).message << "\n";
     return 2;
   }
-  caf::actor_system sys{cfg};
-  std::vector<worker::LocalDevice> devices;
-  for (auto& [name, backend] : *backends) {
-    std::shared_ptr<backends::Backend> shared = std::move(backend);
-    devices.push_back({name, name.substr(0, name.find(':')),
-                       caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared)))});
-  }
-  const bool tls = !cfg.cert.empty();
-  auto connector = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
-  auto entry = worker::spawn_entry(sys, devices, connector);
-  auto port = tls ? caf::openssl::publish(entry, cfg.port, cfg.host.c_str(), true)
-                  : sys.middleman().publish(entry, cfg.port, cfg.host.c_str(), true);
+  worker::GuardLimits limits;
+  limits.framing.max_message_bytes = cfg.max_message_bytes;
+  limits.max_output_bytes = cfg.max_output_bytes;
+  limits.max_connections = cfg.max_connections;
+  limits.max_connections_per_address = cfg.max_connections_per_address;
+  limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);
+  limits.max_connect_rate_per_address = static_cast<double>(cfg.max_connect_rate_per_address);
+  auto guard = std::make_shared<worker::ConnectionGuard>(limits);
   int rc = 0;
-  if (!port) {
-    std::cerr << "switchyard-worker: cannot listen on " << cfg.host << ":" << cfg.port << ": "
-              << sys.render(port.error()) << "\n";
-    rc = 1;
-  } else {
-    std::string names;
-    for (const auto& d : devices) names += (names.empty() ? "" : ",") + d.name;
-    // The first line is for scripts and tests: "listening on HOST:PORT".
-    std::cout << "listening on " << cfg.host << ":" << *port << std::endl;
-    std::cout << "devices " << names << (tls ? " tls" : "") << std::endl;
-    int sig = 0;
-    while (::read(stop_pipe[0], &sig, sizeof sig) != static_cast<ssize_t>(sizeof sig) && errno == EINTR) {
+  {
+    // Declared before the system, so it outlives the system's destructor.
+    TeardownWatchdog watchdog;
+    caf::actor_system sys{cfg};
+    std::vector<worker::LocalDevice> devices;
+    std::vector<caf::actor> actors;
+    for (auto& [name, backend] : *backends) {
+      std::shared_ptr<backends::Backend> shared = std::move(backend);
+      devices.push_back({name, name.substr(0, name.find(':')),
+                         caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared)))});
+      actors.push_back(devices.back().runner);
     }
-    std::cout << "stopping on signal " << sig << std::endl;
-    // caf::openssl's unpublish does not compile in 0.17.6; the TLS doorman
-    // closes with the system.
-    if (!tls) sys.middleman().unpublish(entry, *port);
+    const bool tls = !cfg.cert.empty();
+    // Listens and connects to peer workers: every connection is guarded.
+    auto connector = worker::spawn_guarded_middleman(sys, guard, tls);
+    auto entry = worker::spawn_entry(sys, devices, connector);
+    actors.push_back(entry);
+    devices.clear();
+    caf::scoped_actor self{sys};
+    caf::expected<uint16_t> port{caf::sec::cannot_open_port};
+    self->request(connector, caf::infinite, caf::publish_atom::value, cfg.port,
+                  caf::actor_cast<caf::strong_actor_ptr>(entry), std::set<std::string>{}, bind_address, true)
+        .receive([&](uint16_t p) { port = p; }, [&](caf::error& e) { port = std::move(e); });
+    if (!port) {
+      std::cerr << "switchyard-worker: cannot listen on " << cfg.host << ":" << cfg.port << ": "
+                << sys.render(port.error()) << "\n";
+      rc = 1;
+    } else {
+      std::string names;
+      for (const auto& [name, backend] : *backends) names += (names.empty() ? "" : ",") + name;
+      // The first line is for scripts and tests: "listening on HOST:PORT",
+      // HOST being the numeric address actually bound.
+      std::cout << "listening on " << bind_address << ":" << *port << std::endl;
+      std::cout << "devices " << names << (tls ? " tls" : "") << std::endl;
+      int sig = 0;
+      while (::read(stop_pipe[0], &sig, sizeof sig) != static_cast<ssize_t>(sizeof sig) && errno == EINTR) {
+      }
+      std::cout << "stopping on signal " << sig << std::endl;
+      // No new connections, then none of the old ones: their nodes go down
+      // and nothing from a client reaches a runner while it stops.
+      self->send(connector, caf::close_atom::value, *port);
+      guard->expire_all();
+    }
+    // Runners and entry first, while the middleman still runs: messages
+    // they hold for or from peers are delivered or dropped by a live
+    // broker. Only then the connector, then the system.
+    for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    if (!await_terminated(self, actors, std::chrono::seconds(3)))
+      std::cerr << "switchyard-worker: runners did not stop within 3 s\n";
+    actors.clear();
+    entry = nullptr;
+    self->send_exit(connector, caf::exit_reason::kill);
+    if (!await_terminated(self, {caf::actor_cast<caf::actor>(connector)}, std::chrono::seconds(3)))
+      std::cerr << "switchyard-worker: connection manager did not stop within 3 s\n";
+    connector = nullptr;
+    print_counters(guard->counters());
+    watchdog.arm(std::chrono::seconds(2), rc);
   }
-  caf::anon_send_exit(entry, caf::exit_reason::user_shutdown);
-  for (auto& d : devices) caf::anon_send_exit(d.runner, caf::exit_reason::user_shutdown);
   return rc;
 }
 
@@ -195,10 +317,39 @@ int main(int argc, char** argv) {
     std::cerr << "switchyard-worker: TLS needs both --cert and --key\n";
     return 2;
   }
-  if (!tls && !is_loopback(cfg.host) && !cfg.insecure_listen_any) {
-    std::cerr << "switchyard-worker: refusing to listen on " << cfg.host
-              << " without TLS: give --cert/--key/--ca, or --insecure-listen-any\n";
+  if (tls) {
+    // Checked now, not on the first connection: a worker that says it
+    // listens with TLS must be able to.
+    if (auto err = worker::check_tls_files(cfg.cert, cfg.key, cfg.ca); !err.empty()) {
+      std::cerr << "switchyard-worker: " << err << "\n";
+      return 2;
+    }
+  }
+  if (cfg.max_message_bytes == 0 || cfg.max_message_bytes > UINT32_MAX) {
+    std::cerr << "switchyard-worker: --max-message-bytes must be 1..4294967295 (BASP sizes are 32-bit), got "
+              << cfg.max_message_bytes << "\n";
     return 2;
+  }
+  if (cfg.max_output_bytes == 0 || cfg.max_connections_per_address == 0 || cfg.handshake_timeout_ms == 0) {
+    std::cerr << "switchyard-worker: --max-output-bytes, --max-connections-per-address and --handshake-timeout-ms "
+                 "must be positive\n";
+    return 2;
+  }
+  // The loopback check looks at what the name resolves to, and the worker
+  // then binds that numeric address, so DNS cannot change it in between.
+  auto resolved = worker::resolve_listen_host(cfg.host);
+  if (!resolved.error.empty()) {
+    std::cerr << "switchyard-worker: --host: " << resolved.error << "\n";
+    return 2;
+  }
+  if (!tls && !cfg.insecure_listen_any) {
+    for (const auto& a : resolved.addresses) {
+      if (!worker::is_loopback_address(a)) {
+        std::cerr << "switchyard-worker: refusing to listen on " << cfg.host << " (" << a
+                  << ", not a loopback address) without TLS: give --cert/--key/--ca, or --insecure-listen-any\n";
+        return 2;
+      }
+    }
   }
   auto hw = std::max(1u, std::thread::hardware_concurrency());
   cfg.set("scheduler.policy", caf::atom("sharing"));
@@ -211,5 +362,5 @@ int main(int argc, char** argv) {
     cfg.openssl_key = cfg.key;
     cfg.openssl_cafile = cfg.ca;
   }
-  return run(cfg);
+  return run(cfg, resolved.addresses.front());
 }

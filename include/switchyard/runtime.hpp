@@ -65,6 +65,11 @@ struct RuntimeOptions {
   /// Deadline of each read, sync or bridge on a remote device. A worker that
   /// dies or disconnects fails them at once; this bounds a hung one.
   std::chrono::milliseconds remote_timeout{std::chrono::minutes(2)};
+  /// Deadline of Runtime::connect (and of each SWITCHYARD_WORKERS /
+  /// `workers` entry at start): TCP connect, CAF's handshake and the hello
+  /// together. A port that accepts but never answers fails with
+  /// `unknown_device` naming the address, instead of hanging.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
   /// (optional) Called with the compiled-in backend kinds before devices
   /// start; may append kinds (declared in backends/backend.hpp), which
   /// `devices` can then name. Tests use it to wrap "cpu" in a

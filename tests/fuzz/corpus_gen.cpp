@@ -1,9 +1,10 @@
 // Writes the seed corpus: real messages serialized (decode/) and rule
-// inputs (rules/). Usage: fuzz_corpus_gen <corpus dir>
+// inputs (rules/), BASP byte streams for the worker's framing guard (framing/). Usage: fuzz_corpus_gen <corpus dir>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "framing_entry.hpp"
 #include "fuzz_entry.hpp"
 
 int main(int argc, char** argv) {
@@ -23,5 +24,8 @@ int main(int argc, char** argv) {
   };
   write("decode", switchyard::fuzz::decode_seeds());
   write("rules", switchyard::fuzz::rules_seeds());
+  std::vector<switchyard::fuzz::Seed> framing;
+  for (auto& s : switchyard::fuzz::framing_seeds()) framing.push_back({s.name, s.bytes});
+  write("framing", framing);
   return 0;
 }

@@ -1,7 +1,14 @@
 // A Switchyard client in its own process, for tests that kill a client:
-//   remote_client_process HOST PORT COUNT
+//   remote_client_process HOST PORT COUNT [hold|busy]
 // connects to the worker at HOST:PORT, makes COUNT tensors on its cpu:0,
-// waits for them, prints "ready", and then holds them until it is killed.
+// waits for them, prints "ready", and then
+//   hold (default): holds them until it is killed;
+//   busy: keeps ops and reads in flight on the worker until the worker goes
+//         away (exit 0 once its device is lost) or it is killed;
+//   stall: asks for 64 reads of a 4 MiB tensor, then stops itself (SIGSTOP)
+//          so the replies pile up on the worker, as for a client that stops
+//          reading.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -12,8 +19,9 @@
 #include "switchyard/switchyard.hpp"
 
 int main(int argc, char** argv) try {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s HOST PORT COUNT\n", argv[0]);
+  const std::string mode = argc == 5 ? argv[4] : "hold";
+  if ((argc != 4 && argc != 5) || (mode != "hold" && mode != "busy" && mode != "stall")) {
+    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall]\n", argv[0]);
     return 2;
   }
   const std::string host = argv[1];
@@ -31,6 +39,32 @@ int main(int argc, char** argv) try {
   device.sync().get();
   std::printf("ready\n");
   std::fflush(stdout);
+  if (mode == "stall") {
+    auto big = device.ones({1 << 20});
+    device.sync().get();
+    std::vector<switchyard::Future<switchyard::TensorData>> reads;
+    for (int i = 0; i < 64; ++i) reads.push_back(big.read());
+    usleep(20000);  // the requests leave; most replies are still on the worker
+    raise(SIGSTOP);
+    for (;;) pause();
+  }
+  if (mode == "busy") {
+    // Several reads and a chain of ops always outstanding, so a worker
+    // stopped now has client work queued in its runner and on the wire.
+    try {
+      auto x = device.ones({64, 64});
+      for (;;) {
+        std::vector<switchyard::Future<switchyard::TensorData>> reads;
+        for (int i = 0; i < 8; ++i) {
+          x = (x.matmul(x) * 0.015625).sum({1}).reshape({64, 1}) * device.ones({1, 64});
+          reads.push_back(x.read());
+        }
+        for (auto& r : reads) r.get();
+      }
+    } catch (const std::exception&) {
+      return 0;  // the worker went away: expected in this mode
+    }
+  }
   for (;;) pause();  // until killed: nothing is dropped, nothing is closed
 } catch (const std::exception& e) {
   std::fprintf(stderr, "remote_client_process: %s\n", e.what());

@@ -1,0 +1,566 @@
+// Hostile peers against switchyard-worker (issue 14, worker half; issue 13
+// item 3): each test reproduces one attack on loopback against a real worker
+// process, bounded in time and count, and checks that the worker bounds what
+// the attacker gets and keeps serving legitimate clients. Attackers connect
+// from 127.0.0.2 and up, legitimate clients from 127.0.0.1, so per-address
+// limits can tell them apart. The "figure:" lines are what
+// docs/RELIABILITY.md ("Hostile peers: worker") quotes.
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <netinet/in.h>
+#include <random>
+#include <sstream>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "switchyard/switchyard.hpp"
+#include "worker_process.hpp"
+
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT 24  // linux/in.h; glibc's netinet/in.h lacks it
+#endif
+
+namespace sy = switchyard;
+using sy::testing::ChildProcess;
+using sy::testing::WorkerProcess;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Under ASan/TSan the worker's RSS measures the sanitizer's quarantine and
+// shadow memory, not what the attack made it keep: the RSS bounds are then
+// printed but not checked (the figures in docs/RELIABILITY.md are Release).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool check_rss = false;
+#else
+constexpr bool check_rss = true;
+#endif
+
+// ---- a raw TCP peer -------------------------------------------------------------
+
+/// A TCP connection from `source` (a loopback address) to the worker; raw
+/// bytes only, no CAF.
+class RawPeer {
+ public:
+  RawPeer(const std::string& source, uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return;
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &src.sin_addr);
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(port);
+    ::inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    // The port is chosen at connect() from the whole 4-tuple, so a flood's
+    // closed connections (TIME_WAIT here) do not use up the source ports.
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
+        ::connect(fd_, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawPeer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawPeer(const RawPeer&) = delete;
+  RawPeer& operator=(const RawPeer&) = delete;
+
+  [[nodiscard]] bool connected() const { return fd_ >= 0; }
+  bool send(const std::vector<uint8_t>& bytes) {
+    return fd_ >= 0 && ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  /// Whether the worker closed the connection within `limit` (whatever it
+  /// sent before, such as its own handshake, is read and dropped).
+  bool closed_by_peer(std::chrono::milliseconds limit) {
+    if (fd_ < 0) return true;
+    auto deadline = Clock::now() + limit;
+    char buf[4096];
+    while (Clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+    }
+    return false;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::vector<uint8_t> basp_header(uint8_t op, uint32_t payload_len, uint64_t op_data = 0, uint64_t src = 0,
+                                 uint64_t dst = 0) {
+  std::vector<uint8_t> h(32, 0);
+  h[0] = op;
+  for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<uint8_t>(payload_len >> (24 - 8 * i));
+  for (int i = 0; i < 8; ++i) {
+    h[8 + i] = static_cast<uint8_t>(op_data >> (56 - 8 * i));
+    h[16 + i] = static_cast<uint8_t>(src >> (56 - 8 * i));
+    h[24 + i] = static_cast<uint8_t>(dst >> (56 - 8 * i));
+  }
+  return h;
+}
+
+/// A complete, valid BASP client handshake from a made-up node: what a
+/// handshake flood sends (a different node id every time).
+std::vector<uint8_t> fake_client_handshake(caf::actor_system& sys, std::mt19937& rng) {
+  caf::node_id::default_data::host_id_type host{};
+  for (auto& b : host) b = static_cast<uint8_t>(rng());
+  auto node = caf::make_node_id(static_cast<uint32_t>(rng() | 1), host);
+  std::vector<char> payload;
+  caf::binary_serializer sink{sys, payload};
+  if (auto err = sink(node)) throw std::runtime_error("cannot serialize a node id");
+  auto out = basp_header(1, static_cast<uint32_t>(payload.size()));
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+// ---- the worker process seen from outside ------------------------------------------
+
+/// Resident set size of `pid` in KiB (0 if gone).
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return 0;
+}
+
+/// CPU time `pid` used so far (user + system), in seconds.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  auto close = all.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(all.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+sy::RuntimeOptions client_options() {
+  sy::RuntimeOptions o;
+  o.devices = {"cpu:0"};
+  o.cpu_threads = 1;
+  o.connect_timeout = 10s;
+  o.remote_timeout = 30s;
+  return o;
+}
+
+/// One legitimate client session: connect, run an op, check it, leave.
+bool legit_session(const WorkerProcess& w, std::string* error = nullptr,
+                   std::chrono::milliseconds connect_timeout = 10s) {
+  try {
+    auto options = client_options();
+    options.connect_timeout = connect_timeout;
+    sy::Runtime rt(options);
+    rt.connect(w.host(), w.port());
+    auto dev = rt.device(w.address() + "/cpu:0");
+    auto v = (dev.ones({4}) * 3.0).to_vector<float>();
+    return v == std::vector<float>{3, 3, 3, 3};
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+    return false;
+  }
+}
+
+/// Runs the worker through /bin/sh so that stderr comes back too; returns
+/// the exit status and everything it printed.
+std::pair<int, std::string> run_worker_to_exit(const std::string& args) {
+  std::string cmd = std::string(SWITCHYARD_WORKER_PATH) + " " + args + " 2>&1";
+  ChildProcess p({"/bin/sh", "-c", "exec " + cmd});
+  std::string out;
+  for (int i = 0; i < 50; ++i) {
+    auto line = p.read_line(200ms);
+    if (!line.empty()) out += line + "\n";
+    if (out.find("listening on") != std::string::npos) break;
+  }
+  int status = p.stop(SIGTERM);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+// ---- 1. allocation before and after the handshake ----------------------------------
+
+TEST_CASE("a BASP header declaring a huge payload is refused before anything is allocated", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  const long before = rss_kib(w.pid());
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  // The measured attack: client-handshake headers declaring 4 GiB, and
+  // direct-message headers declaring 512 MiB, 6 connections each.
+  for (int i = 0; i < 12; ++i) {
+    peers.push_back(std::make_unique<RawPeer>("127.0.0.2", w.port()));
+    REQUIRE(peers.back()->connected());
+    REQUIRE(peers.back()->send(i < 6 ? basp_header(1, 0xFFFFFFFFu) : basp_header(2, 512u << 20, 0, 1, 1)));
+  }
+  // 300 random headers (seeded): whatever passes CAF's own checks must
+  // still not pass the size bound.
+  std::mt19937 rng(14);
+  int random_closed = 0;
+  for (int i = 0; i < 300; ++i) {
+    RawPeer p("127.0.0.3", w.port());
+    REQUIRE(p.connected());
+    std::vector<uint8_t> h(32);
+    for (auto& b : h) b = static_cast<uint8_t>(rng());
+    h[0] = static_cast<uint8_t>(rng() % 8);  // mostly valid operations
+    p.send(h);
+    random_closed += p.closed_by_peer(5s) ? 1 : 0;
+  }
+  int closed = 0;
+  for (auto& p : peers) closed += p->closed_by_peer(5s) ? 1 : 0;
+  const long after = rss_kib(w.pid());
+  std::printf(
+      "figure: oversize headers: %d of 12 connections closed, %d of 300 random headers closed, RSS %ld -> %ld "
+      "KiB\n",
+      closed, random_closed, before, after);
+  CHECK(closed == 12);
+  CHECK(random_closed == 300);
+  if (check_rss) CHECK(after - before < 32 * 1024);  // the attack cost 4 GiB per socket before
+  CHECK(legit_session(w));
+}
+
+TEST_CASE("a message above --max-message-bytes closes only that client's connection", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-message-bytes=1048576"});
+  {
+    sy::Runtime rt(client_options());
+    rt.connect(w.host(), w.port());
+    auto dev = rt.device(w.address() + "/cpu:0");
+    // 512 KiB crosses; 2 MiB is one message above the bound.
+    CHECK(dev.tensor<float>(std::vector<float>(128 * 1024, 1.0f), {128 * 1024}).sum().to_vector<float>()[0] ==
+          Approx(128 * 1024));
+    auto err = sy::Errc{};
+    try {
+      (void)dev.tensor<float>(std::vector<float>(512 * 1024, 1.0f), {512 * 1024}).sum().to_vector<float>();
+    } catch (const sy::Error& e) {
+      err = e.code();
+    }
+    CHECK(err == sy::Errc::device_lost);
+  }
+  CHECK(legit_session(w));
+}
+
+// ---- 2. a client that stops reading ---------------------------------------------------------
+
+TEST_CASE("a client that stops reading is disconnected and its tensors freed", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-output-bytes=16777216"});
+  sy::Runtime observer(client_options());
+  observer.connect(w.host(), w.port());
+  auto dev = observer.device(w.address() + "/cpu:0");
+  const auto baseline = dev.stats().get().live_handles;
+  const long rss_before = rss_kib(w.pid());
+  ChildProcess stalled({SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "16", "stall"});
+  REQUIRE(stalled.read_line(20s) == "ready");
+  // 64 reads x 4 MiB = 256 MiB of replies toward a stopped client; the
+  // worker may queue 16 MiB (twice that with the batch in flight).
+  long rss_peak = rss_before;
+  bool freed = false;
+  auto deadline = Clock::now() + 30s;
+  while (Clock::now() < deadline && !freed) {
+    rss_peak = std::max(rss_peak, rss_kib(w.pid()));
+    std::this_thread::sleep_for(100ms);
+    freed = dev.stats().get().live_handles == baseline;
+  }
+  std::printf("figure: stalled reader: tensors freed %s, worker RSS %ld -> peak %ld KiB\n", freed ? "yes" : "no",
+              rss_before, rss_peak);
+  CHECK(freed);
+  // Its 16 small tensors and one 4 MiB tensor, 256 MiB of replies asked:
+  // what stays bounded is about twice the output bound plus the tensor.
+  if (check_rss) CHECK(rss_peak - rss_before < 128 * 1024);
+  stalled.stop(SIGKILL);
+  CHECK((dev.ones({2}) + 1.0).to_vector<float>() == std::vector<float>{2, 2});
+}
+
+// ---- 3. handshake and garbage floods -------------------------------------------------------
+
+TEST_CASE("handshake and garbage floods leak nothing and legitimate clients stay served", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto flood = [&](std::chrono::seconds length, int seed) {
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> sent{0};
+    std::vector<std::thread> attackers;
+    for (int t = 0; t < 3; ++t) {
+      attackers.emplace_back([&, t] {
+        std::mt19937 rng(static_cast<unsigned>(seed * 10 + t));
+        const std::string source = "127.0.0." + std::to_string(2 + 3 * seed + t);
+        // Paced at about 1000 connections/s per attacker: the machine has
+        // two cores, and the point is the worker's state, not raw rate.
+        auto next = Clock::now();
+        while (!stop.load()) {
+          next += 1ms;
+          std::this_thread::sleep_until(next);
+          RawPeer p(source, w.port());
+          if (!p.connected()) continue;
+          auto bytes = fake_client_handshake(sys, rng);
+          if (t == 2) {
+            // Garbage after the handshake: a direct message whose payload
+            // is random bytes.
+            std::vector<uint8_t> junk(64 + rng() % 2048);
+            for (auto& b : junk) b = static_cast<uint8_t>(rng());
+            auto h = basp_header(2, static_cast<uint32_t>(junk.size()), 0, rng() | 1, rng() | 1);
+            bytes.insert(bytes.end(), h.begin(), h.end());
+            bytes.insert(bytes.end(), junk.begin(), junk.end());
+          }
+          if (p.send(bytes)) sent.fetch_add(1);
+        }
+      });
+    }
+    int ok = 0, tried = 0;
+    std::string last_error;
+    auto end = Clock::now() + length;
+    // A legitimate client connects a few times a second (a service
+    // reconnecting), far below the per-address rate limit.
+    auto next_session = Clock::now();
+    while (Clock::now() < end) {
+      std::this_thread::sleep_until(next_session);
+      next_session += 250ms;
+      ++tried;
+      auto t0 = Clock::now();
+      // 5 s: a stalled hello costs one session, not the whole flood.
+      if (legit_session(w, &last_error, 5s) && Clock::now() - t0 < 5s) ++ok;
+    }
+    stop.store(true);
+    for (auto& a : attackers) a.join();
+    return std::tuple{sent.load(), ok, tried, last_error};
+  };
+  const long rss0 = rss_kib(w.pid());
+  auto [sent1, ok1, tried1, err1] = flood(10s, 0);
+  std::this_thread::sleep_for(1s);
+  const long rss1 = rss_kib(w.pid());
+  auto [sent2, ok2, tried2, err2] = flood(10s, 1);
+  std::this_thread::sleep_for(1s);
+  const long rss2 = rss_kib(w.pid());
+  std::printf(
+      "figure: flood 1: %llu fake handshakes, legitimate %d of %d; flood 2: %llu, legitimate %d of %d; RSS %ld "
+      "-> %ld -> %ld KiB\n",
+      static_cast<unsigned long long>(sent1), ok1, tried1, static_cast<unsigned long long>(sent2), ok2, tried2, rss0,
+      rss1, rss2);
+  INFO(err1 << " / " << err2);
+  CHECK(sent1 > 1000);
+  CHECK(tried1 >= 5);
+  CHECK(tried2 >= 5);
+  // Goal 100%; most runs reach it. Seen in some runs: a hello that gets
+  // no answer for 10 s and more (docs/RELIABILITY.md, open finding), hence
+  // the 90% floor rather than a flaky equality.
+  CHECK(ok1 + ok2 >= (9 * (tried1 + tried2)) / 10);
+  // A second flood as long as the first must not grow the worker by as
+  // much again: what the first left is allocator caches, not a leak.
+  if (check_rss) CHECK(rss2 - rss1 < std::max<long>(16 * 1024, (rss1 - rss0) / 2));
+}
+
+// ---- 4. connection limits and descriptor exhaustion --------------------------------------------
+
+TEST_CASE("one address gets at most its share of connections and silent ones expire", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-connections-per-address=8", "--handshake-timeout-ms=1500"});
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i < 40; ++i) {
+    peers.push_back(std::make_unique<RawPeer>("127.0.0.2", w.port()));
+    REQUIRE(peers.back()->connected());
+  }
+  int refused = 0;
+  for (auto& p : peers) refused += p->closed_by_peer(100ms) ? 1 : 0;
+  std::string error;
+  const bool legit_ok = legit_session(w, &error);
+  int expired = 0;
+  for (auto& p : peers) expired += p->closed_by_peer(8s) ? 1 : 0;
+  std::printf(
+      "figure: 40 silent connections from one address: %d refused at once, %d held then expired by the "
+      "handshake deadline; legitimate client %s\n",
+      refused, expired - refused, legit_ok ? "served" : "NOT served");
+  INFO(error);
+  CHECK(refused == 32);
+  CHECK(legit_ok);
+  CHECK(expired == 40);
+}
+
+TEST_CASE("out of file descriptors the accept loop neither spins nor stops serving", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-connections=100000", "--max-connections-per-address=100000",
+                   "--handshake-timeout-ms=3000"});
+  rlimit small{128, 128};
+  REQUIRE(::prlimit(w.pid(), RLIMIT_NOFILE, &small, nullptr) == 0);
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i < 300; ++i) peers.push_back(std::make_unique<RawPeer>("127.0.0.2", w.port()));
+  std::this_thread::sleep_for(500ms);
+  const double cpu0 = cpu_seconds(w.pid());
+  std::this_thread::sleep_for(2s);
+  const double cpu_used = cpu_seconds(w.pid()) - cpu0;
+  // With the limits off, the attacker holds every descriptor until its
+  // connections miss the handshake deadline (3 s); then descriptors come
+  // back and a legitimate client gets in (until then it is shed at once,
+  // its connect fails fast rather than hanging).
+  std::string error;
+  bool legit_ok = false;
+  auto until = Clock::now() + 15s;
+  while (!legit_ok && Clock::now() < until) {
+    legit_ok = legit_session(w, &error);
+    if (!legit_ok) std::this_thread::sleep_for(200ms);
+  }
+  std::printf("figure: 300 connections against 128 descriptors: worker CPU %.2f s in 2 s; legitimate client %s\n",
+              cpu_used, legit_ok ? "served" : "NOT served");
+  INFO(error);
+  CHECK(cpu_used < 0.5);  // spinning is ~2 s in 2 s
+  CHECK(legit_ok);
+}
+
+// ---- 5. and 6. start-up checks ----------------------------------------------------------------
+
+TEST_CASE("without TLS the listen host must resolve to loopback addresses only", "[remote][hostile]") {
+  auto [rc_any, out_any] = run_worker_to_exit("--host=0");
+  CHECK(rc_any == 2);
+  CHECK_THAT(out_any, Catch::Contains("0.0.0.0, not a loopback address"));
+  auto [rc_bad, out_bad] = run_worker_to_exit("--host=127.0.0.1.invalid");
+  CHECK(rc_bad == 2);
+  CHECK_THAT(out_bad, Catch::Contains("cannot resolve '127.0.0.1.invalid'"));
+  auto [rc_ok, out_ok] = run_worker_to_exit("--host=localhost --threads=1");
+  CHECK(rc_ok == 0);
+  CHECK_THAT(out_ok, Catch::Contains("listening on 127.0.0.1:"));
+}
+
+TEST_CASE("missing unreadable or broken TLS files stop the worker at start", "[remote][hostile]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("sy-badtls-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string d = dir.string();
+  std::ofstream(d + "/garbage.pem") << "not a certificate\n";
+  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; };
+  const bool have_openssl =
+      sh("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=a -keyout " + d + "/a.key -out " + d +
+         "/a.pem") &&
+      sh("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=b -keyout " + d + "/b.key -out " + d + "/b.pem");
+  struct Case {
+    std::string args, expect;
+  };
+  std::vector<Case> cases = {
+      {"--cert=" + d + "/missing.pem --key=" + d + "/missing.key", "--cert '" + d + "/missing.pem': cannot read"},
+      {"--cert=" + d + " --key=" + d + "/x.key", "--cert '" + d + "': cannot read"},  // a directory
+      {"--cert=" + d + "/garbage.pem --key=" + d + "/garbage.pem", "not a usable PEM certificate"},
+  };
+  if (have_openssl) {
+    cases.push_back({"--cert=" + d + "/a.pem --key=" + d + "/b.key", "does not match --cert"});
+    cases.push_back({"--cert=" + d + "/a.pem --key=" + d + "/a.key --ca=" + d + "/missing-ca.pem",
+                     "--ca '" + d + "/missing-ca.pem': cannot read"});
+  }
+  for (const auto& c : cases) {
+    auto [rc, out] = run_worker_to_exit(c.args);
+    INFO(c.args << "\n" << out);
+    CHECK(rc == 2);
+    CHECK_THAT(out, Catch::Contains(c.expect));
+    CHECK_THAT(out, !Catch::Contains("listening"));
+  }
+  fs::remove_all(dir);
+}
+
+// ---- 7. SIGTERM with clients at work (also issue 13, item 3) -------------------------------------
+
+TEST_CASE("SIGTERM stops a worker with busy clients within 5 s every time", "[remote][hostile][shutdown]") {
+  int runs = 100;
+  if (const char* env = std::getenv("SWITCHYARD_SIGTERM_RUNS")) runs = std::max(1, std::atoi(env));
+  std::mt19937 rng(13);
+  int clean = 0;
+  double worst = 0;
+  for (int i = 0; i < runs; ++i) {
+    WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+    ChildProcess c1({SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "4", "busy"});
+    ChildProcess c2({SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "4", "busy"});
+    REQUIRE(c1.read_line(20s) == "ready");
+    REQUIRE(c2.read_line(20s) == "ready");
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
+    auto t0 = Clock::now();
+    int status = w.stop(SIGTERM);  // SIGKILL after 10 s
+    double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    worst = std::max(worst, took);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && took < 5.0)
+      ++clean;
+    else
+      UNSCOPED_INFO("run " << i << ": status " << status << " after " << took << " s");
+  }
+  std::printf("figure: SIGTERM with 2 busy clients: %d of %d runs exited 0 within 5 s, slowest %.2f s\n", clean, runs,
+              worst);
+  CHECK(clean == runs);
+}
+
+// ---- 8. client side: connect timeout ------------------------------------------------------------------
+
+namespace {
+
+/// A port that accepts TCP connections (the kernel completes them into the
+/// backlog) and never says a word.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("cannot open a silent listener");
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  [[nodiscard]] uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("connect to a port that never answers the handshake fails after connect_timeout", "[remote][hostile]") {
+  SilentListener silent;
+  const std::string address = "127.0.0.1:" + std::to_string(silent.port());
+  auto options = client_options();
+  options.connect_timeout = 1s;
+  {
+    sy::Runtime rt(options);
+    auto t0 = Clock::now();
+    std::string message;
+    sy::Errc code{};
+    try {
+      rt.connect("127.0.0.1", silent.port());
+    } catch (const sy::Error& e) {
+      message = e.what();
+      code = e.code();
+    }
+    auto took = Clock::now() - t0;
+    CHECK(code == sy::Errc::unknown_device);
+    CHECK_THAT(message, Catch::Contains(address) && Catch::Contains("connect_timeout"));
+    CHECK(took < 5s);
+  }
+  {
+    setenv("SWITCHYARD_WORKERS", address.c_str(), 1);
+    auto t0 = Clock::now();
+    std::string message;
+    try {
+      sy::Runtime rt(options);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    unsetenv("SWITCHYARD_WORKERS");
+    CHECK_THAT(message, Catch::Contains(address));
+    CHECK(Clock::now() - t0 < 5s);
+  }
+}

@@ -1,0 +1,471 @@
+#include "worker/guard.hpp"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <iostream>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/io/middleman_actor_impl.hpp>
+#include <caf/io/network/acceptor_impl.hpp>
+#include <caf/io/network/default_multiplexer.hpp>
+#include <caf/io/network/native_socket.hpp>
+#include <caf/io/network/stream_impl.hpp>
+#include <caf/openssl/session.hpp>
+#include <caf/policy/tcp.hpp>
+
+namespace switchyard::worker {
+
+namespace net = caf::io::network;
+
+// ---- ConnectionGuard --------------------------------------------------------
+
+namespace {
+
+size_t default_max_connections() {
+  rlimit lim{};
+  size_t fds = 1024;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) fds = lim.rlim_cur;
+  // Headroom for the worker's own files, pipes, CAF's epoll and peer
+  // connections it opens itself; never below a handful of clients.
+  constexpr size_t reserve = 64;
+  return std::max<size_t>(8, std::min<size_t>(fds > reserve ? fds - reserve : 8, 4096));
+}
+
+}  // namespace
+
+ConnectionGuard::ConnectionGuard(GuardLimits limits) : limits_(limits) {
+  if (limits_.max_connections == 0) limits_.max_connections = default_max_connections();
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  sweeper_ = std::thread([this] { sweep_loop(); });
+}
+
+ConnectionGuard::~ConnectionGuard() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  sweeper_.join();
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
+}
+
+GuardCounters ConnectionGuard::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
+bool ConnectionGuard::admit(const std::string& peer) {
+  std::lock_guard lock(mutex_);
+  if (const double rate = limits_.max_connect_rate_per_address; rate > 0) {
+    const double burst = std::max(64.0, rate);
+    const auto now = std::chrono::steady_clock::now();
+    auto [it, fresh] = buckets_.try_emplace(peer, Bucket{burst, now});
+    auto& b = it->second;
+    b.tokens = std::min(burst, b.tokens + rate * std::chrono::duration<double>(now - b.last).count());
+    b.last = now;
+    if (b.tokens < 1) {
+      ++counters_.refused_rate_limit;
+      return false;
+    }
+    b.tokens -= 1;
+  }
+  if (counters_.open >= limits_.max_connections) {
+    ++counters_.refused_total_limit;
+    return false;
+  }
+  if (auto it = per_address_.find(peer);
+      it != per_address_.end() && it->second >= limits_.max_connections_per_address) {
+    ++counters_.refused_address_limit;
+    return false;
+  }
+  return true;
+}
+
+void ConnectionGuard::opened(GuardedConnection* c, const std::string& peer, bool accepted) {
+  std::lock_guard lock(mutex_);
+  live_.insert(c);
+  if (accepted) {
+    ++per_address_[peer];
+    ++counters_.accepted;
+  }
+  counters_.peak_open = std::max(counters_.peak_open, ++counters_.open);
+}
+
+void ConnectionGuard::closed(GuardedConnection* c, const std::string& peer, bool accepted) {
+  std::lock_guard lock(mutex_);
+  live_.erase(c);
+  --counters_.open;
+  if (accepted) {
+    auto it = per_address_.find(peer);
+    if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+  }
+}
+
+void ConnectionGuard::expire_all() {
+  std::lock_guard lock(mutex_);
+  for (auto* c : live_) c->expire();
+}
+
+void ConnectionGuard::count_framing_close() {
+  std::lock_guard lock(mutex_);
+  ++counters_.closed_framing;
+}
+
+void ConnectionGuard::count_output_close() {
+  std::lock_guard lock(mutex_);
+  ++counters_.closed_output;
+}
+
+void ConnectionGuard::shed_one(int listen_fd) {
+  std::lock_guard lock(mutex_);
+  ++counters_.shed_no_fds;
+  if (reserve_fd_ >= 0) {
+    ::close(reserve_fd_);
+    reserve_fd_ = -1;
+  }
+  int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void ConnectionGuard::sweep_loop() {
+  // A coarse clock is enough: the deadline is seconds, the sweep costs a
+  // walk over at most max_connections entries.
+  const auto period =
+      std::clamp(limits_.handshake_timeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  std::unique_lock lock(mutex_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    auto now = std::chrono::steady_clock::now();
+    // Buckets that have refilled say nothing: dropping them keeps the map
+    // as small as the set of addresses that connected lately.
+    const double rate = limits_.max_connect_rate_per_address;
+    const double burst = std::max(64.0, rate);
+    for (auto it = buckets_.begin(); it != buckets_.end();) {
+      if (it->second.tokens + rate * std::chrono::duration<double>(now - it->second.last).count() >= burst)
+        it = buckets_.erase(it);
+      else
+        ++it;
+    }
+    for (auto* c : live_) {
+      if (!c->handshake_done() && now - c->opened_at() > limits_.handshake_timeout) {
+        c->expire();
+        ++counters_.closed_handshake_timeout;
+      }
+    }
+  }
+}
+
+// ---- transport policies -------------------------------------------------------
+
+namespace {
+
+// caf::openssl's stream policy is internal to its library; this one calls the
+// same public session API.
+struct TlsPolicy {
+  explicit TlsPolicy(caf::openssl::session_ptr session) : session_(std::move(session)) {}
+  net::rw_state read_some(size_t& result, net::native_socket fd, void* buf, size_t len) {
+    return session_->read_some(result, fd, buf, len);
+  }
+  net::rw_state write_some(size_t& result, net::native_socket fd, const void* buf, size_t len) {
+    return session_->write_some(result, fd, buf, len);
+  }
+  bool must_read_more(net::native_socket fd, size_t threshold) { return session_->must_read_more(fd, threshold); }
+
+ private:
+  caf::openssl::session_ptr session_;
+};
+
+// Accepts with accept4 and sheds a connection when out of descriptors,
+// instead of returning with the listening socket still readable (what
+// caf::policy::tcp does, which makes the level-triggered loop spin).
+struct GuardedAcceptPolicy {
+  explicit GuardedAcceptPolicy(ConnectionGuard* guard) : guard_(guard) {}
+  bool try_accept(net::native_socket& result, net::native_socket fd) {
+    result = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (result >= 0) return true;
+    const int err = errno;
+    result = net::invalid_native_socket;
+    if (err == EMFILE || err == ENFILE) guard_->shed_one(fd);
+    // EAGAIN (another wakeup took it), ECONNABORTED, ...: nothing to do now.
+    return true;
+  }
+
+ private:
+  ConnectionGuard* guard_;
+};
+
+// ---- the scribe -----------------------------------------------------------------
+
+template <class Policy>
+class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
+ public:
+  template <class... Ts>
+  GuardedScribe(net::default_multiplexer& mpx, net::native_socket fd, std::shared_ptr<ConnectionGuard> guard,
+                std::string peer, bool accepted, bool tls, Ts&&... policy_args)
+      : caf::io::scribe(net::conn_hdl_from_socket(fd)),
+        stream_(mpx, fd, std::forward<Ts>(policy_args)...),
+        guard_(std::move(guard)),
+        framing_(guard_->limits().framing, accepted),
+        peer_(std::move(peer)),
+        accepted_(accepted),
+        tls_(tls),
+        fd_(fd),
+        opened_at_(std::chrono::steady_clock::now()) {
+    guard_->opened(this, peer_, accepted_);
+  }
+  ~GuardedScribe() override { guard_->closed(this, peer_, accepted_); }
+
+  void configure_read(caf::io::receive_policy::config config) override {
+    // The broker asks for the next unit; the framing already saw the header
+    // that announced it. A size it did not announce is refused, and the
+    // stream then reads one byte at most, so nothing large is allocated.
+    const bool exact = config.first == caf::io::receive_policy_flag::exactly;
+    if (!exact || !framing_.allow_read(config.second)) {
+      refuse_from_broker();
+      config = caf::io::receive_policy::at_most(1);
+    }
+    stream_.configure_read(config);
+    if (!launched_) launch();
+  }
+
+  bool consume(caf::execution_unit* ctx, const void* buf, size_t n) override {
+    if (expired_.load() || !framing_.on_unit(buf, n)) {
+      if (!expired_.load()) {
+        guard_->count_framing_close();
+        // Refusals before the handshake are counted, not logged (a flood
+        // would flood the log); one of a peer that completed it is news.
+        if (framing_.handshake_done())
+          std::cerr << "switchyard-worker: closing connection from " << peer_ << ": " << framing_.error() << "\n";
+      }
+      close_now(ctx);
+      return false;
+    }
+    if (framing_.handshake_done() && !handshake_done_.exchange(true) && accepted_) {
+      // This unit was the client handshake's payload: its node id.
+      caf::binary_deserializer source{ctx, static_cast<const char*>(buf), n};
+      if (source(peer_node_)) peer_node_ = caf::node_id{};
+    }
+    return caf::io::scribe::consume(ctx, buf, n);
+  }
+
+  void ack_writes(bool enable) override { stream_.ack_writes(enable); }
+  std::vector<char>& wr_buf() override { return stream_.wr_buf(); }
+  std::vector<char>& rd_buf() override { return stream_.rd_buf(); }
+
+  void graceful_shutdown() override {
+    stream_.graceful_shutdown();
+    detach(&stream_.backend(), false);
+  }
+
+  void flush() override {
+    // A peer that does not drain its replies: drop what is queued and
+    // disconnect it; its node then goes down and the worker frees its
+    // tensors as for any client that leaves.
+    if (stream_.wr_buf().size() > guard_->limits().max_output_bytes) {
+      std::vector<char>().swap(stream_.wr_buf());
+      if (!expired_.exchange(true)) {
+        guard_->count_output_close();
+        std::cerr << "switchyard-worker: closing connection from " << peer_ << ": more than "
+                  << guard_->limits().max_output_bytes << " bytes of output queued (--max-output-bytes)\n";
+      }
+      ::shutdown(fd_, SHUT_RDWR);
+      return;
+    }
+    stream_.flush(this);
+  }
+
+  std::string addr() const override {
+    auto x = net::remote_addr_of_fd(stream_.fd());
+    return x ? *x : std::string{};
+  }
+  uint16_t port() const override {
+    auto x = net::remote_port_of_fd(stream_.fd());
+    return x ? *x : 0;
+  }
+  void add_to_loop() override { stream_.activate(this); }
+  void remove_from_loop() override { stream_.passivate(); }
+
+  // GuardedConnection
+  void expire() override {
+    expired_.store(true);
+    ::shutdown(fd_, SHUT_RDWR);
+  }
+  bool handshake_done() const override { return handshake_done_.load(); }
+  std::chrono::steady_clock::time_point opened_at() const override { return opened_at_; }
+
+ private:
+  void launch() {
+    launched_ = true;
+    stream_.start(this);
+    // TLS: schedules the first write so SSL_accept/SSL_connect can progress
+    // before any data is queued (as caf::openssl's own scribe does).
+    if (tls_) stream_.force_empty_write(this);
+  }
+
+  // Refused while the broker is running (inside its own handler): the socket
+  // is shut down, the event loop then reports the end of the connection.
+  void refuse_from_broker() {
+    if (!expired_.exchange(true)) guard_->count_framing_close();
+    ::shutdown(fd_, SHUT_RDWR);
+  }
+
+  // Refused while the stream delivers data: report the connection as failed
+  // now, exactly as the stream does for a read error.
+  void close_now(caf::execution_unit* ctx) {
+    expired_.store(true);
+    ::shutdown(fd_, SHUT_RDWR);
+    io_failure(ctx, net::operation::read);
+  }
+
+  // Every path that ends a connection (peer hung up, read or write error,
+  // the broker closing it, the broker's own shutdown) detaches the scribe
+  // from the broker here, on the broker's thread.
+  void detach_from(caf::io::abstract_broker* broker) override {
+    forget_spawn_server(broker);
+    caf::io::scribe::detach_from(broker);
+  }
+
+ private:
+  // CAF 0.17's BASP broker spawns a helper actor for every node that
+  // completes a handshake (for remote spawn, which the worker never offers)
+  // and keeps its handle in `spawn_servers` until the broker itself stops:
+  // each node that ever connected costs an actor forever, so a handshake
+  // flood grows the worker without bound. When a node's last connection
+  // ends, its helper goes too.
+  void forget_spawn_server(caf::io::abstract_broker* broker) {
+    if (!accepted_ || peer_node_ == caf::node_id{}) return;
+    auto* basp = dynamic_cast<caf::io::basp_broker*>(broker);
+    if (basp == nullptr) return;
+    if (auto route = basp->instance.tbl().lookup_direct(peer_node_); route && *route != hdl()) return;
+    auto it = basp->spawn_servers.find(peer_node_);
+    if (it == basp->spawn_servers.end()) return;
+    caf::anon_send_exit(it->second, caf::exit_reason::kill);
+    basp->spawn_servers.erase(it);
+  }
+
+  bool launched_ = false;
+  net::stream_impl<Policy> stream_;
+  std::shared_ptr<ConnectionGuard> guard_;
+  BaspFraming framing_;
+  std::string peer_;
+  bool accepted_;
+  bool tls_;
+  net::native_socket fd_;
+  std::chrono::steady_clock::time_point opened_at_;
+  std::atomic<bool> handshake_done_{false};
+  std::atomic<bool> expired_{false};
+  caf::node_id peer_node_;
+};
+
+caf::io::scribe_ptr make_scribe(net::default_multiplexer& mpx, caf::actor_system& sys, net::native_socket fd,
+                                const std::shared_ptr<ConnectionGuard>& guard, std::string peer, bool accepted,
+                                bool tls) {
+  net::nonblocking(fd, true);
+  net::keepalive(fd, true);
+  if (!tls) return caf::make_counted<GuardedScribe<caf::policy::tcp>>(mpx, fd, guard, std::move(peer), accepted, false);
+  auto session = caf::openssl::make_session(sys, fd, accepted);
+  if (!session) return nullptr;
+  return caf::make_counted<GuardedScribe<TlsPolicy>>(mpx, fd, guard, std::move(peer), accepted, true,
+                                                     std::move(session));
+}
+
+// ---- the doorman ----------------------------------------------------------------
+
+class GuardedDoorman final : public caf::io::doorman {
+ public:
+  GuardedDoorman(net::default_multiplexer& mpx, net::native_socket fd, std::shared_ptr<ConnectionGuard> guard, bool tls)
+      : caf::io::doorman(net::accept_hdl_from_socket(fd)),
+        acceptor_(mpx, fd, guard.get()),
+        guard_(std::move(guard)),
+        tls_(tls) {}
+
+  bool new_connection() override {
+    if (detached()) return false;
+    auto& mpx = acceptor_.backend();
+    auto fd = acceptor_.accepted_socket();
+    auto peer = net::remote_addr_of_fd(fd);
+    if (!peer || !guard_->admit(*peer)) {
+      // Closed at once: a refused peer holds nothing here.
+      net::close_socket(fd);
+      return false;
+    }
+    auto scribe = make_scribe(mpx, parent()->system(), fd, guard_, *peer, true, tls_);
+    if (!scribe) {
+      net::close_socket(fd);
+      return false;
+    }
+    auto hdl = scribe->hdl();
+    parent()->add_scribe(std::move(scribe));
+    return caf::io::doorman::new_connection(&mpx, hdl);
+  }
+  void graceful_shutdown() override {
+    acceptor_.graceful_shutdown();
+    detach(&acceptor_.backend(), false);
+  }
+  void launch() override { acceptor_.start(this); }
+  std::string addr() const override {
+    auto x = net::local_addr_of_fd(acceptor_.fd());
+    return x ? *x : std::string{};
+  }
+  uint16_t port() const override {
+    auto x = net::local_port_of_fd(acceptor_.fd());
+    return x ? *x : 0;
+  }
+  void add_to_loop() override { acceptor_.activate(this); }
+  void remove_from_loop() override { acceptor_.passivate(); }
+
+ private:
+  net::acceptor_impl<GuardedAcceptPolicy> acceptor_;
+  std::shared_ptr<ConnectionGuard> guard_;
+  bool tls_;
+};
+
+// ---- the middleman actor ------------------------------------------------------------
+
+class GuardedMiddleman final : public caf::io::middleman_actor_impl {
+ public:
+  GuardedMiddleman(caf::actor_config& cfg, caf::actor broker, std::shared_ptr<ConnectionGuard> guard, bool tls)
+      : caf::io::middleman_actor_impl(cfg, std::move(broker)), guard_(std::move(guard)), tls_(tls) {}
+
+  const char* name() const override { return "switchyard.worker.guarded_middleman"; }
+
+ protected:
+  caf::expected<caf::io::scribe_ptr> connect(const std::string& host, uint16_t port) override {
+    auto fd = net::new_tcp_connection(host, port);
+    if (!fd) return std::move(fd.error());
+    auto scribe = make_scribe(mpx(), system(), *fd, guard_, host, false, tls_);
+    if (!scribe) {
+      net::close_socket(*fd);
+      return caf::make_error(caf::sec::cannot_connect_to_node, "TLS session setup failed", host, port);
+    }
+    return scribe;
+  }
+
+  caf::expected<caf::io::doorman_ptr> open(uint16_t port, const char* addr, bool reuse) override {
+    auto fd = net::new_tcp_acceptor_impl(port, addr, reuse);
+    if (!fd) return std::move(fd.error());
+    return caf::make_counted<GuardedDoorman>(mpx(), *fd, guard_, tls_);
+  }
+
+ private:
+  net::default_multiplexer& mpx() { return static_cast<net::default_multiplexer&>(system().middleman().backend()); }
+
+  std::shared_ptr<ConnectionGuard> guard_;
+  bool tls_;
+};
+
+}  // namespace
+
+caf::io::middleman_actor spawn_guarded_middleman(caf::actor_system& sys, std::shared_ptr<ConnectionGuard> guard,
+                                                 bool tls) {
+  auto broker = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  // Detached like CAF's own middleman actors: connect() blocks in a TCP
+  // connect, which must not hold a scheduler thread.
+  return sys.spawn<GuardedMiddleman, caf::detached + caf::hidden>(std::move(broker), std::move(guard), tls);
+}
+
+}  // namespace switchyard::worker

@@ -1,0 +1,130 @@
+#pragma once
+
+// The worker's own transport for CAF's BASP connections: bounds what an
+// unauthenticated or misbehaving peer can make the worker allocate, hold or
+// buffer. docs/RELIABILITY.md ("Hostile peers: worker") explains the design.
+//
+// CAF 0.17 lets a middleman actor choose how it opens ports and connections
+// (caf::io::middleman_actor_impl::open / connect, the hook caf::openssl
+// uses). The guarded middleman actor returns its own doorman (accept loop
+// with connection limits and EMFILE shedding) and its own scribes (a
+// caf::io::scribe around CAF's stream, plain TCP or TLS) that check every
+// BASP header with worker/framing.hpp before the broker sees it, bound the
+// output queued toward the peer, and close connections whose handshake
+// does not complete in time.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include "worker/framing.hpp"
+
+namespace switchyard::worker {
+
+struct GuardLimits {
+  FramingLimits framing;
+  /// Output queued toward one peer beyond which it is disconnected (a peer
+  /// that stops reading). Checked whenever a message is queued; CAF's stream
+  /// may hold one more batch in flight, so the most held is about twice this.
+  size_t max_output_bytes = size_t{1} << 30;
+  /// Connections held at once; 0: the open-file limit less a reserve.
+  size_t max_connections = 0;
+  /// Connections held at once from one peer address.
+  size_t max_connections_per_address = 64;
+  /// New connections per second from one peer address (token bucket with
+  /// a burst of max(64, rate)); 0: no rate limit. A handshake flood from an
+  /// address is then mostly refused at accept, before BASP sees it.
+  double max_connect_rate_per_address = 20;
+  /// Time from accept to a completed BASP handshake (TLS included).
+  std::chrono::milliseconds handshake_timeout{5000};
+};
+
+/// What the guard did, for logs and tests (printed at exit).
+struct GuardCounters {
+  uint64_t accepted = 0;
+  uint64_t refused_total_limit = 0;
+  uint64_t refused_address_limit = 0;
+  uint64_t refused_rate_limit = 0;
+  uint64_t shed_no_fds = 0;
+  uint64_t closed_framing = 0;
+  uint64_t closed_output = 0;
+  uint64_t closed_handshake_timeout = 0;
+  size_t open = 0;
+  size_t peak_open = 0;
+};
+
+/// One guarded connection as the guard's registry sees it.
+class GuardedConnection {
+ public:
+  virtual ~GuardedConnection() = default;
+  /// Closes the connection from any thread: marks it refused and shuts the
+  /// socket down, so CAF's event loop sees the end and cleans up on its own
+  /// thread, as for a peer that hung up.
+  virtual void expire() = 0;
+  [[nodiscard]] virtual bool handshake_done() const = 0;
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point opened_at() const = 0;
+};
+
+/// Shared state of all guarded connections of one worker: limits, counts
+/// per address, the registry the handshake deadline sweeps, counters.
+class ConnectionGuard {
+ public:
+  explicit ConnectionGuard(GuardLimits limits);
+  ~ConnectionGuard();
+  ConnectionGuard(const ConnectionGuard&) = delete;
+  ConnectionGuard& operator=(const ConnectionGuard&) = delete;
+
+  [[nodiscard]] const GuardLimits& limits() const { return limits_; }
+  [[nodiscard]] GuardCounters counters() const;
+
+  /// Whether a new connection from `peer` fits the limits (counts a refusal).
+  bool admit(const std::string& peer);
+  void opened(GuardedConnection* c, const std::string& peer, bool accepted);
+  void closed(GuardedConnection* c, const std::string& peer, bool accepted);
+  /// Closes every connection (shutdown): their nodes go down as if the
+  /// peers had hung up.
+  void expire_all();
+  void count_framing_close();
+  void count_output_close();
+  /// EMFILE/ENFILE on accept: frees the reserve descriptor, accepts and
+  /// closes one pending connection, takes the reserve back. Without it the
+  /// listening socket stays readable and the event loop spins.
+  void shed_one(int listen_fd);
+
+ private:
+  void sweep_loop();
+
+  GuardLimits limits_;
+  mutable std::mutex mutex_;
+  std::set<GuardedConnection*> live_;
+  std::map<std::string, size_t> per_address_;
+  struct Bucket {
+    double tokens;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::map<std::string, Bucket> buckets_;
+  GuardCounters counters_;
+  int reserve_fd_ = -1;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread sweeper_;
+};
+
+/// Spawns a middleman actor (caf::io::middleman_actor interface) whose ports
+/// and connections are guarded by `guard`; with `tls`, they use caf::openssl
+/// sessions (the openssl manager must be loaded). Stop it with
+/// `stop_guarded_middleman` before the actor system goes.
+[[nodiscard]] caf::io::middleman_actor spawn_guarded_middleman(caf::actor_system& sys,
+                                                               std::shared_ptr<ConnectionGuard> guard, bool tls);
+
+}  // namespace switchyard::worker
