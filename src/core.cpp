@@ -203,9 +203,9 @@ void Core::start() {
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
-      auto runner = actors::spawn_runner(*system_, name, std::move(backend),
-                                         actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done,
-                                                             options_.idle_trim_after});
+      auto runner = actors::spawn_runner(
+          *system_, name, std::move(backend),
+          actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
     }
   }
@@ -242,8 +242,8 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   if (closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
   const std::string address = host + ":" + std::to_string(port);
   if (on_runtime_thread())
-    throw Error(Errc::invalid_argument, "connect to " + address +
-                                            ": not from a continuation (the handshake would block a runtime thread)");
+    throw Error(Errc::invalid_argument,
+                "connect to " + address + ": not from a continuation (the handshake would block a runtime thread)");
   std::lock_guard add_lock(add_mutex_);
   for (const auto& w : workers_)
     if (w.host == host && w.port == port &&

@@ -214,7 +214,8 @@ TEST_CASE("then accepts move-only callables and continuations returning futures"
   Runtime rt({.devices = {"cpu:0"}});
   auto cpu = rt.device("cpu:0");
   auto owned = std::make_unique<float>(10);
-  auto f = cpu.tensor<float>({2}, {1}).read().then([p = std::move(owned)](TensorData d) { return d.as<float>()[0] * *p; });
+  auto f =
+      cpu.tensor<float>({2}, {1}).read().then([p = std::move(owned)](TensorData d) { return d.as<float>()[0] * *p; });
   REQUIRE(f.wait_for(30s));
   CHECK(f.get() == 20);
   // A continuation that starts more work: the result is the inner future's.
@@ -313,7 +314,10 @@ TEST_CASE("the CPU buffer cache obeys its cap, trims on request and when idle", 
   CHECK(cpu.stats().get().cached_bytes == 0);
 
   // Idle: cached memory goes back without a call.
-  { auto t = cpu.full({1 << 20}, 1.0) + 1; REQUIRE(t.read().wait_for(30s)); }
+  {
+    auto t = cpu.full({1 << 20}, 1.0) + 1;
+    REQUIRE(t.read().wait_for(30s));
+  }
   REQUIRE(cpu.sync().wait_for(30s));
   bool trimmed = false;
   for (int i = 0; i < 200 && !trimmed; ++i) {

@@ -1,10 +1,9 @@
 #include "backends/cpu/buffer_pool.hpp"
 
-#include <sys/mman.h>
-
 #include <array>
 #include <bit>
 #include <new>
+#include <sys/mman.h>
 
 namespace switchyard::backends::cpu {
 

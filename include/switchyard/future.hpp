@@ -400,18 +400,22 @@ template <class T>
   }
   for (size_t i = 0; i < futures.size(); ++i) {
     if constexpr (std::is_void_v<T>) {
-      futures[i].then([gather, finish] {
-        if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
-      }).on_complete([gather](std::exception_ptr e) {
-        if (e) gather->promise.set_error(e);
-      });
+      futures[i]
+          .then([gather, finish] {
+            if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
+          })
+          .on_complete([gather](std::exception_ptr e) {
+            if (e) gather->promise.set_error(e);
+          });
     } else {
-      futures[i].then([gather, finish, i](T v) {
-        gather->values[i].emplace(std::move(v));
-        if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
-      }).on_complete([gather](std::exception_ptr e) {
-        if (e) gather->promise.set_error(e);
-      });
+      futures[i]
+          .then([gather, finish, i](T v) {
+            gather->values[i].emplace(std::move(v));
+            if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
+          })
+          .on_complete([gather](std::exception_ptr e) {
+            if (e) gather->promise.set_error(e);
+          });
     }
   }
   return gather->promise.future();
@@ -455,9 +459,8 @@ template <class... Ts>
             });
       }
     };
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      (attach(std::integral_constant<size_t, I>{}, futures), ...);
-    }(std::index_sequence_for<Ts...>{});
+    [&]<size_t... I>(std::index_sequence<I...>) { (attach(std::integral_constant<size_t, I>{}, futures), ...); }
+    (std::index_sequence_for<Ts...>{});
   }
   return gather->promise.future();
 }
@@ -482,7 +485,10 @@ template <class T>
         if (e) promise.set_error(e);
       });
     else
-      futures[i].then([promise, i](T v) { promise.set_value(R{i, std::move(v)}); })
+      futures[i]
+          .then([promise, i](T v) {
+            promise.set_value(R{i, std::move(v)});
+          })
           .on_complete([promise](std::exception_ptr e) {
             if (e) promise.set_error(e);
           });

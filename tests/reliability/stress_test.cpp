@@ -61,8 +61,7 @@ constexpr double longest_call_bound_ms = 100;
 
 }  // namespace
 
-TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never stall a call",
-          "[stress][liveness]") {
+TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never stall a call", "[stress][liveness]") {
   switchyard::testing::Watchdog watchdog(240s, "the concurrency stress test");
   constexpr int threads = 8;
   const auto duration = 8s;
@@ -100,7 +99,7 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
               if (!std::all_of(values.begin(), values.end(), [&](float v) { return v == expect; }))
                 failures.fetch_add(1);
               (void)longest.time([&] { return keep + 1.0F; });  // work submitted from a continuation
-              longest.time([&] { keep = Tensor(); });             // the last handle dropped here
+              longest.time([&] { keep = Tensor(); });           // the last handle dropped here
               continuations_run.fetch_add(1);
             });
           }));
@@ -131,9 +130,7 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
     auto holder = std::make_shared<std::unique_ptr<Runtime>>(
         std::make_unique<Runtime>(RuntimeOptions{.devices = {"cpu:0"}, .cpu_threads = 1}));
     auto a = (*holder)->device("cpu:0").uniform({24, 24});
-    auto done = longest.time([&] {
-      return a.matmul(a).read().then([holder](TensorData) { holder->reset(); });
-    });
+    auto done = longest.time([&] { return a.matmul(a).read().then([holder](TensorData) { holder->reset(); }); });
     a = Tensor();
     REQUIRE(done.wait_for(60s));
     done.get();
@@ -141,10 +138,11 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
   }
   for (auto& t : clients) t.join();
 
-  std::printf("stress: %llu non-blocking calls, longest %.3f ms (bound %.0f ms); %d continuations, %d chains "
-              "checked by blocking reads, %d runtimes destroyed inside a continuation\n",
-              static_cast<unsigned long long>(longest.calls()), longest.worst_ms(), longest_call_bound_ms,
-              continuations_run.load(), chains_checked.load(), runtimes_closed_in_continuation);
+  std::printf(
+      "stress: %llu non-blocking calls, longest %.3f ms (bound %.0f ms); %d continuations, %d chains "
+      "checked by blocking reads, %d runtimes destroyed inside a continuation\n",
+      static_cast<unsigned long long>(longest.calls()), longest.worst_ms(), longest_call_bound_ms,
+      continuations_run.load(), chains_checked.load(), runtimes_closed_in_continuation);
   CHECK(failures == 0);
   CHECK(continuations_run > 0);
   CHECK(chains_checked > 0);
