@@ -32,6 +32,40 @@ thread_local int runtime_handler_depth = 0;
 }  // namespace
 
 bool on_runtime_thread() noexcept { return runtime_handler_depth > 0; }
+
+namespace {
+// Shutdowns handed to a thread of their own (a Runtime destroyed inside a
+// continuation) that have not finished. The one process-wide object of the
+// library, and for one reason: CAF's statics die at exit, and a teardown
+// still running then would use them. Created at the first such shutdown,
+// i.e. after CAF's statics, so it is destroyed before them, and its
+// destructor waits (bounded) for the teardowns still running.
+class PendingShutdowns {
+ public:
+  static PendingShutdowns& instance() {
+    static PendingShutdowns pending;
+    return pending;
+  }
+  void begin() {
+    std::lock_guard lock(mutex_);
+    ++running_;
+  }
+  void end() {
+    std::lock_guard lock(mutex_);
+    if (--running_ == 0) idle_.notify_all();
+  }
+  ~PendingShutdowns() {
+    std::unique_lock lock(mutex_);
+    idle_.wait_for(lock, std::chrono::seconds(30), [&] { return running_ == 0; });
+  }
+
+ private:
+  PendingShutdowns() = default;
+  std::mutex mutex_;
+  std::condition_variable idle_;
+  int running_ = 0;
+};
+}  // namespace
 RuntimeThreadScope::RuntimeThreadScope() noexcept { ++runtime_handler_depth; }
 RuntimeThreadScope::~RuntimeThreadScope() { --runtime_handler_depth; }
 
@@ -566,7 +600,13 @@ void Core::close() {
     // ~actor_system below waits for every scheduler thread, this one too:
     // finish on a thread of our own, which keeps the core alive until done.
     if (auto self = weak_from_this().lock()) {
-      std::thread([self = std::move(self)] { self->shut_down(); }).detach();
+      auto& pending = PendingShutdowns::instance();
+      pending.begin();
+      std::thread([self = std::move(self), &pending]() mutable {
+        self->shut_down();
+        self.reset();
+        pending.end();
+      }).detach();
       return;
     }
   }
