@@ -8,6 +8,7 @@
 
 #include "backends/common/philox.hpp"
 #include "backends/cpu/loops.hpp"
+#include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
@@ -94,8 +95,7 @@ T from_double(double v) {
   else if constexpr (std::is_floating_point_v<T>)
     return static_cast<T>(v);
   else
-    return static_cast<T>((std::isfinite(v) && v > -9.2e18 && v < 9.2e18) ? static_cast<int64_t>(v)
-                                                                          : std::numeric_limits<int64_t>::min());
+    return static_cast<T>(float_to_int64(v));
 }
 
 // A clamp bound for integer T: limited to T's range first, so a bound
@@ -103,9 +103,10 @@ T from_double(double v) {
 template <class T>
 T clamp_bound(double v) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const double lo = std::max(static_cast<double>(std::numeric_limits<T>::lowest()), -9.2e18);
-    const double hi = std::min(static_cast<double>(std::numeric_limits<T>::max()), 9.2e18);
-    return from_double<T>(std::clamp(v, lo, hi));
+    // i64's max rounds up to 2^63 as a double: saturate there explicitly.
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    return from_double<T>(v);
   } else {
     return static_cast<T>(v);
   }
@@ -352,10 +353,7 @@ void convert(Context& ctx, const void* src, DType from, void* dst, DType to, int
           else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
             // Out-of-range and NaN conversions are undefined in C++; go
             // through int64 (defined for finite values in range) and wrap.
-            S v = s[i];
-            d[i] = (std::isfinite(v) && v > S(-9.2e18) && v < S(9.2e18))
-                       ? static_cast<D>(static_cast<int64_t>(v))
-                       : static_cast<D>(std::numeric_limits<int64_t>::min());
+            d[i] = static_cast<D>(float_to_int64(static_cast<double>(s[i])));
           } else
             d[i] = static_cast<D>(s[i]);
         }
@@ -436,10 +434,6 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
 }
 
 namespace {
-DType binary_compute(BinaryKind k, DType lhs, DType rhs, DType out) {
-  return (is_comparison(k) || is_logical(k)) ? promote(lhs, rhs) : out;
-}
-
 template <class T>
 bool has_zero(Context&, const T* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
@@ -449,7 +443,7 @@ bool has_zero(Context&, const T* p, int64_t n) {
 }  // namespace
 
 caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
-  const DType compute = binary_compute(op.kind, op.lhs.dtype, op.rhs.dtype, op.out.dtype);
+  const DType compute = binary_compute_dtype(op);
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   Bytes b = as_dtype(ctx, *in.bytes[1], op.rhs.dtype, compute, op.rhs.numel());
   if (op.kind == BinaryKind::remainder && !is_floating(compute)) {
@@ -478,13 +472,9 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
 }
 
 caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
-  const DType scalar_type = op.scalar_kind == ScalarKind::floating   ? DType::f64
-                            : op.scalar_kind == ScalarKind::integral ? DType::i64
-                                                                     : DType::boolean;
-  const DType compute =
-      (is_comparison(op.kind) || is_logical(op.kind)) ? promote_scalar(op.lhs.dtype, op.scalar_kind) : op.out.dtype;
-  (void)scalar_type;
-  if (op.kind == BinaryKind::remainder && !is_floating(compute) && !op.scalar_first && op.scalar == 0)
+  const DType compute = scalar_compute_dtype(op);
+  if (op.kind == BinaryKind::remainder && !is_floating(compute) && !op.scalar_first &&
+      visit_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); }))
     return make_error(Errc::kernel_failure, "remainder: integer division by zero");
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   if (op.kind == BinaryKind::remainder && !is_floating(compute) && op.scalar_first) {
@@ -497,7 +487,7 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs}) : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
-    const T s = from_double<T>(op.scalar);
+    const T s = op.scalar.as<T>();  // exact for integers of any width
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
       const int64_t n = op.out.numel();

@@ -4,6 +4,7 @@
 // (the `valid` tables below mirror backends/cpu/elementwise.cpp).
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backends/cuda/device_util.cuh"
@@ -24,8 +25,9 @@ __device__ inline D convert(S v) {
     return v != S(0);
   } else if constexpr (is_f<S> && std::is_integral_v<D>) {
     // As on the CPU: via int64 for finite in-range values, else INT64_MIN wrapped.
-    return (isfinite(v) && v > S(-9.2e18) && v < S(9.2e18)) ? static_cast<D>(static_cast<int64_t>(v))
-                                                            : static_cast<D>(INT64_MIN);
+    // [-2^63, 2^63): every in-range value converts (float_to_int64 in scalar.hpp).
+    return (v >= S(-9223372036854775808.0) && v < S(9223372036854775808.0)) ? static_cast<D>(static_cast<int64_t>(v))
+                                                                            : static_cast<D>(INT64_MIN);
   } else {
     return static_cast<D>(v);
   }
@@ -381,6 +383,18 @@ cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs
     using T = decltype(tag);
     return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs), scalar_as<T>(lhs_scalar),
                               scalar_as<T>(rhs_scalar), out, layout, n, status);
+  });
+}
+
+cudaError_t binary_scalar(Launch l, int kind, DType t, const void* tensor, const void* scalar_value, bool scalar_first,
+                          void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
+  return by_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    T s;
+    std::memcpy(&s, scalar_value, sizeof(T));
+    const T* x = static_cast<const T*>(tensor);
+    return dispatch_binary<T>(l, kind, scalar_first ? nullptr : x, scalar_first ? x : nullptr, s, s, out, layout, n,
+                              status);
   });
 }
 

@@ -29,7 +29,10 @@ class Device {
   [[nodiscard]] bool valid() const noexcept { return core_ != nullptr; }
 
   // --- creation (ids are allocated here: nothing waits for the device) ---
+  /// A tensor holding `data` (its bytes must fill its shape).
   [[nodiscard]] Tensor from_data(TensorData data) const;
+  /// A tensor of `values` (row-major) in `shape`; a count that does not
+  /// fill the shape is Error(shape_mismatch).
   template <class T>
   [[nodiscard]] Tensor tensor(const std::vector<T>& values, Shape shape) const;
   [[nodiscard]] Tensor full(Shape shape, double value, DType dtype = DType::f32) const;
@@ -38,7 +41,9 @@ class Device {
   /// start, start + step, ... below end.
   [[nodiscard]] Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64) const;
   [[nodiscard]] Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::f32) const;
+  /// Uniform in [low, high) (low > high, or a NaN bound, is invalid_argument).
   [[nodiscard]] Tensor uniform(Shape shape, double low = 0, double high = 1, DType dtype = DType::f32) const;
+  /// Normal(mean, stddev) (stddev < 0, or NaN, is invalid_argument).
   [[nodiscard]] Tensor normal(Shape shape, double mean = 0, double stddev = 1, DType dtype = DType::f32) const;
   [[nodiscard]] Tensor bernoulli(Shape shape, double p, DType dtype = DType::f32) const;
 
@@ -55,6 +60,7 @@ class Device {
   friend class Tensor;
   friend class detail::Core;
   Device(std::shared_ptr<detail::Core> core, DeviceId id) : core_(std::move(core)), id_(id) {}
+  static void check_values(size_t count, const Shape& shape);
   std::shared_ptr<detail::Core> core_;
   DeviceId id_ = 0;
 };

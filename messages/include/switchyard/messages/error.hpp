@@ -27,6 +27,7 @@ enum class Errc : uint8_t {
   runtime_closed,
   protocol_error,
   unsupported,
+  worker_unreachable,  ///< connect(): no worker answered at that address
 };
 
 inline constexpr caf::atom_value error_category = caf::atom("switchyard");
