@@ -394,7 +394,14 @@ Tensor Tensor::addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar
   if (a.ir.shape.rank() != 2 || b.ir.shape.rank() != 2)
     throw Error(Errc::shape_mismatch,
                 "addmm: mat1 and mat2 must be 2-D, got " + a.ir.shape.to_string() + " and " + b.ir.shape.to_string());
-  Tensor product = mat1.matmul(mat2);
+  Tensor product;
+  try {
+    product = mat1.matmul(mat2);
+  } catch (const Error& e) {  // name the op the caller called
+    std::string msg = e.what();
+    if (msg.rfind("matmul", 0) == 0) msg = "addmm" + msg.substr(6);
+    throw Error(e.code(), msg);
+  }
   auto bc = broadcast_shapes(product.shape(), x.ir.shape);
   if (!bc || *bc != product.shape())
     throw Error(Errc::shape_mismatch, "addmm: input " + x.ir.shape.to_string() + " does not broadcast to the product " +

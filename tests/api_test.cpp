@@ -196,6 +196,9 @@ TEST_CASE("every failure of the public API is an sy::Error naming the op", "[api
   auto [c5, m5] = code_of([&] { (void)d.ones({2, 4}).linear(d.ones({4, 5})); });
   CHECK(c5 == sy::Errc::shape_mismatch);
   CHECK_THAT(m5, Catch::StartsWith("linear:"));
+  auto [c10, m10] = code_of([&] { (void)sy::addmm(d.ones({2}), d.ones({2, 3}), d.ones({2, 3})); });
+  CHECK(c10 == sy::Errc::shape_mismatch);
+  CHECK_THAT(m10, Catch::StartsWith("addmm:"));
   auto [c6, m6] = code_of([&] { (void)d.ones({3}).masked_fill(d.ones({3}), 1); });
   CHECK(c6 == sy::Errc::dtype_mismatch);
   CHECK_THAT(m6, Catch::StartsWith("masked_fill:"));

@@ -11,7 +11,9 @@ namespace switchyard {
 /// devices), and from Future::get() for failures on a device.
 class Error : public std::runtime_error {
  public:
+  /// An error of kind `code`; `what` names the op and what was wrong.
   Error(Errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  /// The kind of failure.
   [[nodiscard]] Errc code() const noexcept { return code_; }
 
  private:

@@ -18,6 +18,7 @@ struct TlsOptions {
   std::string cert;
   std::string key;
   std::string ca;
+  /// Whether any TLS file is set.
   [[nodiscard]] bool enabled() const noexcept { return !cert.empty() || !key.empty() || !ca.empty(); }
 };
 namespace backends {
@@ -77,7 +78,9 @@ class Runtime {
   explicit Runtime(RuntimeOptions options);
   /// Completes or fails every outstanding future, then stops the devices.
   ~Runtime();
+  /// Not copyable: a Runtime owns its devices.
   Runtime(const Runtime&) = delete;
+  /// Not copyable.
   Runtime& operator=(const Runtime&) = delete;
   /// Moves the ownership; the moved-from Runtime may only be destroyed or
   /// assigned (its other calls throw invalid_argument).

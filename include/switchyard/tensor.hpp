@@ -55,7 +55,7 @@ class Tensor {
   /// The contents, once computed (the failure of any op it depends on
   /// surfaces here).
   [[nodiscard]] Future<TensorData> read() const;
-  /// Blocking convenience: read().get() converted to T.
+  /// Blocking convenience: read().get() converted to T (as a cast would).
   template <class T>
   [[nodiscard]] std::vector<T> to_vector() const {
     return read().get().template to_vector<T>();
@@ -336,36 +336,66 @@ class Tensor {
   [[nodiscard]] Tensor masked_fill(const Tensor& mask, Scalar value) const;
 
   // --- operators ---
+  /// a + b: `add`.
   friend Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
+  /// a - b: `sub`.
   friend Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
+  /// a * b: `mul`.
   friend Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
+  /// a / b: `div`.
   friend Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
+  /// a + s: `add` with a scalar.
   friend Tensor operator+(const Tensor& a, Scalar s) { return a.binary(BinaryKind::add, s); }
+  /// a - s: `sub` with a scalar.
   friend Tensor operator-(const Tensor& a, Scalar s) { return a.binary(BinaryKind::sub, s); }
+  /// a * s: `mul` with a scalar.
   friend Tensor operator*(const Tensor& a, Scalar s) { return a.binary(BinaryKind::mul, s); }
+  /// a / s: `div` with a scalar.
   friend Tensor operator/(const Tensor& a, Scalar s) { return a.binary(BinaryKind::div, s); }
+  /// s + a: `add` with the scalar first.
   friend Tensor operator+(Scalar s, const Tensor& a) { return a.binary(BinaryKind::add, s, true); }
+  /// s - a: `sub` with the scalar first.
   friend Tensor operator-(Scalar s, const Tensor& a) { return a.binary(BinaryKind::sub, s, true); }
+  /// s * a: `mul` with the scalar first.
   friend Tensor operator*(Scalar s, const Tensor& a) { return a.binary(BinaryKind::mul, s, true); }
+  /// s / a: `div` with the scalar first.
   friend Tensor operator/(Scalar s, const Tensor& a) { return a.binary(BinaryKind::div, s, true); }
+  /// a < b: `lt`.
   friend Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
+  /// a <= b: `le`.
   friend Tensor operator<=(const Tensor& a, const Tensor& b) { return a.le(b); }
+  /// a > b: `gt`.
   friend Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
+  /// a >= b: `ge`.
   friend Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
   // Comparisons are tensor-valued (bool tensors), as in libtorch.
+  /// a == b: `eq`.
   friend Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
+  /// a != b: `ne`.
   friend Tensor operator!=(const Tensor& a, const Tensor& b) { return a.ne(b); }
+  /// a < s: `lt` with a scalar.
   friend Tensor operator<(const Tensor& a, Scalar s) { return a.binary(BinaryKind::lt, s); }
+  /// a <= s: `le` with a scalar.
   friend Tensor operator<=(const Tensor& a, Scalar s) { return a.binary(BinaryKind::le, s); }
+  /// a > s: `gt` with a scalar.
   friend Tensor operator>(const Tensor& a, Scalar s) { return a.binary(BinaryKind::gt, s); }
+  /// a >= s: `ge` with a scalar.
   friend Tensor operator>=(const Tensor& a, Scalar s) { return a.binary(BinaryKind::ge, s); }
+  /// a == s: `eq` with a scalar.
   friend Tensor operator==(const Tensor& a, Scalar s) { return a.binary(BinaryKind::eq, s); }
+  /// a != s: `ne` with a scalar.
   friend Tensor operator!=(const Tensor& a, Scalar s) { return a.binary(BinaryKind::ne, s); }
+  /// s < a: `lt` with the scalar first.
   friend Tensor operator<(Scalar s, const Tensor& a) { return a.binary(BinaryKind::lt, s, true); }
+  /// s <= a: `le` with the scalar first.
   friend Tensor operator<=(Scalar s, const Tensor& a) { return a.binary(BinaryKind::le, s, true); }
+  /// s > a: `gt` with the scalar first.
   friend Tensor operator>(Scalar s, const Tensor& a) { return a.binary(BinaryKind::gt, s, true); }
+  /// s >= a: `ge` with the scalar first.
   friend Tensor operator>=(Scalar s, const Tensor& a) { return a.binary(BinaryKind::ge, s, true); }
+  /// s == a: `eq` with the scalar first.
   friend Tensor operator==(Scalar s, const Tensor& a) { return a.binary(BinaryKind::eq, s, true); }
+  /// s != a: `ne` with the scalar first.
   friend Tensor operator!=(Scalar s, const Tensor& a) { return a.binary(BinaryKind::ne, s, true); }
   /// -x.
   Tensor operator-() const { return neg(); }
