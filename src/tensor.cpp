@@ -605,13 +605,16 @@ Tensor Tensor::pad(std::vector<int64_t> before, std::vector<int64_t> after, doub
     std::vector<int64_t> pad_before, pad_after;
     for (size_t d = 0; d < h.ir.shape.rank(); ++d) {
       const int64_t n = h.ir.shape.dims[d];
-      const int64_t lo = -std::min<int64_t>(before[d], 0);
-      const int64_t hi = n + std::min<int64_t>(after[d], 0);  // both widths >= INT64_MIN / 2 below
-      if (before[d] < -n || after[d] < -n || hi < lo)
+      // Checked before any arithmetic: widths come from the caller unchecked.
+      const bool crops_too_much =
+          before[d] < -n || after[d] < -n || std::min<int64_t>(before[d], 0) + std::min<int64_t>(after[d], 0) < -n;
+      if (crops_too_much)
         throw Error(Errc::shape_mismatch, "pad: widths " + std::to_string(before[d]) + " and " +
                                               std::to_string(after[d]) + " crop more than the " + std::to_string(n) +
                                               " elements of axis " + std::to_string(d) + " of " +
                                               h.ir.shape.to_string());
+      const int64_t lo = -std::min<int64_t>(before[d], 0);
+      const int64_t hi = n + std::min<int64_t>(after[d], 0);
       keep.push_back(Slice{lo, hi, 1});
       pad_before.push_back(std::max<int64_t>(before[d], 0));
       pad_after.push_back(std::max<int64_t>(after[d], 0));

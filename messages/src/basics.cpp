@@ -142,16 +142,16 @@ ErrorInfo describe(const caf::error& err) {
 TensorData::TensorData(Shape s, DType t, Bytes b) : shape(std::move(s)), dtype(t), bytes(std::move(b)) {
   auto want = static_cast<size_t>(shape.numel()) * size_of(dtype);
   if (bytes.size() != want)
-    throw std::invalid_argument("TensorData: " + std::to_string(bytes.size()) + " bytes do not match shape " +
-                                shape.to_string() + " of " + std::string(name_of(dtype)) + " (" + std::to_string(want) +
-                                " bytes)");
+    throw Error(Errc::shape_mismatch, "TensorData: " + std::to_string(bytes.size()) + " bytes do not match shape " +
+                                          shape.to_string() + " of " + std::string(name_of(dtype)) + " (" +
+                                          std::to_string(want) + " bytes)");
 }
 
 void TensorData::check_dtype(DType expected) const {
   // bool and u8 share storage; reading bool data as u8 is allowed.
   if (expected == dtype || (expected == DType::u8 && dtype == DType::boolean)) return;
-  throw std::invalid_argument("TensorData: requested " + std::string(name_of(expected)) +
-                              " elements but the tensor holds " + std::string(name_of(dtype)));
+  throw Error(Errc::dtype_mismatch, "TensorData: requested " + std::string(name_of(expected)) +
+                                        " elements but the tensor holds " + std::string(name_of(dtype)));
 }
 
 void canonicalize_bools(TensorData& x) noexcept {
@@ -170,8 +170,8 @@ void canonicalize_bools(TensorData& x) noexcept {
 
 double TensorData::at(int64_t i) const {
   if (i < 0 || i >= numel())
-    throw std::out_of_range("TensorData::at: index " + std::to_string(i) + " outside " + std::to_string(numel()) +
-                            " elements");
+    throw Error(Errc::index_out_of_range,
+                "TensorData::at: index " + std::to_string(i) + " outside " + std::to_string(numel()) + " elements");
   return visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     // A bool byte from the wire may hold any value; loading it as bool is UB.
