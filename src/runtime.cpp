@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "core.hpp"
+#include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard {
 
@@ -10,9 +11,29 @@ Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
 
 Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) { core_->start(); }
 
-Runtime::~Runtime() { core_->close(); }
+Runtime::~Runtime() {
+  if (core_) core_->close();  // null once moved from
+}
+
+Runtime& Runtime::operator=(Runtime&& other) noexcept {
+  if (this != &other) {
+    if (core_) core_->close();
+    core_ = std::move(other.core_);
+  }
+  return *this;
+}
+
+detail::Core& Runtime::core() const {
+  if (!core_) throw Error(Errc::invalid_argument, "use of a moved-from Runtime");
+  return *core_;
+}
+
+Device Runtime::cpu(int index) const { return device("cpu:" + std::to_string(index)); }
+Device Runtime::cuda(int index) const { return device("cuda:" + std::to_string(index)); }
+Device Runtime::reference(int index) const { return device("reference:" + std::to_string(index)); }
 
 Device Runtime::device(std::string_view name) const {
+  (void)core();
   if (auto id = core_->find(name)) return Device(core_, *id);
   std::string have;
   for (DeviceId i = 0; i < core_->device_count(); ++i) {
@@ -26,6 +47,7 @@ Device Runtime::device(std::string_view name) const {
 }
 
 std::vector<Device> Runtime::devices() const {
+  (void)core();
   std::vector<Device> out;
   for (DeviceId i = 0; i < core_->device_count(); ++i)
     if (!core_->lost(i)) out.push_back(Device(core_, i));
@@ -34,14 +56,24 @@ std::vector<Device> Runtime::devices() const {
 
 std::vector<Device> Runtime::connect(const std::string& host, uint16_t port) {
   std::vector<Device> out;
-  for (auto id : core_->connect(host, port)) out.push_back(Device(core_, id));
+  std::vector<DeviceId> ids;
+  try {
+    ids = core().connect(host, port);
+  } catch (const Error& e) {
+    // The core reports a worker it could not reach (or that vanished during
+    // the hello) as unknown_device; to the caller that is an unreachable worker.
+    if (e.code() == Errc::unknown_device) throw Error(Errc::worker_unreachable, e.what());
+    throw;
+  }
+  for (auto id : ids) out.push_back(Device(core_, id));
   return out;
 }
 
-std::vector<std::string> Runtime::unavailable() const { return core_->unavailable(); }
+std::vector<std::string> Runtime::unavailable() const { return core().unavailable(); }
 
 Future<void> Runtime::sync_all() const {
   // Chains the devices' syncs; the first failure fails the whole.
+  (void)core();
   Promise<void> done;
   auto result = done.future();
   auto devices = this->devices();
@@ -92,14 +124,24 @@ Tensor create(const std::shared_ptr<detail::Core>& c, DeviceId d, TensorIr ir, O
 }
 
 TensorIr new_tensor(detail::Core& c, Shape s, DType t) {
-  for (auto e : s.dims)
-    if (e < 0) throw Error(Errc::shape_mismatch, "shape " + s.to_string() + " has a negative extent");
+  // Negative extents, more than 16 axes, and element counts whose product
+  // overflows (zeros({1 << 40, 1 << 40})) fail here, at the call.
+  if (auto err = check_shape(s, "tensor")) detail::throw_error(err);
+  if (!is_valid(t)) throw Error(Errc::dtype_mismatch, "invalid dtype " + std::to_string(static_cast<int>(t)));
   return TensorIr{c.new_id(), std::move(s), t, TensorStatus::not_init};
 }
 }  // namespace
 
+void Device::check_values(size_t count, const Shape& shape) {
+  if (auto err = check_shape(shape, "tensor")) detail::throw_error(err);
+  if (static_cast<int64_t>(count) != shape.numel())
+    throw Error(Errc::shape_mismatch, "tensor: " + std::to_string(count) + " values do not fill shape " +
+                                          shape.to_string() + " (" + std::to_string(shape.numel()) + " elements)");
+}
+
 Tensor Device::from_data(TensorData data) const {
   auto& c = core_of(core_);
+  if (auto err = check_shape(data.shape, "from_data")) detail::throw_error(err);
   auto want = static_cast<size_t>(data.shape.numel()) * size_of(data.dtype);
   if (data.bytes.size() != want)
     throw Error(Errc::shape_mismatch, "from_data: " + std::to_string(data.bytes.size()) + " bytes for shape " +
@@ -132,6 +174,9 @@ Tensor Device::eye(int64_t n, int64_t m, DType dtype) const {
 Tensor Device::uniform(Shape shape, double low, double high, DType dtype) const {
   if (!is_floating(dtype))
     throw Error(Errc::dtype_mismatch, "uniform: needs a floating dtype, got " + std::string(name_of(dtype)));
+  if (!(low <= high))
+    throw Error(Errc::invalid_argument,
+                "uniform: low " + std::to_string(low) + " must not exceed high " + std::to_string(high));
   auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
   return create(core_, id_, ir, RandomOp{RandomKind::uniform, ir, low, high});
 }
@@ -139,6 +184,9 @@ Tensor Device::uniform(Shape shape, double low, double high, DType dtype) const 
 Tensor Device::normal(Shape shape, double mean, double stddev, DType dtype) const {
   if (!is_floating(dtype))
     throw Error(Errc::dtype_mismatch, "normal: needs a floating dtype, got " + std::string(name_of(dtype)));
+  if (!(stddev >= 0) || std::isnan(mean))
+    throw Error(Errc::invalid_argument, "normal: stddev must be >= 0 and mean a number, got mean " +
+                                            std::to_string(mean) + " and stddev " + std::to_string(stddev));
   auto ir = new_tensor(core_of(core_), std::move(shape), dtype);
   return create(core_, id_, ir, RandomOp{RandomKind::normal, ir, mean, stddev});
 }

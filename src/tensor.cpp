@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <ostream>
+#include <sstream>
 
 #include "core.hpp"
 #include "switchyard/messages/op_rules.hpp"
@@ -127,6 +129,36 @@ Tensor Tensor::to(const Device& target) const {
   return Tensor(std::make_shared<TensorHandle>(h.core, target.id(), dst));
 }
 
+Tensor Tensor::clone() const {
+  const auto& h = handle("clone");
+  return view(h, h.ir.shape, 0, h.ir.shape.strides());  // an identity view copies
+}
+
+void Tensor::check_item() const {
+  const auto& h = handle("item");
+  if (h.ir.numel() != 1)
+    throw Error(Errc::shape_mismatch, "item: needs a tensor of one element, got shape " + h.ir.shape.to_string() +
+                                          " (" + std::to_string(h.ir.numel()) + " elements)");
+}
+
+Tensor& Tensor::assign(const char* op, Tensor result) {
+  const auto& h = handle(op);
+  if (result.shape() != h.ir.shape)
+    throw Error(Errc::shape_mismatch, std::string(op) + ": the result's shape " + result.shape().to_string() +
+                                          " differs from the target's " + h.ir.shape.to_string() +
+                                          " (a compound assignment keeps the target's shape)");
+  if (result.dtype() != h.ir.dtype) {
+    // PyTorch's can_cast: never floating -> integer or anything -> bool.
+    const DType r = result.dtype();
+    if ((is_floating(r) && !is_floating(h.ir.dtype)) || (is_bool(h.ir.dtype) && !is_bool(r)))
+      throw Error(Errc::dtype_mismatch, std::string(op) + ": result type " + dt(r) +
+                                            " cannot be cast to the target's dtype " + dt(h.ir.dtype));
+    result = result.cast(h.ir.dtype);
+  }
+  *this = std::move(result);
+  return *this;
+}
+
 // --- element-wise ---------------------------------------------------------
 
 Tensor Tensor::unary(UnaryKind k) const {
@@ -137,10 +169,27 @@ Tensor Tensor::unary(UnaryKind k) const {
 
 Tensor Tensor::clamp(double low, double high) const {
   const auto& h = handle("clamp");
-  if (!std::isnan(low) && !std::isnan(high) && low > high)
-    throw Error(Errc::invalid_argument, "clamp: low " + std::to_string(low) + " exceeds high " + std::to_string(high));
+  // low > high is fine: every element becomes high, as in PyTorch.
+  if (std::isnan(low) && std::isnan(high))
+    throw Error(Errc::invalid_argument, "clamp: give at least one of low and high (both are none)");
   auto out = new_output(h, unwrap(unary_result(UnaryKind::clamp, h.ir.shape, h.ir.dtype)));
   return emit(h, out, UnaryOp{UnaryKind::clamp, as_input(h), out, low, high});
+}
+
+Tensor Tensor::clamp_min(double low) const {
+  if (std::isnan(low)) throw Error(Errc::invalid_argument, "clamp_min: the bound is NaN");
+  return clamp(low, std::numeric_limits<double>::quiet_NaN());
+}
+
+Tensor Tensor::clamp_max(double high) const {
+  if (std::isnan(high)) throw Error(Errc::invalid_argument, "clamp_max: the bound is NaN");
+  return clamp(std::numeric_limits<double>::quiet_NaN(), high);
+}
+
+Tensor Tensor::square() const {
+  // PyTorch's square is pow(x, 2): bool becomes i64 (2 is an integer).
+  if (is_bool(handle("square").ir.dtype)) return cast(DType::i64).square();
+  return mul(*this);
 }
 
 #define SY_UNARY(name) \
@@ -183,11 +232,12 @@ Tensor Tensor::binary(BinaryKind k, const Tensor& o) const {
 Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
   const auto& a = handle(to_string(k));
   auto out = new_output(a, unwrap(scalar_result(k, a.ir.shape, a.ir.dtype, s.kind)));
-  return emit(a, out, ScalarOp{k, as_input(a), s.value, s.kind, scalar_first, out});
+  return emit(a, out, ScalarOp{k, as_input(a), s, scalar_first, out});
 }
 
-#define SY_BINARY(name) \
-  Tensor Tensor::name(const Tensor& o) const { return binary(BinaryKind::name, o); }
+#define SY_BINARY(name)                                                              \
+  Tensor Tensor::name(const Tensor& o) const { return binary(BinaryKind::name, o); } \
+  Tensor Tensor::name(Scalar s) const { return binary(BinaryKind::name, s); }
 SY_BINARY(add)
 SY_BINARY(sub)
 SY_BINARY(mul)
@@ -219,6 +269,14 @@ Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const {
 Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
   return reduce(*this, handle("mean"), ReduceKind::mean, std::move(axes), keepdim);
 }
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim, DType dtype) const {
+  const auto& h = handle("mean");
+  if (!is_floating(dtype)) throw Error(Errc::dtype_mismatch, "mean: dtype must be floating, got " + dt(dtype));
+  // The rules first, on the input's shape, so an axis error names the input.
+  auto check_axes = axes;
+  (void)unwrap(reduce_result(ReduceKind::mean, h.ir.shape, dtype, check_axes, keepdim));
+  return cast(dtype).mean(std::move(axes), keepdim);
+}
 Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const {
   return reduce(*this, handle("prod"), ReduceKind::prod, std::move(axes), keepdim);
 }
@@ -241,16 +299,26 @@ Tensor Tensor::std(std::vector<int64_t> axes, int64_t correction, bool keepdim) 
   return reduce(*this, handle("std"), ReduceKind::std, std::move(axes), keepdim, correction);
 }
 
+namespace {
+// Without an axis: the index into the flattened tensor; keepdim keeps every
+// axis with extent 1 (PyTorch), so [2, 3] gives [1, 1].
+Tensor arg_extreme(const Tensor& t, const TensorHandle& h, ReduceKind k, std::optional<int64_t> axis, bool keepdim) {
+  if (axis) return reduce(t, h, k, {*axis}, keepdim);
+  std::vector<int64_t> all_axes;
+  (void)unwrap(reduce_result(k, h.ir.shape, h.ir.dtype, all_axes, false));  // bool, empty: named errors
+  Tensor flat = t.flatten();
+  Tensor r = k == ReduceKind::argmax ? flat.argmax(0) : flat.argmin(0);
+  if (!keepdim || h.ir.shape.rank() == 0) return r;
+  return r.reshape(Shape(std::vector<int64_t>(h.ir.shape.rank(), 1)));
+}
+}  // namespace
+
 Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
-  const auto& h = handle("argmax");
-  if (!axis) return flatten().argmax(0, false);
-  return reduce(*this, h, ReduceKind::argmax, {*axis}, keepdim);
+  return arg_extreme(*this, handle("argmax"), ReduceKind::argmax, axis, keepdim);
 }
 
 Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const {
-  const auto& h = handle("argmin");
-  if (!axis) return flatten().argmin(0, false);
-  return reduce(*this, h, ReduceKind::argmin, {*axis}, keepdim);
+  return arg_extreme(*this, handle("argmin"), ReduceKind::argmin, axis, keepdim);
 }
 
 Tensor Tensor::softmax(int64_t axis) const {
@@ -290,7 +358,15 @@ Tensor Tensor::linear(const Tensor& weight, const Tensor& bias) const {
   if (w.ir.shape.rank() != 2)
     throw Error(Errc::shape_mismatch, "linear: weight must be [out, in], got " + w.ir.shape.to_string());
   if (x.ir.shape.rank() == 1) return unsqueeze(0).linear(weight, bias).squeeze(0);
-  auto spec = unwrap(matmul_result(x.ir.shape, x.ir.dtype, w.ir.shape, w.ir.dtype, false, true));
+  auto product = matmul_result(x.ir.shape, x.ir.dtype, w.ir.shape, w.ir.dtype, false, true);
+  if (!product) {
+    // The rule speaks of matmul; the caller called linear.
+    auto info = describe(product.error());
+    auto msg = info.message;
+    if (msg.rfind("matmul", 0) == 0) msg = "linear" + msg.substr(6);
+    throw Error(info.code, msg + " (input @ weight^T)");
+  }
+  auto spec = *product;
   TensorIr bias_ir;
   if (bias.defined()) {
     const auto& b = bias.handle("linear");
@@ -308,6 +384,37 @@ Tensor Tensor::linear(const Tensor& weight, const Tensor& bias) const {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return a.matmul(b); }
+
+Tensor Tensor::addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) const {
+  const auto& x = handle("addmm");
+  const auto& a = mat1.handle("addmm");
+  const auto& b = mat2.handle("addmm");
+  same_device("addmm", x, a);
+  same_device("addmm", x, b);
+  if (a.ir.shape.rank() != 2 || b.ir.shape.rank() != 2)
+    throw Error(Errc::shape_mismatch,
+                "addmm: mat1 and mat2 must be 2-D, got " + a.ir.shape.to_string() + " and " + b.ir.shape.to_string());
+  Tensor product;
+  try {
+    product = mat1.matmul(mat2);
+  } catch (const Error& e) {  // name the op the caller called
+    std::string msg = e.what();
+    if (msg.rfind("matmul", 0) == 0) msg = "addmm" + msg.substr(6);
+    throw Error(e.code(), msg);
+  }
+  auto bc = broadcast_shapes(product.shape(), x.ir.shape);
+  if (!bc || *bc != product.shape())
+    throw Error(Errc::shape_mismatch, "addmm: input " + x.ir.shape.to_string() + " does not broadcast to the product " +
+                                          product.shape().to_string());
+  const Scalar one = 1;
+  Tensor scaled_input = beta == one ? *this : mul(beta);
+  Tensor scaled_product = alpha == one ? product : product.mul(alpha);
+  return scaled_product.add(scaled_input);
+}
+
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  return input.addmm(mat1, mat2, beta, alpha);
+}
 
 // --- dtype and layout -----------------------------------------------------------
 
@@ -368,6 +475,11 @@ Tensor Tensor::permute(std::vector<int64_t> axes) const {
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
   const auto rank = handle("transpose").ir.shape.rank();
+  if (rank == 0) {  // PyTorch accepts axes 0 and -1 of a 0-d tensor
+    axis_of("transpose", a, 1);
+    axis_of("transpose", b, 1);
+    return *this;
+  }
   std::vector<int64_t> axes(rank);
   std::iota(axes.begin(), axes.end(), 0);
   std::swap(axes[axis_of("transpose", a, rank)], axes[axis_of("transpose", b, rank)]);
@@ -432,6 +544,11 @@ Tensor Tensor::flip(std::vector<int64_t> axes) const {
   auto strides = h.ir.shape.strides();
   int64_t offset = 0;
   std::vector<bool> seen(h.ir.shape.rank(), false);
+  if (h.ir.shape.rank() == 0) {  // axes 0 and -1 name a 0-d tensor's one element
+    for (auto a : axes) axis_of("flip", a, 1);
+    if (axes.size() > 1) throw Error(Errc::invalid_argument, "flip: axis 0 repeated");
+    return *this;
+  }
   for (auto a : axes) {
     a = axis_of("flip", a, h.ir.shape.rank());
     if (seen[a]) throw Error(Errc::invalid_argument, "flip: axis " + std::to_string(a) + " repeated");
@@ -477,6 +594,33 @@ Tensor Tensor::slice_assign(std::vector<Slice> s, const Tensor& value) const {
 
 Tensor Tensor::pad(std::vector<int64_t> before, std::vector<int64_t> after, double value) const {
   const auto& h = handle("pad");
+  if (before.size() == h.ir.shape.rank() && after.size() == h.ir.shape.rank() &&
+      (std::any_of(before.begin(), before.end(), [](int64_t v) { return v < 0; }) ||
+       std::any_of(after.begin(), after.end(), [](int64_t v) { return v < 0; }))) {
+    // Negative widths crop first, as F.pad: the input is narrowed to
+    // [-before, extent + after) for negative widths (that range must not be
+    // negative), then padded with the positive widths. So the PadOp itself
+    // stays non-negative.
+    std::vector<Slice> keep;
+    std::vector<int64_t> pad_before, pad_after;
+    for (size_t d = 0; d < h.ir.shape.rank(); ++d) {
+      const int64_t n = h.ir.shape.dims[d];
+      // Checked before any arithmetic: widths come from the caller unchecked.
+      const bool crops_too_much =
+          before[d] < -n || after[d] < -n || std::min<int64_t>(before[d], 0) + std::min<int64_t>(after[d], 0) < -n;
+      if (crops_too_much)
+        throw Error(Errc::shape_mismatch, "pad: widths " + std::to_string(before[d]) + " and " +
+                                              std::to_string(after[d]) + " crop more than the " + std::to_string(n) +
+                                              " elements of axis " + std::to_string(d) + " of " +
+                                              h.ir.shape.to_string());
+      const int64_t lo = -std::min<int64_t>(before[d], 0);
+      const int64_t hi = n + std::min<int64_t>(after[d], 0);
+      keep.push_back(Slice{lo, hi, 1});
+      pad_before.push_back(std::max<int64_t>(before[d], 0));
+      pad_after.push_back(std::max<int64_t>(after[d], 0));
+    }
+    return slice(std::move(keep)).pad(std::move(pad_before), std::move(pad_after), value);
+  }
   auto out = new_output(h, unwrap(pad_result(h.ir.shape, h.ir.dtype, before, after)));
   return emit(h, out, PadOp{as_input(h), out, std::move(before), std::move(after), value});
 }
@@ -486,7 +630,11 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   const auto& i = index.handle("gather");
   same_device("gather", h, i);
   auto in = as_input(h), idx = as_input(i);
-  auto out = new_output(h, unwrap(index_result(IndexKind::gather, in, idx, nullptr, axis)));
+  auto spec = unwrap(index_result(IndexKind::gather, in, idx, nullptr, axis));
+  // A 0-d gather goes through extent-1 vectors, where every backend checks
+  // the index (PyTorch: "index 5 is out of bounds for dimension 0 with size 1").
+  if (h.ir.shape.rank() == 0) return reshape(Shape{1}).gather(0, index.reshape(Shape{1})).reshape(Shape{});
+  auto out = new_output(h, std::move(spec));
   return emit(h, out, IndexOp{IndexKind::gather, in, idx, TensorIr{}, out, axis});
 }
 
@@ -497,7 +645,10 @@ Tensor Tensor::scatter_add(int64_t axis, const Tensor& index, const Tensor& src)
   same_device("scatter_add", h, i);
   same_device("scatter_add", h, s);
   auto in = as_input(h), idx = as_input(i), sr = as_input(s);
-  auto out = new_output(h, unwrap(index_result(IndexKind::scatter_add, in, idx, &sr, axis)));
+  auto spec = unwrap(index_result(IndexKind::scatter_add, in, idx, &sr, axis));
+  if (h.ir.shape.rank() == 0)  // as gather: through extent-1 vectors
+    return reshape(Shape{1}).scatter_add(0, index.reshape(Shape{1}), src.reshape(Shape{1})).reshape(Shape{});
+  auto out = new_output(h, std::move(spec));
   return emit(h, out, IndexOp{IndexKind::scatter_add, in, idx, sr, out, axis});
 }
 
@@ -512,7 +663,23 @@ Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
 
 Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
   const auto& h = handle("masked_fill");
-  Tensor fill = device().full(Shape{}, value.value, h.ir.dtype);
+  const auto& m = mask.handle("masked_fill");
+  same_device("masked_fill", h, m);
+  if (m.ir.dtype != DType::boolean)
+    throw Error(Errc::dtype_mismatch, "masked_fill: mask must be bool, got " + dt(m.ir.dtype));
+  auto bc = broadcast_shapes(h.ir.shape, m.ir.shape);
+  if (!bc || *bc != h.ir.shape)
+    throw Error(Errc::shape_mismatch,
+                "masked_fill: mask " + m.ir.shape.to_string() + " does not broadcast to " + h.ir.shape.to_string());
+  if (!value.fits(h.ir.dtype))
+    throw Error(Errc::invalid_argument, "masked_fill: value " + value.to_string() + " cannot be converted to " +
+                                            dt(h.ir.dtype) + " without overflow");
+  // The fill value as a 0-d tensor of x's dtype, converted exactly (a fill
+  // op carries a double, which would round an i64 beyond 2^53).
+  Tensor fill = visit_dtype(h.ir.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return device().tensor(std::vector<T>{value.as<T>()}, Shape{});
+  });
   return where(mask, fill, *this);
 }
 
@@ -556,6 +723,71 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
     parts.push_back(tensors[i].unsqueeze(a));
   }
   return cat(parts, a);
+}
+
+// --- printing -------------------------------------------------------------------
+
+namespace {
+
+// PyTorch's summary rule: beyond 1000 elements show `edge` per end of an axis.
+constexpr int64_t print_threshold = 1000;
+constexpr int64_t print_edge = 3;
+
+void print_values(std::ostream& os, const std::vector<double>& v, const std::vector<int64_t>& ints, DType t,
+                  const Shape& s, size_t axis, int64_t offset, bool summarize) {
+  const bool integral = !is_floating(t);
+  auto element = [&](int64_t k) {
+    if (is_bool(t))
+      os << (ints[static_cast<size_t>(k)] != 0 ? "true" : "false");
+    else if (integral)
+      os << ints[static_cast<size_t>(k)];
+    else
+      os << v[static_cast<size_t>(k)];
+  };
+  if (s.rank() == 0) {
+    element(0);
+    return;
+  }
+  const int64_t n = s.dims[axis];
+  const int64_t stride = s.strides()[axis];
+  os << '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 2 * print_edge && i == print_edge) {
+      os << "..., ";
+      i = n - print_edge;
+    }
+    if (axis + 1 == s.rank())
+      element(offset + i * stride);
+    else
+      print_values(os, v, ints, t, s, axis + 1, offset + i * stride, summarize);
+    if (i + 1 < n) os << ", ";
+  }
+  os << ']';
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "Tensor(undefined)";
+  os << "Tensor(shape=" << t.shape().to_string() << ", dtype=" << name_of(t.dtype()) << ", device=" << t.device().name()
+     << ")\n";
+  try {
+    auto data = t.read().get();
+    const bool integral = !is_floating(data.dtype);
+    std::vector<double> v;
+    std::vector<int64_t> ints;
+    if (integral)
+      ints = data.to_vector<int64_t>();
+    else
+      v = data.to_vector<double>();
+    std::ostringstream body;
+    body.precision(data.dtype == DType::f32 ? 7 : 15);
+    print_values(body, v, ints, data.dtype, data.shape, 0, 0, data.shape.numel() > print_threshold);
+    os << body.str();
+  } catch (const Error& e) {
+    os << "<failed: " << e.what() << ">";
+  }
+  return os;
 }
 
 }  // namespace switchyard

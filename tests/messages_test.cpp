@@ -1,9 +1,8 @@
 // Every protocol type round-trips through CAF's binary serializer: the same
 // messages cross the network later, and an unregistered or half-inspected
 // type would silently serialize to nothing.
-#include <catch2/catch.hpp>
-
 #include <bit>
+#include <catch2/catch.hpp>
 #include <limits>
 
 #include <caf/all.hpp>
@@ -86,7 +85,7 @@ TEST_CASE("Every op family round-trips through the binary serializer", "[message
       RandomOp{RandomKind::normal, o, 0.5, 2.0},
       UnaryOp{UnaryKind::clamp, a, o, -1.0, 1.0},
       BinaryOp{BinaryKind::atan2, a, b, o},
-      ScalarOp{BinaryKind::pow, a, 3.0, ScalarKind::integral, true, o},
+      ScalarOp{BinaryKind::pow, a, int64_t{3}, true, o},
       ReduceOp{ReduceKind::var, a, ir(5, {2}, DType::f32), {1}, false, 0},
       SoftmaxOp{a, o, 1, true},
       MatmulOp{a, ir(6, {3, 4}, DType::f32), ir(7, {4}, DType::f32), ir(8, {2, 4}, DType::f32), true, false},
@@ -132,7 +131,7 @@ TEST_CASE("Non-finite and subnormal op parameters cross the wire bit-exactly", "
   for (double v : {inf, -inf, nan, -nan, tiny, -0.0, 1e308, 0.1}) {
     INFO("value " << v);
     std::vector<OperationIr> ops{FillOp{FillKind::full, o, v, v}, UnaryOp{UnaryKind::clamp, o, o, v, v},
-                                 ScalarOp{BinaryKind::add, o, v, ScalarKind::floating, false, o},
+                                 ScalarOp{BinaryKind::add, o, v, false, o},
                                  PadOp{o, ir(2, {6}, DType::f32), {1}, {1}, v}, RandomOp{RandomKind::uniform, o, v, v}};
     auto back = round_trip(sys, ops);
     const auto want = std::bit_cast<uint64_t>(v);
@@ -140,7 +139,7 @@ TEST_CASE("Non-finite and subnormal op parameters cross the wire bit-exactly", "
     CHECK(std::bit_cast<uint64_t>(std::get<FillOp>(back[0].op).step) == want);
     CHECK(std::bit_cast<uint64_t>(std::get<UnaryOp>(back[1].op).a) == want);
     CHECK(std::bit_cast<uint64_t>(std::get<UnaryOp>(back[1].op).b) == want);
-    CHECK(std::bit_cast<uint64_t>(std::get<ScalarOp>(back[2].op).scalar) == want);
+    CHECK(std::bit_cast<uint64_t>(std::get<ScalarOp>(back[2].op).scalar.f) == want);
     CHECK(std::bit_cast<uint64_t>(std::get<PadOp>(back[3].op).value) == want);
     CHECK(std::bit_cast<uint64_t>(std::get<RandomOp>(back[4].op).b) == want);
   }
@@ -224,4 +223,41 @@ TEST_CASE("validate rejects an op whose declared output contradicts the rules", 
   auto verr = validate(view);
   REQUIRE(verr);
   CHECK(describe(verr).code == Errc::index_out_of_range);
+}
+
+TEST_CASE("Scalars cross the wire exactly by kind (int64, uint64, double)", "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  auto o = ir(1, {2}, DType::i64, TensorStatus::not_init);
+  const std::vector<Scalar> scalars{Scalar(int64_t{(int64_t{1} << 62) + 1}),
+                                    Scalar(std::numeric_limits<int64_t>::min()),
+                                    Scalar(std::numeric_limits<uint64_t>::max()),
+                                    Scalar(true),
+                                    Scalar(0.1),
+                                    Scalar(int32_t{-7})};
+  std::vector<OperationIr> ops;
+  for (const auto& s : scalars) ops.push_back(ScalarOp{BinaryKind::add, o, s, false, o});
+  auto back = round_trip(sys, ops);
+  REQUIRE(back.size() == scalars.size());
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    INFO("scalar " << scalars[i].to_string());
+    CHECK(std::get<ScalarOp>(back[i].op).scalar == scalars[i]);
+  }
+  CHECK(std::get<ScalarOp>(back[0].op).scalar.as<int64_t>() == (int64_t{1} << 62) + 1);
+  CHECK(std::get<ScalarOp>(back[2].op).scalar.as<double>() == 18446744073709551615.0);
+  CHECK(std::get<ScalarOp>(back[2].op).scalar.to_string() == "18446744073709551615");
+}
+
+TEST_CASE("result_type: a 0-d tensor counts less than a dimensioned one", "[messages][rules]") {
+  CHECK(result_type(false, DType::i32, true, DType::i64) == DType::i32);
+  CHECK(result_type(false, DType::u8, true, DType::i64) == DType::u8);
+  CHECK(result_type(true, DType::i32, false, DType::u8) == DType::u8);
+  CHECK(result_type(false, DType::i32, true, DType::f64) == DType::f64);  // higher category wins
+  CHECK(result_type(false, DType::f32, true, DType::f64) == DType::f32);
+  CHECK(result_type(false, DType::boolean, true, DType::i64) == DType::i64);
+  CHECK(result_type(true, DType::i32, true, DType::i64) == DType::i64);
+  CHECK(float_to_int64(9.2e18) == 9200000000000000000);
+  CHECK(float_to_int64(9223372036854774784.0) == 9223372036854774784);
+  CHECK(float_to_int64(-9223372036854775808.0) == std::numeric_limits<int64_t>::min());
+  CHECK(float_to_int64(9223372036854775808.0) == std::numeric_limits<int64_t>::min());
 }

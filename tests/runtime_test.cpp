@@ -318,8 +318,7 @@ TEST_CASE("A runner defers only the ops that need a pending import, in order", "
   auto data = TensorData::from(std::vector<float>{1, 2}, Shape{2});
   self->send(runner, expect_atom::value, tir(10, {2}));
   std::vector<OperationIr> ops;
-  ops.emplace_back(
-      ScalarOp{BinaryKind::mul, tir(10, {2}), 3.0, ScalarKind::floating, false, tir(11, {2}, TensorStatus::not_init)});
+  ops.emplace_back(ScalarOp{BinaryKind::mul, tir(10, {2}), 3.0, false, tir(11, {2}, TensorStatus::not_init)});
   ops.emplace_back(FillOp{FillKind::full, tir(20, {2}, TensorStatus::not_init), 7.0, 0});  // independent
   self->send(runner, submit_atom::value, ops);
   // The independent op ran although #11 waits.

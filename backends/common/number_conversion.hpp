@@ -9,8 +9,9 @@
 //   to f32 / f64       the C++ conversion (round to nearest)
 //   float to integer   truncation toward zero through int64, then wrapping
 //                      to the width (-1.0 -> u8 255); NaN, infinities and
-//                      values beyond +-9.2e18 become INT64_MIN wrapped
-//                      (a plain static_cast is undefined there)
+//                      values outside [-2^63, 2^63) become INT64_MIN wrapped
+//                      (a plain static_cast is undefined there; the same
+//                      rule as switchyard::float_to_int64 in scalar.hpp)
 //   integer to integer wrapping (two's complement)
 //
 // A clamp bound is different: it is first limited to the dtype's range, so
@@ -35,15 +36,16 @@
 
 namespace switchyard::backends {
 
-/// Finite doubles strictly inside +-this convert to int64 without overflow.
-inline constexpr double int64_safe_bound = 9.2e18;
+/// 2^63: values in [-2^63, 2^63) convert to int64 without overflow (both
+/// bounds are exact in float and double, so every representable one does).
+inline constexpr double int64_limit = 9223372036854775808.0;
 inline constexpr int64_t int64_lowest = -9223372036854775807LL - 1;
 
 /// A floating value (float or double) as int64: truncation toward zero, or
-/// INT64_MIN for NaN, infinities and values beyond +-9.2e18.
+/// INT64_MIN for NaN, infinities and values outside [-2^63, 2^63).
 template <class F>
 SY_HOST_DEVICE inline int64_t float_to_int64(F v) {
-  return (v > F(-int64_safe_bound) && v < F(int64_safe_bound)) ? static_cast<int64_t>(v) : int64_lowest;
+  return (v >= F(-int64_limit) && v < F(int64_limit)) ? static_cast<int64_t>(v) : int64_lowest;
 }
 
 /// Element S converted to element D with the runtime's cast rule.
@@ -63,18 +65,17 @@ SY_HOST_DEVICE inline T from_double(double v) {
   return convert_element<double, T>(v);
 }
 
-/// A clamp bound in T: for integer T limited to T's range (and +-9.2e18)
-/// first, so clamp(-1, 2) on u8 clamps to [0, 2] rather than [255, 2].
-/// Host only (the bounds are computed once per launch).
+/// A clamp bound in T: for integer T saturated to T's range first, so
+/// clamp(-1, 2) on u8 clamps to [0, 2] rather than [255, 2], and a bound of
+/// 1e30 on i64 is INT64_MAX. Host only (computed once per launch).
 template <class T>
 inline T clamp_bound(double v) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const double lo_limit = static_cast<double>(std::numeric_limits<T>::lowest());
-    const double hi_limit = static_cast<double>(std::numeric_limits<T>::max());
-    const double lo = lo_limit > -int64_safe_bound ? lo_limit : -int64_safe_bound;
-    const double hi = hi_limit < int64_safe_bound ? hi_limit : int64_safe_bound;
+    // T's max as a double may round up (i64: to 2^63): compare with >=.
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
     // NaN means "no bound" to the callers; it never reaches here.
-    return from_double<T>(v < lo ? lo : (v > hi ? hi : v));
+    return from_double<T>(v);
   } else {
     return from_double<T>(v);
   }

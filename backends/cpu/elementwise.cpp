@@ -9,6 +9,7 @@
 #include "backends/common/number_conversion.hpp"
 #include "backends/common/philox.hpp"
 #include "backends/cpu/loops.hpp"
+#include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
@@ -407,10 +408,6 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
 }
 
 namespace {
-DType binary_compute(BinaryKind k, DType lhs, DType rhs, DType out) {
-  return (is_comparison(k) || is_logical(k)) ? promote(lhs, rhs) : out;
-}
-
 template <class T>
 bool has_zero(Context&, const T* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
@@ -420,7 +417,7 @@ bool has_zero(Context&, const T* p, int64_t n) {
 }  // namespace
 
 caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
-  const DType compute = binary_compute(op.kind, op.lhs.dtype, op.rhs.dtype, op.out.dtype);
+  const DType compute = binary_compute_dtype(op);
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   Bytes b = as_dtype(ctx, *in.bytes[1], op.rhs.dtype, compute, op.rhs.numel());
   if (op.kind == BinaryKind::remainder && !is_floating(compute)) {
@@ -449,13 +446,9 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
 }
 
 caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
-  const DType scalar_type = op.scalar_kind == ScalarKind::floating   ? DType::f64
-                            : op.scalar_kind == ScalarKind::integral ? DType::i64
-                                                                     : DType::boolean;
-  const DType compute =
-      (is_comparison(op.kind) || is_logical(op.kind)) ? promote_scalar(op.lhs.dtype, op.scalar_kind) : op.out.dtype;
-  (void)scalar_type;
-  if (op.kind == BinaryKind::remainder && !is_floating(compute) && !op.scalar_first && op.scalar == 0)
+  const DType compute = scalar_compute_dtype(op);
+  if (op.kind == BinaryKind::remainder && !is_floating(compute) && !op.scalar_first &&
+      visit_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); }))
     return make_error(Errc::kernel_failure, "remainder: integer division by zero");
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   if (op.kind == BinaryKind::remainder && !is_floating(compute) && op.scalar_first) {
@@ -468,7 +461,7 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs}) : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
-    const T s = from_double<T>(op.scalar);
+    const T s = op.scalar.as<T>();  // exact for integers of any width
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
       const int64_t n = op.out.numel();

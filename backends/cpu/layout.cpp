@@ -124,6 +124,13 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
   const size_t elem = size_of(op.in.dtype);
   const auto& ind = op.in.shape.dims;
   const int64_t axis_len = ind.empty() ? 1 : ind[op.axis];
+  // A 0-d gather or scatter_add walks no axis below, but its one index must
+  // still be in range (PyTorch: "index 5 is out of bounds").
+  if (op.kind != IndexKind::index_select && op.index.shape.rank() == 0 && op.index.numel() == 1) {
+    int64_t v = read_index(idx, op.index.dtype, 0);
+    if (v < -axis_len || v >= axis_len)
+      return index_error(op.kind == IndexKind::gather ? "gather" : "scatter_add", v, axis_len, op.axis);
+  }
   switch (op.kind) {
     case IndexKind::index_select: {
       const int64_t count = op.index.numel();

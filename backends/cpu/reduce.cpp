@@ -159,7 +159,9 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
             double d = static_cast<double>(v) - mean;
             sq += d * d;
           });
-          double var = denom > 0 ? sq / denom : std::numeric_limits<double>::quiet_NaN();
+          // PyTorch divides by max(0, n - correction): inf for a non-zero sum
+          // of squares, NaN for zero (0 / 0) or NaN input.
+          double var = sq / std::max(0.0, denom);
           return static_cast<T>(sd ? std::sqrt(var) : var);
         });
         break;

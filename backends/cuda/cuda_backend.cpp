@@ -32,6 +32,7 @@
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/layout_plan.hpp"
+#include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::cuda {
 
@@ -854,8 +855,7 @@ class CudaBackend final : public Backend {
   }
 
   Result run(BinaryOp& o, std::span<BufferPtr> in) {
-    const DType compute =
-        (is_comparison(o.kind) || is_logical(o.kind)) ? promote(o.lhs.dtype, o.rhs.dtype) : o.out.dtype;
+    const DType compute = binary_compute_dtype(o);
     BlockPtr sa, sb;
     auto a = as_dtype(in[0], o.lhs.dtype, compute, o.lhs.numel(), sa);
     if (!a) return std::move(a.error());
@@ -879,10 +879,19 @@ class CudaBackend final : public Backend {
   }
 
   Result run(ScalarOp& o, std::span<BufferPtr> in) {
-    const DType compute =
-        (is_comparison(o.kind) || is_logical(o.kind)) ? promote_scalar(o.lhs.dtype, o.scalar_kind) : o.out.dtype;
+    const DType compute = scalar_compute_dtype(o);
+    // The scalar converted to the compute dtype here, exactly (a double
+    // could not carry an i64 beyond 2^53).
+    uint64_t scalar_bits = 0;
+    bool scalar_zero = false;
+    visit_dtype(compute, [&](auto tag) {
+      using T = decltype(tag);
+      const T v = o.scalar.as<T>();
+      scalar_zero = v == T(0);
+      std::memcpy(&scalar_bits, &v, sizeof(T));
+    });
     const bool int_remainder = o.kind == BinaryKind::remainder && !is_floating(compute);
-    if (int_remainder && !o.scalar_first && o.scalar == 0)
+    if (int_remainder && !o.scalar_first && scalar_zero)
       return make_error(Errc::kernel_failure, "remainder: integer division by zero");
     BlockPtr sa;
     auto a = as_dtype(in[0], o.lhs.dtype, compute, o.lhs.numel(), sa);
@@ -897,10 +906,8 @@ class CudaBackend final : public Backend {
     if (!out) return out;
     const int64_t n = o.out.numel();
     auto layout = make_layout<2>({n}, {std::vector<int64_t>{1}, std::vector<int64_t>{1}});
-    const void* lhs = o.scalar_first ? nullptr : *a;
-    const void* rhs = o.scalar_first ? *a : nullptr;
-    SY_KERNEL_TRY(kern::binary(dev_->launch(), static_cast<int>(o.kind), compute, lhs, rhs, o.scalar, o.scalar,
-                               (*out)->data(), layout, n, check ? status_of(check) : nullptr),
+    SY_KERNEL_TRY(kern::binary_scalar(dev_->launch(), static_cast<int>(o.kind), compute, *a, &scalar_bits,
+                                      o.scalar_first, (*out)->data(), layout, n, check ? status_of(check) : nullptr),
                   to_string(o.kind), compute);
     if (check) (*out)->set_check(check);
     return out;

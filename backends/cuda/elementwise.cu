@@ -4,6 +4,7 @@
 // (the `valid` tables below mirror backends/cpu/elementwise.cpp).
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backends/common/number_conversion.hpp"
@@ -447,6 +448,18 @@ cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs
     using T = decltype(tag);
     return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs),
                               from_double<T>(lhs_scalar), from_double<T>(rhs_scalar), out, layout, n, status);
+  });
+}
+
+cudaError_t binary_scalar(Launch l, int kind, DType t, const void* tensor, const void* scalar_value, bool scalar_first,
+                          void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
+  return by_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    T s;
+    std::memcpy(&s, scalar_value, sizeof(T));
+    const T* x = static_cast<const T*>(tensor);
+    return dispatch_binary<T>(l, kind, scalar_first ? nullptr : x, scalar_first ? x : nullptr, s, s, out, layout, n,
+                              status);
   });
 }
 

@@ -142,6 +142,11 @@ cudaError_t unary(Launch l, int kind, DType t, const void* in, void* out, int64_
 /// null) flags an integer remainder by zero.
 cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs, double lhs_scalar, double rhs_scalar,
                    void* out, const Layout<2>& layout, int64_t n, int64_t* status);
+/// binary() with one tensor operand and a scalar given as the bytes of its
+/// value already converted to `t` (exact for 64-bit integers); the scalar
+/// is the lhs when `scalar_first`.
+cudaError_t binary_scalar(Launch l, int kind, DType t, const void* tensor, const void* scalar_value, bool scalar_first,
+                          void* out, const Layout<2>& layout, int64_t n, int64_t* status);
 /// out[i] = cond ? lhs : rhs over `layout` (strides: cond, lhs, rhs); lhs and
 /// rhs already in the output dtype of `width` bytes.
 cudaError_t where(Launch l, size_t width, const uint8_t* cond, const void* lhs, const void* rhs, void* out,

@@ -281,7 +281,7 @@ __global__ void var_kernel(const T* in, T* out, Layout<1> kept, int64_t n_out, L
     const double sq = group_reduce(q, sh, G, AddD{});
     if (o < n_out && lane == 0) {
       const double denom = static_cast<double>(count - correction);
-      const double var = denom > 0 ? sq / denom : quiet_nan<double>();
+      const double var = sq / fmax(0.0, denom);  // PyTorch: inf for n <= correction unless 0 / 0
       out[o] = static_cast<T>(sd ? sqrt(var) : var);
     }
   }

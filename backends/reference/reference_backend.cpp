@@ -58,13 +58,10 @@ Value load(const Bytes& b, DType t, int64_t k) {
 }
 
 /// Float to integer, the cast rule of the whole runtime: truncate toward
-/// zero; finite values within +-9.2e18 go through int64 and then wrap to
+/// zero; finite values in [-2^63, 2^63) go through int64 and then wrap to
 /// the target width; NaN, infinities and anything beyond become INT64_MIN
 /// (which wraps to 0 for i32 and u8).
-int64_t float_to_int(double x) {
-  if (std::isfinite(x) && x > -9.2e18 && x < 9.2e18) return static_cast<int64_t>(x);
-  return std::numeric_limits<int64_t>::min();
-}
+int64_t float_to_int(double x) { return float_to_int64(x); }
 
 void store(const Bytes& b, DType t, int64_t k, Value v) {
   // Integer-to-float conversions go straight from int64 so that rounding
@@ -163,17 +160,20 @@ caf::expected<Bytes> run_random(const RandomOp& op, uint64_t seed, uint64_t op_i
 
 double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 
-/// Range of an integer dtype as doubles, within what float_to_int converts.
-std::pair<double, double> integer_range(DType t) {
+/// A clamp bound for an integer dtype: limited to the dtype's range (a bound
+/// beyond it does nothing), then truncated toward zero.
+int64_t integer_bound(double v, DType t) {
   switch (t) {
     case DType::i32:
-      return {-2147483648.0, 2147483647.0};
+      return float_to_int(std::clamp(v, -2147483648.0, 2147483647.0));
     case DType::u8:
-      return {0.0, 255.0};
+      return float_to_int(std::clamp(v, 0.0, 255.0));
     case DType::boolean:
-      return {0.0, 1.0};
-    default:
-      return {-9.2e18, 9.2e18};
+      return float_to_int(std::clamp(v, 0.0, 1.0));
+    default:  // i64: its max is 2^63 - 1, which no double holds
+      if (v >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+      if (v <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+      return float_to_int(v);
   }
 }
 
@@ -260,10 +260,10 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
     case UnaryKind::clamp: {
       // Bounds are first limited to the dtype's range (a bound beyond it
       // does nothing) and truncated toward zero, then compared exactly.
-      const auto [min, max] = integer_range(t);
+      // low first, then high: with low > high every element becomes high (PyTorch).
       int64_t r = v;
-      if (!std::isnan(lo)) r = std::max(r, float_to_int(std::clamp(lo, min, max)));
-      if (!std::isnan(hi)) r = std::min(r, float_to_int(std::clamp(hi, min, max)));
+      if (!std::isnan(lo)) r = std::max(r, integer_bound(lo, t));
+      if (!std::isnan(hi)) r = std::min(r, integer_bound(hi, t));
       return Value::of_int(r);
     }
     case UnaryKind::logical_not:
@@ -407,12 +407,6 @@ Value binary_value(BinaryKind k, Value a, Value b) {
   }
 }
 
-/// Comparisons and logical ops compute in the promoted input dtype and
-/// produce bool; everything else computes in the result dtype.
-DType compute_dtype(BinaryKind k, DType promoted, DType out) {
-  return (is_comparison(k) || is_logical(k)) ? promoted : out;
-}
-
 caf::error check_remainder(BinaryKind k, DType compute, Value divisor) {
   if (k == BinaryKind::remainder && !is_floating(compute) && divisor.i == 0)
     return kernel_error("remainder: integer division by zero");
@@ -420,7 +414,9 @@ caf::error check_remainder(BinaryKind k, DType compute, Value divisor) {
 }
 
 caf::expected<Bytes> run_binary(const BinaryOp& op, const Bytes& lhs, const Bytes& rhs) {
-  const DType compute = compute_dtype(op.kind, promote(op.lhs.dtype, op.rhs.dtype), op.out.dtype);
+  // Comparisons and logical ops compute in the operands' result_type (0-d
+  // operands count less) and produce bool; the rest in the result dtype.
+  const DType compute = binary_compute_dtype(op);
   const auto sa = broadcast_strides(op.lhs.shape, op.out.shape);
   const auto sb = broadcast_strides(op.rhs.shape, op.out.shape);
   auto out = allocate(op.out);
@@ -440,8 +436,14 @@ caf::expected<Bytes> run_binary(const BinaryOp& op, const Bytes& lhs, const Byte
 }
 
 caf::expected<Bytes> run_scalar(const ScalarOp& op, const Bytes& lhs) {
-  const DType compute = compute_dtype(op.kind, promote_scalar(op.lhs.dtype, op.scalar_kind), op.out.dtype);
-  const Value s = convert(Value::of_float(op.scalar), compute);
+  const DType compute = scalar_compute_dtype(op);
+  // The scalar enters exactly: an integer as int64 (a uint64 by its bits,
+  // which wrap alike), a float as double, then converted like an element.
+  const Value s = convert(op.scalar.kind == ScalarKind::floating ? Value::of_float(op.scalar.f)
+                          : (op.scalar.is_unsigned && is_floating(compute))
+                              ? Value::of_float(static_cast<double>(static_cast<uint64_t>(op.scalar.i)))
+                              : Value::of_int(op.scalar.i),
+                          compute);
   if (auto err = check_remainder(op.kind, compute, op.scalar_first ? Value::of_int(1) : s)) return err;
   auto out = allocate(op.out);
   for (int64_t k = 0; k < op.lhs.numel(); ++k) {
@@ -532,7 +534,9 @@ caf::expected<Bytes> run_reduce(const ReduceOp& op, const Bytes& in) {
         double sq = 0;
         for (auto k : m) sq += (load(in, op.in.dtype, k).f - mean) * (load(in, op.in.dtype, k).f - mean);
         const double denom = static_cast<double>(count - op.correction);
-        const double var = denom > 0 ? sq / denom : std::numeric_limits<double>::quiet_NaN();
+        // PyTorch divides by max(0, n - correction): a non-zero sum of
+        // squares over nothing is inf, 0 / 0 (and NaN input) is NaN.
+        const double var = sq / std::max(0.0, denom);
         r = Value::of_float(op.kind == ReduceKind::std ? std::sqrt(var) : var);
         break;
       }
@@ -742,11 +746,9 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
       // out[i][j][k] = in[i][index[i][j][k]][k]   (axis 1)
       for (int64_t k = 0; k < op.out.numel(); ++k) {
         auto idx = unravel(k, op.out.shape);
-        if (s.rank() > 0) {
-          auto v = resolve_index("gather", load(index, op.index.dtype, k).i, extent, op.axis);
-          if (!v) return std::move(v.error());
-          idx[op.axis] = *v;
-        }
+        auto v = resolve_index("gather", load(index, op.index.dtype, k).i, extent, op.axis);
+        if (!v) return std::move(v.error());  // a 0-d input's one index too
+        if (s.rank() > 0) idx[op.axis] = *v;
         copy_element(in, dot(idx, in_strides), out, k, elem);
       }
       return out;
@@ -758,11 +760,9 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
       for (int64_t k = 0; k < op.index.numel(); ++k) {
         auto idx = unravel(k, op.index.shape);
         Value add = load(*src, op.src.dtype, dot(idx, src_strides));
-        if (s.rank() > 0) {
-          auto v = resolve_index("scatter_add", load(index, op.index.dtype, k).i, extent, op.axis);
-          if (!v) return std::move(v.error());
-          idx[op.axis] = *v;
-        }
+        auto v = resolve_index("scatter_add", load(index, op.index.dtype, k).i, extent, op.axis);
+        if (!v) return std::move(v.error());
+        if (s.rank() > 0) idx[op.axis] = *v;
         const int64_t o = dot(idx, in_strides);
         Value cur = load(out, op.out.dtype, o);
         Value sum = cur.floating ? Value::of_float(cur.f + add.f) : Value::of_int(wrap_add(cur.i, add.i));

@@ -20,32 +20,48 @@ class Core;
 /// "host:port/cpu:0"). Cheap to copy; creates tensors on itself.
 class Device {
  public:
+  /// An empty device (valid() is false).
   Device() = default;
 
+  /// Its name in the runtime ("cpu:0", "127.0.0.1:4242/cpu:0").
   [[nodiscard]] const std::string& name() const;
   /// The backend kind, the part of the name before the colon.
   [[nodiscard]] std::string kind() const;
+  /// Its index in the runtime's device table.
   [[nodiscard]] DeviceId id() const noexcept { return id_; }
+  /// False for a default-constructed Device.
   [[nodiscard]] bool valid() const noexcept { return core_ != nullptr; }
 
   // --- creation (ids are allocated here: nothing waits for the device) ---
+  /// A tensor holding `data` (its bytes must fill its shape).
   [[nodiscard]] Tensor from_data(TensorData data) const;
+  /// A tensor of `values` (row-major) in `shape`; a count that does not
+  /// fill the shape is Error(shape_mismatch).
   template <class T>
   [[nodiscard]] Tensor tensor(const std::vector<T>& values, Shape shape) const;
+  /// Every element `value` (converted as a cast would). A shape of more
+  /// than 2^40 elements (or a negative extent) is shape_mismatch.
   [[nodiscard]] Tensor full(Shape shape, double value, DType dtype = DType::f32) const;
+  /// full(shape, 0).
   [[nodiscard]] Tensor zeros(Shape shape, DType dtype = DType::f32) const;
+  /// full(shape, 1).
   [[nodiscard]] Tensor ones(Shape shape, DType dtype = DType::f32) const;
   /// start, start + step, ... below end.
   [[nodiscard]] Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64) const;
+  /// n x m (m < 0: n x n) with ones on the diagonal.
   [[nodiscard]] Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::f32) const;
+  /// Uniform in [low, high) (low > high, or a NaN bound, is invalid_argument).
   [[nodiscard]] Tensor uniform(Shape shape, double low = 0, double high = 1, DType dtype = DType::f32) const;
+  /// Normal(mean, stddev) (stddev < 0, or NaN, is invalid_argument).
   [[nodiscard]] Tensor normal(Shape shape, double mean = 0, double stddev = 1, DType dtype = DType::f32) const;
+  /// 1 with probability p, else 0 (p outside [0, 1] is invalid_argument).
   [[nodiscard]] Tensor bernoulli(Shape shape, double p, DType dtype = DType::f32) const;
 
   /// Restarts this device's random stream (ordered with the ops around it).
   void seed(uint64_t seed) const;
   /// Completes once every op submitted to this device so far has run.
   [[nodiscard]] Future<void> sync() const;
+  /// Its counters (ops executed, queue depth, live handles and bytes).
   [[nodiscard]] Future<DeviceStats> stats() const;
   /// Gives the memory this device caches for reuse back to the system, after
   /// the ops submitted before it; completes when done (`stats().cached_bytes`
@@ -53,6 +69,7 @@ class Device {
   /// (RuntimeOptions::idle_trim_after).
   [[nodiscard]] Future<void> trim() const;
 
+  /// The same device of the same runtime.
   friend bool operator==(const Device& a, const Device& b) noexcept { return a.core_ == b.core_ && a.id_ == b.id_; }
 
  private:
@@ -60,6 +77,7 @@ class Device {
   friend class Tensor;
   friend class detail::Core;
   Device(std::shared_ptr<detail::Core> core, DeviceId id) : core_(std::move(core)), id_(id) {}
+  static void check_values(size_t count, const Shape& shape);
   std::shared_ptr<detail::Core> core_;
   DeviceId id_ = 0;
 };

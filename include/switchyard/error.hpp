@@ -1,21 +1,5 @@
 #pragma once
 
-#include <stdexcept>
-#include <string>
-
+// sy::Error, what the client API throws, lives with the error codes in
+// messages/error.hpp (so the message types' own helpers throw it as well).
 #include "switchyard/messages/error.hpp"
-
-namespace switchyard {
-
-/// What the client API throws: at the call for bad input (shapes, dtypes,
-/// devices), and from Future::get() for failures on a device.
-class Error : public std::runtime_error {
- public:
-  Error(Errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
-  [[nodiscard]] Errc code() const noexcept { return code_; }
-
- private:
-  Errc code_;
-};
-
-}  // namespace switchyard

@@ -18,6 +18,7 @@ struct TlsOptions {
   std::string cert;
   std::string key;
   std::string ca;
+  /// Whether any TLS file is set.
   [[nodiscard]] bool enabled() const noexcept { return !cert.empty() || !key.empty() || !ca.empty(); }
 };
 namespace backends {
@@ -83,15 +84,34 @@ struct RuntimeOptions {
 /// become inert (reads fail with runtime_closed).
 class Runtime {
  public:
+  /// RuntimeOptions{}: cpu:0 and every GPU found.
   Runtime();
+  /// Starts the devices `options` names (throws Error when one cannot start).
   explicit Runtime(RuntimeOptions options);
+  /// Completes or fails every outstanding future, then stops the devices.
   ~Runtime();
+  /// Not copyable: a Runtime owns its devices.
   Runtime(const Runtime&) = delete;
+  /// Not copyable.
   Runtime& operator=(const Runtime&) = delete;
+  /// Moves the ownership; the moved-from Runtime may only be destroyed or
+  /// assigned (its other calls throw invalid_argument).
+  Runtime(Runtime&& other) noexcept = default;
+  /// Shuts down this runtime's devices (as the destructor), then takes
+  /// over `other`'s.
+  Runtime& operator=(Runtime&& other) noexcept;
+
+  /// device("cpu:<index>").
+  [[nodiscard]] Device cpu(int index = 0) const;
+  /// device("cuda:<index>").
+  [[nodiscard]] Device cuda(int index = 0) const;
+  /// device("reference:<index>").
+  [[nodiscard]] Device reference(int index = 0) const;
 
   /// The device named `name`; throws Error(unknown_device) listing the
   /// devices that exist (never falls back to another device).
   [[nodiscard]] Device device(std::string_view name) const;
+  /// Every live device (lost remote devices leave the list).
   [[nodiscard]] std::vector<Device> devices() const;
   /// Why requested devices are missing (e.g. "cuda: no CUDA driver"), one
   /// line per backend kind that registered none.
@@ -100,8 +120,8 @@ class Runtime {
   /// Connects to a `switchyard-worker` listening on host:port and adds its
   /// devices as "host:port/<device>" (e.g. "127.0.0.1:4242/cpu:0"); returns
   /// them. Safe while other threads submit work. Throws Error when the
-  /// worker cannot be reached, speaks another protocol version, or is
-  /// already connected. When the worker goes away, its devices are removed
+  /// worker cannot be reached (worker_unreachable), speaks another protocol
+  /// version, or is already connected. When the worker goes away, its devices are removed
   /// and every pending future on them fails with "device <name> lost";
   /// connecting again (same or new port) adds fresh devices.
   std::vector<Device> connect(const std::string& host, uint16_t port);
@@ -112,6 +132,7 @@ class Runtime {
   [[nodiscard]] std::vector<DeviceStats> stats() const;
 
  private:
+  detail::Core& core() const;
   std::shared_ptr<detail::Core> core_;
 };
 

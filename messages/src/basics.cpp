@@ -1,10 +1,13 @@
-#include <type_traits>
+#include <cmath>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include <caf/sec.hpp>
 
 #include "switchyard/messages/dtype.hpp"
 #include "switchyard/messages/error.hpp"
+#include "switchyard/messages/scalar.hpp"
 #include "switchyard/messages/shape.hpp"
 #include "switchyard/messages/tensor_data.hpp"
 
@@ -97,6 +100,8 @@ const char* to_string(Errc code) noexcept {
       return "protocol_error";
     case Errc::unsupported:
       return "unsupported";
+    case Errc::worker_unreachable:
+      return "worker_unreachable";
   }
   return "unknown";
 }
@@ -137,16 +142,16 @@ ErrorInfo describe(const caf::error& err) {
 TensorData::TensorData(Shape s, DType t, Bytes b) : shape(std::move(s)), dtype(t), bytes(std::move(b)) {
   auto want = static_cast<size_t>(shape.numel()) * size_of(dtype);
   if (bytes.size() != want)
-    throw std::invalid_argument("TensorData: " + std::to_string(bytes.size()) + " bytes do not match shape " +
-                                shape.to_string() + " of " + std::string(name_of(dtype)) + " (" + std::to_string(want) +
-                                " bytes)");
+    throw Error(Errc::shape_mismatch, "TensorData: " + std::to_string(bytes.size()) + " bytes do not match shape " +
+                                          shape.to_string() + " of " + std::string(name_of(dtype)) + " (" +
+                                          std::to_string(want) + " bytes)");
 }
 
 void TensorData::check_dtype(DType expected) const {
   // bool and u8 share storage; reading bool data as u8 is allowed.
   if (expected == dtype || (expected == DType::u8 && dtype == DType::boolean)) return;
-  throw std::invalid_argument("TensorData: requested " + std::string(name_of(expected)) +
-                              " elements but the tensor holds " + std::string(name_of(dtype)));
+  throw Error(Errc::dtype_mismatch, "TensorData: requested " + std::string(name_of(expected)) +
+                                        " elements but the tensor holds " + std::string(name_of(dtype)));
 }
 
 void canonicalize_bools(TensorData& x) noexcept {
@@ -163,14 +168,80 @@ void canonicalize_bools(TensorData& x) noexcept {
 
 double TensorData::at(int64_t i) const {
   if (i < 0 || i >= numel())
-    throw std::out_of_range("TensorData::at: index " + std::to_string(i) + " outside " + std::to_string(numel()) +
-                            " elements");
+    throw Error(Errc::index_out_of_range,
+                "TensorData::at: index " + std::to_string(i) + " outside " + std::to_string(numel()) + " elements");
   return visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     // A bool byte from the wire may hold any value; loading it as bool is UB.
-    if constexpr (std::is_same_v<T, bool>) return bytes.as<const uint8_t>()[i] != 0 ? 1.0 : 0.0;
-    else return static_cast<double>(bytes.as<const T>()[i]);
+    if constexpr (std::is_same_v<T, bool>)
+      return bytes.as<const uint8_t>()[i] != 0 ? 1.0 : 0.0;
+    else
+      return static_cast<double>(bytes.as<const T>()[i]);
   });
+}
+
+}  // namespace switchyard
+
+namespace switchyard {
+
+bool Scalar::fits(DType t) const noexcept {
+  if (is_bool(t)) return true;
+  if (kind == ScalarKind::floating) {
+    if (std::isnan(f)) return is_floating(t);
+    if (std::isinf(f)) return is_floating(t);
+    switch (t) {
+      case DType::f32:
+        return std::fabs(f) <= static_cast<double>(std::numeric_limits<float>::max());
+      case DType::f64:
+        return true;
+      case DType::i32:
+        return f >= -2147483648.0 && f <= 2147483647.0;
+      case DType::i64:  // 2^63 itself does not fit; -2^63 does
+        return f >= -9223372036854775808.0 && f < 9223372036854775808.0;
+      case DType::u8:
+        return f >= 0 && f <= 255;
+      case DType::boolean:
+        return true;
+    }
+    return false;
+  }
+  if (is_floating(t)) return true;
+  if (is_unsigned) {
+    const auto u = static_cast<uint64_t>(i);
+    switch (t) {
+      case DType::i32:
+        return u <= 2147483647u;
+      case DType::i64:
+        return u <= 9223372036854775807u;
+      case DType::u8:
+        return u <= 255u;
+      default:
+        return true;
+    }
+  }
+  switch (t) {
+    case DType::i32:
+      return i >= std::numeric_limits<int32_t>::min() && i <= std::numeric_limits<int32_t>::max();
+    case DType::u8:  // c10 lets negative values down to -255 wrap
+      return i >= -255 && i <= 255;
+    default:
+      return true;
+  }
+}
+
+std::string Scalar::to_string() const {
+  switch (kind) {
+    case ScalarKind::boolean:
+      return i != 0 ? "true" : "false";
+    case ScalarKind::integral:
+      return is_unsigned ? std::to_string(static_cast<uint64_t>(i)) : std::to_string(i);
+    case ScalarKind::floating:
+      break;
+  }
+  std::ostringstream s;
+  s.precision(17);
+  s << f;
+  return s.str();
 }
 
 }  // namespace switchyard

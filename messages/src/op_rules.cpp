@@ -40,6 +40,8 @@ bool float_result(UnaryKind k) {
 
 constexpr int64_t max_elements = int64_t{1} << 40;
 
+}  // namespace
+
 caf::error check_shape(const Shape& s, const char* what) {
   int64_t n = 1;
   for (auto d : s.dims) {
@@ -51,8 +53,6 @@ caf::error check_shape(const Shape& s, const char* what) {
   if (s.rank() > 16) return shape_error(std::string(what) + " shape " + s.to_string() + " has more than 16 axes");
   return {};
 }
-
-}  // namespace
 
 std::vector<int64_t> contiguous_strides(const Shape& s) { return s.strides(); }
 
@@ -73,6 +73,10 @@ caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
     default:
       break;
   }
+  // PyTorch has no integer or bool kernels for gelu and silu (the other
+  // floating-result ops convert integers to f32 first).
+  if ((k == UnaryKind::gelu || k == UnaryKind::silu) && !is_floating(t))
+    return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) + " (cast first)");
   if (float_result(k)) return TensorSpec{s, is_floating(t) ? t : default_float};
   if (is_bool(t) && k != UnaryKind::abs)
     return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors");
@@ -117,9 +121,21 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
   if (k == BinaryKind::sub && (is_bool(ta) || is_bool(tb)))
     return dtype_error("sub with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
                        " and " + dt(tb));
-  auto t = binary_dtype(k, promote(ta, tb), [&] { return dt(ta) + " and " + dt(tb); });
+  auto t =
+      binary_dtype(k, result_type(a.rank() == 0, ta, b.rank() == 0, tb), [&] { return dt(ta) + " and " + dt(tb); });
   if (!t) return std::move(t.error());
   return TensorSpec{std::move(*shape), *t};
+}
+
+DType binary_compute_dtype(const BinaryOp& op) noexcept {
+  if (is_comparison(op.kind) || is_logical(op.kind))
+    return result_type(op.lhs.shape.rank() == 0, op.lhs.dtype, op.rhs.shape.rank() == 0, op.rhs.dtype);
+  return op.out.dtype;
+}
+
+DType scalar_compute_dtype(const ScalarOp& op) noexcept {
+  if (is_comparison(op.kind) || is_logical(op.kind)) return promote_scalar(op.lhs.dtype, op.scalar.kind);
+  return op.out.dtype;
 }
 
 caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk) {
@@ -145,7 +161,10 @@ caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, s
     ax = n ? *n : 0;
   }
   std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  // PyTorch: "dim 1 appears multiple times in the list of dims".
+  if (auto dup = std::adjacent_find(axes.begin(), axes.end()); dup != axes.end())
+    return arg_error(std::string(to_string(k)) + ": axis " + std::to_string(*dup) +
+                     " appears more than once in the list of axes");
   if (s.rank() == 0) axes.clear();
   if (axes.empty())
     for (size_t i = 0; i < s.rank(); ++i) axes.push_back(static_cast<int64_t>(i));
@@ -176,6 +195,7 @@ caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, s
       return TensorSpec{out, t};
     case ReduceKind::argmax:
     case ReduceKind::argmin:
+      if (is_bool(t)) return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors (cast first)");
       return TensorSpec{out, DType::i64};
     case ReduceKind::any:
     case ReduceKind::all:
@@ -341,7 +361,7 @@ caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, 
   if (!s2)
     return shape_error("where: shapes " + cond.shape.to_string() + ", " + a.shape.to_string() + " and " +
                        b.shape.to_string() + " cannot be broadcast together");
-  return TensorSpec{std::move(*s2), promote(a.dtype, b.dtype)};
+  return TensorSpec{std::move(*s2), result_type(a.shape.rank() == 0, a.dtype, b.shape.rank() == 0, b.dtype)};
 }
 
 namespace {
@@ -386,7 +406,7 @@ struct Validator {
                       binary_result(x.kind, x.lhs.shape, x.lhs.dtype, x.rhs.shape, x.rhs.dtype));
   }
   caf::error operator()(ScalarOp& x) {
-    return expect_out(to_string(x.kind), x.out, scalar_result(x.kind, x.lhs.shape, x.lhs.dtype, x.scalar_kind));
+    return expect_out(to_string(x.kind), x.out, scalar_result(x.kind, x.lhs.shape, x.lhs.dtype, x.scalar.kind));
   }
   caf::error operator()(ReduceOp& x) {
     return expect_out(to_string(x.kind), x.out, reduce_result(x.kind, x.in.shape, x.in.dtype, x.axes, x.keepdim));
@@ -451,7 +471,10 @@ struct KindChecker {
   caf::error operator()(const BinaryOp& x) const { return check(x, "binary", x.kind, BinaryKind::bitwise_xor); }
   caf::error operator()(const ScalarOp& x) const {
     if (auto err = check(x, "scalar", x.kind, BinaryKind::bitwise_xor)) return err;
-    return check(x, "scalar operand", x.scalar_kind, ScalarKind::floating);
+    if (auto err = check(x, "scalar operand", x.scalar.kind, ScalarKind::floating)) return err;
+    if (x.scalar.kind == ScalarKind::boolean && x.scalar.i != 0 && x.scalar.i != 1)
+      return make_error(Errc::protocol_error, "scalar: a bool operand holds " + std::to_string(x.scalar.i));
+    return {};
   }
   caf::error operator()(const ReduceOp& x) const { return check(x, "reduce", x.kind, ReduceKind::all); }
   caf::error operator()(const IndexOp& x) const { return check(x, "index", x.kind, IndexKind::index_select); }

@@ -111,11 +111,13 @@ TEST_CASE("shared conversion: integer clamp bounds are limited to the dtype's ra
   CHECK(sb::clamp_bound<uint8_t>(2.7) == 2);
   CHECK(sb::clamp_bound<int32_t>(1e12) == std::numeric_limits<int32_t>::max());
   CHECK(sb::clamp_bound<int32_t>(-1e12) == std::numeric_limits<int32_t>::min());
-  // i64 bounds stop at 9.2e18, which from_double's open range turns into
-  // INT64_MIN: the CPU and reference backends do the same today (a finding
-  // reported with issue 21; the shared rule keeps the backends in step).
-  CHECK(sb::clamp_bound<int64_t>(1e30) == sb::from_double<int64_t>(9.2e18));
+  // i64 bounds saturate too (2^63 and beyond is INT64_MAX), and every double
+  // in range converts exactly (the cutoff is 2^63, not 9.2e18).
+  CHECK(sb::clamp_bound<int64_t>(1e30) == std::numeric_limits<int64_t>::max());
+  CHECK(sb::clamp_bound<int64_t>(-1e30) == std::numeric_limits<int64_t>::min());
+  CHECK(sb::clamp_bound<int64_t>(9.3e18) == static_cast<int64_t>(9.3e18));
   CHECK(sb::clamp_bound<int64_t>(-5e18) == static_cast<int64_t>(-5e18));
+  CHECK(sb::from_double<int64_t>(9.2e18) == static_cast<int64_t>(9.2e18));
   CHECK(sb::clamp_bound<float>(1e30) == static_cast<float>(1e30));
   // The CPU backend's clamp with those bounds.
   sy::Runtime rt(cpu_only());

@@ -240,8 +240,12 @@ OperationIr random_op(Reader& r) {
       return UnaryOp{r.kind<UnaryKind>(26), r.tensor(), r.tensor(), r.real(), r.real()};
     case 4:
       return BinaryOp{r.kind<BinaryKind>(21), r.tensor(), r.tensor(), r.tensor()};
-    case 5:
-      return ScalarOp{r.kind<BinaryKind>(21), r.tensor(), r.real(), r.kind<ScalarKind>(3), r.flag(), r.tensor()};
+    case 5: {
+      Scalar value = r.real();  // then any kind and integer payload, as a hostile peer may send
+      value.kind = r.kind<ScalarKind>(3);
+      value.i = r.number();
+      return ScalarOp{r.kind<BinaryKind>(21), r.tensor(), value, r.flag(), r.tensor()};
+    }
     case 6:
       return ReduceOp{r.kind<ReduceKind>(11), r.tensor(), r.tensor(), r.numbers(), r.flag(), r.number()};
     case 7:
@@ -460,8 +464,7 @@ std::vector<std::pair<std::string, OperationIr>> sample_ops() {
   ops.emplace_back("unary_clamp", UnaryOp{UnaryKind::clamp, tir(1, {2, 3}), out(7, {2, 3}), -1, 1});
   ops.emplace_back("binary_add", BinaryOp{BinaryKind::add, tir(1, {2, 3}), tir(2, {3}), out(8, {2, 3})});
   ops.emplace_back("binary_lt", BinaryOp{BinaryKind::lt, tir(1, {2, 1}), tir(2, {3}), out(9, {2, 3}, DType::boolean)});
-  ops.emplace_back("scalar_mul",
-                   ScalarOp{BinaryKind::mul, tir(1, {2, 3}), 2.0, ScalarKind::floating, false, out(10, {2, 3})});
+  ops.emplace_back("scalar_mul", ScalarOp{BinaryKind::mul, tir(1, {2, 3}), 2.0, false, out(10, {2, 3})});
   ops.emplace_back("reduce_sum", ReduceOp{ReduceKind::sum, tir(1, {2, 3}), out(11, {2}), {1}, false, 1});
   ops.emplace_back("reduce_var", ReduceOp{ReduceKind::var, tir(1, {2, 3}), out(12, {1, 3}), {0}, true, 1});
   ops.emplace_back("softmax", SoftmaxOp{tir(1, {2, 3}), out(13, {2, 3}), 1, false});

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <limits>
 
 #include "ops_common.hpp"
 
@@ -173,7 +174,21 @@ TEST_CASE("pad adds constant borders", "[ops][layout][pad]") {
       DType::i32, {2, 4}, {-1, -1, -1, -1, 1, 2, -1, -1});
   expect_all([](const Device& d) { return make(d, DType::f32, {0}, {}).pad({1}, {1}, 2.5); }, DType::f32, {2},
              {2.5, 2.5});
-  CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).pad({-1}, {0}), sy::Error);
+  // Negative widths crop, as F.pad; an extent below zero is refused.
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {3}, {1, 2, 3}).pad({-1}, {2}, 9);
+      },
+      DType::i32, {4}, {2, 3, 9, 9});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {3}, {1, 2, 3}).pad({2}, {-3}, 9);
+      },
+      DType::i32, {2}, {9, 9});
+  CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).pad({-3}, {0}), sy::Error);
+  CHECK_THROWS_AS(make(reference(), DType::i32, {3}, {1, 2, 3}).pad({2}, {-4}), sy::Error);  // crops 4 of 3
+  CHECK_THROWS_AS(make(reference(), DType::i32, {3}, {1, 2, 3}).pad({std::numeric_limits<int64_t>::min()}, {0}),
+                  sy::Error);
   CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).pad({1, 1}, {0, 0}), sy::Error);
 }
 

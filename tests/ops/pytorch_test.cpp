@@ -58,8 +58,12 @@ Enum kind_named(const std::string& name, const char* (*to_string)(Enum) noexcept
 
 sy::Scalar scalar_of(const json& value, const std::string& kind) {
   if (kind == "bool") return sy::Scalar(value.get<bool>());
-  if (kind == "int") return sy::Scalar(value.get<int64_t>());
-  return sy::Scalar(value.get<double>());
+  if (kind == "int") {  // exact: JSON integers beyond 2^53 stay integers
+    if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{INT64_MAX})
+      return sy::Scalar(value.get<uint64_t>());
+    return sy::Scalar(value.get<int64_t>());
+  }
+  return sy::Scalar(number(value));
 }
 
 std::vector<sy::Slice> slices_of(const json& j) {

@@ -24,7 +24,9 @@ TEST_CASE("sum, mean and prod over axis sets with keepdim", "[ops][reduce]") {
   expect_all([](const Device& d) { return x23(d).sum({-1}); }, DType::f32, {2}, {6, 15});
   expect_all([](const Device& d) { return x23(d).sum({1}, true); }, DType::f32, {2, 1}, {6, 15});
   expect_all([](const Device& d) { return x23(d).sum({0, 1}, true); }, DType::f32, {1, 1}, {21});
-  expect_all([](const Device& d) { return x23(d).sum({1, 1, -1}); }, DType::f32, {2}, {6, 15});
+  // An axis named twice is refused, as PyTorch ("dim 1 appears multiple times").
+  expect_error([](const Device& d) { return x23(d).sum({1, 1, -1}); }, sy::Errc::invalid_argument);
+  expect_error([](const Device& d) { return x23(d).max({-1, 0, -1}); }, sy::Errc::invalid_argument);
   expect_all([](const Device& d) { return x23(d).mean({1}); }, DType::f32, {2}, {2, 5});
   expect_all([](const Device& d) { return x23(d).prod({0}); }, DType::f32, {3}, {4, 10, 18});
   // [2,3,4] arange, reduced over axes {0, 2}: 60 + 32 j.
@@ -64,6 +66,11 @@ TEST_CASE("var and std apply the correction", "[ops][reduce]") {
   expect_all([](const Device& d) { return x23(d, DType::f64).var({0}, 1, true); }, DType::f64, {1, 3}, {4.5, 4.5, 4.5});
   // One element with correction 1: no degrees of freedom left.
   expect_all([](const Device& d) { return make(d, DType::f32, {1}, {3}).var(); }, DType::f32, {}, {kNan});
+  // correction >= n: PyTorch divides by max(0, n - correction), so a spread
+  // gives inf and no spread 0 / 0 = NaN.
+  expect_all([](const Device& d) { return make(d, DType::f64, {2}, {1, 3}).var({}, 2); }, DType::f64, {}, {kInf});
+  expect_all([](const Device& d) { return make(d, DType::f32, {2}, {1, 3}).std({0}, 5); }, DType::f32, {}, {kInf});
+  expect_all([](const Device& d) { return make(d, DType::f32, {2}, {4, 4}).var({}, 3); }, DType::f32, {}, {kNan});
 }
 
 TEST_CASE("any and all", "[ops][reduce]") {

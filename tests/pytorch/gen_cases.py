@@ -113,10 +113,9 @@ for name, fn in FLOAT_UNARY.items():
     for dt in ALL:
         x = rand(dt, [2, 3], "pos" if name in ("log", "sqrt", "rsqrt") and dt not in FLOATS else "any")
         # PyTorch computes int -> float unary ops in the default float type;
-        # a few (gelu, silu) only exist for floats: give them the float input
-        # as our rules do (integer inputs convert to f32 first).
-        f = fn if dt in FLOATS else (lambda x, fn=fn: fn(x.to(torch.float32)))
-        add("unary", [x], {"kind": name}, f)
+        # gelu and silu have no integer or bool kernels and raise (issue 15,
+        # item 12: we follow PyTorch there now).
+        add("unary", [x], {"kind": name}, fn)
     add("unary", [SPECIAL.clone()], {"kind": name}, fn)
 for name, fn in KEEP_UNARY.items():
     for dt in ALL:
@@ -131,6 +130,12 @@ for dt in ["f32", "f64", "i32", "i64"]:
     add("clamp", [rand(dt, [5])], {"lo": 1, "hi": None}, lambda x: torch.clamp(x, min=1))
 add("clamp", [rand("u8", [6])], {"lo": 2, "hi": 7}, lambda x: torch.clamp(x, 2, 7))
 add("clamp", [SPECIAL.clone()], {"lo": -1, "hi": 1}, lambda x: torch.clamp(x, -1, 1))
+# Inverted bounds (low > high): every element becomes high; no bound at all raises.
+for dt in ["f32", "f64", "i32", "i64", "u8"]:
+    lo, hi = (7, 2) if dt == "u8" else (2, -1)
+    add("clamp", [rand(dt, [2, 3])], {"lo": lo, "hi": hi}, lambda x, lo=lo, hi=hi: torch.clamp(x, lo, hi))
+    add("clamp", [rand(dt, [3])], {"lo": None, "hi": None}, lambda x: torch.clamp(x))
+add("clamp", [SPECIAL.clone()], {"lo": 1, "hi": -1}, lambda x: torch.clamp(x, 1, -1))
 
 # --- binary ------------------------------------------------------------------
 BINARY = {
@@ -167,6 +172,19 @@ for name in ("add", "mul", "div", "maximum", "lt", "bitwise_or"):
         for db in ALL:
             if da != db:
                 add("binary", [rand(da, [3]), rand(db, [3], rhs_kind(name))], {"kind": name}, BINARY[name])
+# 0-d operands (issue 15, item 1): a dimensioned tensor's dtype wins over a
+# 0-d tensor's of the same category (torch.result_type).
+for name in ("add", "sub", "mul", "div", "maximum", "le", "eq", "lt", "bitwise_or", "remainder", "logical_xor"):
+    for da in ALL:
+        for db in ALL:
+            for sa, sb in (([], [2]), ([1, 2], [])):
+                add("binary", [rand(da, sa), rand(db, sb, rhs_kind(name))], {"kind": name}, BINARY[name])
+add("binary", [torch.tensor([-184], dtype=torch.int32), torch.tensor(100)], {"kind": "sub"}, torch.sub)
+add("binary", [torch.tensor([[[3]]], dtype=torch.uint8), torch.tensor(-327)], {"kind": "le"}, torch.le)
+add("binary", [torch.tensor(-9, dtype=torch.int32), torch.tensor([0], dtype=torch.uint8)], {"kind": "bitwise_or"},
+    torch.bitwise_or)
+add("binary", [torch.tensor(-9, dtype=torch.int32), torch.tensor(7, dtype=torch.uint8)], {"kind": "bitwise_or"},
+    torch.bitwise_or)
 add("binary", [rand("i32", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int32)], {"kind": "remainder"}, torch.remainder)
 add("binary", [rand("i64", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int64)], {"kind": "div"}, torch.div)
 
@@ -190,6 +208,23 @@ for name in ("add", "sub", "mul", "div", "pow", "remainder", "maximum", "lt", "e
                     lambda x, w=wrapped, fn=fn: fn(w, x))
 add("scalar", [torch.tensor([1, 2], dtype=torch.int32)], {"kind": "remainder", "value": 0, "scalar": "int", "first": False},
     lambda x: torch.remainder(x, torch.tensor(0)))
+# Large integer scalars (issue 15, item 10): exact beyond 2^53, wrapping in
+# narrower integer dtypes, rounded once for floats.
+BIG = [2**62 + 1, -(2**62) - 3, 2**53 + 1, 2**63 - 1, -(2**63), 2**40 + 7, 300, -1]
+for name in ("add", "sub", "mul", "eq", "lt", "ge", "bitwise_xor", "maximum"):
+    for dt in ALL:
+        for s in BIG:
+            if name == "sub" and dt == "bool":
+                continue
+            x = rand(dt, [3])
+            if dt == "i64":
+                x = torch.tensor([0, 2**62, -(2**62)], dtype=torch.int64)
+            # torch.maximum takes no Python scalar; a 0-d i64 tensor promotes the same way.
+            add("scalar", [x], {"kind": name, "value": s, "scalar": "int", "first": False},
+                lambda x, s=s, fn=BINARY[name]: fn(x, torch.tensor(s) if fn is torch.maximum else s))
+            if name in ("sub", "lt"):
+                add("scalar", [x], {"kind": name, "value": s, "scalar": "int", "first": True},
+                    lambda x, s=s, fn=BINARY[name]: fn(torch.tensor(s), x))
 
 # --- reductions ----------------------------------------------------------------
 
@@ -225,6 +260,26 @@ for name, fn in REDUCE.items():
         {"kind": name, "axes": [1], "keepdim": False, "correction": 1}, lambda x, fn=fn: fn(x, [1], False))
     add("reduce", [torch.zeros(0, 3)], {"kind": name, "axes": [1], "keepdim": False, "correction": 1},
         lambda x, fn=fn: fn(x, [1], False))
+# Repeated axes raise (issue 15, item 8).
+for name, fn in (("sum", torch.sum), ("max", torch.amax), ("min", torch.amin), ("mean", torch.mean)):
+    for axes in ([-1, 0, -1], [1, 1]):
+        add("reduce", [rand("f32", [2, 3])], {"kind": name, "axes": axes, "keepdim": False, "correction": 1},
+            lambda x, fn=fn, axes=axes: fn(x, dim=axes))
+    add("reduce", [rand("f32", [])], {"kind": name, "axes": [0, -1], "keepdim": False, "correction": 1},
+        lambda x, fn=fn: fn(x, dim=[0, -1]))
+# var/std with correction >= n: n - correction <= 0 divides by 0 (inf, or NaN
+# for 0 / 0), as PyTorch (issue 15, item 4).
+for name, fn in (("var", torch.var), ("std", torch.std)):
+    for corr in (2, 3, 5):
+        for dt in FLOATS:
+            add("reduce", [rand(dt, [3, 2])], {"kind": name, "axes": [1], "keepdim": False, "correction": corr},
+                lambda x, fn=fn, corr=corr: fn(x, dim=1, correction=corr))
+            add("reduce", [rand(dt, [2])], {"kind": name, "axes": [], "keepdim": True, "correction": corr},
+                lambda x, fn=fn, corr=corr: fn(x, dim=None, correction=corr, keepdim=True))
+    add("reduce", [torch.tensor([[1.0, 1.0], [2.0, float("nan")]])],
+        {"kind": name, "axes": [1], "keepdim": False, "correction": 2}, lambda x, fn=fn: fn(x, dim=1, correction=2))
+    add("reduce", [torch.tensor([4.0])], {"kind": name, "axes": [0], "keepdim": False, "correction": 1},
+        lambda x, fn=fn: fn(x, dim=0, correction=1))
 add("reduce", [rand("f64", [3, 4])], {"kind": "var", "axes": [0], "keepdim": False, "correction": 0},
     lambda x: torch.var(x, 0, unbiased=False))
 add("reduce", [rand("f32", [3, 4])], {"kind": "std", "axes": [1], "keepdim": True, "correction": 0},
@@ -234,11 +289,14 @@ for name in ("sum", "prod", "mean"):
         lambda x, fn=REDUCE[name]: fn(x, [0], False))
 for name in ("argmax", "argmin"):
     fn = getattr(torch, name)
-    for dt in ALL:
-        if dt == "bool":
-            continue
+    for dt in ALL:  # bool raises in PyTorch (issue 15, item 12)
         x = rand(dt, [3, 4])
         add(name, [x], {"axis": None, "keepdim": False}, lambda x, fn=fn: fn(x))
+        # No axis with keepdim keeps every axis as extent 1 (issue 15, item 3).
+        add(name, [x], {"axis": None, "keepdim": True}, lambda x, fn=fn: fn(x, keepdim=True))
+        add(name, [rand(dt, [2, 1, 3])], {"axis": None, "keepdim": True}, lambda x, fn=fn: fn(x, keepdim=True))
+        add(name, [rand(dt, [])], {"axis": None, "keepdim": True}, lambda x, fn=fn: fn(x, keepdim=True))
+        add(name, [rand(dt, [])], {"axis": 0, "keepdim": True}, lambda x, fn=fn: fn(x, 0, keepdim=True))
         add(name, [x], {"axis": 1, "keepdim": True}, lambda x, fn=fn: fn(x, 1, keepdim=True))
         add(name, [x], {"axis": 0, "keepdim": False}, lambda x, fn=fn: fn(x, 0))
     add(name, [torch.tensor([[1.0, 3.0, 3.0], [2.0, float("nan"), 1.0]])], {"axis": 1, "keepdim": False},
@@ -281,6 +339,11 @@ add("cast", [torch.tensor([300.7, 255.9, 0.2])], {"dtype": "u8"}, lambda x: x.to
 add("cast", [torch.tensor([-1, 256, 513], dtype=torch.int32)], {"dtype": "u8"}, lambda x: x.to(torch.uint8))
 add("cast", [torch.tensor([4294967297, -1], dtype=torch.int64)], {"dtype": "i32"}, lambda x: x.to(torch.int32))
 add("cast", [SPECIAL.clone()], {"dtype": "bool"}, lambda x: x.to(torch.bool))
+# In-range values near the i64 limits (issue 15, item 6): the cutoff is 2^63.
+add("cast", [torch.tensor([9.2e18, 2.0**63 - 1024, -9.2e18, -(2.0**63), 9.2233720368547748e18], dtype=torch.float64)],
+    {"dtype": "i64"}, lambda x: x.to(torch.int64))
+add("cast", [torch.tensor([9.2e18, -9.2e18, 2.0**62, -(2.0**63)], dtype=torch.float32)], {"dtype": "i64"},
+    lambda x: x.to(torch.int64))
 
 # --- layout ---------------------------------------------------------------------
 for dt in ALL:
@@ -317,6 +380,48 @@ add("cat", [rand("i32", [2]), rand("f32", [3]), rand("u8", [1])], {"axis": 0}, l
 add("cat", [rand("f32", [0, 2]), rand("f32", [2, 2])], {"axis": 0}, lambda *t: torch.cat(t))
 add("slice", [rand("f32", [10])], {"slices": [[7, 3, 1]]}, lambda x: x[7:3])
 add("gather", [rand("f32", [2, 3]), torch.tensor([[0], [5]])], {"axis": 1}, lambda x, i: torch.gather(x, 1, i))
+# 0-d inputs (issue 15, items 5 and 7): the index is still checked; flip and
+# transpose accept axis 0 and -1.
+for dt in ALL:
+    for v in (0, 1, 1000000):
+        add("gather", [rand(dt, []), torch.tensor(v)], {"axis": 0}, lambda x, i: torch.gather(x, 0, i))
+        if dt != "bool":
+            add("scatter_add", [rand(dt, []), torch.tensor(v), rand(dt, [])], {"axis": 0},
+                lambda x, i, s: torch.scatter_add(x, 0, i, s))
+    add("gather", [rand(dt, []), torch.tensor(0)], {"axis": -1}, lambda x, i: torch.gather(x, -1, i))
+    add("index_select", [rand(dt, []), torch.tensor(1)], {"axis": 0}, lambda x, i: torch.index_select(x, 0, i))
+    add("index_select", [rand(dt, []), torch.tensor([0, 0])], {"axis": 0}, lambda x, i: torch.index_select(x, 0, i))
+    for axes in ([0], [-1], [1]):
+        add("flip", [rand(dt, [])], {"axes": axes}, lambda x, axes=axes: x.flip(axes))
+    for a, b in ((0, -1), (0, 0), (-1, -1), (0, 1)):
+        add("transpose", [rand(dt, [])], {"a": a, "b": b}, lambda x, a=a, b=b: x.transpose(a, b))
+# masked_fill checks the value against the dtype's range (issue 15, item 9).
+for dt, vals in (("i32", [4294967299, -2147483648, 2147483647, 2147483648, 2.5, 3e9]),
+                 ("u8", [-1, -255, -256, 255, 256, 1.5, -1.5]),
+                 ("i64", [2**63 - 1, -(2**63), 2**62 + 1, 1e19]),
+                 ("f32", [1e40, -1e40, 3e38, 2**62 + 1, float("inf")]),
+                 ("f64", [1e300, 2**63 - 1]),
+                 ("bool", [2, -1, 0.5])):
+    for v in vals:
+        kind = "float" if isinstance(v, float) else "int"
+        add("masked_fill", [rand(dt, [2, 3]), torch.tensor([True, False, True])], {"value": enc(v), "scalar": kind},
+            lambda x, m, v=v: x.masked_fill(m, v))
+add("masked_fill", [rand("i64", []), torch.tensor(True)], {"value": 2**62 + 1, "scalar": "int"},
+    lambda x, m: x.masked_fill(m, 2**62 + 1))
+# Negative pad widths crop (issue 15, item 11).
+# (PyTorch 1.13 also refuses an axis cropped to 0 while another grows; we
+# allow it, so no such case is drawn.)
+for before, after in (([0, -1], [-1, 0]), ([0, -3], [0, 1]), ([0, 1], [0, -3]), ([-1, 1], [0, 2]), ([0, -4], [0, 0]),
+                      ([0, 2], [0, -4]), ([0, -2], [0, -1]), ([-2, 0], [0, 0]), ([-1, 0], [-1, 0])):
+    add("pad", [rand("f32", [2, 3])], {"before": before, "after": after, "value": 7},
+        lambda x, b=before, a=after: F.pad(x, (b[1], a[1], b[0], a[0]), value=7))
+# A linear bias of another dtype: PyTorch 1.13 refuses it (addmm) as we do.
+add("linear", [rand("f32", [4, 3]), rand("f32", [5, 3]), rand("f64", [5])], {}, F.linear)
+add("linear", [rand("f64", [2, 4, 3]), rand("f64", [5, 3]), rand("f32", [5])], {}, F.linear)
+# where promotes like the binary ops (0-d operands count less).
+for da, db in (("i32", "i64"), ("u8", "i32"), ("f32", "f64"), ("i32", "f64"), ("bool", "i64")):
+    add("where", [torch.tensor([True, False]), rand(da, [2]), rand(db, [])], {}, torch.where)
+    add("where", [torch.tensor(True), rand(da, []), rand(db, [2])], {}, torch.where)
 
 # --- creation -----------------------------------------------------------------------
 for dt in ALL:

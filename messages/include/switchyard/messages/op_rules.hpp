@@ -19,6 +19,11 @@ struct TensorSpec {
 
 [[nodiscard]] caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t);
 [[nodiscard]] caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, const Shape& b, DType tb);
+/// The dtype a binary op computes in: comparisons and logical ops compare
+/// in the operands' result_type (0-d operands count less, see result_type),
+/// every other kind in its output dtype. Every backend uses these two.
+[[nodiscard]] DType binary_compute_dtype(const BinaryOp& op) noexcept;
+[[nodiscard]] DType scalar_compute_dtype(const ScalarOp& op) noexcept;
 [[nodiscard]] caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk);
 /// Normalises `axes` in place (negative axes resolved, sorted, unique;
 /// empty means every axis).
@@ -37,6 +42,11 @@ struct TensorSpec {
 [[nodiscard]] caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index,
                                                      const TensorIr* src, int64_t& axis);
 [[nodiscard]] caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, const TensorIr& b);
+
+/// Checks a shape that a tensor will have: no negative extent, at most 16
+/// axes, at most 2^40 elements (so element and byte counts cannot overflow).
+/// `what` names it in the error ("tensor", "input", ...).
+[[nodiscard]] caf::error check_shape(const Shape& s, const char* what);
 
 /// Checks a whole op as a runner receives it: ids present, outputs of the
 /// shape and dtype the rules give, sizes within bounds.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "switchyard/messages/error.hpp"
+#include "switchyard/messages/scalar.hpp"
 #include "switchyard/messages/tensor_data.hpp"
 #include "switchyard/messages/tensor_ir.hpp"
 
@@ -164,12 +165,12 @@ struct BinaryOp {
   }
 };
 
-/// out = lhs op scalar (or scalar op lhs when `scalar_first`).
+/// out = lhs op scalar (or scalar op lhs when `scalar_first`). The scalar
+/// travels exactly (int64 / uint64 / double by kind).
 struct ScalarOp {
   BinaryKind kind = BinaryKind::add;
   TensorIr lhs;
-  double scalar = 0;
-  ScalarKind scalar_kind = ScalarKind::floating;
+  Scalar scalar;
   bool scalar_first = false;
   TensorIr out;
   template <class F>
@@ -427,6 +428,10 @@ typename Inspector::result_type inspect(Inspector& f, F64Bits x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Scalar& x) {
+  return f(caf::meta::type_name("scalar_value"), x.kind, x.is_unsigned, x.i, F64Bits{x.f});
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FromDataOp& x) {
   return f(caf::meta::type_name("from_data"), x.out, x.data);
 }
@@ -448,7 +453,7 @@ typename Inspector::result_type inspect(Inspector& f, BinaryOp& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScalarOp& x) {
-  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, F64Bits{x.scalar}, x.scalar_kind, x.scalar_first, x.out);
+  return f(caf::meta::type_name("scalar"), x.kind, x.lhs, x.scalar, x.scalar_first, x.out);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReduceOp& x) {

@@ -1,0 +1,224 @@
+// The habits a libtorch user brings (issue 15): each case compiles one of
+// them and checks what it does, on every device of the op tests' runtime.
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+
+#include "ops/ops_common.hpp"
+
+using namespace sytest;
+using sy::DType;
+using sy::Shape;
+using sy::Tensor;
+
+namespace {
+
+template <class T>
+std::vector<T> values(const Tensor& t) {
+  return t.to_vector<T>();
+}
+
+}  // namespace
+
+TEST_CASE("comparison operators are tensor-valued, with tensors and scalars", "[api]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<float>({0.25f, 0.5f, 0.75f}, {3});
+    auto y = d.tensor<float>({0.25f, 1.0f, 0.75f}, {3});
+    Tensor gt = x > 0.5;
+    CHECK(gt.dtype() == DType::boolean);
+    CHECK(values<bool>(gt) == std::vector<bool>{false, false, true});
+    CHECK(values<bool>(0.5 < x) == std::vector<bool>{false, false, true});
+    CHECK(values<bool>(x == y) == std::vector<bool>{true, false, true});
+    CHECK(values<bool>(x != y) == std::vector<bool>{false, true, false});
+    CHECK(values<bool>(x <= 0.5) == std::vector<bool>{true, true, false});
+    CHECK(values<bool>(x >= y) == std::vector<bool>{true, false, true});
+    CHECK(values<bool>(x == 0.25) == std::vector<bool>{true, false, false});
+    CHECK(values<bool>(2 != x) == std::vector<bool>{true, true, true});
+  }
+}
+
+TEST_CASE("compound assignments rebind the handle and keep shape and dtype", "[api]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<int32_t>({1, 2, 3}, {3});
+    Tensor before = x;  // another handle to the old tensor
+    x += 10;
+    x *= d.tensor<int32_t>({2, 2, 2}, {3});
+    x -= 1;
+    CHECK(values<int32_t>(x) == std::vector<int32_t>{21, 23, 25});
+    CHECK(values<int32_t>(before) == std::vector<int32_t>{1, 2, 3});  // not aliased
+    CHECK(x.dtype() == DType::i32);
+    // As libtorch's in-place ops: a float result does not fit an i32 target,
+    // and a broadcast to a larger shape does not fit either.
+    CHECK_THROWS_MATCHES(x /= 2, sy::Error, Catch::Matchers::Predicate<sy::Error>([](const sy::Error& e) {
+                           return e.code() == sy::Errc::dtype_mismatch;
+                         }));
+    CHECK_THROWS_MATCHES(
+        x += d.zeros({2, 3}, DType::i32), sy::Error,
+        Catch::Matchers::Predicate<sy::Error>([](const sy::Error& e) { return e.code() == sy::Errc::shape_mismatch; }));
+    CHECK(values<int32_t>(x) == std::vector<int32_t>{21, 23, 25});  // a failed assignment leaves x alone
+    auto f = d.tensor<float>({1, 2}, {2});
+    f /= d.tensor<double>({4, 4}, {2});  // f64 result cast back to f32
+    CHECK(f.dtype() == DType::f32);
+    CHECK(values<float>(f) == std::vector<float>{0.25f, 0.5f});
+  }
+}
+
+TEST_CASE("reductions take a single axis without braces", "[api]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(x.sum(1).shape() == Shape{2});
+    CHECK(values<float>(x.sum(1)) == std::vector<float>{6, 15});
+    CHECK(x.max(-1, true).shape() == Shape{2, 1});
+    CHECK(values<float>(x.mean(0)) == std::vector<float>{2.5f, 3.5f, 4.5f});
+    // Braces still mean a list of axes; {} means every axis.
+    CHECK(x.sum({}).shape() == Shape{});
+    CHECK(x.sum({0, 1}).item<float>() == 21);
+    CHECK(x.sum({1}).shape() == Shape{2});
+  }
+}
+
+TEST_CASE("binary ops take a scalar by name", "[api]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<int64_t>({-3, 4, 7}, {3});
+    CHECK(values<int64_t>(x.remainder(2)) == std::vector<int64_t>{1, 0, 1});
+    CHECK(values<int64_t>(x.add(1)) == std::vector<int64_t>{-2, 5, 8});
+    CHECK(values<int64_t>(x.maximum(0)) == std::vector<int64_t>{0, 4, 7});
+    CHECK(values<int64_t>(x.bitwise_and(6)) == std::vector<int64_t>{4, 4, 6});
+    CHECK(x.div(2).dtype() == DType::f32);
+    CHECK(values<bool>(x.lt(0)) == std::vector<bool>{true, false, false});
+    CHECK(x.pow(2).dtype() == DType::i64);
+  }
+}
+
+TEST_CASE("integer scalars stay exact beyond 2^53", "[api]") {
+  const int64_t big = (int64_t{1} << 62) + 1;
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<int64_t>({0, 1}, {2});
+    CHECK(values<int64_t>(x + big) == std::vector<int64_t>{big, big + 1});
+    CHECK(values<bool>(x.eq(big - big)) == std::vector<bool>{true, false});
+    CHECK(values<int64_t>(x.masked_fill(d.tensor<bool>({true, false}, {2}), big)) == std::vector<int64_t>{big, 1});
+    const uint64_t huge = (uint64_t{1} << 63) + 5;  // wraps like PyTorch's integer arithmetic
+    CHECK(values<int64_t>(x + huge)[0] == static_cast<int64_t>(huge));
+  }
+}
+
+TEST_CASE("item, clone and printing", "[api]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<float>({1.5f, 2.5f}, {2});
+    CHECK(x.sum().item<float>() == 4.0f);
+    CHECK(x.sum().item<int>() == 4);
+    CHECK(x.slice(0, {1, 2}).item<double>() == 2.5);  // any shape of one element
+    CHECK_THROWS_AS(x.item<float>(), sy::Error);
+    Tensor c = x.clone();
+    CHECK(c.id() != x.id());
+    CHECK(values<float>(c) == values<float>(x));
+
+    std::ostringstream s;
+    s << d.tensor<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(s.str() == "Tensor(shape=[2, 3], dtype=i32, device=" + d.name() + ")\n[[1, 2, 3], [4, 5, 6]]");
+    std::ostringstream big;
+    big << d.arange(0, 2000, 1, DType::i64);
+    CHECK(big.str() == "Tensor(shape=[2000], dtype=i64, device=" + d.name() + ")\n[0, 1, 2, ..., 1997, 1998, 1999]");
+    std::ostringstream flags;
+    flags << d.tensor<bool>({true, false}, {2});
+    CHECK(flags.str().find("[true, false]") != std::string::npos);
+    std::ostringstream none;
+    none << Tensor();
+    CHECK(none.str() == "Tensor(undefined)");
+  }
+}
+
+TEST_CASE("conveniences compose existing ops", "[api]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto a = d.ones({2, 2}), b = d.ones({2, 3}), bias = d.ones({3});
+    CHECK(values<float>(sy::addmm(bias, a, b, 2, 3)) == std::vector<float>(6, 8.0f));  // 2 * 1 + 3 * 2
+    CHECK(values<float>(bias.addmm(a, b)) == std::vector<float>(6, 3.0f));
+    auto x = d.tensor<float>({-2, 0.5f, 3}, {3});
+    CHECK(values<float>(x.clamp_min(0)) == std::vector<float>{0, 0.5f, 3});
+    CHECK(values<float>(x.clamp_max(1)) == std::vector<float>{-2, 0.5f, 1});
+    CHECK(values<float>(x.square()) == std::vector<float>{4, 0.25f, 9});
+    CHECK(d.tensor<bool>({true, false}, {2}).square().dtype() == DType::i64);
+    auto i = d.tensor<int32_t>({1, 2, 4}, {3});
+    CHECK(i.mean(DType::f64).dtype() == DType::f64);
+    CHECK(i.mean(DType::f64).item<double>() == Approx(7.0 / 3));
+    CHECK(i.mean({0}, true, DType::f32).shape() == Shape{1});
+    CHECK_THROWS_AS(i.mean(), sy::Error);  // without a dtype an integer mean is refused, as PyTorch
+  }
+}
+
+TEST_CASE("devices without strings, and a Runtime that moves", "[api]") {
+  static_assert(std::is_nothrow_move_constructible_v<sy::Runtime>);
+  static_assert(std::is_move_assignable_v<sy::Runtime>);
+  sy::Runtime a({.devices = {"cpu:0", "reference:0"}});
+  CHECK(a.cpu(0).name() == "cpu:0");
+  CHECK(a.cpu() == a.device("cpu:0"));
+  CHECK(a.reference(0).name() == "reference:0");
+  CHECK_THROWS_AS(a.cuda(7), sy::Error);
+  auto x = a.cpu().tensor<float>({1, 2}, {2});
+  sy::Runtime b = std::move(a);  // the devices and tensors keep working
+  CHECK(values<float>(x * 2) == std::vector<float>{2, 4});
+  CHECK(b.cpu().name() == "cpu:0");
+  CHECK_THROWS_AS(a.cpu(), sy::Error);  // NOLINT(bugprone-use-after-move): checked on purpose
+  sy::Runtime c({.devices = {"cpu:0"}});
+  c = std::move(b);  // c's own runtime shuts down first
+  CHECK(values<float>(x + 1) == std::vector<float>{2, 3});
+}
+
+TEST_CASE("every failure of the public API is an sy::Error naming the op", "[api]") {
+  auto d = devices().front();
+  auto code_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const sy::Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(sy::Errc{}, std::string("no error"));
+  };
+  auto [c1, m1] = code_of([&] { (void)d.tensor<float>({1, 2, 3}, {2, 2}); });
+  CHECK(c1 == sy::Errc::shape_mismatch);
+  CHECK_THAT(m1, Catch::Contains("3 values"));
+  auto [c2, m2] = code_of([&] { (void)d.zeros({int64_t{1} << 40, int64_t{1} << 40}); });
+  CHECK(c2 == sy::Errc::shape_mismatch);
+  auto [c3, m3] = code_of([&] { (void)d.uniform({2}, 1, 0); });
+  CHECK(c3 == sy::Errc::invalid_argument);
+  auto [c4, m4] = code_of([&] { (void)d.normal({2}, 0, -1); });
+  CHECK(c4 == sy::Errc::invalid_argument);
+  auto [c5, m5] = code_of([&] { (void)d.ones({2, 4}).linear(d.ones({4, 5})); });
+  CHECK(c5 == sy::Errc::shape_mismatch);
+  CHECK_THAT(m5, Catch::StartsWith("linear:"));
+  auto [c10, m10] = code_of([&] { (void)sy::addmm(d.ones({2}), d.ones({2, 3}), d.ones({2, 3})); });
+  CHECK(c10 == sy::Errc::shape_mismatch);
+  CHECK_THAT(m10, Catch::StartsWith("addmm:"));
+  auto [c6, m6] = code_of([&] { (void)d.ones({3}).masked_fill(d.ones({3}), 1); });
+  CHECK(c6 == sy::Errc::dtype_mismatch);
+  CHECK_THAT(m6, Catch::StartsWith("masked_fill:"));
+  auto [c7, m7] = code_of([&] { (void)d.zeros({3}, DType::i32).masked_fill(d.ones({3}, DType::boolean), 4294967299); });
+  CHECK(c7 == sy::Errc::invalid_argument);
+  CHECK_THAT(m7, Catch::Contains("4294967299"));
+  auto [c8, m8] = code_of([&] { (void)d.ones({2, 3}).sum({-1, 1}); });
+  CHECK(c8 == sy::Errc::invalid_argument);
+  auto [c9, m9] = code_of([&] {
+    (void)d.ones({2}).clamp(std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN());
+  });
+  CHECK(c9 == sy::Errc::invalid_argument);
+}
+
+TEST_CASE("connect to a port nobody listens on reports worker_unreachable", "[api]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  try {
+    (void)rt.connect("127.0.0.1", 1);  // port 1: refused at once
+    FAIL("connect succeeded");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::worker_unreachable);
+  }
+}
