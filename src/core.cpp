@@ -310,10 +310,10 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
           [&](caf::error& e) { failure = std::move(e); });
   if (failure) {
     if (*failure == caf::sec::request_timeout)
-      throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": no handshake within " +
+      throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no handshake within " +
                                             std::to_string(options_.connect_timeout.count()) +
                                             " ms (RuntimeOptions::connect_timeout)");
-    throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": " + system_->render(*failure));
+    throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": " + system_->render(*failure));
   }
   std::vector<std::string> names, kinds;
   std::vector<caf::actor> runners;
@@ -327,11 +327,11 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
           [&](caf::error& e) { failure = e; });
   if (failure) {
     if (*failure == caf::sec::request_timeout)
-      throw Error(Errc::unknown_device, "cannot connect to worker " + address + ": no answer to hello within " +
+      throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no answer to hello within " +
                                             std::to_string(options_.connect_timeout.count()) +
                                             " ms (RuntimeOptions::connect_timeout)");
     auto info = describe(*failure);
-    throw Error(info.code == Errc::device_lost ? Errc::unknown_device : info.code,
+    throw Error(info.code == Errc::device_lost ? Errc::worker_unreachable : info.code,
                 "worker " + address + " refused the connection: " + info.message);
   }
   if (names.size() != kinds.size() || names.size() != runners.size() ||

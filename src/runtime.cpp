@@ -56,16 +56,7 @@ std::vector<Device> Runtime::devices() const {
 
 std::vector<Device> Runtime::connect(const std::string& host, uint16_t port) {
   std::vector<Device> out;
-  std::vector<DeviceId> ids;
-  try {
-    ids = core().connect(host, port);
-  } catch (const Error& e) {
-    // The core reports a worker it could not reach (or that vanished during
-    // the hello) as unknown_device; to the caller that is an unreachable worker.
-    if (e.code() == Errc::unknown_device) throw Error(Errc::worker_unreachable, e.what());
-    throw;
-  }
-  for (auto id : ids) out.push_back(Device(core_, id));
+  for (auto id : core().connect(host, port)) out.push_back(Device(core_, id));
   return out;
 }
 

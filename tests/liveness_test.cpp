@@ -173,7 +173,20 @@ TEST_CASE("two reads of one tensor do not see each other's writes", "[liveness][
   auto second = f.get();
   first.bytes.mutable_as<int32_t>()[0] = 0;
   CHECK(second.as<int32_t>()[0] == 5);
-  CHECK(f.get().as<int32_t>()[0] == 5);
+  auto third = f.get();
+  CHECK(third.as<int32_t>()[0] == 5);
+}
+
+// A span into a temporary TensorData (`t.read().get().as<float>()` kept in
+// a variable) does not compile; a view of a living TensorData does.
+template <class D>
+concept views_as_float = requires(D&& d) { std::forward<D>(d).template as<float>(); };
+static_assert(!views_as_float<TensorData>);  // a temporary
+static_assert(views_as_float<const TensorData&>);
+static_assert(views_as_float<TensorData&>);
+
+TEST_CASE("TensorData::from with too few values throws switchyard::Error", "[liveness][ownership]") {
+  CHECK_THROWS_AS(TensorData::from(std::vector<float>{1, 2}, Shape{3}), Error);
 }
 
 TEST_CASE("writing unshared bytes does not copy them", "[liveness][ownership]") {
@@ -202,8 +215,8 @@ TEST_CASE("a future serves several continuations, get after then, and copies", "
   CHECK(a.get() == 1);
   CHECK(b.get() == 3);
   CHECK(c.get() == 3);
-  CHECK(f.get().as<float>()[1] == 2);
-  CHECK(f.get().as<float>()[1] == 2);  // again
+  CHECK(f.get().to_vector<float>()[1] == 2);
+  CHECK(f.get().to_vector<float>()[1] == 2);  // again
   CHECK(copy.get().numel() == 3);
   // Registered after completion: runs at once, still sees the value.
   auto late = f.then([](TensorData d) { return d.as<float>()[1]; });

@@ -27,7 +27,7 @@ struct TensorData {
   template <class T>
   [[nodiscard]] static TensorData from(std::span<const T> values, Shape s) {
     if (static_cast<int64_t>(values.size()) != s.numel())
-      throw std::invalid_argument("TensorData: " + std::to_string(values.size()) + " values do not fill shape " +
+      throw Error(Errc::invalid_argument, "TensorData: " + std::to_string(values.size()) + " values do not fill shape " +
                                   s.to_string());
     return TensorData(std::move(s), dtype_of_v<T>, Bytes::copy_of(values.data(), values.size_bytes()));
   }
@@ -45,9 +45,14 @@ struct TensorData {
 
   [[nodiscard]] int64_t numel() const noexcept { return shape.numel(); }
 
-  /// Typed view; throws if T does not match the dtype.
+  /// Typed view; throws if T does not match the dtype. Only on a TensorData
+  /// that lives on (a variable): `t.read().get().as<float>()` would be a view
+  /// into a temporary, so that does not compile (keep the data, or use
+  /// to_vector).
   template <class T>
-  [[nodiscard]] std::span<const T> as() const {
+  std::span<const T> as() && = delete;
+  template <class T>
+  [[nodiscard]] std::span<const T> as() const& {
     check_dtype(dtype_of_v<T>);
     return {bytes.as<const T>(), static_cast<size_t>(numel())};
   }
