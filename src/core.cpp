@@ -311,8 +311,8 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   if (failure) {
     if (*failure == caf::sec::request_timeout)
       throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no handshake within " +
-                                            std::to_string(options_.connect_timeout.count()) +
-                                            " ms (RuntimeOptions::connect_timeout)");
+                                                std::to_string(options_.connect_timeout.count()) +
+                                                " ms (RuntimeOptions::connect_timeout)");
     throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": " + system_->render(*failure));
   }
   std::vector<std::string> names, kinds;
@@ -328,8 +328,8 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   if (failure) {
     if (*failure == caf::sec::request_timeout)
       throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no answer to hello within " +
-                                            std::to_string(options_.connect_timeout.count()) +
-                                            " ms (RuntimeOptions::connect_timeout)");
+                                                std::to_string(options_.connect_timeout.count()) +
+                                                " ms (RuntimeOptions::connect_timeout)");
     auto info = describe(*failure);
     throw Error(info.code == Errc::device_lost ? Errc::worker_unreachable : info.code,
                 "worker " + address + " refused the connection: " + info.message);

@@ -180,7 +180,9 @@ TEST_CASE("two reads of one tensor do not see each other's writes", "[liveness][
 // A span into a temporary TensorData (`t.read().get().as<float>()` kept in
 // a variable) does not compile; a view of a living TensorData does.
 template <class D>
-concept views_as_float = requires(D&& d) { std::forward<D>(d).template as<float>(); };
+concept views_as_float = requires(D&& d) {
+  std::forward<D>(d).template as<float>();
+};
 static_assert(!views_as_float<TensorData>);  // a temporary
 static_assert(views_as_float<const TensorData&>);
 static_assert(views_as_float<TensorData&>);

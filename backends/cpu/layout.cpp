@@ -113,8 +113,8 @@ caf::expected<Bytes> pad(Context& ctx, PadOp& op, const Inputs& in) {
   int64_t offset = 0;
   auto out_strides = op.out.shape.strides();
   for (size_t d = 0; d < op.before.size(); ++d) offset += op.before[d] * out_strides[d];
-  strided_copy(ctx, in.bytes[0]->data(), 0, op.in.shape.strides(), writable_data(*out), offset, out_strides, op.in.shape,
-               size_of(op.out.dtype));
+  strided_copy(ctx, in.bytes[0]->data(), 0, op.in.shape.strides(), writable_data(*out), offset, out_strides,
+               op.in.shape, size_of(op.out.dtype));
   return out;
 }
 

@@ -121,29 +121,30 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
       case ReduceKind::argmax:
       case ReduceKind::argmin: {
         const bool mx = op.kind == ReduceKind::argmax;
-        reduce_each(ctx, x, writable<int64_t>(out), plan, n_out, [&](const T* p, int64_t base, const StridedLoop<1>& l) {
-          int64_t i = 0, best_i = 0;
-          T best{};
-          bool nan_seen = false;
-          for_reduced(p, base, l, [&](T v) {
-            if (!nan_seen) {
-              if constexpr (std::is_floating_point_v<T>) {
-                if (std::isnan(v)) {
-                  nan_seen = true;
-                  best_i = i;
-                  ++i;
-                  return;
-                }
-              }
-              if (i == 0 || (mx ? v > best : v < best)) {
-                best = v;
-                best_i = i;
-              }
-            }
-            ++i;
-          });
-          return best_i;
-        });
+        reduce_each(ctx, x, writable<int64_t>(out), plan, n_out,
+                    [&](const T* p, int64_t base, const StridedLoop<1>& l) {
+                      int64_t i = 0, best_i = 0;
+                      T best{};
+                      bool nan_seen = false;
+                      for_reduced(p, base, l, [&](T v) {
+                        if (!nan_seen) {
+                          if constexpr (std::is_floating_point_v<T>) {
+                            if (std::isnan(v)) {
+                              nan_seen = true;
+                              best_i = i;
+                              ++i;
+                              return;
+                            }
+                          }
+                          if (i == 0 || (mx ? v > best : v < best)) {
+                            best = v;
+                            best_i = i;
+                          }
+                        }
+                        ++i;
+                      });
+                      return best_i;
+                    });
         break;
       }
       case ReduceKind::var:

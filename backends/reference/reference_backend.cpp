@@ -658,7 +658,8 @@ caf::expected<Bytes> run_matmul(const MatmulOp& op, const Bytes& lhs, const Byte
 
 /// Element copy without conversion (layout ops never change the dtype).
 void copy_element(const Bytes& src, int64_t from, const Bytes& dst, int64_t to, size_t elem) {
-  std::memcpy(writable_data(dst) + to * static_cast<int64_t>(elem), src.data() + from * static_cast<int64_t>(elem), elem);
+  std::memcpy(writable_data(dst) + to * static_cast<int64_t>(elem), src.data() + from * static_cast<int64_t>(elem),
+              elem);
 }
 
 caf::expected<Bytes> run_view(const ViewOp& op, const Bytes& in) {

@@ -27,8 +27,8 @@ struct TensorData {
   template <class T>
   [[nodiscard]] static TensorData from(std::span<const T> values, Shape s) {
     if (static_cast<int64_t>(values.size()) != s.numel())
-      throw Error(Errc::invalid_argument, "TensorData: " + std::to_string(values.size()) + " values do not fill shape " +
-                                  s.to_string());
+      throw Error(Errc::invalid_argument,
+                  "TensorData: " + std::to_string(values.size()) + " values do not fill shape " + s.to_string());
     return TensorData(std::move(s), dtype_of_v<T>, Bytes::copy_of(values.data(), values.size_bytes()));
   }
   template <class T>
