@@ -358,5 +358,11 @@ TEST_CASE("dropping large tensors returns the memory to the system", "[liveness]
   REQUIRE(cpu.trim().wait_for(30s));
   const auto after = rss_bytes();
   INFO("RSS before " << (before >> 20) << " MiB, after " << (after >> 20) << " MiB");
+#ifdef SWITCHYARD_SANITIZED
+  // ASan keeps freed heap blocks in its quarantine and maps shadow memory:
+  // the bound only shows that the 512 MiB of tensor memory went back.
+  CHECK(after < before + (uint64_t{192} << 20));
+#else
   CHECK(after < before + (uint64_t{48} << 20));
+#endif
 }
