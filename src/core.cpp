@@ -315,6 +315,8 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
                                                 " ms (RuntimeOptions::connect_timeout)");
     throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": " + system_->render(*failure));
   }
+  const auto handshake_took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - (deadline - options_.connect_timeout));
   std::vector<std::string> names, kinds;
   std::vector<caf::actor> runners;
   self->request(*entry, left(), hello_atom::value, protocol_version, caf::actor_cast<caf::actor>(router_))
@@ -329,7 +331,9 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
     if (*failure == caf::sec::request_timeout)
       throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no answer to hello within " +
                                                 std::to_string(options_.connect_timeout.count()) +
-                                                " ms (RuntimeOptions::connect_timeout)");
+                                                " ms (RuntimeOptions::connect_timeout; the TCP and BASP handshake "
+                                                "took " +
+                                                std::to_string(handshake_took.count()) + " ms of it)");
     auto info = describe(*failure);
     throw Error(info.code == Errc::device_lost ? Errc::worker_unreachable : info.code,
                 "worker " + address + " refused the connection: " + info.message);

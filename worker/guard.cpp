@@ -206,7 +206,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   template <class... Ts>
   GuardedScribe(net::default_multiplexer& mpx, net::native_socket fd, std::shared_ptr<ConnectionGuard> guard,
                 std::string peer, bool accepted, bool tls, Ts&&... policy_args)
-      : caf::io::scribe(net::conn_hdl_from_socket(fd)),
+      : caf::io::scribe(caf::io::connection_handle::from_int(guard->next_connection_id())),
         stream_(mpx, fd, std::forward<Ts>(policy_args)...),
         guard_(std::move(guard)),
         framing_(guard_->limits().framing, accepted),

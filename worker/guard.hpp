@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,13 @@ class ConnectionGuard {
   [[nodiscard]] const GuardLimits& limits() const { return limits_; }
   [[nodiscard]] GuardCounters counters() const;
 
+  /// A connection handle never used before by this worker. CAF 0.17 names a
+  /// connection by its socket descriptor and removes a closed connection's
+  /// route only later, through its ordered message queue; the kernel hands
+  /// the same descriptor to the next accepted socket at once, so a client
+  /// connecting in that window inherited the dead peer's route and its
+  /// replies went to that peer (lost hellos during handshake floods).
+  [[nodiscard]] int64_t next_connection_id() { return next_connection_id_.fetch_add(1); }
   /// Whether a new connection from `peer` fits the limits (counts a refusal).
   bool admit(const std::string& peer);
   void opened(GuardedConnection* c, const std::string& peer, bool accepted);
@@ -115,6 +123,9 @@ class ConnectionGuard {
   std::map<std::string, Bucket> buckets_;
   GuardCounters counters_;
   int reserve_fd_ = -1;
+  // Above any descriptor number, so no id collides with a handle CAF derives
+  // from a socket elsewhere in the process.
+  std::atomic<int64_t> next_connection_id_{int64_t{1} << 32};
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread sweeper_;
