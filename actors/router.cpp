@@ -140,6 +140,25 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
               self->send(it->second.runner, submit_atom::value, std::move(ops));
             },
             [self](read_atom, DeviceId id, TensorId t) { return relay<TensorData>(self, id, read_atom::value, t); },
+            [self](read_atom, DeviceId id, TensorId t, uint64_t offset, uint64_t max_bytes) {
+              return relay<DataPart>(self, id, read_atom::value, t, offset, max_bytes);
+            },
+            [self](expect_atom, DeviceId id, TensorIr& ir) {
+              auto it = self->state.devices.find(id);
+              if (it == self->state.devices.end()) return;  // lost: ops on it fail through read/sync
+              self->send(it->second.runner, expect_atom::value, std::move(ir));
+            },
+            [self](import_atom, DeviceId id, DataPart& part) {
+              auto it = self->state.devices.find(id);
+              if (it == self->state.devices.end()) return;
+              // The runner acknowledges each part (bridges between runners pace
+              // themselves by it). A client's upload is paced by its own queue;
+              // if the part is lost with its device, the device's loss fails
+              // what depends on it, so the answer is not needed here.
+              self->request(it->second.runner, timeout_for(self, it->second.runner), import_atom::value,
+                            std::move(part))
+                  .then([](done_atom) {}, [](caf::error&) {});
+            },
             [self](sync_atom, DeviceId id) { return relay<done_atom>(self, id, sync_atom::value); },
             [self](stats_atom, DeviceId id) { return relay<DeviceStats>(self, id, stats_atom::value); },
             [self](trim_atom, DeviceId id) { return relay<done_atom>(self, id, trim_atom::value); },

@@ -1,5 +1,7 @@
 #include "actors/runner.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <new>
@@ -33,6 +35,27 @@ struct RunnerState {
   std::unordered_map<TensorId, Entry> table;
   std::deque<OperationIr> deferred;  // ops waiting on pending inputs, in order
   std::unordered_map<TensorId, caf::expected<TensorData>> early_imports;
+  // Imports arriving in parts: what came so far. Memory is only what a peer
+  // actually sent; freed with the sender's node.
+  struct PartialImport {
+    Shape shape;
+    DType dtype = DType::f32;
+    uint64_t total = 0;
+    uint64_t received = 0;
+    bool bridge = true;
+    caf::node_id owner;
+    std::vector<Bytes> parts;
+  };
+  std::unordered_map<TensorId, PartialImport> partial_imports;
+  // Reads served in parts: the data read at offset 0, kept until its last
+  // part is served (once per reader) or the tensor goes.
+  struct ReadSnapshot {
+    TensorData data;
+    uint32_t readers = 0;
+  };
+  std::unordered_map<TensorId, ReadSnapshot> read_snapshots;
+  size_t transfer_chunk_bytes = 0;
+  std::chrono::milliseconds transfer_timeout{120000};
   std::vector<caf::typed_response_promise<done_atom>> syncs;
   DeviceStats stats;
   uint64_t live_bytes = 0;
@@ -62,6 +85,7 @@ void erase_if_unused(RunnerState& st, std::unordered_map<TensorId, Entry>::itera
 }
 
 void release(RunnerState& st, TensorId id) {
+  st.read_snapshots.erase(id);
   auto it = st.table.find(id);
   if (it == st.table.end()) return;  // never created here (e.g. its op was rejected)
   it->second.released = true;
@@ -298,7 +322,7 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
   self->state.backend->to_data(e.meta, e.buffer, std::move(done));
 }
 
-void import(Self self, TensorId id, caf::expected<TensorData> data) {
+void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged = true) {
   auto& st = self->state;
   auto it = st.table.find(id);
   if (it == st.table.end() || it->second.state != Entry::State::pending) {
@@ -313,7 +337,7 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
     resolve(st, id, nullptr,
             make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + ": " + describe(err).message));
   } else {
-    st.stats.bytes_bridged_in += data->bytes.size();
+    if (bridged) st.stats.bytes_bridged_in += data->bytes.size();
     if (st.tracer) {
       auto now = Tracer::Clock::now();
       st.tracer->slice(st.track, "import", now, now + std::chrono::microseconds(1),
@@ -329,6 +353,109 @@ void import(Self self, TensorId id, caf::expected<TensorData> data) {
   drain(self);
 }
 
+// One part of an import: kept until the whole tensor arrived, then imported
+// as if it had come in one message. Parts of one tensor come from one sender
+// in order; anything else is a protocol error that fails the import.
+void import_part(Self self, DataPart part) {
+  auto& st = self->state;
+  const auto id = part.id;
+  auto fail = [&](const std::string& why) {
+    const bool bridge = part.bridge;
+    st.partial_imports.erase(id);
+    import(self, id, make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " in parts: " + why),
+           bridge);
+  };
+  auto [it, fresh] = st.partial_imports.try_emplace(id);
+  auto& p = it->second;
+  if (fresh) {
+    p.shape = part.shape;
+    p.dtype = part.dtype;
+    p.total = part.total;
+    p.bridge = part.bridge;
+    p.owner = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+  } else if (part.total != p.total || part.dtype != p.dtype || part.shape != p.shape) {
+    return fail("a part names another shape, dtype or size than the first");
+  }
+  if (part.offset != p.received)
+    return fail("part at byte " + std::to_string(part.offset) + ", expected byte " + std::to_string(p.received));
+  if (part.bytes.size() > p.total - p.received)
+    return fail("parts exceed the announced " + std::to_string(p.total) + " bytes");
+  if (part.bytes.empty() && p.total > 0) return fail("an empty part");
+  p.received += part.bytes.size();
+  p.parts.push_back(std::move(part.bytes));
+  if (p.received < p.total) return;
+  auto whole = std::move(p);
+  st.partial_imports.erase(it);
+  if (!is_valid(whole.dtype)) {
+    import(self, id, make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + ": unknown dtype"),
+           whole.bridge);
+    return;
+  }
+  TensorData data;
+  data.shape = std::move(whole.shape);
+  data.dtype = whole.dtype;
+  if (whole.parts.size() == 1) {
+    data.bytes = std::move(whole.parts.front());
+  } else {
+    data.bytes = Bytes::allocate(whole.total);
+    auto* out = data.bytes.mutable_data();
+    for (const auto& b : whole.parts) {
+      if (!b.empty()) std::memcpy(out, b.data(), b.size());
+      out += b.size();
+    }
+  }
+  canonicalize_bools(data);
+  import(self, id, std::move(data), whole.bridge);
+}
+
+// Bytes [offset, offset + max) of `d` as a part of tensor `id`.
+DataPart part_of(TensorId id, const TensorData& d, uint64_t offset, uint64_t max) {
+  DataPart part{id, d.shape, d.dtype, d.bytes.size(), offset, {}, true};
+  const auto n = std::min<uint64_t>(max, d.bytes.size() - offset);
+  part.bytes = (offset == 0 && n == d.bytes.size()) ? d.bytes : Bytes::copy_of(d.bytes.data() + offset, n);
+  return part;
+}
+
+// Sends `data` to a runner on another node as import `dst` in parts, a few
+// in flight at a time: each part is acknowledged, so what is queued toward
+// the peer stays a few parts however large the tensor.
+struct OutgoingParts {
+  runner_actor target;
+  TensorId dst;
+  TensorData data;
+  uint64_t next = 0;
+  int in_flight = 0;
+  caf::typed_response_promise<done_atom> done;
+};
+
+void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
+  constexpr int window = 4;
+  const auto chunk = self->state.transfer_chunk_bytes;
+  const auto total = out->data.bytes.size();
+  while (out->in_flight < window && out->next < total && out->done.pending()) {
+    auto part = part_of(out->dst, out->data, out->next, chunk);
+    out->next += part.bytes.size();
+    ++out->in_flight;
+    self->request(out->target, self->state.transfer_timeout, import_atom::value, std::move(part))
+        .then(
+            [self, out](done_atom) {
+              --out->in_flight;
+              if (out->next >= out->data.bytes.size() && out->in_flight == 0) {
+                if (out->done.pending()) out->done.deliver(done_atom::value);
+                return;
+              }
+              pump_parts(self, out);
+            },
+            [self, out](caf::error& e) {
+              --out->in_flight;
+              if (out->done.pending())
+                out->done.deliver(make_error(Errc::device_lost, self->state.name + ": sending tensor #" +
+                                                                    std::to_string(out->dst.value) +
+                                                                    " in parts failed: " + describe(e).message));
+            });
+  }
+}
+
 runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<backends::Backend> backend,
                                    RunnerHooks hooks) {
   self->state.name = std::move(name);
@@ -336,6 +463,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.track = hooks.track;
   self->state.batches_done = std::move(hooks.batches_done);
   self->state.idle_trim_after = hooks.idle_trim_after;
+  self->state.transfer_chunk_bytes = hooks.transfer_chunk_bytes;
+  self->state.transfer_timeout = hooks.transfer_timeout;
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
@@ -391,6 +520,43 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
             [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
         return rp;
       },
+      [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
+        auto& st = self->state;
+        if (max_bytes == 0) return make_error(Errc::invalid_argument, st.name + ": a read of 0 bytes per part");
+        if (offset > 0) {
+          // Later parts come from the snapshot the part at offset 0 took.
+          auto snap = st.read_snapshots.find(id);
+          if (snap == st.read_snapshots.end())
+            return make_error(Errc::invalid_argument, st.name + ": part of " + id_str(id) + " at byte " +
+                                                          std::to_string(offset) +
+                                                          " without a read in progress (its part at byte 0 first)");
+          if (offset >= snap->second.data.bytes.size())
+            return make_error(Errc::invalid_argument, st.name + ": part of " + id_str(id) + " at byte " +
+                                                          std::to_string(offset) + " past its end");
+          auto part = part_of(id, snap->second.data, offset, max_bytes);
+          if (offset + part.bytes.size() >= snap->second.data.bytes.size() && --snap->second.readers == 0)
+            st.read_snapshots.erase(snap);
+          return part;
+        }
+        auto rp = self->make_response_promise<DataPart>();
+        when_resolved(
+            self, id,
+            [self, rp, id, max_bytes](Entry& e) mutable {
+              read_entry(self, e, [self, rp, id, max_bytes](caf::expected<TensorData> r) mutable {
+                if (!r) {
+                  rp.deliver(std::move(r.error()));
+                  return;
+                }
+                if (r->bytes.size() > max_bytes) {
+                  auto& snap = self->state.read_snapshots[id];
+                  if (snap.readers++ == 0) snap.data = *r;
+                }
+                rp.deliver(part_of(id, *r, 0, max_bytes));
+              });
+            },
+            [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
       [self](sync_atom) -> caf::result<done_atom> {
         auto rp = self->make_response_promise<done_atom>();
         self->state.syncs.push_back(rp);
@@ -404,6 +570,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         s.live_handles = st.table.size();
         s.live_bytes = st.live_bytes;
         s.cached_bytes = st.backend->memory().bytes_cached;
+        for (const auto& [id, p] : st.partial_imports) s.bytes_staged += p.received;
         return s;
       },
       [self](expect_atom, TensorIr& ir) {
@@ -421,6 +588,10 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](import_atom, TensorId id, TensorData& data) { import(self, id, std::move(data)); },
       [self](import_atom, TensorId id, caf::error& err) { import(self, id, std::move(err)); },
+      [self](import_atom, DataPart& part) -> done_atom {
+        import_part(self, std::move(part));
+        return done_atom::value;
+      },
       [self](export_atom, TensorId id, caf::actor& target, TensorId dst) -> caf::result<done_atom> {
         auto rp = self->make_response_promise<done_atom>();
         // A failure goes back to the requester (the client's router), which
@@ -438,7 +609,13 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
                              "\"bytes\":" + std::to_string(r->bytes.size()));
             st.tracer->flow_begin(st.track, dst.value, now);
           }
-          self->send(caf::actor_cast<runner_actor>(target), import_atom::value, dst, std::move(*r));
+          auto to = caf::actor_cast<runner_actor>(target);
+          if (st.transfer_chunk_bytes > 0 && to.node() != self->node() && r->bytes.size() > st.transfer_chunk_bytes) {
+            auto out = std::make_shared<OutgoingParts>(OutgoingParts{to, dst, std::move(*r), 0, 0, rp});
+            pump_parts(self, out);
+            return;
+          }
+          self->send(to, import_atom::value, dst, std::move(*r));
           rp.deliver(done_atom::value);
         };
         when_resolved(
@@ -456,6 +633,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         for (auto& [id, e] : st.table)
           if (e.owner == client) owned.push_back(id);
         for (auto id : owned) release(st, id);
+        std::erase_if(st.partial_imports, [&](const auto& kv) { return kv.second.owner == client; });
       },
   };
 }

@@ -28,6 +28,11 @@ struct RunnerHooks {
   /// A runner that took in no op for this long trims its backend's cache
   /// (memory goes back to the system while a service idles); 0: never.
   std::chrono::milliseconds idle_trim_after{1000};
+  /// A tensor bridged to a runner on another node travels in parts of at
+  /// most this many bytes (0: whole), below every peer's message bound.
+  size_t transfer_chunk_bytes = size_t{16} << 20;
+  /// Deadline for each part's acknowledgement (the peer may die silently).
+  std::chrono::milliseconds transfer_timeout{120000};
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

@@ -237,9 +237,10 @@ void Core::start() {
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
-      auto runner = actors::spawn_runner(
-          *system_, name, std::move(backend),
-          actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after});
+      auto runner =
+          actors::spawn_runner(*system_, name, std::move(backend),
+                               actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
+                                                   options_.transfer_chunk_bytes, options_.remote_timeout});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
     }
   }
@@ -403,6 +404,7 @@ void mark_last_uses(std::vector<OperationIr>& ops, std::unordered_map<TensorId, 
 
 bool Core::send_locked(DeviceId device, Queue& q) {
   if (q.ops.empty()) return false;
+  q.upload_bytes = 0;
   if (options_.reuse_last_use) mark_last_uses(q.ops, q.next_use);
   std::vector<OperationIr> batch;
   // The next batch starts at full capacity: growing it op by op cost
@@ -452,10 +454,23 @@ void Core::submit(DeviceId device, OperationIr op) {
   auto& q = slot(device).queue;
   bool arm = false;
   bool sent = false;
+  // What crosses a worker connection stays below transfer_chunk_bytes per
+  // message: a large upload goes in parts, and a batch is sent before its
+  // uploads would grow past the chunk.
+  const size_t chunk = slots_[device].local ? 0 : options_.transfer_chunk_bytes;
+  const auto* upload = std::get_if<FromDataOp>(&op.op);
+  const size_t upload_bytes = upload != nullptr ? upload->data.bytes.size() : 0;
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
-    q.ops.push_back(std::move(op));
+    if (chunk > 0 && upload_bytes > 0 && q.upload_bytes + upload_bytes > chunk) sent = send_locked(device, q);
+    if (chunk > 0 && upload_bytes > chunk) {
+      send_in_parts(device, std::get<FromDataOp>(std::move(op.op)), chunk);
+      sent = true;
+    } else {
+      q.upload_bytes += upload_bytes;
+      q.ops.push_back(std::move(op));
+    }
     if (q.ops.size() >= options_.max_batch)
       sent = send_locked(device, q);
     else
@@ -496,6 +511,25 @@ void Core::flusher_loop() {
     lock.unlock();
     flush_all();
     lock.lock();
+  }
+}
+
+// Under the device's queue lock, after the queue was sent: the expect and
+// the parts leave in queue order, so ops queued later find the tensor
+// pending on the runner and wait for its last part.
+void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
+  caf::anon_send(router_, expect_atom::value, device, upload.out);
+  const auto& bytes = upload.data.bytes;
+  for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
+    const size_t n = std::min(chunk, bytes.size() - offset);
+    DataPart part{upload.out.id,
+                  upload.data.shape,
+                  upload.data.dtype,
+                  bytes.size(),
+                  offset,
+                  Bytes::copy_of(bytes.data() + offset, n),
+                  false};
+    caf::anon_send(router_, import_atom::value, device, std::move(part));
   }
 }
 
@@ -546,6 +580,8 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
 
 Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
   flush(device);
+  if (!slots_[device].local && options_.transfer_chunk_bytes > 0 && ir.bytes() > options_.transfer_chunk_bytes)
+    return read_in_parts(device, ir, std::move(keep));
   auto check = [device = info(device).name, ir](Promise<TensorData>& p, TensorData& d) {
     if (auto err = validate_data(d, ir.shape, ir.dtype))
       p.set_error(to_exception(make_error(Errc::protocol_error, "read of tensor " + std::to_string(ir.id.value) +
@@ -554,6 +590,81 @@ Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_p
       p.set_value(std::move(d));
   };
   return ask<TensorData, TensorData>(std::move(keep), std::move(check), read_atom::value, device, ir.id);
+}
+
+// A read too large for one message: parts of transfer_chunk_bytes, asked
+// one after another (the runner serves them from one snapshot), copied into
+// one block. Runs on a helper actor like `ask`; no thread waits.
+Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
+  Promise<TensorData> promise;
+  auto fut = promise.future();
+  if (closed()) {
+    promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime is shut down")));
+    return fut;
+  }
+  struct Transfer {
+    Promise<TensorData> promise;
+    std::shared_ptr<const void> keep;
+    TensorData data;
+    uint64_t next = 0;
+  };
+  auto t = std::make_shared<Transfer>();
+  t->promise = std::move(promise);
+  t->keep = std::move(keep);
+  t->data.shape = ir.shape;
+  t->data.dtype = ir.dtype;
+  t->data.bytes = Bytes::allocate(ir.bytes());
+  const uint64_t chunk = options_.transfer_chunk_bytes;
+  const std::string name = info(device).name;
+  auto weak = weak_from_this();
+  ThreadLoggerGuard logger_guard;
+  system_->spawn(
+      [t, chunk, name, weak, device, ir](caf::event_based_actor* self, router_actor router) {
+        auto fail = [t, weak](const caf::error& e) {
+          RuntimeThreadScope scope;
+          t->keep.reset();
+          auto core = weak.lock();
+          if (core && core->closed() && describe(e).code == Errc::device_lost)
+            t->promise.set_error(
+                std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
+          else
+            t->promise.set_error(to_exception(e));
+        };
+        auto ask_next = std::make_shared<std::function<void()>>();
+        *ask_next = [self, router, t, chunk, name, device, ir, fail, ask_next] {
+          self->request(router, caf::infinite, read_atom::value, device, ir.id, t->next, chunk)
+              .then(
+                  [t, name, ir, fail, ask_next](DataPart& part) {
+                    const auto total = t->data.bytes.size();
+                    // A worker is not trusted to send what was asked.
+                    if (part.total != total || part.offset != t->next || part.dtype != ir.dtype ||
+                        part.shape != ir.shape || part.bytes.empty() || part.bytes.size() > total - t->next) {
+                      *ask_next = nullptr;
+                      fail(make_error(Errc::protocol_error, "read of tensor " + std::to_string(ir.id.value) + " from " +
+                                                                name + ": a part does not continue the tensor"));
+                      return;
+                    }
+                    std::memcpy(t->data.bytes.mutable_data() + t->next, part.bytes.data(), part.bytes.size());
+                    t->next += part.bytes.size();
+                    if (t->next < total) {
+                      (*ask_next)();
+                      return;
+                    }
+                    *ask_next = nullptr;  // breaks the cycle through its own capture
+                    RuntimeThreadScope scope;
+                    t->keep.reset();
+                    canonicalize_bools(t->data);
+                    t->promise.set_value(std::move(t->data));
+                  },
+                  [fail, ask_next](caf::error& e) {
+                    *ask_next = nullptr;
+                    fail(e);
+                  });
+        };
+        (*ask_next)();
+      },
+      router_);
+  return fut;
 }
 
 Future<void> Core::sync(DeviceId device) {

@@ -118,6 +118,8 @@ class Core : public std::enable_shared_from_this<Core> {
     std::vector<OperationIr> ops;
     // Scratch of mark_last_uses, kept to avoid an allocation per batch.
     std::unordered_map<TensorId, uint32_t> next_use;
+    // Upload bytes in `ops` (remote devices cap a batch by them).
+    size_t upload_bytes = 0;
     // Flow control: batches sent (written under `mutex`, read by waiters
     // without it), and batches the runner has taken in.
     std::atomic<uint64_t> batches_sent{0};
@@ -157,6 +159,8 @@ class Core : public std::enable_shared_from_this<Core> {
   void flusher_loop();
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs);
+  void send_in_parts(DeviceId device, FromDataOp upload, size_t chunk);
+  Future<TensorData> read_in_parts(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep);
 
   RuntimeOptions options_;
   caf::actor_system_config config_;

@@ -50,6 +50,7 @@ struct WorkerConfig : caf::actor_system_config {
   size_t threads = 0;
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
+  size_t transfer_chunk_bytes = 0;
   size_t max_connections = 0;
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
   size_t handshake_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.handshake_timeout.count());
@@ -67,6 +68,9 @@ struct WorkerConfig : caf::actor_system_config {
         .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
         .add(max_message_bytes, "max-message-bytes",
              "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
+        .add(transfer_chunk_bytes, "transfer-chunk-bytes",
+             "largest part of a tensor this worker sends to another node in one message (default: 16 MiB or half "
+             "of --max-message-bytes, whichever is smaller); keep it below the peers' --max-message-bytes")
         .add(max_output_bytes, "max-output-bytes",
              "output queued toward one peer before it is disconnected, in bytes (default 1 GiB)")
         .add(max_connections, "max-connections", "connections held at once (0: open-file limit less 64, at most 4096)")
@@ -221,8 +225,10 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
     std::vector<caf::actor> actors;
     for (auto& [name, backend] : *backends) {
       std::shared_ptr<backends::Backend> shared = std::move(backend);
+      actors::RunnerHooks hooks;
+      hooks.transfer_chunk_bytes = cfg.transfer_chunk_bytes;
       devices.push_back({name, name.substr(0, name.find(':')),
-                         caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared)))});
+                         caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared), hooks))});
       actors.push_back(devices.back().runner);
     }
     const bool tls = !cfg.cert.empty();
@@ -330,6 +336,8 @@ int main(int argc, char** argv) {
               << cfg.max_message_bytes << "\n";
     return 2;
   }
+  if (cfg.transfer_chunk_bytes == 0)
+    cfg.transfer_chunk_bytes = std::min<size_t>(size_t{16} << 20, std::max<size_t>(1, cfg.max_message_bytes / 2));
   if (cfg.max_output_bytes == 0 || cfg.max_connections_per_address == 0 || cfg.handshake_timeout_ms == 0) {
     std::cerr << "switchyard-worker: --max-output-bytes, --max-connections-per-address and --handshake-timeout-ms "
                  "must be positive\n";

@@ -69,8 +69,15 @@ struct RuntimeOptions {
   /// Deadline of Runtime::connect (and of each SWITCHYARD_WORKERS /
   /// `workers` entry at start): TCP connect, CAF's handshake and the hello
   /// together. A port that accepts but never answers fails with
-  /// `unknown_device` naming the address, instead of hanging.
+  /// `worker_unreachable` naming the address, instead of hanging.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
+  /// Largest piece of a tensor sent over a worker connection in one
+  /// message. Larger uploads to, reads from and bridges into or out of a
+  /// remote device travel as consecutive parts of this size, and a batch of
+  /// queued ops is sent before its uploads grow past it, so no message
+  /// exceeds a worker's --max-message-bytes (keep this below it; the
+  /// default 16 MiB is well under the default 256 MiB). 0: never split.
+  size_t transfer_chunk_bytes = size_t{16} << 20;
   /// (optional) Called with the compiled-in backend kinds before devices
   /// start; may append kinds (declared in backends/backend.hpp), which
   /// `devices` can then name. Tests use it to wrap "cpu" in a

@@ -86,6 +86,9 @@ void check_bools(const std::vector<OperationIr>& ops) {
 }
 void check_bools(const TensorIr&) {}
 void check_bools(const DeviceStats&) {}
+// Parts carry raw bytes: the receiver canonicalises bools once a tensor's
+// parts are whole, not the decoder.
+void check_bools(const DataPart&) {}
 
 void exercise(OperationIr& op) {
   (void)op.name();
@@ -115,6 +118,12 @@ void exercise(TensorData& d) {
 
 void exercise(TensorIr&) {}
 void exercise(DeviceStats&) {}
+void exercise(DataPart& p) {
+  // What the receiver checks before keeping a part.
+  FUZZ_CHECK(p.bytes.empty() || p.bytes.data() != nullptr);
+  (void)is_valid(p.dtype);
+  (void)p.shape.numel();
+}
 void exercise(std::vector<OperationIr>& ops) {
   for (auto& op : ops) exercise(op);
 }
@@ -351,6 +360,9 @@ int decode_one(const uint8_t* data, size_t size) {
     case Target::operations:
       decode_as<std::vector<OperationIr>>(body, n);
       break;
+    case Target::data_part:
+      decode_as<DataPart>(body, n);
+      break;
     case Target::count:
       break;
   }
@@ -506,7 +518,12 @@ std::vector<Seed> decode_seeds() {
   std::vector<int64_t> scalar{7};
   seeds.push_back(seed_of("data_scalar", Target::tensor_data, TensorData::from(scalar, Shape{})));
   seeds.push_back(seed_of("tensor_ir", Target::tensor_ir, tir(9, {2, 3, 4}, DType::i32, TensorStatus::read_write)));
-  seeds.push_back(seed_of("device_stats", Target::device_stats, DeviceStats{"cpu:0", 10, 1, 2, 3, 4096, 8192, 16, 32}));
+  seeds.push_back(
+      seed_of("device_stats", Target::device_stats, DeviceStats{"cpu:0", 10, 1, 2, 3, 4096, 8192, 16, 32, 64}));
+  std::vector<float> part_values{1, 2, 3, 4};
+  seeds.push_back(seed_of("data_part", Target::data_part,
+                          DataPart{TensorId{5}, Shape{{16}}, DType::f32, 64, 16,
+                                   Bytes::copy_of(part_values.data(), part_values.size() * sizeof(float)), true}));
   return seeds;
 }
 

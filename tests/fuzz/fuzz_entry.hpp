@@ -13,7 +13,7 @@
 namespace switchyard::fuzz {
 
 /// Message types the decode target knows; the first input byte picks one.
-enum class Target : uint8_t { operation, tensor_data, tensor_ir, device_stats, operations, count };
+enum class Target : uint8_t { operation, tensor_data, tensor_ir, device_stats, operations, data_part, count };
 
 /// Decodes `data[1..]` as the message type named by `data[0]` with CAF's
 /// binary_deserializer (types registered by register_message_types). A

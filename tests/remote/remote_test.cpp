@@ -383,6 +383,77 @@ TEST_CASE("malformed messages get errors and the worker keeps serving", "[remote
   CHECK(rt.device(w.address() + "/cpu:0").arange(0, 4).to_vector<float>() == std::vector<float>{0, 1, 2, 3});
 }
 
+TEST_CASE("parts that do not continue a tensor fail its import, and a leaving client's parts are freed", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  {
+    RawConfig cfg(false);
+    caf::actor_system sys{cfg};
+    auto entry = sys.middleman().remote_actor(w.host(), w.port());
+    REQUIRE(entry);
+    caf::scoped_actor self{sys};
+    std::vector<caf::actor> runners;
+    self->request(*entry, 5s, sy::hello_atom::value, sy::protocol_version, caf::actor_cast<caf::actor>(self))
+        .receive([&](uint32_t, std::vector<std::string>&, std::vector<std::string>&,
+                     std::vector<caf::actor>& r) { runners = r; },
+                 [](caf::error&) {});
+    REQUIRE(runners.size() == 1);
+    auto runner = caf::actor_cast<sy::runner_actor>(runners[0]);
+    const sy::Shape shape{{1024}};
+    auto part = [&](uint64_t id, uint64_t offset, size_t n, uint64_t total = 4096) {
+      return sy::DataPart{sy::TensorId{id},
+                          shape,
+                          sy::DType::f32,
+                          total,
+                          offset,
+                          sy::Bytes::copy_of(std::vector<char>(n, 0).data(), n),
+                          false};
+    };
+    auto send = [&](sy::DataPart p) {
+      self->request(runner, 5s, sy::import_atom::value, std::move(p)).receive([](sy::done_atom) {}, [](caf::error&) {});
+    };
+    auto read_code = [&](uint64_t id) {
+      sy::Errc code{};
+      self->request(runner, 5s, sy::read_atom::value, sy::TensorId{id})
+          .receive([](sy::TensorData&) {}, [&](caf::error& e) { code = sy::describe(e).code; });
+      return code;
+    };
+    // A gap between parts, parts beyond the announced size, parts that
+    // change the shape: each fails its tensor with protocol_error.
+    const sy::TensorIr meta{sy::TensorId{7001}, shape, sy::DType::f32, sy::TensorStatus::not_init};
+    for (uint64_t id : {7001, 7002, 7003}) {
+      auto ir = meta;
+      ir.id = sy::TensorId{id};
+      self->send(runner, sy::expect_atom::value, ir);
+    }
+    send(part(7001, 0, 1024));
+    send(part(7001, 2048, 1024));
+    CHECK(read_code(7001) == sy::Errc::protocol_error);
+    send(part(7002, 0, 3000));
+    send(part(7002, 3000, 2000));
+    CHECK(read_code(7002) == sy::Errc::protocol_error);
+    send(part(7003, 0, 1024));
+    auto other = part(7003, 1024, 1024);
+    other.shape = sy::Shape{{2048}};
+    send(std::move(other));
+    CHECK(read_code(7003) == sy::Errc::protocol_error);
+    // Parts of tensors nobody expects: 64 x 1 MiB announced as 1 GiB each.
+    for (uint64_t id = 8000; id < 8064; ++id) send(part(id, 0, 1 << 20, uint64_t{1} << 30));
+    CHECK(dev.stats().get().bytes_staged == uint64_t{64} << 20);
+  }
+  // That raw client is gone: its partial imports went with it, and the
+  // worker still serves ours.
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    freed = dev.stats().get().bytes_staged == 0;
+    if (!freed) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(freed);
+  CHECK((dev.arange(0, 4) * 2.0).to_vector<float>() == std::vector<float>{0, 2, 4, 6});
+}
+
 TEST_CASE("a non-loopback address without TLS is refused", "[remote]") {
   CHECK_THROWS_WITH(WorkerProcess({"--host=0.0.0.0"}), Catch::Contains("did not report its address"));
 }

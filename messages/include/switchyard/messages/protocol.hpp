@@ -18,7 +18,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 4;  // 4: exact scalars, trim, errors named by the router
+inline constexpr uint32_t protocol_version = 5;  // 5: tensors cross in parts (DataPart)
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
@@ -50,12 +50,36 @@ struct DeviceStats {
   uint64_t cached_bytes = 0;
   uint64_t bytes_bridged_in = 0;
   uint64_t bytes_bridged_out = 0;
+  /// Bytes of tensors arriving in parts whose last part has not come yet.
+  uint64_t bytes_staged = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
   return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_failed, x.queue_depth, x.live_handles,
-           x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out);
+           x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out, x.bytes_staged);
+}
+
+/// One part of a tensor's bytes crossing a connection. A tensor larger than
+/// the sender's transfer chunk travels as consecutive parts, each its own
+/// message, so no message exceeds a worker's --max-message-bytes. `total`
+/// is the tensor's whole size; the receiver keeps the parts until that many
+/// bytes arrived and allocates nothing a peer only declared.
+struct DataPart {
+  TensorId id;
+  Shape shape;
+  DType dtype = DType::f32;
+  uint64_t total = 0;
+  uint64_t offset = 0;
+  Bytes bytes;
+  /// A bridge from another device (counted in bytes_bridged_in), not a
+  /// client's upload.
+  bool bridge = true;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DataPart& x) {
+  return f(caf::meta::type_name("data_part"), x.id, x.shape, x.dtype, x.total, x.offset, x.bytes, x.bridge);
 }
 
 /// One device's executor: owns the device's tensor handles and runs the ops
@@ -65,11 +89,18 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<submit_atom, std::vector<OperationIr>>,
     // A tensor's contents; waits while the tensor is pending.
     caf::replies_to<read_atom, TensorId>::with<TensorData>,
+    // Bytes [offset, offset + max) of a tensor, for reads too large for one
+    // message; the runner keeps a snapshot from the part at offset 0 until
+    // the last part is served or the tensor is dropped.
+    caf::replies_to<read_atom, TensorId, uint64_t, uint64_t>::with<DataPart>,
     // Completes once every op received before it has run.
     caf::replies_to<sync_atom>::with<done_atom>, caf::replies_to<stats_atom>::with<DeviceStats>,
     // Bridge, target side: `TensorIr` will arrive by import; ops on it wait.
     caf::reacts_to<expect_atom, TensorIr>, caf::reacts_to<import_atom, TensorId, TensorData>,
     caf::reacts_to<import_atom, TensorId, caf::error>,
+    // One part of an import (a bridge from another node, or a client's
+    // upload too large for one message, announced by an expect).
+    caf::replies_to<import_atom, DataPart>::with<done_atom>,
     // Bridge, source side: send tensor `TensorId` to the runner as import of
     // the second id; replies once sent, or with the failure (the requester
     // then fails the import, naming the source as its client knows it).
@@ -89,6 +120,10 @@ using runner_actor = caf::typed_actor<
 using router_actor =
     caf::typed_actor<caf::reacts_to<submit_atom, DeviceId, std::vector<OperationIr>>,
                      caf::replies_to<read_atom, DeviceId, TensorId>::with<TensorData>,
+                     caf::replies_to<read_atom, DeviceId, TensorId, uint64_t, uint64_t>::with<DataPart>,
+                     // A client's upload in parts: the expect, then its parts, in
+                     // queue order with the device's submits.
+                     caf::reacts_to<expect_atom, DeviceId, TensorIr>, caf::reacts_to<import_atom, DeviceId, DataPart>,
                      caf::replies_to<sync_atom, DeviceId>::with<done_atom>,
                      caf::replies_to<stats_atom, DeviceId>::with<DeviceStats>,
                      caf::replies_to<trim_atom, DeviceId>::with<done_atom>,
