@@ -68,6 +68,8 @@ class PendingShutdowns {
 }  // namespace
 RuntimeThreadScope::RuntimeThreadScope() noexcept { ++runtime_handler_depth; }
 RuntimeThreadScope::~RuntimeThreadScope() { --runtime_handler_depth; }
+ContinuationScope::ContinuationScope() noexcept { ++runtime_handler_depth; }
+ContinuationScope::~ContinuationScope() { --runtime_handler_depth; }
 
 TensorHandle::~TensorHandle() {
   if (core && !core->closed()) core->submit(device, DropOp{ir.id});

@@ -299,6 +299,30 @@ TEST_CASE("a blocking get inside a continuation fails at once instead of stallin
   CHECK(h.get() == 7);
 }
 
+TEST_CASE("a continuation run at once on the thread calling then follows the same rule", "[liveness][future]") {
+  // The first case's read may complete before its then(): the continuation
+  // then runs on the test thread, and a blocking get there would wait for
+  // this very thread (seen once under load: the watchdog fired).
+  Watchdog watchdog(60s, "get inside an inline continuation");
+  Promise<int> done;
+  done.set_value(1);
+  Promise<int> later;
+  auto other = later.future();
+  auto f = done.future().then([other](int) {
+    try {
+      (void)other.get();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("returned a value it could not have had");
+  });
+  REQUIRE(f.ready());
+  CHECK(f.get().find("inside a continuation") != std::string::npos);
+  // Outside the continuation the thread is an ordinary client thread again.
+  later.set_value(3);
+  CHECK(other.get() == 3);
+}
+
 TEST_CASE("a promise dropped without a result fails its future", "[liveness][future]") {
   Future<int> f;
   {

@@ -39,10 +39,23 @@ struct ThenResult<void, F> {
 };
 
 /// Whether the calling thread is running a reply handler of a Runtime (and
-/// so the continuations it completes). Such a thread is one of the few that
+/// so the continuations it completes) or any continuation. Such a thread is one of the few that
 /// move every request forward: blocking it on another result can wait for
 /// itself. Defined in the library.
 [[nodiscard]] bool on_runtime_thread() noexcept;
+
+/// Marks the calling thread as running a continuation while it lives. A
+/// continuation attached to a complete future runs at once on the thread
+/// that attached it; the rules for continuations (no blocking get or wait)
+/// then hold there too, so a continuation behaves the same wherever it
+/// runs. Defined in the library.
+class ContinuationScope {
+ public:
+  ContinuationScope() noexcept;
+  ~ContinuationScope();
+  ContinuationScope(const ContinuationScope&) = delete;
+  ContinuationScope& operator=(const ContinuationScope&) = delete;
+};
 
 /// A move-only `void()` callable: continuations may own move-only state
 /// (a promise, a unique_ptr), which std::function cannot hold.
@@ -332,6 +345,7 @@ class Future {
 
   template <class F>
   static decltype(auto) invoke_with_value(F& f, detail::SharedState<T>& src) {
+    detail::ContinuationScope scope;
     if constexpr (std::is_void_v<T>) {
       src.consume();
       return f();
