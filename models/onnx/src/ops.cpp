@@ -1,0 +1,1089 @@
+// The op table: each ONNX op mapped to Switchyard's ops, directly or by a
+// fixed composition. Shape arithmetic on host constants is computed here on
+// the host (small integer tensors), so a cached plan skips it.
+//
+// Adding an op: one entry in op_table() below (attributes it understands, an
+// optional load-time check, the implementation). Ops waiting on other
+// issues (conv/pool, f16/bf16/i8/i16) slot in the same way.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "onnx_internal.hpp"
+
+namespace switchyard::onnx {
+namespace detail {
+namespace {
+
+constexpr int64_t kHostMax = 1 << 16;  // larger results go to the device
+
+using Ints = std::vector<int64_t>;
+using Outs = std::vector<Value>;
+
+Value dev_value(Tensor t) {
+  Value v;
+  v.dev = std::move(t);
+  return v;
+}
+Value host_value(TensorData d) {
+  Value v;
+  v.host = std::move(d);
+  return v;
+}
+
+int64_t axis_of(const Ctx& ctx, int64_t axis, size_t rank) {
+  auto a = normalize_axis(axis, rank);
+  if (!a)
+    ctx.fail(Errc::invalid_argument, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return *a;
+}
+
+Scalar scalar_for(DType t, double v) {
+  if (is_floating(t)) return Scalar(v);
+  if (is_bool(t)) return Scalar(v != 0);
+  return Scalar(static_cast<int64_t>(v));
+}
+
+Tensor zeros_like_scalar(const Tensor& x) { return x.device().zeros({}, x.dtype()); }
+
+// Channel vectors [C] against x [N, C, ...].
+Tensor per_channel(const Tensor& v, size_t rank) {
+  Ints dims(rank, 1);
+  dims[1] = v.shape().numel();
+  return v.reshape(Shape(dims));
+}
+
+// --- host helpers (small tensors, any dtype, byte-exact) ---
+
+TensorData host_reshape(const TensorData& d, Shape s) { return TensorData(std::move(s), d.dtype, d.bytes); }
+
+TensorData host_ints(const Ints& v, Shape s, DType t = DType::i64) {
+  switch (t) {
+    case DType::i64:
+      return TensorData::from(v, std::move(s));
+    case DType::i32:
+      return TensorData::from(std::vector<int32_t>(v.begin(), v.end()), std::move(s));
+    case DType::u8:
+      return TensorData::from(std::vector<uint8_t>(v.begin(), v.end()), std::move(s));
+    case DType::boolean: {
+      std::vector<bool> b;
+      for (auto x : v) b.push_back(x != 0);
+      return TensorData::from(b, std::move(s));
+    }
+    case DType::f32:
+      return TensorData::from(std::vector<float>(v.begin(), v.end()), std::move(s));
+    case DType::f64:
+      return TensorData::from(std::vector<double>(v.begin(), v.end()), std::move(s));
+  }
+  return {};
+}
+
+TensorData host_doubles(const std::vector<double>& v, Shape s, DType t) {
+  if (t == DType::f32) return TensorData::from(std::vector<float>(v.begin(), v.end()), std::move(s));
+  if (t == DType::f64) return TensorData::from(v, std::move(s));
+  Ints i;
+  for (double x : v) i.push_back(static_cast<int64_t>(x));
+  return host_ints(i, std::move(s), t);
+}
+
+TensorData host_cast(const TensorData& d, DType t) {
+  if (d.dtype == t) return d;
+  if (is_floating(d.dtype)) {
+    auto v = d.to_vector<double>();
+    if (t == DType::boolean) {
+      Ints i;
+      for (double x : v) i.push_back(x != 0);
+      return host_ints(i, d.shape, t);
+    }
+    return host_doubles(v, d.shape, t);
+  }
+  return host_ints(d.to_vector<int64_t>(), d.shape, t);
+}
+
+// Copies elements: out element k comes from source element src_index(k).
+template <class F>
+TensorData host_gather_elems(const TensorData& d, Shape out_shape, F src_index) {
+  const size_t es = size_of(d.dtype);
+  const int64_t n = out_shape.numel();
+  Bytes b = Bytes::allocate(static_cast<size_t>(n) * es);
+  auto* dst = b.mutable_data();
+  const auto* src = d.bytes.as<const std::byte>();
+  Ints idx(out_shape.rank(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    std::memcpy(dst + k * es, src + src_index(idx) * es, es);
+    for (int64_t a = static_cast<int64_t>(idx.size()) - 1; a >= 0; --a) {
+      if (++idx[a] < out_shape[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return TensorData(std::move(out_shape), d.dtype, std::move(b));
+}
+
+int64_t linear(const Ints& idx, const Ints& strides) {
+  int64_t off = 0;
+  for (size_t a = 0; a < idx.size(); ++a) off += idx[a] * strides[a];
+  return off;
+}
+
+TensorData host_expand(const TensorData& d, const Shape& to) {
+  auto st = broadcast_strides(d.shape, to);
+  return host_gather_elems(d, to, [&](const Ints& i) { return linear(i, st); });
+}
+
+TensorData host_concat(const std::vector<const TensorData*>& parts, int64_t axis) {
+  Shape out = parts[0]->shape;
+  out.dims[axis] = 0;
+  for (auto* p : parts) out.dims[axis] += p->shape[axis];
+  // Concatenate by walking the parts: for small host tensors, index math.
+  Ints offsets;
+  int64_t acc = 0;
+  for (auto* p : parts) {
+    offsets.push_back(acc);
+    acc += p->shape[axis];
+  }
+  const size_t es = size_of(parts[0]->dtype);
+  Bytes b = Bytes::allocate(static_cast<size_t>(out.numel()) * es);
+  auto* dst = b.mutable_data();
+  Ints idx(out.rank(), 0);
+  for (int64_t k = 0; k < out.numel(); ++k) {
+    size_t p = std::upper_bound(offsets.begin(), offsets.end(), idx[axis]) - offsets.begin() - 1;
+    Ints local = idx;
+    local[axis] -= offsets[p];
+    std::memcpy(dst + k * es, parts[p]->bytes.as<const std::byte>() + linear(local, parts[p]->shape.strides()) * es,
+                es);
+    for (int64_t a = static_cast<int64_t>(idx.size()) - 1; a >= 0; --a) {
+      if (++idx[a] < out[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return TensorData(out, parts[0]->dtype, std::move(b));
+}
+
+bool host_small(const Ctx& ctx) {
+  if (!ctx.all_host()) return false;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has(i) && ctx.in(i).shape().numel() > kHostMax) return false;
+  return true;
+}
+
+// --- attributes and axes ---
+
+Ints reduce_axes(Ctx& ctx, size_t rank, bool axes_from_input) {
+  Ints axes;
+  if (axes_from_input) {
+    if (ctx.has(1)) axes = ctx.ints(1);
+  } else if (auto a = ctx.attr_ints("axes")) {
+    axes = *a;
+  }
+  for (auto& a : axes) a = axis_of(ctx, a, rank);
+  return axes;
+}
+
+Shape reduced_shape(const Shape& s, const Ints& axes, bool keep) {
+  Shape out;
+  for (size_t a = 0; a < s.rank(); ++a) {
+    bool r = axes.empty() || std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end();
+    if (!r)
+      out.dims.push_back(s[a]);
+    else if (keep)
+      out.dims.push_back(1);
+  }
+  return out;
+}
+
+// --- families ---
+
+using UnaryFn = Tensor (*)(const Tensor&);
+
+OpSpec unary(UnaryKind k) {
+  return {{}, nullptr, [k](Ctx& ctx) { return Outs{dev_value(ctx.dev(0).unary(k))}; }};
+}
+
+OpSpec composed(std::function<Tensor(Ctx&, const Tensor&)> f, std::vector<std::string> attrs = {}) {
+  return {std::move(attrs), nullptr, [f](Ctx& ctx) { return Outs{dev_value(f(ctx, ctx.dev(0)))}; }};
+}
+
+// Integer host arithmetic for shape subgraphs (broadcasting).
+std::optional<Value> host_binary(Ctx& ctx, const std::string& op) {
+  if (!host_small(ctx)) return std::nullopt;
+  const TensorData& a = ctx.host(0);
+  const TensorData& b = ctx.host(1);
+  auto shape = broadcast_shapes(a.shape, b.shape);
+  if (!shape) return std::nullopt;
+  auto sa = broadcast_strides(a.shape, *shape), sb = broadcast_strides(b.shape, *shape);
+  const bool fl = is_floating(a.dtype) || is_floating(b.dtype);
+  const bool cmp = op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual";
+  if (fl) {
+    auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+    std::vector<double> out;
+    Ints idx(shape->rank(), 0);
+    for (int64_t k = 0; k < shape->numel(); ++k) {
+      double x = va[linear(idx, sa)], y = vb[linear(idx, sb)], r = 0;
+      if (op == "Add")
+        r = x + y;
+      else if (op == "Sub")
+        r = x - y;
+      else if (op == "Mul")
+        r = x * y;
+      else if (op == "Div")
+        r = x / y;
+      else if (op == "Equal")
+        r = x == y;
+      else if (op == "Less")
+        r = x < y;
+      else if (op == "Greater")
+        r = x > y;
+      else if (op == "LessOrEqual")
+        r = x <= y;
+      else if (op == "GreaterOrEqual")
+        r = x >= y;
+      else
+        return std::nullopt;
+      out.push_back(r);
+      for (int64_t ax = static_cast<int64_t>(idx.size()) - 1; ax >= 0; --ax) {
+        if (++idx[ax] < (*shape)[ax]) break;
+        idx[ax] = 0;
+      }
+    }
+    return host_value(host_doubles(out, *shape, cmp ? DType::boolean : a.dtype));
+  }
+  auto va = a.to_vector<int64_t>(), vb = b.to_vector<int64_t>();
+  Ints out;
+  Ints idx(shape->rank(), 0);
+  for (int64_t k = 0; k < shape->numel(); ++k) {
+    int64_t x = va[linear(idx, sa)], y = vb[linear(idx, sb)], r = 0;
+    if (op == "Add")
+      r = x + y;
+    else if (op == "Sub")
+      r = x - y;
+    else if (op == "Mul")
+      r = x * y;
+    else if (op == "Div") {
+      if (y == 0) return std::nullopt;
+      r = x / y;
+    } else if (op == "Equal")
+      r = x == y;
+    else if (op == "Less")
+      r = x < y;
+    else if (op == "Greater")
+      r = x > y;
+    else if (op == "LessOrEqual")
+      r = x <= y;
+    else if (op == "GreaterOrEqual")
+      r = x >= y;
+    else if (op == "And")
+      r = x && y;
+    else if (op == "Or")
+      r = x || y;
+    else
+      return std::nullopt;
+    out.push_back(r);
+    for (int64_t ax = static_cast<int64_t>(idx.size()) - 1; ax >= 0; --ax) {
+      if (++idx[ax] < (*shape)[ax]) break;
+      idx[ax] = 0;
+    }
+  }
+  return host_value(host_ints(out, *shape, cmp ? DType::boolean : a.dtype));
+}
+
+// Integer division truncates (C), as ONNX's Div on integers.
+Tensor int_div(const Tensor& a, const Tensor& b) {
+  Tensor q = a.cast(DType::f64).div(b.cast(DType::f64));
+  Tensor t = q.abs().floor().mul(q.sign());
+  return t.cast(a.dtype());
+}
+
+OpSpec binary(BinaryKind k, const std::string& name) {
+  return {{}, nullptr, [k, name](Ctx& ctx) {
+            if (auto h = host_binary(ctx, name)) return Outs{*h};
+            return Outs{dev_value(ctx.dev(0).binary(k, ctx.dev(1)))};
+          }};
+}
+
+OpSpec variadic(BinaryKind k, bool mean) {
+  return {{}, nullptr, [k, mean](Ctx& ctx) {
+            Tensor acc = ctx.dev(0);
+            size_t n = 1;
+            for (size_t i = 1; i < ctx.num_inputs(); ++i)
+              if (ctx.has(i)) {
+                acc = acc.binary(k, ctx.dev(i));
+                ++n;
+              }
+            if (mean) acc = acc.div(scalar_for(acc.dtype(), static_cast<double>(n)));
+            return Outs{dev_value(acc)};
+          }};
+}
+
+Tensor reduce(const Tensor& x, const std::string& op, const Ints& axes, bool keep) {
+  const DType t = x.dtype();
+  auto back = [&](Tensor r) { return r.dtype() == t ? r : r.cast(t); };
+  if (op == "ReduceSum") return back(x.sum(axes, keep));
+  if (op == "ReduceMean") return x.mean(axes, keep);
+  if (op == "ReduceMax") return x.max(axes, keep);
+  if (op == "ReduceMin") return x.min(axes, keep);
+  if (op == "ReduceProd") return back(x.prod(axes, keep));
+  if (op == "ReduceL1") return back(x.abs().sum(axes, keep));
+  if (op == "ReduceL2") return back(x.mul(x).sum(axes, keep).cast(is_floating(t) ? t : DType::f64).sqrt());
+  if (op == "ReduceSumSquare") return back(x.mul(x).sum(axes, keep));
+  if (op == "ReduceLogSum") return x.sum(axes, keep).log();
+  // ReduceLogSumExp, max-shifted so large inputs do not overflow.
+  Tensor m = x.max(axes, true);
+  Tensor r = x.sub(m).exp().sum(axes, true).log().add(m);
+  return keep ? r : r.reshape(reduced_shape(x.shape(), axes, false));
+}
+
+OpSpec reduction(const std::string& op) {
+  return {{"axes", "keepdims", "noop_with_empty_axes"},
+          [op](const ::onnx::NodeProto&, int64_t) { return std::string(); },
+          [op](Ctx& ctx) {
+            Tensor x = ctx.dev(0);
+            const bool from_input = op == "ReduceSum" && ctx.opset() >= 13;
+            Ints axes = reduce_axes(ctx, x.rank(), from_input);
+            const bool keep = ctx.attr_i("keepdims", 1) != 0;
+            if (axes.empty() && ctx.attr_i("noop_with_empty_axes", 0) != 0) return Outs{dev_value(x)};
+            if (axes.empty())
+              for (size_t a = 0; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+            return Outs{dev_value(reduce(x, op, axes, keep))};
+          }};
+}
+
+// Softmax family: opset < 13 flattens to 2-D at `axis` (default 1).
+template <class F>
+OpSpec softmax_like(F f) {
+  return {{"axis"}, nullptr, [f](Ctx& ctx) {
+            Tensor x = ctx.dev(0);
+            if (ctx.opset() >= 13) return Outs{dev_value(f(x, axis_of(ctx, ctx.attr_i("axis", -1), x.rank())))};
+            int64_t axis = axis_of(ctx, ctx.attr_i("axis", 1), std::max<size_t>(x.rank(), 1));
+            int64_t outer = 1;
+            for (int64_t a = 0; a < axis; ++a) outer *= x.shape()[a];
+            Tensor y = f(x.reshape({outer, -1}), 1);
+            return Outs{dev_value(y.reshape(x.shape()))};
+          }};
+}
+
+Tensor hardmax(const Tensor& x, int64_t axis) {
+  Tensor idx = x.argmax(axis, true);
+  Shape s(Ints(x.rank(), 1));
+  s.dims[axis] = x.shape()[axis];
+  Tensor r = x.device().arange(0, static_cast<double>(x.shape()[axis])).reshape(s);
+  return r.eq(idx).cast(x.dtype());
+}
+
+std::string only_constant_mode(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "mode" && a.s() != "constant") return "attribute mode='" + a.s() + "' (only 'constant' padding)";
+  return "";
+}
+
+Ints norm_ints(const Ctx& ctx, Ints axes, size_t rank) {
+  for (auto& a : axes) a = axis_of(ctx, a, rank);
+  return axes;
+}
+
+Value do_reshape(Ctx& ctx, const Value& x, Ints target, bool allowzero) {
+  const Shape& s = x.shape();
+  for (size_t a = 0; a < target.size(); ++a)
+    if (target[a] == 0 && !allowzero) {
+      if (a >= s.rank())
+        ctx.fail(Errc::shape_mismatch, "shape copies axis " + std::to_string(a) + " of " + s.to_string());
+      target[a] = s[a];
+    }
+  if (x.host) {
+    int64_t known = 1, infer = -1;
+    for (size_t a = 0; a < target.size(); ++a) {
+      if (target[a] == -1)
+        infer = static_cast<int64_t>(a);
+      else
+        known *= target[a];
+    }
+    if (infer >= 0) target[infer] = known == 0 ? 0 : s.numel() / known;
+    Shape out(target);
+    if (out.numel() != s.numel())
+      ctx.fail(Errc::shape_mismatch, "cannot reshape " + s.to_string() + " to " + out.to_string());
+    Value v = host_value(host_reshape(*x.host, out));
+    return v;
+  }
+  return dev_value(x.dev.reshape(Shape(target)));
+}
+
+Value unsqueeze_value(Ctx& ctx, const Value& x, Ints axes) {
+  const size_t out_rank = x.shape().rank() + axes.size();
+  axes = norm_ints(ctx, axes, out_rank);
+  std::sort(axes.begin(), axes.end());
+  Ints dims;
+  size_t src = 0;
+  for (size_t a = 0; a < out_rank; ++a) {
+    if (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(a)))
+      dims.push_back(1);
+    else
+      dims.push_back(x.shape()[src++]);
+  }
+  if (x.host) return host_value(host_reshape(*x.host, Shape(dims)));
+  return dev_value(x.dev.reshape(Shape(dims)));
+}
+
+// One ONNX Slice (starts/ends clamped as ONNX does), by axis.
+Value slice_value(Ctx& ctx, const Value& x, const Ints& starts, const Ints& ends, Ints axes, Ints steps) {
+  const Shape& s = x.shape();
+  if (axes.empty())
+    for (size_t a = 0; a < starts.size(); ++a) axes.push_back(static_cast<int64_t>(a));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (starts.size() != ends.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    ctx.fail(Errc::invalid_argument, "starts, ends, axes and steps differ in length");
+  Ints st(s.rank(), 0), en(s.dims), sp(s.rank(), 1);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t a = axis_of(ctx, axes[k], s.rank());
+    int64_t dim = s[a], step = steps[k];
+    if (step == 0) ctx.fail(Errc::invalid_argument, "slice step 0");
+    int64_t b = starts[k], e = ends[k];
+    if (b < 0) b += dim;
+    if (e < 0 && e > std::numeric_limits<int64_t>::min() / 2) e += dim;
+    if (e <= std::numeric_limits<int64_t>::min() / 2) e = -1;
+    if (step > 0) {
+      b = std::clamp<int64_t>(b, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+    } else {
+      b = std::clamp<int64_t>(b, -1, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+    }
+    st[a] = b;
+    en[a] = e;
+    sp[a] = step;
+  }
+  // Output extents and the source index of each output position.
+  Ints out_dims(s.rank());
+  for (size_t a = 0; a < s.rank(); ++a) {
+    int64_t n = sp[a] > 0 ? (en[a] - st[a] + sp[a] - 1) / sp[a] : (st[a] - en[a] - sp[a] - 1) / (-sp[a]);
+    out_dims[a] = std::max<int64_t>(n, 0);
+  }
+  if (x.host) {
+    auto strides = s.strides();
+    return host_value(host_gather_elems(*x.host, Shape(out_dims), [&](const Ints& i) {
+      int64_t off = 0;
+      for (size_t a = 0; a < i.size(); ++a) off += (st[a] + i[a] * sp[a]) * strides[a];
+      return off;
+    }));
+  }
+  Tensor t = x.dev;
+  for (size_t a = 0; a < s.rank(); ++a) {
+    if (st[a] == 0 && en[a] == s[a] && sp[a] == 1) continue;
+    if (sp[a] > 0) {
+      t = t.slice(static_cast<int64_t>(a), Slice{st[a], std::max(en[a], st[a]), sp[a]});
+    } else {
+      // Negative steps: flip, then a positive step over the mirrored range.
+      const int64_t dim = s[a];
+      t = t.flip({static_cast<int64_t>(a)});
+      int64_t b = dim - 1 - st[a], e = dim - 1 - en[a];
+      t = t.slice(static_cast<int64_t>(a), Slice{b, std::max(e, b), -sp[a]});
+    }
+  }
+  return dev_value(t);
+}
+
+// Gather/GatherElements indices may be negative: count from the end.
+Tensor fix_indices(Ctx& ctx, size_t input, int64_t dim) {
+  if (ctx.is_host(input)) {
+    auto v = ctx.ints(input);
+    for (auto& i : v) {
+      if (i < -dim || i >= dim)
+        ctx.fail(Errc::index_out_of_range,
+                 "index " + std::to_string(i) + " out of range for extent " + std::to_string(dim));
+      if (i < 0) i += dim;
+    }
+    return ctx.device().from_data(host_ints(v, ctx.host(input).shape));
+  }
+  Tensor idx = ctx.dev(input);
+  if (idx.dtype() != DType::i64) idx = idx.cast(DType::i64);
+  return where(idx.lt(Scalar(int64_t{0})), idx.add(Scalar(dim)), idx);
+}
+
+std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "training_mode" && a.i() != 0) return "training_mode=1 (inference only)";
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "spatial" && a.i() != 1) return "spatial=0";
+    if (a.name() == "is_test" && a.i() == 0) return "is_test=0 (training statistics)";
+  }
+  if (n.output_size() > 1) return "the running mean/variance outputs (training only)";
+  return "";
+}
+
+std::map<std::string, OpSpec, std::less<>> build_table() {
+  std::map<std::string, OpSpec, std::less<>> t;
+  // --- element-wise unary, direct ---
+  t["Abs"] = unary(UnaryKind::abs);
+  t["Neg"] = {{}, nullptr, [](Ctx& ctx) {
+                if (host_small(ctx) && !is_floating(ctx.in(0).dtype())) {
+                  auto v = ctx.ints(0);
+                  for (auto& x : v) x = -x;
+                  return Outs{host_value(host_ints(v, ctx.in(0).shape(), ctx.in(0).dtype()))};
+                }
+                return Outs{dev_value(ctx.dev(0).neg())};
+              }};
+  t["Exp"] = unary(UnaryKind::exp);
+  t["Log"] = unary(UnaryKind::log);
+  t["Sqrt"] = unary(UnaryKind::sqrt);
+  t["Reciprocal"] = unary(UnaryKind::reciprocal);
+  t["Sin"] = unary(UnaryKind::sin);
+  t["Cos"] = unary(UnaryKind::cos);
+  t["Tanh"] = unary(UnaryKind::tanh);
+  t["Sigmoid"] = unary(UnaryKind::sigmoid);
+  t["Relu"] = unary(UnaryKind::relu);
+  t["Erf"] = unary(UnaryKind::erf);
+  t["Floor"] = unary(UnaryKind::floor);
+  t["Ceil"] = unary(UnaryKind::ceil);
+  t["Round"] = unary(UnaryKind::round);
+  t["Sign"] = unary(UnaryKind::sign);
+  t["Not"] = unary(UnaryKind::logical_not);
+  t["IsNaN"] = unary(UnaryKind::isnan);
+  t["IsInf"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        Tensor inf = x.isinf();
+        const bool neg = ctx.attr_i("detect_negative", 1) != 0, pos = ctx.attr_i("detect_positive", 1) != 0;
+        if (neg && pos) return inf;
+        if (!neg && !pos) return inf.logical_and(Scalar(false));
+        return inf.logical_and(pos ? x.gt(Scalar(0.0)) : x.lt(Scalar(0.0)));
+      },
+      {"detect_negative", "detect_positive"});
+  // --- element-wise unary, composed ---
+  t["Tan"] = composed([](Ctx&, const Tensor& x) { return x.sin().div(x.cos()); });
+  t["Atan"] = composed([](Ctx&, const Tensor& x) { return x.atan2(scalar_for(x.dtype(), 1)); });
+  t["Asin"] =
+      composed([](Ctx&, const Tensor& x) { return x.atan2(x.mul(x).neg().add(scalar_for(x.dtype(), 1)).sqrt()); });
+  t["Acos"] =
+      composed([](Ctx&, const Tensor& x) { return x.mul(x).neg().add(scalar_for(x.dtype(), 1)).sqrt().atan2(x); });
+  t["Sinh"] =
+      composed([](Ctx&, const Tensor& x) { return x.exp().sub(x.neg().exp()).mul(scalar_for(x.dtype(), 0.5)); });
+  t["Cosh"] =
+      composed([](Ctx&, const Tensor& x) { return x.exp().add(x.neg().exp()).mul(scalar_for(x.dtype(), 0.5)); });
+  t["Asinh"] =
+      composed([](Ctx&, const Tensor& x) { return x.add(x.mul(x).add(scalar_for(x.dtype(), 1)).sqrt()).log(); });
+  t["Acosh"] =
+      composed([](Ctx&, const Tensor& x) { return x.add(x.mul(x).sub(scalar_for(x.dtype(), 1)).sqrt()).log(); });
+  t["Atanh"] = composed([](Ctx&, const Tensor& x) {
+    Scalar one = scalar_for(x.dtype(), 1);
+    return x.add(one).div(x.neg().add(one)).log().mul(scalar_for(x.dtype(), 0.5));
+  });
+  t["Softsign"] = composed([](Ctx&, const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); });
+  t["Softplus"] = composed([](Ctx&, const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); });
+  t["Mish"] = composed([](Ctx&, const Tensor& x) { return x.mul(x.relu().add(x.abs().neg().exp().log1p()).tanh()); });
+  t["LeakyRelu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return where(x.lt(Scalar(0.0)), x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.01f))), x);
+      },
+      {"alpha"});
+  t["Elu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return where(x.lt(Scalar(0.0)), x.expm1().mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 1.0f))), x);
+      },
+      {"alpha"});
+  t["Selu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        const double alpha = ctx.attr_f("alpha", 1.67326319217681884765625f);
+        const double gamma = ctx.attr_f("gamma", 1.05070102214813232421875f);
+        return where(x.le(Scalar(0.0)), x.expm1().mul(scalar_for(x.dtype(), alpha)), x)
+            .mul(scalar_for(x.dtype(), gamma));
+      },
+      {"alpha", "gamma"});
+  t["Celu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        const double alpha = ctx.attr_f("alpha", 1.0f);
+        Tensor neg = x.div(scalar_for(x.dtype(), alpha)).expm1().mul(scalar_for(x.dtype(), alpha)).clamp_max(0);
+        return x.relu().add(neg);
+      },
+      {"alpha"});
+  t["ThresholdedRelu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return where(x.gt(Scalar(static_cast<double>(ctx.attr_f("alpha", 1.0f)))), x, zeros_like_scalar(x));
+      },
+      {"alpha"});
+  t["HardSigmoid"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.2f)))
+            .add(scalar_for(x.dtype(), ctx.attr_f("beta", 0.5f)))
+            .clamp(0, 1);
+      },
+      {"alpha", "beta"});
+  t["HardSwish"] = composed([](Ctx&, const Tensor& x) {
+    return x.mul(x.mul(scalar_for(x.dtype(), 1.0 / 6)).add(scalar_for(x.dtype(), 0.5)).clamp(0, 1));
+  });
+  t["Shrink"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        const double bias = ctx.attr_f("bias", 0), lambd = ctx.attr_f("lambd", 0.5f);
+        Tensor zero = zeros_like_scalar(x);
+        Tensor hi = where(x.gt(Scalar(lambd)), x.sub(scalar_for(x.dtype(), bias)), zero);
+        return where(x.lt(Scalar(-lambd)), x.add(scalar_for(x.dtype(), bias)), hi);
+      },
+      {"bias", "lambd"});
+  t["PRelu"] = {{}, nullptr, [](Ctx& ctx) {
+                  Tensor x = ctx.dev(0), slope = ctx.dev(1);
+                  // Before opset 7 a 1-D slope of extent C applied along axis 1.
+                  if (ctx.opset() < 7 && slope.rank() == 1 && x.rank() > 2 && slope.shape()[0] == x.shape()[1])
+                    slope = per_channel(slope, x.rank());
+                  return Outs{dev_value(where(x.lt(Scalar(0.0)), x.mul(slope), x))};
+                }};
+  t["Clip"] = {{"min", "max"}, nullptr, [](Ctx& ctx) {
+                 Tensor x = ctx.dev(0);
+                 double lo = NAN, hi = NAN;
+                 if (ctx.opset() < 11) {
+                   if (auto a = ctx.attr("min")) lo = a->f();
+                   if (auto a = ctx.attr("max")) hi = a->f();
+                 } else {
+                   if (ctx.has(1)) lo = ctx.host(1).at(0);
+                   if (ctx.has(2)) hi = ctx.host(2).at(0);
+                 }
+                 if (std::isnan(lo) && std::isnan(hi)) return Outs{dev_value(x)};
+                 return Outs{dev_value(x.clamp(lo, hi))};
+               }};
+  // --- binary ---
+  t["Add"] = binary(BinaryKind::add, "Add");
+  t["Sub"] = binary(BinaryKind::sub, "Sub");
+  t["Mul"] = binary(BinaryKind::mul, "Mul");
+  t["Div"] = {{}, nullptr, [](Ctx& ctx) {
+                if (auto h = host_binary(ctx, "Div")) return Outs{*h};
+                Tensor a = ctx.dev(0), b = ctx.dev(1);
+                if (!is_floating(a.dtype())) return Outs{dev_value(int_div(a, b))};
+                return Outs{dev_value(a.div(b))};
+              }};
+  t["Pow"] = {{}, nullptr, [](Ctx& ctx) {
+                Tensor a = ctx.dev(0);
+                Tensor r = a.pow(ctx.dev(1));
+                return Outs{dev_value(r.dtype() == a.dtype() ? r : r.cast(a.dtype()))};
+              }};
+  t["Mod"] = {{"fmod"}, nullptr, [](Ctx& ctx) {
+                Tensor a = ctx.dev(0), b = ctx.dev(1);
+                if (ctx.attr_i("fmod", 0) == 0) return Outs{dev_value(a.remainder(b))};
+                // C fmod: the sign of the dividend.
+                Tensor af = a.cast(DType::f64), bf = b.cast(DType::f64);
+                Tensor q = af.div(bf);
+                Tensor r = af.sub(q.abs().floor().mul(q.sign()).mul(bf));
+                return Outs{dev_value(r.cast(a.dtype()))};
+              }};
+  t["Equal"] = binary(BinaryKind::eq, "Equal");
+  t["Less"] = binary(BinaryKind::lt, "Less");
+  t["LessOrEqual"] = binary(BinaryKind::le, "LessOrEqual");
+  t["Greater"] = binary(BinaryKind::gt, "Greater");
+  t["GreaterOrEqual"] = binary(BinaryKind::ge, "GreaterOrEqual");
+  t["And"] = binary(BinaryKind::logical_and, "And");
+  t["Or"] = binary(BinaryKind::logical_or, "Or");
+  t["Xor"] = binary(BinaryKind::logical_xor, "Xor");
+  t["Max"] = variadic(BinaryKind::maximum, false);
+  t["Min"] = variadic(BinaryKind::minimum, false);
+  t["Sum"] = variadic(BinaryKind::add, false);
+  t["Mean"] = variadic(BinaryKind::add, true);
+  t["Where"] = {{}, nullptr, [](Ctx& ctx) {
+                  if (host_small(ctx)) {
+                    const TensorData &c = ctx.host(0), &a = ctx.host(1), &b = ctx.host(2);
+                    auto s1 = broadcast_shapes(c.shape, a.shape);
+                    auto s = s1 ? broadcast_shapes(*s1, b.shape) : std::nullopt;
+                    if (s && a.dtype == b.dtype) {
+                      auto ce = host_expand(c, *s), ae = host_expand(a, *s), be = host_expand(b, *s);
+                      auto cv = ce.to_vector<int64_t>();
+                      const size_t es = size_of(a.dtype);
+                      Bytes out = Bytes::allocate(static_cast<size_t>(s->numel()) * es);
+                      for (size_t k = 0; k < cv.size(); ++k)
+                        std::memcpy(out.mutable_data() + k * es, (cv[k] ? ae : be).bytes.as<const std::byte>() + k * es,
+                                    es);
+                      return Outs{host_value(TensorData(*s, a.dtype, std::move(out)))};
+                    }
+                  }
+                  return Outs{dev_value(where(ctx.dev(0), ctx.dev(1), ctx.dev(2)))};
+                }};
+  // --- dtype ---
+  t["Cast"] = {{"to", "saturate"},
+               [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                 for (const auto& a : n.attribute())
+                   if (a.name() == "to" && !to_dtype(static_cast<int32_t>(a.i())))
+                     return "cast to " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+                 return "";
+               },
+               [](Ctx& ctx) {
+                 DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("to", 1)));
+                 if (host_small(ctx)) return Outs{host_value(host_cast(ctx.host(0), to))};
+                 return Outs{dev_value(ctx.dev(0).cast(to))};
+               }};
+  t["CastLike"] = {{"saturate"}, nullptr, [](Ctx& ctx) {
+                     DType to = ctx.in(1).dtype();
+                     if (host_small(ctx)) return Outs{host_value(host_cast(ctx.host(0), to))};
+                     return Outs{dev_value(ctx.dev(0).cast(to))};
+                   }};
+  // --- constants and shapes (host) ---
+  t["Identity"] = {{}, nullptr, [](Ctx& ctx) { return Outs{ctx.in(0)}; }};
+  t["Dropout"] = {{"ratio", "seed", "is_test"},
+                  [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                    for (const auto& a : n.attribute())
+                      if (a.name() == "is_test" && a.i() == 0) return "is_test=0 (training dropout)";
+                    return "";
+                  },
+                  [](Ctx& ctx) {
+                    if (ctx.has(2) && ctx.host(2).at(0) != 0)
+                      ctx.fail(Errc::unsupported, "training_mode=true (random dropout is not in the op set)");
+                    Outs out{ctx.in(0)};
+                    if (ctx.node().output_size() > 1) {
+                      Value mask = host_value(host_ints(Ints(1, 1), {}, DType::boolean));
+                      out.push_back(dev_value(ctx.device().ones(ctx.in(0).shape(), DType::boolean)));
+                    }
+                    return out;
+                  }};
+  t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"}, nullptr, [](Ctx& ctx) {
+                     if (auto a = ctx.attr("value")) return Outs{host_value(to_data(a->t(), "."))};
+                     if (auto a = ctx.attr("value_float"))
+                       return Outs{host_value(TensorData::from(std::vector<float>{a->f()}, {}))};
+                     if (auto a = ctx.attr("value_int")) return Outs{host_value(host_ints({a->i()}, {}))};
+                     if (auto a = ctx.attr("value_floats")) {
+                       std::vector<float> v(a->floats().begin(), a->floats().end());
+                       return Outs{host_value(TensorData::from(v, {static_cast<int64_t>(v.size())}))};
+                     }
+                     if (auto a = ctx.attr_ints("value_ints"))
+                       return Outs{host_value(host_ints(*a, {static_cast<int64_t>(a->size())}))};
+                     ctx.fail(Errc::invalid_argument, "no value attribute");
+                   }};
+  t["Shape"] = {{"start", "end"}, nullptr, [](Ctx& ctx) {
+                  const auto& dims = ctx.in(0).shape().dims;
+                  const int64_t r = static_cast<int64_t>(dims.size());
+                  int64_t b = ctx.attr_i("start", 0), e = ctx.attr_i("end", r);
+                  if (b < 0) b += r;
+                  if (e < 0) e += r;
+                  b = std::clamp<int64_t>(b, 0, r);
+                  e = std::clamp<int64_t>(e, b, r);
+                  Ints v(dims.begin() + b, dims.begin() + e);
+                  return Outs{host_value(host_ints(v, {static_cast<int64_t>(v.size())}))};
+                }};
+  t["Size"] = {{}, nullptr, [](Ctx& ctx) { return Outs{host_value(host_ints({ctx.in(0).shape().numel()}, {}))}; }};
+  t["ConstantOfShape"] = {{"value"}, nullptr, [](Ctx& ctx) {
+                            Shape s(ctx.ints(0));
+                            TensorData v = TensorData::from(std::vector<float>{0.0f}, {1});
+                            if (auto a = ctx.attr("value")) v = to_data(a->t(), ".");
+                            if (s.numel() <= kHostMax)
+                              return Outs{host_value(host_expand(host_reshape(v, Shape(Ints(s.rank(), 1))), s))};
+                            return Outs{dev_value(ctx.device().full(s, v.at(0), v.dtype))};
+                          }};
+  t["Range"] = {{}, nullptr, [](Ctx& ctx) {
+                  const TensorData& s = ctx.host(0);
+                  const double start = s.at(0), limit = ctx.host(1).at(0), delta = ctx.host(2).at(0);
+                  if (delta == 0) ctx.fail(Errc::invalid_argument, "delta 0");
+                  const int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((limit - start) / delta)), 0);
+                  if (n > kHostMax)
+                    return Outs{dev_value(ctx.device().arange(start, start + n * delta, delta, s.dtype))};
+                  std::vector<double> v;
+                  for (int64_t i = 0; i < n; ++i) v.push_back(start + static_cast<double>(i) * delta);
+                  return Outs{host_value(host_doubles(v, {n}, s.dtype))};
+                }};
+  t["EyeLike"] = {{"dtype", "k"},
+                  [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                    for (const auto& a : n.attribute())
+                      if (a.name() == "dtype" && !to_dtype(static_cast<int32_t>(a.i())))
+                        return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+                    return "";
+                  },
+                  [](Ctx& ctx) {
+                    const Shape& s = ctx.in(0).shape();
+                    DType dt =
+                        ctx.attr("dtype") ? *to_dtype(static_cast<int32_t>(ctx.attr_i("dtype", 1))) : ctx.in(0).dtype();
+                    const int64_t k = ctx.attr_i("k", 0);
+                    Ints v(static_cast<size_t>(s.numel()), 0);
+                    for (int64_t i = 0; i < s[0]; ++i)
+                      if (i + k >= 0 && i + k < s[1]) v[i * s[1] + i + k] = 1;
+                    return Outs{host_value(host_ints(v, s, dt))};
+                  }};
+  // --- layout ---
+  t["Reshape"] = {{"allowzero"}, nullptr, [](Ctx& ctx) {
+                    Ints target = ctx.opset() < 5 ? *ctx.attr_ints("shape") : ctx.ints(1);
+                    return Outs{do_reshape(ctx, ctx.in(0), target, ctx.attr_i("allowzero", 0) != 0)};
+                  }};
+  t["Flatten"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                    const Shape& s = ctx.in(0).shape();
+                    int64_t axis = ctx.attr_i("axis", 1);
+                    if (axis < 0) axis += static_cast<int64_t>(s.rank());
+                    int64_t outer = 1;
+                    for (int64_t a = 0; a < axis; ++a) outer *= s[a];
+                    int64_t inner = outer == 0 ? 0 : s.numel() / std::max<int64_t>(outer, 1);
+                    if (outer == 0) {
+                      inner = 1;
+                      for (size_t a = axis; a < s.rank(); ++a) inner *= s[a];
+                    }
+                    return Outs{do_reshape(ctx, ctx.in(0), {outer, inner}, true)};
+                  }};
+  t["Squeeze"] = {
+      {"axes"}, nullptr, [](Ctx& ctx) {
+        const Shape& s = ctx.in(0).shape();
+        Ints axes = ctx.opset() < 13 ? ctx.attr_ints("axes").value_or(Ints{}) : (ctx.has(1) ? ctx.ints(1) : Ints{});
+        axes = norm_ints(ctx, axes, s.rank());
+        Ints dims;
+        for (size_t a = 0; a < s.rank(); ++a) {
+          bool drop =
+              axes.empty() ? s[a] == 1 : std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end();
+          if (drop && s[a] != 1)
+            ctx.fail(Errc::shape_mismatch,
+                     "squeeze of axis " + std::to_string(a) + " of extent " + std::to_string(s[a]));
+          if (!drop) dims.push_back(s[a]);
+        }
+        return Outs{do_reshape(ctx, ctx.in(0), dims, true)};
+      }};
+  t["Unsqueeze"] = {{"axes"}, nullptr, [](Ctx& ctx) {
+                      Ints axes = ctx.opset() < 13 ? ctx.attr_ints("axes").value_or(Ints{}) : ctx.ints(1);
+                      return Outs{unsqueeze_value(ctx, ctx.in(0), axes)};
+                    }};
+  t["Transpose"] = {{"perm"}, nullptr, [](Ctx& ctx) {
+                      Tensor x = ctx.dev(0);
+                      Ints perm = ctx.attr_ints("perm").value_or(Ints{});
+                      if (perm.empty())
+                        for (int64_t a = static_cast<int64_t>(x.rank()) - 1; a >= 0; --a) perm.push_back(a);
+                      return Outs{dev_value(x.permute(perm))};
+                    }};
+  t["Expand"] = {{}, nullptr, [](Ctx& ctx) {
+                   Shape want(ctx.ints(1));
+                   auto out = broadcast_shapes(ctx.in(0).shape(), want);
+                   if (!out)
+                     ctx.fail(Errc::shape_mismatch,
+                              "cannot expand " + ctx.in(0).shape().to_string() + " to " + want.to_string());
+                   if (ctx.in(0).host && out->numel() <= kHostMax)
+                     return Outs{host_value(host_expand(*ctx.in(0).host, *out))};
+                   return Outs{dev_value(ctx.dev(0).expand(*out))};
+                 }};
+  t["Concat"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                   const size_t rank = ctx.in(0).shape().rank();
+                   const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), rank);
+                   if (host_small(ctx)) {
+                     std::vector<const TensorData*> parts;
+                     for (size_t i = 0; i < ctx.num_inputs(); ++i)
+                       if (ctx.has(i)) parts.push_back(&ctx.host(i));
+                     return Outs{host_value(host_concat(parts, axis))};
+                   }
+                   std::vector<Tensor> parts;
+                   for (size_t i = 0; i < ctx.num_inputs(); ++i)
+                     if (ctx.has(i)) parts.push_back(ctx.dev(i));
+                   return Outs{dev_value(cat(parts, axis))};
+                 }};
+  t["Split"] = {{"axis", "split"}, nullptr, [](Ctx& ctx) {
+                  const Shape& s = ctx.in(0).shape();
+                  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
+                  const int64_t parts = ctx.node().output_size();
+                  Ints sizes =
+                      ctx.opset() < 13 ? ctx.attr_ints("split").value_or(Ints{}) : (ctx.has(1) ? ctx.ints(1) : Ints{});
+                  if (sizes.empty()) {
+                    const int64_t each = (s[axis] + parts - 1) / parts;
+                    for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, s[axis] - p * each));
+                  }
+                  Outs out;
+                  int64_t at = 0;
+                  for (auto n : sizes) {
+                    out.push_back(slice_value(ctx, ctx.in(0), {at}, {at + n}, {axis}, {1}));
+                    at += n;
+                  }
+                  return out;
+                }};
+  t["Slice"] = {{"starts", "ends", "axes"}, nullptr, [](Ctx& ctx) {
+                  if (ctx.opset() < 10)
+                    return Outs{slice_value(ctx, ctx.in(0), *ctx.attr_ints("starts"), *ctx.attr_ints("ends"),
+                                            ctx.attr_ints("axes").value_or(Ints{}), {})};
+                  return Outs{slice_value(ctx, ctx.in(0), ctx.ints(1), ctx.ints(2), ctx.has(3) ? ctx.ints(3) : Ints{},
+                                          ctx.has(4) ? ctx.ints(4) : Ints{})};
+                }};
+  t["Gather"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                   const Shape& s = ctx.in(0).shape();
+                   const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
+                   const Shape& is = ctx.in(1).shape();
+                   Ints out_dims(s.dims.begin(), s.dims.begin() + axis);
+                   out_dims.insert(out_dims.end(), is.dims.begin(), is.dims.end());
+                   out_dims.insert(out_dims.end(), s.dims.begin() + axis + 1, s.dims.end());
+                   if (host_small(ctx)) {
+                     auto idx = ctx.ints(1);
+                     for (auto& i : idx) {
+                       if (i < -s[axis] || i >= s[axis])
+                         ctx.fail(Errc::index_out_of_range, "index " + std::to_string(i) + " out of range");
+                       if (i < 0) i += s[axis];
+                     }
+                     auto strides = s.strides();
+                     const size_t ir = is.rank();
+                     auto is_strides = is.strides();
+                     return Outs{host_value(host_gather_elems(*ctx.in(0).host, Shape(out_dims), [&](const Ints& o) {
+                       int64_t off = 0;
+                       for (int64_t a = 0; a < axis; ++a) off += o[a] * strides[a];
+                       int64_t flat = 0;
+                       for (size_t k = 0; k < ir; ++k) flat += o[axis + k] * is_strides[k];
+                       off += idx[flat] * strides[axis];
+                       for (size_t a = axis + 1; a < s.rank(); ++a) off += o[a + ir - 1] * strides[a];
+                       return off;
+                     }))};
+                   }
+                   Tensor idx = fix_indices(ctx, 1, s[axis]).reshape({-1});
+                   return Outs{dev_value(ctx.dev(0).index_select(axis, idx).reshape(Shape(out_dims)))};
+                 }};
+  t["GatherElements"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                           Tensor x = ctx.dev(0);
+                           const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+                           return Outs{dev_value(x.gather(axis, fix_indices(ctx, 1, x.shape()[axis])))};
+                         }};
+  t["Tile"] = {{}, nullptr, [](Ctx& ctx) {
+                 Tensor x = ctx.dev(0);
+                 Ints reps = ctx.ints(1);
+                 if (reps.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "repeats must have one entry per axis");
+                 Ints inter, expanded, out;
+                 for (size_t a = 0; a < x.rank(); ++a) {
+                   inter.insert(inter.end(), {1, x.shape()[a]});
+                   expanded.insert(expanded.end(), {reps[a], x.shape()[a]});
+                   out.push_back(reps[a] * x.shape()[a]);
+                 }
+                 return Outs{dev_value(x.reshape(Shape(inter)).expand(Shape(expanded)).reshape(Shape(out)))};
+               }};
+  t["Pad"] = {
+      {"mode", "pads", "value"}, only_constant_mode, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        Ints pads = ctx.opset() < 11 ? *ctx.attr_ints("pads") : ctx.ints(1);
+        double value = ctx.opset() < 11 ? ctx.attr_f("value", 0) : (ctx.has(2) ? ctx.host(2).at(0) : 0.0);
+        const size_t r = x.rank();
+        if (pads.size() != 2 * r) ctx.fail(Errc::shape_mismatch, "pads must have 2 * rank entries");
+        return Outs{dev_value(x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
+      }};
+  t["DepthToSpace"] = {{"blocksize", "mode"}, nullptr, [](Ctx& ctx) {
+                         Tensor x = ctx.dev(0);
+                         const int64_t b = ctx.attr_i("blocksize", 1);
+                         const auto& s = x.shape();
+                         const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+                         Tensor y = ctx.attr_s("mode", "DCR") == "DCR"
+                                        ? x.reshape({n, b, b, c / (b * b), h, w}).permute({0, 3, 4, 1, 5, 2})
+                                        : x.reshape({n, c / (b * b), b, b, h, w}).permute({0, 1, 4, 2, 5, 3});
+                         return Outs{dev_value(y.reshape({n, c / (b * b), h * b, w * b}))};
+                       }};
+  t["SpaceToDepth"] = {{"blocksize"}, nullptr, [](Ctx& ctx) {
+                         Tensor x = ctx.dev(0);
+                         const int64_t b = ctx.attr_i("blocksize", 1);
+                         const auto& s = x.shape();
+                         const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+                         Tensor y = x.reshape({n, c, h / b, b, w / b, b}).permute({0, 3, 5, 1, 2, 4});
+                         return Outs{dev_value(y.reshape({n, c * b * b, h / b, w / b}))};
+                       }};
+  t["Trilu"] = {{"upper"}, nullptr, [](Ctx& ctx) {
+                  Tensor x = ctx.dev(0);
+                  const int64_t k = ctx.has(1) ? ctx.ints(1).at(0) : 0;
+                  const auto& s = x.shape();
+                  const int64_t n = s[s.rank() - 2], m = s[s.rank() - 1];
+                  Tensor i = ctx.device().arange(0, static_cast<double>(n)).reshape({n, 1});
+                  Tensor j = ctx.device().arange(0, static_cast<double>(m)).reshape({1, m});
+                  Tensor d = j.sub(i);
+                  Tensor keep = ctx.attr_i("upper", 1) != 0 ? d.ge(Scalar(k)) : d.le(Scalar(k));
+                  return Outs{dev_value(where(keep, x, zeros_like_scalar(x)))};
+                }};
+  t["OneHot"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                   Tensor idx = ctx.dev(0).cast(DType::i64);
+                   const int64_t depth = static_cast<int64_t>(ctx.host(1).at(0));
+                   Tensor values = ctx.dev(2);
+                   const int64_t out_rank = static_cast<int64_t>(idx.rank()) + 1;
+                   int64_t axis = ctx.attr_i("axis", -1);
+                   if (axis < 0) axis += out_rank;
+                   idx = where(idx.lt(Scalar(int64_t{0})), idx.add(Scalar(depth)), idx).unsqueeze(axis);
+                   Ints rs(out_rank, 1);
+                   rs[axis] = depth;
+                   Tensor hot = ctx.device().arange(0, static_cast<double>(depth)).reshape(Shape(rs)).eq(idx);
+                   Tensor off = values.slice(0, Slice{0, 1}).reshape({}), on = values.slice(0, Slice{1, 2}).reshape({});
+                   return Outs{dev_value(where(hot, on, off))};
+                 }};
+  // --- linear algebra ---
+  t["MatMul"] = {{}, nullptr, [](Ctx& ctx) { return Outs{dev_value(ctx.dev(0).matmul(ctx.dev(1)))}; }};
+  t["Gemm"] = {{"alpha", "beta", "transA", "transB", "broadcast"}, nullptr, [](Ctx& ctx) {
+                 Tensor a = ctx.dev(0), b = ctx.dev(1);
+                 if (ctx.attr_i("transA", 0)) a = a.mT();
+                 if (ctx.attr_i("transB", 0)) b = b.mT();
+                 Tensor y = a.matmul(b);
+                 const double alpha = ctx.attr_f("alpha", 1), beta = ctx.attr_f("beta", 1);
+                 if (alpha != 1) y = y.mul(scalar_for(y.dtype(), alpha));
+                 if (ctx.has(2)) {
+                   Tensor c = ctx.dev(2);
+                   if (beta != 1) c = c.mul(scalar_for(c.dtype(), beta));
+                   y = y.add(c);
+                 }
+                 return Outs{dev_value(y)};
+               }};
+  // --- softmax family ---
+  t["Softmax"] = softmax_like([](const Tensor& x, int64_t a) { return x.softmax(a); });
+  t["LogSoftmax"] = softmax_like([](const Tensor& x, int64_t a) { return x.log_softmax(a); });
+  t["Hardmax"] = softmax_like(hardmax);
+  // --- reductions ---
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+    t[op] = reduction(op);
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    const bool is_max = std::string(op) == "ArgMax";
+    t[op] = {{"axis", "keepdims", "select_last_index"}, nullptr, [is_max](Ctx& ctx) {
+               Tensor x = ctx.dev(0);
+               const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+               const bool keep = ctx.attr_i("keepdims", 1) != 0;
+               if (ctx.attr_i("select_last_index", 0) == 0)
+                 return Outs{dev_value(is_max ? x.argmax(axis, keep) : x.argmin(axis, keep))};
+               Tensor f = x.flip({axis});
+               Tensor i = is_max ? f.argmax(axis, keep) : f.argmin(axis, keep);
+               return Outs{dev_value(i.neg().add(Scalar(x.shape()[axis] - 1)))};
+             }};
+  }
+  t["GlobalAveragePool"] = composed([](Ctx&, const Tensor& x) {
+    Ints axes;
+    for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+    return x.mean(axes, true);
+  });
+  t["GlobalMaxPool"] = composed([](Ctx&, const Tensor& x) {
+    Ints axes;
+    for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+    return x.max(axes, true);
+  });
+  // --- normalization, composed of reductions and element-wise ops ---
+  t["LayerNormalization"] = {
+      {"axis", "epsilon", "stash_type"}, nullptr, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
+        Ints axes;
+        for (int64_t a = axis; a < static_cast<int64_t>(x.rank()); ++a) axes.push_back(a);
+        Tensor mean = x.mean(axes, true);
+        Tensor d = x.sub(mean);
+        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        Tensor y = d.mul(inv).mul(ctx.dev(1));
+        if (ctx.has(2)) y = y.add(ctx.dev(2));
+        return Outs{dev_value(y), dev_value(mean), dev_value(inv)};
+      }};
+  t["BatchNormalization"] = {
+      {"epsilon", "momentum", "spatial", "training_mode", "is_test"}, no_training_outputs, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        const size_t r = x.rank();
+        Tensor scale = per_channel(ctx.dev(1), r), bias = per_channel(ctx.dev(2), r);
+        Tensor mean = per_channel(ctx.dev(3), r), var = per_channel(ctx.dev(4), r);
+        Tensor inv = var.add(scalar_for(var.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        return Outs{dev_value(x.sub(mean).mul(inv).mul(scale).add(bias))};
+      }};
+  t["InstanceNormalization"] = {
+      {"epsilon"}, nullptr, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        const size_t r = x.rank();
+        Ints axes;
+        for (size_t a = 2; a < r; ++a) axes.push_back(static_cast<int64_t>(a));
+        Tensor d = x.sub(x.mean(axes, true));
+        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        return Outs{dev_value(d.mul(inv).mul(per_channel(ctx.dev(1), r)).add(per_channel(ctx.dev(2), r)))};
+      }};
+  t["MeanVarianceNormalization"] = {
+      {"axes"}, nullptr, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        Ints axes = norm_ints(ctx, ctx.attr_ints("axes").value_or(Ints{0, 2, 3}), x.rank());
+        Tensor d = x.sub(x.mean(axes, true));
+        return Outs{dev_value(d.div(d.mul(d).mean(axes, true).sqrt()))};
+      }};
+  return t;
+}
+
+}  // namespace
+
+const std::map<std::string, OpSpec, std::less<>>& op_table() {
+  static const auto table = build_table();
+  return table;
+}
+
+}  // namespace detail
+
+std::vector<std::string> supported_ops() {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : detail::op_table()) names.push_back(name);
+  return names;
+}
+
+}  // namespace switchyard::onnx
