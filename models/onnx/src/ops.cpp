@@ -510,6 +510,38 @@ std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
   return "";
 }
 
+// NegativeLogLikelihoodLoss over log-probabilities [N, C, d...] and targets
+// [N, d...]: gather the target class, weight, ignore, reduce.
+Tensor nll_loss(Ctx& ctx, const Tensor& logp, Tensor target, const Tensor& weight) {
+  const int64_t ignore = ctx.attr_i("ignore_index", std::numeric_limits<int64_t>::min());
+  target = target.cast(DType::i64);
+  Tensor keep;
+  if (ignore != std::numeric_limits<int64_t>::min()) {
+    keep = target.ne(Scalar(ignore));
+    target = where(keep, target, ctx.device().zeros({}, DType::i64));
+  }
+  Tensor picked = logp.gather(1, target.unsqueeze(1)).squeeze(1).neg();
+  Tensor w;
+  if (weight.defined()) w = weight.index_select(0, target.reshape({-1})).reshape(target.shape());
+  if (keep.defined()) {
+    Tensor k = keep.cast(logp.dtype());
+    w = w.defined() ? w.mul(k) : k;
+  }
+  if (w.defined()) picked = picked.mul(w);
+  const std::string reduction = ctx.attr_s("reduction", "mean");
+  if (reduction == "none") return picked;
+  if (reduction == "sum") return picked.sum();
+  if (w.defined()) return picked.sum().div(w.sum());
+  return picked.mean();
+}
+
+std::string known_reduction(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "reduction" && a.s() != "none" && a.s() != "sum" && a.s() != "mean")
+      return "reduction='" + a.s() + "'";
+  return "";
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -1068,6 +1100,48 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
         Tensor d = x.sub(x.mean(axes, true));
         return Outs{dev_value(d.div(d.mul(d).mean(axes, true).sqrt()))};
       }};
+  t["NegativeLogLikelihoodLoss"] = {{"ignore_index", "reduction"}, known_reduction, [](Ctx& ctx) {
+                                      Tensor w = ctx.has(2) ? ctx.dev(2) : Tensor();
+                                      return Outs{dev_value(nll_loss(ctx, ctx.dev(0), ctx.dev(1), w))};
+                                    }};
+  t["SoftmaxCrossEntropyLoss"] = {{"ignore_index", "reduction"}, known_reduction, [](Ctx& ctx) {
+                                    Tensor logp = ctx.dev(0).log_softmax(1);
+                                    Tensor w = ctx.has(2) ? ctx.dev(2) : Tensor();
+                                    return Outs{dev_value(nll_loss(ctx, logp, ctx.dev(1), w)), dev_value(logp)};
+                                  }};
+  // CumSum along an axis: a matmul with a triangular 0/1 matrix.
+  t["CumSum"] = {{"exclusive", "reverse"}, nullptr, [](Ctx& ctx) {
+                   Tensor x = ctx.dev(0);
+                   const int64_t axis = axis_of(ctx, ctx.ints(1).at(0), x.rank());
+                   const int64_t n = x.shape()[axis];
+                   Tensor i = ctx.device().arange(0, static_cast<double>(n)).reshape({n, 1});
+                   Tensor j = ctx.device().arange(0, static_cast<double>(n)).reshape({1, n});
+                   const bool excl = ctx.attr_i("exclusive", 0) != 0, rev = ctx.attr_i("reverse", 0) != 0;
+                   Tensor tri = rev ? (excl ? i.gt(j) : i.ge(j)) : (excl ? i.lt(j) : i.le(j));
+                   Tensor moved = x.transpose(axis, -1);
+                   Tensor y = moved.matmul(tri.cast(x.dtype())).transpose(axis, -1);
+                   return Outs{dev_value(y)};
+                 }};
+  // ScatterElements: none (indices assumed unique, as ONNX leaves duplicates
+  // undefined) or add.
+  for (const char* op : {"ScatterElements", "Scatter"})
+    t[op] = {{"axis", "reduction"},
+             [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+               for (const auto& a : n.attribute())
+                 if (a.name() == "reduction" && a.s() != "none" && a.s() != "add") return "reduction='" + a.s() + "'";
+               return "";
+             },
+             [](Ctx& ctx) {
+               Tensor x = ctx.dev(0), src = ctx.dev(2);
+               const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+               Tensor idx = fix_indices(ctx, 1, x.shape()[axis]);
+               if (ctx.attr_s("reduction", "none") == "add") return Outs{dev_value(x.scatter_add(axis, idx, src))};
+               Tensor zero = ctx.device().zeros(x.shape(), x.dtype());
+               Tensor hit = ctx.device()
+                                .zeros(x.shape(), DType::i64)
+                                .scatter_add(axis, idx, ctx.device().ones(idx.shape(), DType::i64));
+               return Outs{dev_value(where(hit.gt(Scalar(int64_t{0})), zero.scatter_add(axis, idx, src), x))};
+             }};
   return t;
 }
 
