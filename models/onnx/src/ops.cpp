@@ -1017,10 +1017,15 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["MatMul"] = {{}, nullptr, [](Ctx& ctx) { return Outs{dev_value(ctx.dev(0).matmul(ctx.dev(1)))}; }};
   t["Gemm"] = {{"alpha", "beta", "transA", "transB", "broadcast"}, nullptr, [](Ctx& ctx) {
                  Tensor a = ctx.dev(0), b = ctx.dev(1);
+                 const double alpha = ctx.attr_f("alpha", 1), beta = ctx.attr_f("beta", 1);
+                 // The exporters' nn.Linear: x W^T + b is one linear op (no
+                 // transpose of W on every run).
+                 if (!ctx.attr_i("transA", 0) && ctx.attr_i("transB", 0) && alpha == 1 && beta == 1 &&
+                     (!ctx.has(2) || (ctx.in(2).shape().rank() == 1 && ctx.in(2).dtype() == a.dtype())))
+                   return Outs{dev_value(a.linear(b, ctx.has(2) ? ctx.dev(2) : Tensor()))};
                  if (ctx.attr_i("transA", 0)) a = a.mT();
                  if (ctx.attr_i("transB", 0)) b = b.mT();
                  Tensor y = a.matmul(b);
-                 const double alpha = ctx.attr_f("alpha", 1), beta = ctx.attr_f("beta", 1);
                  if (alpha != 1) y = y.mul(scalar_for(y.dtype(), alpha));
                  if (ctx.has(2)) {
                    Tensor c = ctx.dev(2);

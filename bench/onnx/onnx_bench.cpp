@@ -1,0 +1,48 @@
+// Switchyard's ONNX loader on one model: latency of Model::infer with host
+// inputs -> host outputs (as ONNX Runtime's session.run), per batch size.
+//   build/bench/onnx/onnx_bench MODEL.onnx INPUT_WIDTH ITERS DEVICE BATCH...
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <switchyard/onnx.hpp>
+#include <switchyard/switchyard.hpp>
+
+namespace sy = switchyard;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: onnx_bench MODEL.onnx INPUT_WIDTH ITERS DEVICE BATCH...\n");
+    return 2;
+  }
+  const std::string path = argv[1], device = argv[4];
+  const int64_t width = std::stoll(argv[2]), iters = std::stoll(argv[3]);
+  sy::Runtime rt({.devices = {device}});
+  auto model = sy::onnx::Model::load(path, rt.device(device));
+  const std::string input = model.inputs().at(0).name;
+  for (int a = 5; a < argc; ++a) {
+    const int64_t b = std::stoll(argv[a]);
+    std::vector<float> x(static_cast<size_t>(b * width));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
+    sy::onnx::DataMap feeds{{input, sy::TensorData::from(x, {b, width})}};
+    for (int i = 0; i < 50; ++i) (void)model.infer(feeds).get();  // warm-up (builds the plan)
+    std::vector<double> lat;
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) {
+      const auto s = Clock::now();
+      (void)model.infer(feeds).get();
+      lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s).count());
+    }
+    const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::sort(lat.begin(), lat.end());
+    std::printf(
+        "{\"runtime\": \"switchyard %s\", \"batch\": %lld, \"median_us\": %.1f, \"p99_us\": %.1f, "
+        "\"rows_per_s\": %.0f}\n",
+        device.c_str(), static_cast<long long>(b), lat[lat.size() / 2], lat[lat.size() * 99 / 100],
+        static_cast<double>(b * iters) / total);
+  }
+}
