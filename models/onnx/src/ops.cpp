@@ -254,14 +254,16 @@ std::optional<Value> host_binary(Ctx& ctx, const std::string& op) {
   Ints idx(shape->rank(), 0);
   for (int64_t k = 0; k < shape->numel(); ++k) {
     int64_t x = va[linear(idx, sa)], y = vb[linear(idx, sb)], r = 0;
+    // Wrapping (as the device's int64 kernels), not signed-overflow UB.
+    const auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
     if (op == "Add")
-      r = x + y;
+      r = static_cast<int64_t>(ux + uy);
     else if (op == "Sub")
-      r = x - y;
+      r = static_cast<int64_t>(ux - uy);
     else if (op == "Mul")
-      r = x * y;
+      r = static_cast<int64_t>(ux * uy);
     else if (op == "Div") {
-      if (y == 0) return std::nullopt;
+      if (y == 0 || (x == std::numeric_limits<int64_t>::min() && y == -1)) return std::nullopt;
       r = x / y;
     } else if (op == "Equal")
       r = x == y;
@@ -455,8 +457,12 @@ Value slice_value(Ctx& ctx, const Value& x, const Ints& starts, const Ints& ends
   // Output extents and the source index of each output position.
   Ints out_dims(s.rank());
   for (size_t a = 0; a < s.rank(); ++a) {
-    int64_t n = sp[a] > 0 ? (en[a] - st[a] + sp[a] - 1) / sp[a] : (st[a] - en[a] - sp[a] - 1) / (-sp[a]);
-    out_dims[a] = std::max<int64_t>(n, 0);
+    // Written so that steps near the int64 limits cannot overflow.
+    const int64_t span = sp[a] > 0 ? en[a] - st[a] : st[a] - en[a];
+    const int64_t stride =
+        sp[a] > 0 ? sp[a]
+                  : (sp[a] == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -sp[a]);
+    out_dims[a] = span > 0 ? 1 + (span - 1) / stride : 0;
   }
   if (x.host) {
     auto strides = s.strides();
