@@ -373,9 +373,10 @@ Tensor hardmax(const Tensor& x, int64_t axis) {
   return r.eq(idx).cast(x.dtype());
 }
 
-std::string only_constant_mode(const ::onnx::NodeProto& n, int64_t) {
+std::string pad_mode(const ::onnx::NodeProto& n, int64_t) {
   for (const auto& a : n.attribute())
-    if (a.name() == "mode" && a.s() != "constant") return "attribute mode='" + a.s() + "' (only 'constant' padding)";
+    if (a.name() == "mode" && a.s() != "constant" && a.s() != "edge" && a.s() != "reflect")
+      return "attribute mode='" + a.s() + "' (constant, edge and reflect only)";
   return "";
 }
 
@@ -546,6 +547,130 @@ std::string known_reduction(const ::onnx::NodeProto& n, int64_t) {
     if (a.name() == "reduction" && a.s() != "none" && a.s() != "sum" && a.s() != "mean")
       return "reduction='" + a.s() + "'";
   return "";
+}
+
+// --- recurrent layers (RNN, GRU, LSTM), unrolled over the sequence ---
+
+std::string rnn_check(const ::onnx::NodeProto& n, int64_t) {
+  static const std::map<std::string, std::vector<std::string>> defaults = {
+      {"RNN", {"Tanh"}}, {"GRU", {"Sigmoid", "Tanh"}}, {"LSTM", {"Sigmoid", "Tanh", "Tanh"}}};
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "clip") return "attribute 'clip' (cell clipping)";
+    if (a.name() == "activation_alpha" || a.name() == "activation_beta") return "attribute '" + a.name() + "'";
+    if (a.name() == "input_forget" && a.i() != 0) return "input_forget=1";
+    if (a.name() == "activations") {
+      const auto& want = defaults.at(n.op_type());
+      std::vector<std::string> got(a.strings().begin(), a.strings().end());
+      for (size_t k = 0; k < got.size(); ++k)
+        if (got[k] != want[k % want.size()]) return "activation " + got[k] + " (only the defaults)";
+    }
+  }
+  return "";
+}
+
+// One direction over X [seq, batch, in]; returns Y [seq, batch, hidden], H, C.
+struct RnnState {
+  Tensor y, h, c;
+};
+
+RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t d, int64_t hidden, bool reverse) {
+  const int64_t gates = op == "RNN" ? 1 : op == "GRU" ? 3 : 4;
+  const int64_t seq = x.shape()[0], batch = x.shape()[1];
+  Tensor w = ctx.dev(1).slice(0, Slice{d, d + 1}).reshape({gates * hidden, -1});
+  Tensor r = ctx.dev(2).slice(0, Slice{d, d + 1}).reshape({gates * hidden, hidden});
+  Tensor wb, rb;
+  if (ctx.has(3)) {
+    Tensor b = ctx.dev(3).slice(0, Slice{d, d + 1}).reshape({2 * gates * hidden});
+    wb = b.slice(0, Slice{0, gates * hidden});
+    rb = b.slice(0, Slice{gates * hidden, 2 * gates * hidden});
+  } else {
+    wb = ctx.device().zeros({gates * hidden}, x.dtype());
+    rb = wb;
+  }
+  if (ctx.has(4)) {
+    auto lens = ctx.ints(4);
+    for (auto l : lens)
+      if (l != seq)
+        ctx.fail(Errc::unsupported,
+                 "sequence_lens shorter than the sequence (" + std::to_string(l) + " of " + std::to_string(seq) + ")");
+  }
+  auto initial = [&](size_t input) {
+    if (ctx.has(input)) return ctx.dev(input).slice(0, Slice{d, d + 1}).reshape({batch, hidden});
+    return ctx.device().zeros({batch, hidden}, x.dtype());
+  };
+  Tensor h = initial(5), c = op == "LSTM" ? initial(6) : Tensor();
+  Tensor p;
+  if (op == "LSTM" && ctx.has(7)) p = ctx.dev(7).slice(0, Slice{d, d + 1}).reshape({3 * hidden});
+  auto gate = [&](const Tensor& t, int64_t k) { return t.slice(1, Slice{k * hidden, (k + 1) * hidden}); };
+  auto vec = [&](const Tensor& t, int64_t k) { return t.slice(0, Slice{k * hidden, (k + 1) * hidden}); };
+  // Input projections of every step at once.
+  Tensor xw = x.matmul(w.mT()).add(wb);
+  const bool lbr = ctx.attr_i("linear_before_reset", 0) != 0;
+  std::vector<Tensor> ys(static_cast<size_t>(seq));
+  for (int64_t step = 0; step < seq; ++step) {
+    const int64_t t = reverse ? seq - 1 - step : step;
+    Tensor xt = xw.slice(0, Slice{t, t + 1}).reshape({batch, gates * hidden});
+    if (op == "RNN") {
+      h = xt.add(h.matmul(r.mT())).add(rb).tanh();
+    } else if (op == "GRU") {
+      Tensor rz = h.matmul(r.slice(0, Slice{0, 2 * hidden}).mT()).add(rb.slice(0, Slice{0, 2 * hidden}));
+      Tensor z = gate(xt, 0).add(gate(rz, 0)).sigmoid();
+      Tensor rr = gate(xt, 1).add(gate(rz, 1)).sigmoid();
+      Tensor r_h = r.slice(0, Slice{2 * hidden, 3 * hidden});
+      Tensor hh = lbr ? gate(xt, 2).add(rr.mul(h.matmul(r_h.mT()).add(vec(rb, 2)))).tanh()
+                      : gate(xt, 2).add(rr.mul(h).matmul(r_h.mT())).add(vec(rb, 2)).tanh();
+      h = z.neg().add(Scalar(1.0)).mul(hh).add(z.mul(h));
+    } else {  // LSTM, gates i, o, f, c; peepholes i, o, f
+      Tensor g = xt.add(h.matmul(r.mT())).add(rb);
+      Tensor gi = gate(g, 0), go = gate(g, 1), gf = gate(g, 2), gc = gate(g, 3);
+      if (p.defined()) {
+        gi = gi.add(vec(p, 0).mul(c));
+        gf = gf.add(vec(p, 2).mul(c));
+      }
+      Tensor i = gi.sigmoid(), f = gf.sigmoid();
+      c = f.mul(c).add(i.mul(gc.tanh()));
+      if (p.defined()) go = go.add(vec(p, 1).mul(c));
+      h = go.sigmoid().mul(c.tanh());
+    }
+    ys[static_cast<size_t>(t)] = h;
+  }
+  return {stack(ys, 0), h, c};
+}
+
+OpSpec recurrent(const std::string& op) {
+  std::vector<std::string> attrs = {"activations", "activation_alpha", "activation_beta", "clip",
+                                    "direction",   "hidden_size",      "layout"};
+  if (op == "GRU") attrs.push_back("linear_before_reset");
+  if (op == "LSTM") attrs.push_back("input_forget");
+  return {attrs, rnn_check, [op](Ctx& ctx) {
+            Tensor x = ctx.dev(0);
+            const bool batch_first = ctx.attr_i("layout", 0) != 0;
+            if (batch_first) x = x.transpose(0, 1);
+            const std::string dir = ctx.attr_s("direction", "forward");
+            const int64_t hidden = ctx.attr_i("hidden_size", ctx.in(2).shape()[2]);
+            std::vector<RnnState> runs;
+            if (dir == "forward" || dir == "bidirectional") runs.push_back(rnn_direction(ctx, op, x, 0, hidden, false));
+            if (dir == "reverse") runs.push_back(rnn_direction(ctx, op, x, 0, hidden, true));
+            if (dir == "bidirectional") runs.push_back(rnn_direction(ctx, op, x, 1, hidden, true));
+            if (runs.empty()) ctx.fail(Errc::unsupported, "direction '" + dir + "'");
+            std::vector<Tensor> ys, hs, cs;
+            for (auto& rs : runs) {
+              ys.push_back(rs.y.unsqueeze(1));  // [seq, 1, batch, hidden]
+              hs.push_back(rs.h.unsqueeze(0));
+              if (rs.c.defined()) cs.push_back(rs.c.unsqueeze(0));
+            }
+            Tensor y = cat(ys, 1), yh = cat(hs, 0);
+            if (batch_first) {
+              y = y.permute({2, 0, 1, 3});  // [batch, seq, dirs, hidden]
+              yh = yh.transpose(0, 1);
+            }
+            Outs out{dev_value(y), dev_value(yh)};
+            if (!cs.empty()) {
+              Tensor yc = cat(cs, 0);
+              out.push_back(dev_value(batch_first ? yc.transpose(0, 1) : yc));
+            }
+            return out;
+          }};
 }
 
 std::map<std::string, OpSpec, std::less<>> build_table() {
@@ -968,13 +1093,47 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                  return Outs{dev_value(x.reshape(Shape(inter)).expand(Shape(expanded)).reshape(Shape(out)))};
                }};
   t["Pad"] = {
-      {"mode", "pads", "value"}, only_constant_mode, [](Ctx& ctx) {
+      {"mode", "pads", "value"}, pad_mode, [](Ctx& ctx) {
         Tensor x = ctx.dev(0);
         Ints pads = ctx.opset() < 11 ? *ctx.attr_ints("pads") : ctx.ints(1);
         double value = ctx.opset() < 11 ? ctx.attr_f("value", 0) : (ctx.has(2) ? ctx.host(2).at(0) : 0.0);
         const size_t r = x.rank();
         if (pads.size() != 2 * r) ctx.fail(Errc::shape_mismatch, "pads must have 2 * rank entries");
-        return Outs{dev_value(x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
+        const std::string mode = ctx.attr_s("mode", "constant");
+        if (mode == "constant")
+          return Outs{
+              dev_value(x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
+        // edge / reflect, axis by axis: slices of the border (flipped for
+        // reflect) concatenated on both sides; negative widths crop first.
+        for (size_t a = 0; a < r; ++a) {
+          const int64_t ax = static_cast<int64_t>(a);
+          int64_t before = pads[a], after = pads[a + r];
+          if (before < 0 || after < 0) {
+            const int64_t n = x.shape()[a];
+            x = x.slice(ax, Slice{std::max<int64_t>(-before, 0), n - std::max<int64_t>(-after, 0)});
+            before = std::max<int64_t>(before, 0);
+            after = std::max<int64_t>(after, 0);
+          }
+          if (before == 0 && after == 0) continue;
+          const int64_t n = x.shape()[a];
+          if (n == 0 || (mode == "reflect" && (before >= n || after >= n)))
+            ctx.fail(Errc::invalid_argument, mode + " padding of " + std::to_string(std::max(before, after)) +
+                                                 " on axis " + std::to_string(a) + " of extent " + std::to_string(n));
+          auto border = [&](int64_t width, bool front) {
+            if (mode == "edge") {
+              Shape s = x.shape();
+              s.dims[a] = width;
+              return x.slice(ax, front ? Slice{0, 1} : Slice{n - 1, n}).expand(s);
+            }
+            return x.slice(ax, front ? Slice{1, width + 1} : Slice{n - 1 - width, n - 1}).flip({ax});
+          };
+          std::vector<Tensor> parts;
+          if (before > 0) parts.push_back(border(before, true));
+          parts.push_back(x);
+          if (after > 0) parts.push_back(border(after, false));
+          x = cat(parts, ax);
+        }
+        return Outs{dev_value(x)};
       }};
   t["DepthToSpace"] = {{"blocksize", "mode"}, nullptr, [](Ctx& ctx) {
                          Tensor x = ctx.dev(0);
@@ -1153,6 +1312,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                                 .scatter_add(axis, idx, ctx.device().ones(idx.shape(), DType::i64));
                return Outs{dev_value(where(hit.gt(Scalar(int64_t{0})), zero.scatter_add(axis, idx, src), x))};
              }};
+  for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
   return t;
 }
 
