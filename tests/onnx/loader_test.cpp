@@ -308,6 +308,26 @@ TEST_CASE("onnx: an input read as a shape keys the plan by its contents", "[onnx
   CHECK(model.cached_plans() == 2);
 }
 
+TEST_CASE("onnx: a constant reshaped by an input (through Identity) follows the input's contents", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // Reshape of an initializer is folded on the host; its target comes from
+  // a graph input via Identity, so the plan must be keyed by that content.
+  Builder m;
+  m.input("shape", pb::TensorProto::INT64, {int64_t{2}});
+  m.init("X", {1, 2, 3, 4, 5, 6}, {2, 3});
+  m.node("Identity", {"shape"}, {"s2"});
+  m.node("Reshape", {"X", "s2"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {std::string("a"), std::string("b")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  for (auto target : {std::vector<int64_t>{3, 2}, std::vector<int64_t>{6, 1}, std::vector<int64_t>{1, 6}}) {
+    auto out = model.infer({{"shape", sy::TensorData::from(target, {2})}});
+    REQUIRE(out.wait_for(kWait));
+    auto y = out.get().at("y");
+    CHECK(y.shape == sy::Shape(target));
+    CHECK(y.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  }
+}
+
 TEST_CASE("onnx: initializers in an external data file", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   auto dir = std::filesystem::temp_directory_path() / ("sy_onnx_ext_" + std::to_string(::getpid()));

@@ -65,12 +65,12 @@ struct Model::Impl {
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
   mutable std::set<size_t> value_inputs;  // inputs whose contents the plan depends on
 
-  void execute(std::vector<Value>& env, const std::vector<char>* skip) const;
+  void execute(std::vector<Value>& env, const std::vector<char>* skip, bool* computed_read = nullptr) const;
   TensorMap run_values(std::vector<Value> given) const;
   std::string signature(const std::vector<Value>& given, const std::set<size_t>& vi) const;
 };
 
-void Model::Impl::execute(std::vector<Value>& env, const std::vector<char>* skip) const {
+void Model::Impl::execute(std::vector<Value>& env, const std::vector<char>* skip, bool* computed_read) const {
   for (size_t n = 0; n < nodes.size(); ++n) {
     if (skip != nullptr && (*skip)[n]) continue;
     std::vector<Value*> ins;
@@ -79,7 +79,7 @@ void Model::Impl::execute(std::vector<Value>& env, const std::vector<char>* skip
         throw Error(Errc::invalid_argument, "onnx: " + node_label(nodes[n], n) + ": input has no value");
       ins.push_back(s < 0 ? nullptr : &env[s]);
     }
-    detail::Ctx ctx(nodes[n], opset, device, std::move(ins));
+    detail::Ctx ctx(nodes[n], opset, device, std::move(ins), computed_read);
     std::vector<Value> outs;
     try {
       outs = specs[n]->run(ctx);
@@ -123,7 +123,8 @@ TensorMap Model::Impl::run_values(std::vector<Value> given) const {
   std::vector<Value> env = plan ? plan->env : base;
   for (size_t i = 0; i < given.size(); ++i)
     if (given[i].present()) env[input_slots[i]] = given[i];
-  execute(env, plan ? &plan->skip : nullptr);
+  bool computed_read = false;
+  execute(env, plan ? &plan->skip : nullptr, &computed_read);
 
   TensorMap out;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -132,14 +133,16 @@ TensorMap Model::Impl::run_values(std::vector<Value> given) const {
     if (!v.dev.defined()) v.dev = device.from_data(*v.host);
     out.emplace(outputs[i].name, v.dev);
   }
-  if (plan) return out;
+  // A computed device value read on the host (a shape that depends on
+  // data) may feed folded nodes: such a model is replanned on every run.
+  if (plan || computed_read) return out;
 
   // First run of this signature: keep what the host computed, drop the rest.
   auto built = std::make_shared<Plan>();
   built->skip.assign(nodes.size(), 0);
   std::set<size_t> read_inputs;
   for (size_t i = 0; i < given.size(); ++i)
-    if (env[input_slots[i]].read_as_host) read_inputs.insert(i);
+    if (given[i].input_read && *given[i].input_read) read_inputs.insert(i);
   for (size_t n = 0; n < nodes.size(); ++n) {
     bool all_host = true;
     for (int s : node_out[n])
@@ -355,7 +358,7 @@ TensorMap Model::run(const TensorMap& inputs) const {
       throw Error(Errc::invalid_tensor, "onnx run: input '" + im.inputs[i].name + "' is an undefined tensor");
     check_input(im.inputs[i], t.dtype(), t.shape());
     given[i].dev = t.device() == im.device ? t : t.to(im.device);
-    given[i].is_input = true;
+    given[i].input_read = std::make_shared<std::atomic<bool>>(false);
   }
   for (size_t i = 0; i < given.size(); ++i)
     if (!given[i].present()) given[i] = im.base[im.input_slots[i]];
@@ -380,7 +383,7 @@ TensorMap Model::run(const DataMap& inputs) const {
     check_input(im.inputs[i], it->second.dtype, it->second.shape);
     given[i].dev = im.device.from_data(it->second);
     given[i].readback = it->second;
-    given[i].is_input = true;
+    given[i].input_read = std::make_shared<std::atomic<bool>>(false);
   }
   return im.run_values(std::move(given));
 }

@@ -2,7 +2,9 @@
 
 // Internal to the ONNX loader: protobuf types, the op table, host values.
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <onnx/onnx_pb.h>
 #include <optional>
 #include <string>
@@ -22,11 +24,10 @@ struct Value {
   /// A device value's contents read back (or a graph input's host data),
   /// for ops that need a device value as a shape; not a constant.
   mutable std::optional<TensorData> readback;
-  /// A graph input (never folded on the host, though readable there).
-  bool is_input = false;
-  /// Set when an op read this value on the host: a graph input so read
-  /// makes the plan depend on its contents.
-  mutable bool read_as_host = false;
+  /// Set on a graph input's value (shared by copies, e.g. through
+  /// Identity) when an op read it on the host: the plan then depends on the
+  /// input's contents. Graph inputs are never folded on the host.
+  std::shared_ptr<std::atomic<bool>> input_read;
   [[nodiscard]] bool present() const { return dev.defined() || host.has_value(); }
   [[nodiscard]] const Shape& shape() const { return host ? host->shape : dev.shape(); }
   [[nodiscard]] DType dtype() const { return host ? host->dtype : dev.dtype(); }
@@ -43,8 +44,15 @@ struct Value {
 /// optional inputs are nullptr) and helpers that upload host values.
 class Ctx {
  public:
-  Ctx(const ::onnx::NodeProto& node, int64_t opset, Device device, std::vector<Value*> inputs)
-      : node_(node), opset_(opset), device_(std::move(device)), inputs_(std::move(inputs)) {}
+  /// `computed_read` (optional) is set when an op reads a computed device
+  /// value on the host: a plan cannot cache what follows from it.
+  Ctx(const ::onnx::NodeProto& node, int64_t opset, Device device, std::vector<Value*> inputs,
+      bool* computed_read = nullptr)
+      : node_(node),
+        opset_(opset),
+        device_(std::move(device)),
+        inputs_(std::move(inputs)),
+        computed_read_(computed_read) {}
 
   [[nodiscard]] const ::onnx::NodeProto& node() const { return node_; }
   [[nodiscard]] int64_t opset() const { return opset_; }
@@ -78,6 +86,7 @@ class Ctx {
   int64_t opset_;
   Device device_;
   std::vector<Value*> inputs_;
+  bool* computed_read_;
 };
 
 /// One ONNX op: the attributes it understands, a load-time check (returns

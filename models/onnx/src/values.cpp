@@ -133,7 +133,10 @@ Tensor Ctx::dev(size_t i) const {
 const TensorData& Ctx::host(size_t i) const {
   Value& v = in(i);
   if (v.host) return *v.host;
-  v.read_as_host = true;
+  if (v.input_read)
+    *v.input_read = true;
+  else if (computed_read_ != nullptr)
+    *computed_read_ = true;
   if (!v.readback) v.readback = v.dev.read().get();
   return *v.readback;
 }
