@@ -1,6 +1,6 @@
 // Switchyard's ONNX loader on one model: latency of Model::infer with host
 // inputs -> host outputs (as ONNX Runtime's session.run), per batch size.
-//   build/bench/onnx/onnx_bench MODEL.onnx INPUT_WIDTH ITERS DEVICE BATCH...
+//   build/bench/onnx/onnx_bench MODEL.onnx ITERS DEVICE SHAPE...   (SHAPE: 1x64, 1x128x32, ...)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,20 +15,27 @@ namespace sy = switchyard;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  if (argc < 6) {
-    std::fprintf(stderr, "usage: onnx_bench MODEL.onnx INPUT_WIDTH ITERS DEVICE BATCH...\n");
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: onnx_bench MODEL.onnx ITERS DEVICE SHAPE... (SHAPE like 1x64)\n");
     return 2;
   }
-  const std::string path = argv[1], device = argv[4];
-  const int64_t width = std::stoll(argv[2]), iters = std::stoll(argv[3]);
+  const std::string path = argv[1], device = argv[3];
+  const int64_t iters = std::stoll(argv[2]);
   sy::Runtime rt({.devices = {device}});
   auto model = sy::onnx::Model::load(path, rt.device(device));
   const std::string input = model.inputs().at(0).name;
-  for (int a = 5; a < argc; ++a) {
-    const int64_t b = std::stoll(argv[a]);
-    std::vector<float> x(static_cast<size_t>(b * width));
+  for (int a = 4; a < argc; ++a) {
+    std::vector<int64_t> dims;
+    for (std::string rest = argv[a]; !rest.empty();) {
+      auto x = rest.find('x');
+      dims.push_back(std::stoll(rest.substr(0, x)));
+      rest = x == std::string::npos ? "" : rest.substr(x + 1);
+    }
+    const sy::Shape shape(dims);
+    const int64_t b = dims.at(0);
+    std::vector<float> x(static_cast<size_t>(shape.numel()));
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
-    sy::onnx::DataMap feeds{{input, sy::TensorData::from(x, {b, width})}};
+    sy::onnx::DataMap feeds{{input, sy::TensorData::from(x, shape)}};
     for (int i = 0; i < 50; ++i) (void)model.infer(feeds).get();  // warm-up (builds the plan)
     std::vector<double> lat;
     const auto t0 = Clock::now();
@@ -40,9 +47,9 @@ int main(int argc, char** argv) {
     const double total = std::chrono::duration<double>(Clock::now() - t0).count();
     std::sort(lat.begin(), lat.end());
     std::printf(
-        "{\"runtime\": \"switchyard %s\", \"batch\": %lld, \"median_us\": %.1f, \"p99_us\": %.1f, "
+        "{\"runtime\": \"switchyard %s\", \"shape\": \"%s\", \"median_us\": %.1f, \"p99_us\": %.1f, "
         "\"rows_per_s\": %.0f}\n",
-        device.c_str(), static_cast<long long>(b), lat[lat.size() / 2], lat[lat.size() * 99 / 100],
+        device.c_str(), argv[a], lat[lat.size() / 2], lat[lat.size() * 99 / 100],
         static_cast<double>(b * iters) / total);
   }
 }

@@ -1,10 +1,10 @@
 // ONNX Runtime (CPU provider, onnxruntime-node) on one model: latency of
 // session.run with host inputs -> host outputs, per batch size.
-//   node bench/onnx/ort_bench.js MODEL.onnx INPUT_WIDTH ITERS THREADS BATCH...
+//   node bench/onnx/ort_bench.js MODEL.onnx ITERS THREADS SHAPE...   (SHAPE: 1x64, 1x128x32, ...)
 const ort = require('onnxruntime-node');
 
 async function main() {
-  const [model, width, iters, threads, ...batches] = process.argv.slice(2);
+  const [model, iters, threads, ...shapes] = process.argv.slice(2);
   const session = await ort.InferenceSession.create(model, {
     executionProviders: ['cpu'],
     intraOpNumThreads: Number(threads),
@@ -12,9 +12,11 @@ async function main() {
     graphOptimizationLevel: 'all',
   });
   const input = session.inputNames[0];
-  for (const b of batches.map(Number)) {
-    const data = Float32Array.from({length: b * Number(width)}, (_, i) => Math.sin(i));
-    const feeds = {[input]: new ort.Tensor('float32', data, [b, Number(width)])};
+  for (const spec of shapes) {
+    const dims = spec.split('x').map(Number);
+    const b = dims[0];
+    const data = Float32Array.from({length: dims.reduce((a, d) => a * d, 1)}, (_, i) => Math.sin(i));
+    const feeds = {[input]: new ort.Tensor('float32', data, dims)};
     for (let i = 0; i < 50; ++i) await session.run(feeds);  // warm-up
     const lat = [];
     const t0 = process.hrtime.bigint();
@@ -25,7 +27,7 @@ async function main() {
     }
     const total = Number(process.hrtime.bigint() - t0) / 1e9;
     lat.sort((a, b) => a - b);
-    console.log(JSON.stringify({runtime: 'onnxruntime-node 1.30.0', batch: b, median_us: lat[Math.floor(lat.length / 2)],
+    console.log(JSON.stringify({runtime: 'onnxruntime-node 1.30.0', shape: spec, median_us: lat[Math.floor(lat.length / 2)],
       p99_us: lat[Math.floor(lat.length * 0.99)], rows_per_s: b * Number(iters) / total}));
   }
 }
