@@ -396,6 +396,28 @@ TEST_CASE("onnx: one loaded model runs from many threads at once", "[onnx]") {
   CHECK(model.cached_plans() == 5);
 }
 
+TEST_CASE("onnx: a pipeline split by node range runs across devices", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "cpu:1", "reference:0"}});
+  Mlp mlp;
+  // MatMul on cpu:0, the bias add on cpu:1, the ReLU on reference:0.
+  auto model = sy::onnx::Model::load_bytes(
+      mlp.bytes(), {{rt.device("cpu:0"), 0}, {rt.device("cpu:1"), 1}, {rt.device("reference:0"), 2}});
+  CHECK(model.num_nodes() == 3);
+  std::vector<float> x = {1, -2, 3, 0.5f, 0.25f, -1};
+  auto y = model.run({{"x", rt.device("cpu:1").tensor(x, {2, 3})}}).at("y");
+  CHECK(y.device().name() == "reference:0");
+  auto got = read_floats(y);
+  auto want = mlp.expect(x);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+  std::string what;
+  try {
+    (void)sy::onnx::Model::load_bytes(mlp.bytes(), {{rt.device("cpu:0"), 0}, {rt.device("cpu:1"), 7}});
+  } catch (const sy::Error& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Contains("stage starts at node 7"));
+}
+
 TEST_CASE("onnx: a failure while running names the node", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;

@@ -51,7 +51,8 @@ struct Plan {
 };
 
 struct Model::Impl {
-  Device device;
+  Device device;                    // the first stage's
+  std::vector<Device> node_device;  // per node (a pipeline places ranges)
   int64_t opset = 0;
   std::vector<::onnx::NodeProto> nodes;
   std::vector<const detail::OpSpec*> specs;
@@ -79,7 +80,7 @@ void Model::Impl::execute(std::vector<Value>& env, const std::vector<char>* skip
         throw Error(Errc::invalid_argument, "onnx: " + node_label(nodes[n], n) + ": input has no value");
       ins.push_back(s < 0 ? nullptr : &env[s]);
     }
-    detail::Ctx ctx(nodes[n], opset, device, std::move(ins), computed_read);
+    detail::Ctx ctx(nodes[n], opset, node_device[n], std::move(ins), computed_read);
     std::vector<Value> outs;
     try {
       outs = specs[n]->run(ctx);
@@ -162,7 +163,13 @@ TensorMap Model::Impl::run_values(std::vector<Value> given) const {
   return out;
 }
 
-Model Model::load(const std::string& path, const Device& device) {
+Model Model::load(const std::string& path, const Device& device) { return load(path, std::vector<Stage>{{device, 0}}); }
+
+Model Model::load_bytes(const std::string& bytes, const Device& device, const std::string& base_dir) {
+  return load_bytes(bytes, std::vector<Stage>{{device, 0}}, base_dir);
+}
+
+Model Model::load(const std::string& path, const std::vector<Stage>& stages) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(Errc::invalid_argument, "onnx: cannot open " + path);
   std::stringstream ss;
@@ -170,14 +177,22 @@ Model Model::load(const std::string& path, const Device& device) {
   auto slash = path.find_last_of('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   try {
-    return load_bytes(ss.str(), device, dir);
+    return load_bytes(ss.str(), stages, dir);
   } catch (const Error& e) {
     throw Error(e.code(), std::string(e.what()) + " [" + path + "]");
   }
 }
 
-Model Model::load_bytes(const std::string& bytes, const Device& device, const std::string& base_dir) {
-  if (!device.valid()) throw Error(Errc::invalid_argument, "onnx: load needs a device");
+Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stages, const std::string& base_dir) {
+  if (stages.empty() || stages.front().first_node != 0)
+    throw Error(Errc::invalid_argument, "onnx: the first stage must start at node 0");
+  for (size_t k = 0; k < stages.size(); ++k) {
+    if (!stages[k].device.valid())
+      throw Error(Errc::invalid_argument, "onnx: stage " + std::to_string(k) + " has no device");
+    if (k > 0 && stages[k].first_node <= stages[k - 1].first_node)
+      throw Error(Errc::invalid_argument, "onnx: stages must start at increasing nodes");
+  }
+  const Device& device = stages.front().device;
   ::onnx::ModelProto model;
   if (!model.ParseFromString(bytes))
     throw Error(Errc::invalid_argument, "onnx: not a valid ONNX model (protobuf parse failed)");
@@ -300,12 +315,29 @@ Model Model::load_bytes(const std::string& bytes, const Device& device, const st
     if (!slot.count(v.name())) throw Error(Errc::invalid_argument, "onnx: output '" + v.name() + "' is never produced");
     impl->output_slots.push_back(slot.at(v.name()));
   }
+  if (stages.back().first_node >= impl->nodes.size() && stages.size() > 1)
+    throw Error(Errc::invalid_argument, "onnx: a stage starts at node " + std::to_string(stages.back().first_node) +
+                                            " of a graph of " + std::to_string(impl->nodes.size()) + " nodes");
+  size_t stage = 0;
+  for (size_t n = 0; n < impl->nodes.size(); ++n) {
+    while (stage + 1 < stages.size() && stages[stage + 1].first_node <= n) ++stage;
+    impl->node_device.push_back(stages[stage].device);
+  }
+  // Each initializer goes to the device of its first consumer.
+  std::vector<Device> home(slot.size(), device);
+  std::vector<char> placed(slot.size(), 0);
+  for (size_t n = 0; n < impl->nodes.size(); ++n)
+    for (int s : impl->node_in[n])
+      if (s >= 0 && !placed[s]) {
+        home[s] = impl->node_device[n];
+        placed[s] = 1;
+      }
   impl->base.resize(slot.size());
   for (auto& [s, data] : inits) {
     Value v;
     // Weights go to the device now; small integer tensors (shapes, axes)
     // stay on the host until an op needs them there.
-    if (is_floating(data.dtype) || data.numel() > 64) v.dev = device.from_data(data);
+    if (is_floating(data.dtype) || data.numel() > 64) v.dev = home[s].from_data(data);
     v.host = std::move(data);
     impl->base[s] = std::move(v);
   }
@@ -316,6 +348,7 @@ const std::vector<ValueInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<ValueInfo>& Model::outputs() const { return impl_->outputs; }
 int64_t Model::opset() const { return impl_->opset; }
 Device Model::device() const { return impl_->device; }
+size_t Model::num_nodes() const { return impl_->nodes.size(); }
 size_t Model::cached_plans() const {
   std::lock_guard lock(impl_->mu);
   return impl_->plans.size();

@@ -127,6 +127,9 @@ Value& Ctx::in(size_t i) const {
 Tensor Ctx::dev(size_t i) const {
   Value& v = in(i);
   if (!v.dev.defined()) v.dev = device_.from_data(*v.host);
+  // A value from another pipeline stage (or an input given elsewhere) is
+  // bridged to this node's device.
+  if (!(v.dev.device() == device_)) return v.dev.to(device_);
   return v.dev;
 }
 

@@ -55,6 +55,23 @@ class Model {
   [[nodiscard]] static Model load_bytes(const std::string& bytes, const Device& device,
                                         const std::string& base_dir = ".");
 
+  /// One stage of a pipeline: the nodes from `first_node` (in the model's
+  /// order) up to the next stage's first node run on `device`.
+  struct Stage {
+    Device device;
+    size_t first_node = 0;
+  };
+  /// Loads a model split by node range over devices (the first stage must
+  /// start at node 0; stages in increasing order). A value crossing a stage
+  /// boundary is bridged with Tensor::to(); each initializer is uploaded to
+  /// the device of the first node that uses it.
+  [[nodiscard]] static Model load(const std::string& path, const std::vector<Stage>& stages);
+  /// As load(path, stages), from bytes.
+  [[nodiscard]] static Model load_bytes(const std::string& bytes, const std::vector<Stage>& stages,
+                                        const std::string& base_dir = ".");
+  /// How many nodes the graph has (for choosing stage boundaries).
+  [[nodiscard]] size_t num_nodes() const;
+
   /// The inputs a run takes (initializers that are also graph inputs are
   /// not listed: their stored values are defaults a run may override).
   [[nodiscard]] const std::vector<ValueInfo>& inputs() const;
@@ -62,7 +79,8 @@ class Model {
   [[nodiscard]] const std::vector<ValueInfo>& outputs() const;
   /// The opset of the default domain the model was exported with.
   [[nodiscard]] int64_t opset() const;
-  /// The device the model runs on.
+  /// The device the model runs on (a pipeline's first stage: where run()
+  /// puts its inputs).
   [[nodiscard]] Device device() const;
   /// How many input signatures have a cached plan (for tests and stats).
   [[nodiscard]] size_t cached_plans() const;
