@@ -172,7 +172,7 @@ constexpr const char* kBlocked = R"(## What is not supported, and why
 - **Control flow and non-tensor values** (If, Loop, Scan, sequences, maps, optionals): not mapped.
 - **Random ops** (Bernoulli, RandomUniform(Like), RandomNormal(Like), Dropout in training mode): the device's
   stream cannot reproduce ONNX's expected outputs.
-- **Not mapped yet** (most are compositions of existing ops, left for time): Resize/Upsample, Einsum,
+- **Not mapped yet** (most are compositions of existing ops, left for time): Resize with mode cubic or tf_crop_and_resize, Einsum,
   GatherND, ScatterND, ReverseSequence, Det, DFT/STFT, window
   functions, BitShift, LpNormalization, TfIdfVectorizer, GridSample, CenterCropPad, Col2Im.
 - **Opset**: 7-17 of the default domain, and 6 (it differs from 7 only by attributes the loader refuses when

@@ -673,6 +673,80 @@ OpSpec recurrent(const std::string& op) {
           }};
 }
 
+// --- Resize / Upsample: separable per axis; the source index (and linear
+// weights) of every output position is computed on the host from the
+// shapes, so the device sees index_selects and element-wise ops only ---
+
+std::string resize_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear")
+      return "mode='" + a.s() + "' (nearest and linear only)";
+    if (a.name() == "coordinate_transformation_mode" && a.s() == "tf_crop_and_resize")
+      return "coordinate_transformation_mode='tf_crop_and_resize'";
+    if (a.name() == "exclude_outside" && a.i() != 0) return "exclude_outside=1";
+  }
+  return "";
+}
+
+Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double scale, const std::string& coord,
+                   const std::string& mode, const std::string& nearest) {
+  const int64_t in = x.shape()[axis];
+  std::vector<int64_t> i0, i1;
+  std::vector<double> w1;
+  for (int64_t o = 0; o < out; ++o) {
+    double src = 0;
+    if (coord == "half_pixel")
+      src = (o + 0.5) / scale - 0.5;
+    else if (coord == "pytorch_half_pixel")
+      src = out > 1 ? (o + 0.5) / scale - 0.5 : 0;
+    else if (coord == "align_corners")  // ONNX divides by the unrounded resized length, in * scale
+      src = in * scale == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (in * scale - 1);
+    else if (coord == "asymmetric")
+      src = o / scale;
+    else if (coord == "tf_half_pixel_for_nn")
+      src = (o + 0.5) / scale;
+    else
+      ctx.fail(Errc::unsupported, "coordinate_transformation_mode '" + coord + "'");
+    auto clampi = [&](double v) { return std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1); };
+    if (mode == "nearest") {
+      double r = 0;
+      if (nearest == "round_prefer_floor")
+        r = std::ceil(src - 0.5);
+      else if (nearest == "round_prefer_ceil")
+        r = std::floor(src + 0.5);
+      else if (nearest == "floor")
+        r = std::floor(src);
+      else if (nearest == "ceil")
+        r = std::ceil(src);
+      else
+        ctx.fail(Errc::unsupported, "nearest_mode '" + nearest + "'");
+      i0.push_back(clampi(r));
+    } else {
+      src = std::clamp(src, 0.0, static_cast<double>(in - 1));
+      const double f = std::floor(src);
+      i0.push_back(clampi(f));
+      i1.push_back(clampi(f + 1));
+      w1.push_back(src - f);
+    }
+  }
+  const Device& d = ctx.device();
+  Tensor a = x.index_select(axis, d.from_data(TensorData::from(i0, {out})));
+  if (mode == "nearest") return a;
+  Tensor b = x.index_select(axis, d.from_data(TensorData::from(i1, {out})));
+  Ints wshape(x.rank(), 1);
+  wshape[axis] = out;
+  Tensor w = d.from_data(host_doubles(w1, {out}, x.dtype())).reshape(Shape(wshape));
+  return a.add(b.sub(a).mul(w));
+}
+
+Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const std::string& coord,
+              const std::string& mode, const std::string& nearest) {
+  for (size_t a = 0; a < x.rank(); ++a)
+    if (out_dims[a] != x.shape()[a] || scales[a] != 1.0)
+      x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], coord, mode, nearest);
+  return x;
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -1312,6 +1386,46 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                                 .scatter_add(axis, idx, ctx.device().ones(idx.shape(), DType::i64));
                return Outs{dev_value(where(hit.gt(Scalar(int64_t{0})), zero.scatter_add(axis, idx, src), x))};
              }};
+  t["Resize"] = {{"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                  "extrapolation_value"},
+                 resize_check,
+                 [](Ctx& ctx) {
+                   Tensor x = ctx.dev(0);
+                   const size_t r = x.rank();
+                   std::vector<double> scales;
+                   Ints out(r);
+                   const size_t scales_at = ctx.opset() < 11 ? 1 : 2;
+                   if (ctx.opset() >= 11 && ctx.has(3) && ctx.in(3).shape().numel() > 0) {
+                     out = ctx.ints(3);
+                     if (out.size() != r) ctx.fail(Errc::shape_mismatch, "sizes must have one entry per axis");
+                     for (size_t a = 0; a < r; ++a)
+                       scales.push_back(static_cast<double>(out[a]) / static_cast<double>(x.shape()[a]));
+                   } else if (ctx.has(scales_at) && ctx.in(scales_at).shape().numel() > 0) {
+                     scales = ctx.host(scales_at).to_vector<double>();
+                     if (scales.size() != r) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
+                     for (size_t a = 0; a < r; ++a) out[a] = static_cast<int64_t>(std::floor(x.shape()[a] * scales[a]));
+                   } else {
+                     ctx.fail(Errc::invalid_argument, "neither scales nor sizes given");
+                   }
+                   const std::string coord =
+                       ctx.opset() < 11 ? "asymmetric" : ctx.attr_s("coordinate_transformation_mode", "half_pixel");
+                   const std::string nearest =
+                       ctx.opset() < 11 ? "floor" : ctx.attr_s("nearest_mode", "round_prefer_floor");
+                   return Outs{dev_value(resize(ctx, x, out, scales, coord, ctx.attr_s("mode", "nearest"), nearest))};
+                 }};
+  t["Upsample"] = {
+      {"mode", "scales"}, resize_check, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        std::vector<double> scales;
+        if (auto a = ctx.attr("scales"))
+          scales.assign(a->floats().begin(), a->floats().end());
+        else
+          scales = ctx.host(1).to_vector<double>();
+        if (scales.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
+        Ints out;
+        for (size_t a = 0; a < x.rank(); ++a) out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
+        return Outs{dev_value(resize(ctx, x, out, scales, "asymmetric", ctx.attr_s("mode", "nearest"), "floor"))};
+      }};
   for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
   return t;
 }
