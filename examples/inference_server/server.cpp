@@ -41,6 +41,7 @@
 #include "json_io.hpp"
 #include "metrics.hpp"
 #include "mlp_model.hpp"
+#include "onnx_serving.hpp"
 
 namespace sy = switchyard;
 using json = nlohmann::json;
@@ -288,9 +289,12 @@ int main(int argc, char** argv) {
 
   Options opt = parse_args(argc, argv);
   fit_connections_to_fd_limit(opt.http);
+  // A .onnx file is served through the ONNX loader; anything else is the
+  // MLP format of mlp_model.hpp.
+  const bool onnx_model = opt.model.size() > 5 && opt.model.ends_with(".onnx");
   mlp::Model model;
   try {
-    model = mlp::load(opt.model);
+    if (!onnx_model) model = mlp::load(opt.model);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "inference_server: %s\n", e.what());
     return 1;
@@ -298,15 +302,23 @@ int main(int argc, char** argv) {
 
   std::optional<sy::Runtime> rt;
   std::vector<serve::Replica> replicas;
+  std::vector<sy::onnx::Model> onnx_models;
   try {
     rt.emplace(sy::RuntimeOptions{.devices = opt.devices});
     for (const auto& why : rt->unavailable()) std::fprintf(stderr, "inference_server: note: %s\n", why.c_str());
-    for (const auto& d : rt->devices()) replicas.push_back(serve::place(model, d));
+    for (const auto& d : rt->devices())
+      if (onnx_model)
+        onnx_models.push_back(sy::onnx::Model::load(opt.model, d));
+      else
+        replicas.push_back(serve::place(model, d));
+  } catch (const sy::Error& e) {
+    std::fprintf(stderr, "inference_server: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "inference_server: cannot start devices: %s\n", e.what());
     return 1;
   }
-  if (replicas.empty()) {
+  if (replicas.empty() && onnx_models.empty()) {
     std::fprintf(stderr, "inference_server: none of the devices in --devices is available\n");
     return 1;
   }
@@ -319,20 +331,52 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  serve::Batcher batcher(model, replicas, opt.batch);
+  for (const auto& m : onnx_models) {
+    try {
+      m.device().sync().get();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "inference_server: placing the model on %s failed: %s\n", m.device().name().c_str(),
+                   e.what());
+      return 1;
+    }
+  }
+  std::optional<serve::Batcher> mlp_batcher;
+  std::optional<serve::OnnxBatcher> onnx_batcher;
+  if (onnx_model)
+    onnx_batcher.emplace(onnx_models, opt.batch);
+  else
+    mlp_batcher.emplace(model, replicas, opt.batch);
+  // What /metrics, shutdown and the start-up line need, whichever model.
+  auto batch_devices = [&] {
+    std::vector<sy::Device> out;
+    if (onnx_batcher) return onnx_batcher->devices();
+    for (const auto& r : mlp_batcher->replicas()) out.push_back(r.device);
+    return out;
+  };
+  auto batch_in_flight = [&] { return onnx_batcher ? onnx_batcher->in_flight() : mlp_batcher->in_flight(); };
+  auto batch_dispatched = [&] { return onnx_batcher ? onnx_batcher->dispatched() : mlp_batcher->dispatched(); };
+  auto& batch_rows_hist = onnx_batcher ? onnx_batcher->batch_rows() : mlp_batcher->batch_rows();
+  auto batch_drain = [&] { onnx_batcher ? onnx_batcher->drain() : mlp_batcher->drain(); };
+  auto batch_stop = [&] { onnx_batcher ? onnx_batcher->stop() : mlp_batcher->stop(); };
 
   serve::Histogram latency({0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10});
   serve::LabeledCounter requests;
   std::atomic<int64_t> in_flight{0};
-  const uint32_t in_width = model.input_width();
-  const uint32_t out_width = model.output_width();
+  const uint32_t in_width = onnx_model ? 0 : model.input_width();
+  const uint32_t out_width = onnx_model ? 0 : model.output_width();
   BlockingWorker blocking(64);
   std::atomic<http::Server*> server_ptr{nullptr};
 
   auto healthz = [&]() {
-    json j{{"status", "ok"}, {"input_width", in_width}, {"output_width", out_width}};
+    json j{{"status", "ok"}};
+    if (onnx_batcher) {
+      j["model"] = json::parse(serve::onnx_signature_json(onnx_batcher->model()));
+    } else {
+      j["input_width"] = in_width;
+      j["output_width"] = out_width;
+    }
     json devs = json::array();
-    for (const auto& r : batcher.replicas()) devs.push_back(r.device.name());
+    for (const auto& d : batch_devices()) devs.push_back(d.name());
     j["devices"] = devs;
     return json_reply(200, j.dump());
   };
@@ -351,11 +395,32 @@ int main(int argc, char** argv) {
       --in_flight;
       respond(json_reply(status, std::move(body)));
     };
+    if (onnx_batcher) {
+      serve::OnnxParsed p = serve::parse_onnx_inputs(req.body, onnx_batcher->model().inputs());
+      if (!p.error.empty()) return reply(400, serve::error_body(p.error));
+      auto fut = onnx_batcher->submit(std::move(p.inputs), p.rows);
+      respond.on_deadline(opt.request_timeout,
+                          [reply] { reply(504, serve::error_body("timed out waiting for the model")); });
+      fut.on_complete([fut, reply](std::exception_ptr e) {
+        try {
+          if (!e) return reply(200, serve::onnx_outputs_body(fut.get()));
+          std::rethrow_exception(e);
+        } catch (const sy::Error& err) {
+          // Input the loader refuses at the call is the client's fault.
+          const bool bad_input = err.code() == sy::Errc::shape_mismatch || err.code() == sy::Errc::dtype_mismatch ||
+                                 err.code() == sy::Errc::invalid_argument;
+          reply(bad_input ? 422 : 503, serve::error_body(err.what()));
+        } catch (const std::exception& err) {
+          reply(500, serve::error_body(std::string("internal error: ") + err.what()));
+        }
+      });
+      return;
+    }
     serve::Parsed p = serve::parse_inputs(req.body, in_width);
     if (!p.error.empty()) return reply(400, serve::error_body(p.error));
     bool fault = opt.fault_injection && req.header("X-Inject-Fault") == "1";
     const int64_t n = p.n;
-    auto fut = batcher.submit(std::move(p.rows), n, fault);
+    auto fut = mlp_batcher->submit(std::move(p.rows), n, fault);
     respond.on_deadline(opt.request_timeout,
                         [reply] { reply(504, serve::error_body("timed out waiting for the model")); });
     fut.on_complete([fut, reply, n, out_width](std::exception_ptr e) mutable {
@@ -384,9 +449,9 @@ int main(int argc, char** argv) {
 
   auto metrics = [&]() {
     std::ostringstream out;
-    const auto& reps = batcher.replicas();
+    const auto reps = batch_devices();
     std::vector<sy::Future<sy::DeviceStats>> stats;
-    for (const auto& r : reps) stats.push_back(r.device.stats());
+    for (const auto& d : reps) stats.push_back(d.stats());
     std::vector<std::optional<sy::DeviceStats>> got;
     for (auto& f : stats) {
       std::optional<sy::DeviceStats> s;
@@ -399,12 +464,12 @@ int main(int argc, char** argv) {
     auto device_metric = [&](const char* name, const char* type, const char* help, auto field) {
       out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
       for (size_t i = 0; i < reps.size(); ++i)
-        if (got[i]) out << name << "{device=\"" << reps[i].device.name() << "\"} " << field(*got[i]) << '\n';
+        if (got[i]) out << name << "{device=\"" << reps[i].name() << "\"} " << field(*got[i]) << '\n';
     };
     out << "# HELP switchyard_device_up 1 if the device answered its stats request\n"
            "# TYPE switchyard_device_up gauge\n";
     for (size_t i = 0; i < reps.size(); ++i)
-      out << "switchyard_device_up{device=\"" << reps[i].device.name() << "\"} " << (got[i] ? 1 : 0) << '\n';
+      out << "switchyard_device_up{device=\"" << reps[i].name() << "\"} " << (got[i] ? 1 : 0) << '\n';
     device_metric("switchyard_device_ops_executed_total", "counter", "Ops the device has run",
                   [](const sy::DeviceStats& s) { return s.ops_executed; });
     device_metric("switchyard_device_ops_failed_total", "counter", "Ops that failed on the device",
@@ -417,19 +482,19 @@ int main(int argc, char** argv) {
                   [](const sy::DeviceStats& s) { return s.live_bytes; });
     device_metric("switchyard_device_cached_bytes", "gauge", "Bytes the backend keeps pooled for reuse",
                   [](const sy::DeviceStats& s) { return s.cached_bytes; });
-    auto inflight = batcher.in_flight();
-    auto dispatched = batcher.dispatched();
+    auto inflight = batch_in_flight();
+    auto dispatched = batch_dispatched();
     out << "# HELP serve_batches_in_flight Batches running on each replica\n# TYPE serve_batches_in_flight gauge\n";
     for (size_t i = 0; i < reps.size(); ++i)
-      out << "serve_batches_in_flight{device=\"" << reps[i].device.name() << "\"} " << inflight[i] << '\n';
+      out << "serve_batches_in_flight{device=\"" << reps[i].name() << "\"} " << inflight[i] << '\n';
     out << "# HELP serve_batches_total Batches dispatched to each replica\n# TYPE serve_batches_total counter\n";
     for (size_t i = 0; i < reps.size(); ++i)
-      out << "serve_batches_total{device=\"" << reps[i].device.name() << "\"} " << dispatched[i] << '\n';
+      out << "serve_batches_total{device=\"" << reps[i].name() << "\"} " << dispatched[i] << '\n';
     out << "# HELP serve_requests_in_flight Inference requests being handled\n# TYPE serve_requests_in_flight gauge\n"
         << "serve_requests_in_flight " << in_flight.load() << '\n';
     requests.render(out, "serve_requests_total", "code", "Inference requests answered, by HTTP status");
     latency.render(out, "serve_request_duration_seconds", "Inference request latency from body received to reply");
-    batcher.batch_rows().render(out, "serve_batch_rows", "Rows per dispatched batch");
+    batch_rows_hist.render(out, "serve_batch_rows", "Rows per dispatched batch");
     if (http::Server* server = server_ptr.load()) {
       http::Stats h = server->stats();
       out << "# HELP serve_http_connections_open Connections open now\n# TYPE serve_http_connections_open gauge\n"
@@ -505,14 +570,14 @@ int main(int argc, char** argv) {
       unsigned char sig = 0;
       if (read(signal_pipe[0], &sig, 1) != 1) continue;
       std::fprintf(stderr, "inference_server: %s, finishing in-flight requests\n", strsignal(sig));
-      batcher.drain();  // no more batch windows: run what is queued now
+      batch_drain();  // no more batch windows: run what is queued now
       server->stop();
       return;
     }
   });
 
   std::string devs;
-  for (const auto& r : replicas) devs += (devs.empty() ? "" : ",") + r.device.name();
+  for (const auto& d : batch_devices()) devs += (devs.empty() ? "" : ",") + d.name();
   std::printf("listening on http://%s:%d devices=%s batching=%s window_us=%lld max_batch=%lld\n", opt.host.c_str(),
               server->port(), devs.c_str(), opt.batching ? "on" : "off",
               static_cast<long long>(opt.batch.window.count()), static_cast<long long>(opt.batch.max_batch));
@@ -523,7 +588,7 @@ int main(int argc, char** argv) {
   serving_done = true;
   signal_thread.join();
   blocking.stop();
-  batcher.stop();
+  batch_stop();
   server_ptr = nullptr;
   std::printf("stopped: listen ended\n");
   std::fflush(stdout);

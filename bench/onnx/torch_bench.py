@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""PyTorch 1.13 eager on a model of tests/onnx/models/pytorch (same seeded
+weights as export_models.py): latency per forward call, per input shape.
+
+    /usr/bin/python3 bench/onnx/torch_bench.py mlp|transformer_encoder ITERS THREADS SHAPE...   (SHAPE: 1x64)
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "onnx", "pytorch"))
+from export_models import Encoder, Mlp  # noqa: E402
+
+
+def main():
+    name, iters, threads, shapes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+    torch.set_num_threads(threads)
+    torch.manual_seed(0 if name == "mlp" else 1)  # the seeds export_models.py uses
+    model = (Mlp() if name == "mlp" else Encoder()).eval()
+    with torch.no_grad():
+        for spec in shapes:
+            dims = [int(d) for d in spec.split("x")]
+            b = dims[0]
+            n = 1
+            for d in dims:
+                n *= d
+            x = torch.sin(torch.arange(n, dtype=torch.float32)).reshape(*dims)
+            for _ in range(50):
+                model(x).numpy()
+            lat = []
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                s = time.perf_counter()
+                model(x).numpy()
+                lat.append((time.perf_counter() - s) * 1e6)
+            total = time.perf_counter() - t0
+            lat.sort()
+            print(json.dumps({"runtime": "pytorch " + torch.__version__ + " eager", "shape": spec,
+                              "median_us": lat[len(lat) // 2], "p99_us": lat[int(len(lat) * 0.99)],
+                              "rows_per_s": b * iters / total}))
+
+
+if __name__ == "__main__":
+    main()

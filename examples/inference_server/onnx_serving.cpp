@@ -1,0 +1,438 @@
+#include "onnx_serving.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+namespace sy = switchyard;
+namespace sox = switchyard::onnx;
+using json = nlohmann::json;
+
+namespace serve {
+namespace {
+
+constexpr size_t kMaxRank = 8;
+
+// Shape of a nested list (rectangular), or an error.
+bool shape_of(const json& v, size_t depth, std::vector<int64_t>& dims, std::string& err) {
+  if (!v.is_array()) {
+    if (depth < dims.size()) {
+      err = "is ragged (a number where a list was expected)";
+      return false;
+    }
+    return true;
+  }
+  if (depth >= kMaxRank) {
+    err = "nests deeper than " + std::to_string(kMaxRank) + " levels";
+    return false;
+  }
+  if (depth == dims.size()) dims.push_back(static_cast<int64_t>(v.size()));
+  if (dims[depth] != static_cast<int64_t>(v.size()) || depth + 1 > dims.size()) {
+    err = "is ragged (lists of different lengths at depth " + std::to_string(depth) + ")";
+    return false;
+  }
+  for (const auto& e : v)
+    if (!shape_of(e, depth + 1, dims, err)) return false;
+  // A leaf list inside a deeper sibling structure.
+  if (!v.empty() && !v.front().is_array() && dims.size() > depth + 1) {
+    err = "is ragged (a number where a list was expected)";
+    return false;
+  }
+  return true;
+}
+
+template <class T>
+bool fill(const json& v, std::vector<T>& out, sy::DType t, std::string& err) {
+  if (v.is_array()) {
+    for (const auto& e : v)
+      if (!fill(e, out, t, err)) return false;
+    return true;
+  }
+  if (t == sy::DType::boolean) {
+    if (v.is_boolean()) {
+      out.push_back(static_cast<T>(v.get<bool>()));
+      return true;
+    }
+    if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) {
+      out.push_back(static_cast<T>(v.get<int64_t>()));
+      return true;
+    }
+    err = "must hold booleans";
+    return false;
+  }
+  if (!v.is_number()) {
+    err = "must hold numbers";
+    return false;
+  }
+  if (sy::is_floating(t)) {
+    double d = v.get<double>();
+    if (!std::isfinite(d) || (t == sy::DType::f32 && std::abs(d) > 3.4028234663852886e38)) {
+      err = "holds a value outside " + std::string(sy::name_of(t));
+      return false;
+    }
+    out.push_back(static_cast<T>(d));
+    return true;
+  }
+  if (!v.is_number_integer()) {
+    err = "must hold integers (dtype " + std::string(sy::name_of(t)) + ")";
+    return false;
+  }
+  const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
+  const bool fits = t == sy::DType::i64 || (t == sy::DType::i32 && i >= INT32_MIN && i <= INT32_MAX) ||
+                    (t == sy::DType::u8 && i >= 0 && i <= 255);
+  if (!fits) {
+    err = "holds " + std::to_string(i) + ", outside " + std::string(sy::name_of(t));
+    return false;
+  }
+  out.push_back(static_cast<T>(i));
+  return true;
+}
+
+std::string to_data(const json& v, const sox::ValueInfo& info, sy::TensorData& out) {
+  std::vector<int64_t> dims;
+  std::string err;
+  if (!shape_of(v, 0, dims, err)) return err;
+  if (dims.size() != info.dims.size())
+    return "must have " + std::to_string(info.dims.size()) + " axes (nesting levels), got " +
+           std::to_string(dims.size());
+  for (size_t a = 0; a < dims.size(); ++a)
+    if (info.dims[a] >= 0 && dims[a] != info.dims[a])
+      return "axis " + std::to_string(a) + " must have " + std::to_string(info.dims[a]) + " entries, got " +
+             std::to_string(dims[a]);
+  sy::Shape shape(dims);
+  auto finish = [&](auto vec) -> std::string {
+    if (!fill(v, vec, info.dtype, err)) return err;
+    out = sy::TensorData::from(vec, shape);
+    return "";
+  };
+  switch (info.dtype) {
+    case sy::DType::f32:
+      return finish(std::vector<float>{});
+    case sy::DType::f64:
+      return finish(std::vector<double>{});
+    case sy::DType::i32:
+      return finish(std::vector<int32_t>{});
+    case sy::DType::i64:
+      return finish(std::vector<int64_t>{});
+    case sy::DType::u8:
+      return finish(std::vector<uint8_t>{});
+    case sy::DType::boolean:
+      return finish(std::vector<bool>{});
+  }
+  return "has an unknown dtype";
+}
+
+json to_json(const sy::TensorData& d) {
+  // Row-major walk building nested arrays.
+  const auto& dims = d.shape.dims;
+  std::vector<double> f;
+  std::vector<int64_t> i;
+  const bool fl = sy::is_floating(d.dtype), b = sy::is_bool(d.dtype);
+  if (fl)
+    f = d.to_vector<double>();
+  else
+    i = d.to_vector<int64_t>();
+  size_t at = 0;
+  std::function<json(size_t)> build = [&](size_t depth) -> json {
+    if (depth == dims.size()) {
+      size_t k = at++;
+      if (fl) return std::isfinite(f[k]) ? json(f[k]) : json(nullptr);
+      if (b) return json(i[k] != 0);
+      return json(i[k]);
+    }
+    json arr = json::array();
+    for (int64_t k = 0; k < dims[depth]; ++k) arr.push_back(build(depth + 1));
+    return arr;
+  };
+  return build(0);
+}
+
+std::string key_of(const sox::DataMap& inputs) {
+  std::string key;
+  for (const auto& [name, d] : inputs) {
+    key += name + ":";
+    for (size_t a = 1; a < d.shape.rank(); ++a) key += std::to_string(d.shape[a]) + ",";
+    key += ";";
+  }
+  return key;
+}
+
+// Stacks the parts along axis 0 (row-major: their bytes one after another).
+sy::TensorData stack_rows(const std::vector<const sy::TensorData*>& parts) {
+  sy::Shape shape = parts.front()->shape;
+  shape.dims[0] = 0;
+  size_t bytes = 0;
+  for (auto* p : parts) {
+    shape.dims[0] += p->shape[0];
+    bytes += p->bytes.size();
+  }
+  sy::Bytes out = sy::Bytes::allocate(bytes);
+  size_t at = 0;
+  for (auto* p : parts) {
+    std::memcpy(out.mutable_data() + at, p->bytes.data(), p->bytes.size());
+    at += p->bytes.size();
+  }
+  return sy::TensorData(shape, parts.front()->dtype, std::move(out));
+}
+
+sy::TensorData rows_of(const sy::TensorData& d, int64_t first, int64_t n) {
+  sy::Shape shape = d.shape;
+  shape.dims[0] = n;
+  const size_t row_bytes = d.shape[0] == 0 ? 0 : d.bytes.size() / static_cast<size_t>(d.shape[0]);
+  return sy::TensorData(
+      shape, d.dtype,
+      sy::Bytes::copy_of(d.bytes.data() + static_cast<size_t>(first) * row_bytes, static_cast<size_t>(n) * row_bytes));
+}
+
+}  // namespace
+
+OnnxParsed parse_onnx_inputs(const std::string& body, const std::vector<sox::ValueInfo>& decl) {
+  OnnxParsed p;
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) {
+    p.error = "request body is not valid JSON";
+    return p;
+  }
+  if (!j.is_object() || !j.contains("inputs")) {
+    p.error = "request body must be an object with \"inputs\"";
+    return p;
+  }
+  const json& in = j["inputs"];
+  std::vector<std::pair<const sox::ValueInfo*, const json*>> given;
+  if (in.is_array()) {
+    if (decl.size() != 1) {
+      p.error = "the model takes " + std::to_string(decl.size()) +
+                " inputs: give \"inputs\" as an object {NAME: nested list, ...}";
+      return p;
+    }
+    given.emplace_back(&decl[0], &in);
+  } else if (in.is_object()) {
+    for (auto it = in.begin(); it != in.end(); ++it)
+      if (std::none_of(decl.begin(), decl.end(), [&](const sox::ValueInfo& v) { return v.name == it.key(); })) {
+        p.error = "the model has no input '" + it.key() + "'";
+        return p;
+      }
+    for (const auto& v : decl) {
+      if (!in.contains(v.name)) {
+        p.error = "input '" + v.name + "' is missing";
+        return p;
+      }
+      given.emplace_back(&v, &in[v.name]);
+    }
+  } else {
+    p.error = "\"inputs\" must be a nested list or an object of them";
+    return p;
+  }
+  p.rows = -1;
+  for (auto [info, value] : given) {
+    sy::TensorData d;
+    if (auto err = to_data(*value, *info, d); !err.empty()) {
+      p.error = "input '" + info->name + "' " + err;
+      return p;
+    }
+    const int64_t rows = d.shape.rank() > 0 ? d.shape[0] : 0;
+    p.rows = p.rows < 0 || p.rows == rows ? rows : 0;
+    p.inputs.emplace(info->name, std::move(d));
+  }
+  if (p.rows < 0) p.rows = 0;
+  return p;
+}
+
+std::string onnx_outputs_body(const sox::DataMap& outputs) {
+  json out = json::object();
+  for (const auto& [name, d] : outputs) out[name] = to_json(d);
+  return json{{"outputs", out}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string onnx_signature_json(const sox::Model& m) {
+  auto list = [](const std::vector<sox::ValueInfo>& vs) {
+    json a = json::array();
+    for (const auto& v : vs)
+      a.push_back({{"name", v.name}, {"dtype", std::string(sy::name_of(v.dtype))}, {"dims", v.dims}});
+    return a;
+  };
+  return json{{"inputs", list(m.inputs())}, {"outputs", list(m.outputs())}}.dump();
+}
+
+OnnxBatcher::OnnxBatcher(std::vector<sox::Model> replicas, BatchOptions opts)
+    : replicas_(std::move(replicas)), opts_(opts), in_flight_(replicas_.size(), 0), dispatched_(replicas_.size(), 0) {
+  if (replicas_.empty()) throw std::invalid_argument("OnnxBatcher: no replicas");
+  opts_.max_batch = std::max<int64_t>(opts_.max_batch, 1);
+  opts_.max_inflight = std::max<int64_t>(opts_.max_inflight, 1);
+  // Stacking requests is sound only when axis 0 of every input and output
+  // is the (dynamic) batch axis.
+  batchable_ = true;
+  for (const auto* vs : {&model().inputs(), &model().outputs()})
+    for (const auto& v : *vs)
+      if (v.dims.empty() || v.dims[0] >= 0) batchable_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+OnnxBatcher::~OnnxBatcher() { stop(); }
+
+sy::Future<sox::DataMap> OnnxBatcher::submit(sox::DataMap inputs, int64_t rows) {
+  auto job = std::make_shared<Job>();
+  job->key = key_of(inputs);
+  job->inputs = std::move(inputs);
+  job->rows = rows;
+  job->arrived = std::chrono::steady_clock::now();
+  auto fut = job->done.future();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      job->done.set_error(std::make_exception_ptr(sy::Error(sy::Errc::runtime_closed, "the server is shutting down")));
+      return fut;
+    }
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return fut;
+}
+
+void OnnxBatcher::drain() {
+  {
+    std::lock_guard lock(mu_);
+    draining_ = true;
+  }
+  cv_.notify_all();
+}
+
+void OnnxBatcher::stop(std::chrono::milliseconds limit) {
+  {
+    std::lock_guard lock(mu_);
+    draining_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, limit,
+               [&] { return std::all_of(in_flight_.begin(), in_flight_.end(), [](int64_t n) { return n == 0; }); });
+}
+
+std::vector<sy::Device> OnnxBatcher::devices() const {
+  std::vector<sy::Device> out;
+  for (const auto& m : replicas_) out.push_back(m.device());
+  return out;
+}
+
+std::vector<int64_t> OnnxBatcher::in_flight() const {
+  std::lock_guard lock(mu_);
+  return in_flight_;
+}
+
+std::vector<uint64_t> OnnxBatcher::dispatched() const {
+  std::lock_guard lock(mu_);
+  return dispatched_;
+}
+
+void OnnxBatcher::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return;
+    const auto deadline = queue_.front()->arrived + opts_.window;
+    auto queued_rows = [&] {
+      int64_t n = 0;
+      for (const auto& j : queue_)
+        if (j->key == queue_.front()->key) n += j->rows;
+      return n;
+    };
+    if (batchable_) cv_.wait_until(lock, deadline, [&] { return draining_ || queued_rows() >= opts_.max_batch; });
+    auto least_loaded = [&] {
+      size_t best = next_ % replicas_.size();
+      for (size_t k = 0; k < replicas_.size(); ++k) {
+        size_t i = (next_ + k) % replicas_.size();
+        if (in_flight_[i] < in_flight_[best]) best = i;
+      }
+      return best;
+    };
+    cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
+
+    // The front request and every later one of the same trailing shapes,
+    // up to max_batch rows (a larger single request runs alone).
+    std::vector<std::shared_ptr<Job>> jobs{queue_.front()};
+    queue_.pop_front();
+    int64_t rows = jobs.front()->rows;
+    if (batchable_ && rows > 0) {
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->key == jobs.front()->key && (*it)->rows > 0 && rows + (*it)->rows <= opts_.max_batch) {
+          rows += (*it)->rows;
+          jobs.push_back(*it);
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    const size_t r = least_loaded();
+    next_ = r + 1;
+    ++in_flight_[r];
+    ++dispatched_[r];
+    lock.unlock();
+    batch_rows_.observe(static_cast<double>(rows));
+    dispatch(r, std::move(jobs));
+    lock.lock();
+  }
+}
+
+void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> jobs) {
+  sy::Future<sox::DataMap> fut;
+  try {
+    if (jobs.size() == 1) {
+      fut = replicas_[replica].infer(jobs.front()->inputs);
+    } else {
+      sox::DataMap batch;
+      for (const auto& [name, first] : jobs.front()->inputs) {
+        std::vector<const sy::TensorData*> parts;
+        for (const auto& j : jobs) parts.push_back(&j->inputs.at(name));
+        batch.emplace(name, stack_rows(parts));
+      }
+      fut = replicas_[replica].infer(batch);
+    }
+  } catch (...) {
+    for (auto& j : jobs) j->done.set_error(std::current_exception());
+    finish(replica);
+    return;
+  }
+  fut.on_complete([this, fut, jobs, replica](std::exception_ptr e) {
+    if (e) {
+      for (auto& j : jobs) j->done.set_error(e);
+    } else if (jobs.size() == 1) {
+      jobs.front()->done.set_value(fut.get());
+    } else {
+      sox::DataMap all = fut.get();
+      int64_t total = 0;
+      for (const auto& j : jobs) total += j->rows;
+      for (const auto& [name, d] : all)
+        if (d.shape.rank() == 0 || d.shape[0] != total) {
+          auto err = std::make_exception_ptr(
+              sy::Error(sy::Errc::shape_mismatch, "output '" + name + "' has shape " + d.shape.to_string() +
+                                                      ": axis 0 is not the batch axis, so requests cannot be batched"));
+          for (auto& j : jobs) j->done.set_error(err);
+          finish(replica);
+          return;
+        }
+      int64_t at = 0;
+      for (auto& j : jobs) {
+        sox::DataMap mine;
+        for (const auto& [name, d] : all) mine.emplace(name, rows_of(d, at, j->rows));
+        at += j->rows;
+        j->done.set_value(std::move(mine));
+      }
+    }
+    finish(replica);
+  });
+}
+
+void OnnxBatcher::finish(size_t replica) {
+  {
+    std::lock_guard lock(mu_);
+    --in_flight_[replica];
+  }
+  cv_.notify_all();
+}
+
+}  // namespace serve

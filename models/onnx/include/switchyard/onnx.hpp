@@ -1,0 +1,113 @@
+#pragma once
+
+// The ONNX loader: a client of the public API (Runtime, Device, Tensor,
+// Future), nothing below it. Protobuf and ONNX types stay in the .cpp files.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "switchyard/device.hpp"
+#include "switchyard/future.hpp"
+#include "switchyard/tensor.hpp"
+
+namespace switchyard::onnx {
+
+/// A graph input or output as the model declares it.
+struct ValueInfo {
+  std::string name;
+  /// Element type (the model's type mapped to Switchyard's).
+  DType dtype = DType::f32;
+  /// Extents, outermost first; -1 for a dynamic axis (batch, sequence).
+  std::vector<int64_t> dims;
+  /// Names of the dynamic axes, where the model gives them ("" otherwise).
+  std::vector<std::string> dim_names;
+};
+
+/// Named tensors, the inputs or outputs of one run.
+using TensorMap = std::map<std::string, Tensor>;
+/// Named host data, the inputs or outputs of one run.
+using DataMap = std::map<std::string, TensorData>;
+
+/// A loaded ONNX model, bound to one device: its initializers live there and
+/// its ops run there. Cheap to copy (copies share the model); every member is
+/// safe to call from any number of threads at once.
+///
+/// Loading checks everything it can: the opset (7-17 of the default domain),
+/// every node's op, attributes and the dtypes of every value ONNX's shape
+/// inference types; a model the op set cannot run fails at load with
+/// Error(unsupported) naming the node, its op and what is missing.
+///
+/// Shape arithmetic (Shape, Gather, Concat, Unsqueeze, ... on shapes and
+/// constants) is evaluated on the host once per input signature (shapes and
+/// dtypes, plus the contents of any input the model reads as a shape) and the
+/// result cached, so later runs of that signature submit only tensor work.
+class Model {
+ public:
+  /// Loads `path` (external data files are read relative to its folder) and
+  /// uploads the initializers to `device`. Throws Error: io/parse problems
+  /// (invalid_argument), anything the op set cannot run (unsupported).
+  [[nodiscard]] static Model load(const std::string& path, const Device& device);
+  /// As load(), from the bytes of a .onnx file; external data is read
+  /// relative to `base_dir`.
+  [[nodiscard]] static Model load_bytes(const std::string& bytes, const Device& device,
+                                        const std::string& base_dir = ".");
+
+  /// One stage of a pipeline: the nodes from `first_node` (in the model's
+  /// order) up to the next stage's first node run on `device`.
+  struct Stage {
+    Device device;
+    size_t first_node = 0;
+  };
+  /// Loads a model split by node range over devices (the first stage must
+  /// start at node 0; stages in increasing order). A value crossing a stage
+  /// boundary is bridged with Tensor::to(); each initializer is uploaded to
+  /// the device of the first node that uses it.
+  [[nodiscard]] static Model load(const std::string& path, const std::vector<Stage>& stages);
+  /// As load(path, stages), from bytes.
+  [[nodiscard]] static Model load_bytes(const std::string& bytes, const std::vector<Stage>& stages,
+                                        const std::string& base_dir = ".");
+  /// How many nodes the graph has (for choosing stage boundaries).
+  [[nodiscard]] size_t num_nodes() const;
+
+  /// The inputs a run takes (initializers that are also graph inputs are
+  /// not listed: their stored values are defaults a run may override).
+  [[nodiscard]] const std::vector<ValueInfo>& inputs() const;
+  /// The outputs a run returns.
+  [[nodiscard]] const std::vector<ValueInfo>& outputs() const;
+  /// The opset of the default domain the model was exported with.
+  [[nodiscard]] int64_t opset() const;
+  /// The device the model runs on (a pipeline's first stage: where run()
+  /// puts its inputs).
+  [[nodiscard]] Device device() const;
+  /// How many input signatures have a cached plan (for tests and stats).
+  [[nodiscard]] size_t cached_plans() const;
+
+  /// Runs the model on tensors (on any device; others are moved with to()).
+  /// Returns at once with the output tensors (their read() is the future);
+  /// a missing, unknown, wrongly typed or wrongly shaped input throws Error
+  /// naming the input. An input the model reads as a shape is read back
+  /// (this call then blocks for it).
+  [[nodiscard]] TensorMap run(const TensorMap& inputs) const;
+  /// Runs the model on host data (uploaded to the model's device).
+  [[nodiscard]] TensorMap run(const DataMap& inputs) const;
+  /// run(), then the contents of every output: a future of the named data
+  /// (a failing op fails it).
+  [[nodiscard]] Future<DataMap> infer(const DataMap& inputs) const;
+
+ private:
+  struct Impl;
+  explicit Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+/// The ONNX op types (default domain) the loader maps, sorted.
+[[nodiscard]] std::vector<std::string> supported_ops();
+
+/// Reads a serialized onnx.TensorProto (as the backend tests' input_N.pb)
+/// into host data; throws Error(unsupported) for dtypes Switchyard lacks.
+[[nodiscard]] TensorData read_tensor_proto(const std::string& path);
+
+}  // namespace switchyard::onnx

@@ -1,0 +1,439 @@
+// Loading (parse, opset, op/attribute/dtype checks, initializer upload) and
+// running (per-signature plans that keep host-folded shape arithmetic).
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
+#include <onnx/shape_inference/implementation.h>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "onnx_internal.hpp"
+
+namespace switchyard::onnx {
+
+using detail::Value;
+
+namespace {
+
+std::string node_label(const ::onnx::NodeProto& node, size_t index) {
+  std::string name = node.name().empty() ? "#" + std::to_string(index) : node.name();
+  return "node '" + name + "' (" + node.op_type() + ")";
+}
+
+ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) {
+  ValueInfo info;
+  info.name = v.name();
+  if (!v.type().has_tensor_type())
+    throw Error(Errc::unsupported,
+                where + " '" + v.name() + "' is not a tensor (sequences, maps and optionals are not supported)");
+  const auto& tt = v.type().tensor_type();
+  auto dt = detail::to_dtype(tt.elem_type());
+  if (!dt)
+    throw Error(Errc::unsupported, where + " '" + v.name() + "' has dtype " + detail::onnx_type_name(tt.elem_type()) +
+                                       ", which Switchyard lacks");
+  info.dtype = *dt;
+  for (const auto& d : tt.shape().dim()) {
+    info.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    info.dim_names.push_back(d.has_dim_param() ? d.dim_param() : "");
+  }
+  return info;
+}
+
+}  // namespace
+
+/// A cached plan for one input signature: the values known on the host
+/// (and their uploads), and which nodes they make unnecessary.
+struct Plan {
+  std::vector<Value> env;
+  std::vector<char> skip;
+};
+
+struct Model::Impl {
+  Device device;                    // the first stage's
+  std::vector<Device> node_device;  // per node (a pipeline places ranges)
+  int64_t opset = 0;
+  std::vector<::onnx::NodeProto> nodes;
+  std::vector<const detail::OpSpec*> specs;
+  std::vector<std::vector<int>> node_in, node_out;
+  std::vector<ValueInfo> inputs, outputs;
+  std::vector<int> input_slots, output_slots;
+  std::vector<char> input_has_default;
+  std::vector<Value> base;  // initializers, by slot
+
+  mutable std::mutex mu;
+  mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
+  mutable std::set<size_t> value_inputs;  // inputs whose contents the plan depends on
+
+  void execute(std::vector<Value>& env, const std::vector<char>* skip, bool* computed_read = nullptr) const;
+  TensorMap run_values(std::vector<Value> given) const;
+  std::string signature(const std::vector<Value>& given, const std::set<size_t>& vi) const;
+};
+
+void Model::Impl::execute(std::vector<Value>& env, const std::vector<char>* skip, bool* computed_read) const {
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (skip != nullptr && (*skip)[n]) continue;
+    std::vector<Value*> ins;
+    for (int s : node_in[n]) {
+      if (s >= 0 && !env[s].present())
+        throw Error(Errc::invalid_argument, "onnx: " + node_label(nodes[n], n) + ": input has no value");
+      ins.push_back(s < 0 ? nullptr : &env[s]);
+    }
+    detail::Ctx ctx(nodes[n], opset, node_device[n], std::move(ins), computed_read);
+    std::vector<Value> outs;
+    try {
+      outs = specs[n]->run(ctx);
+    } catch (const Error& e) {
+      std::string what = e.what();
+      if (what.rfind("onnx: ", 0) == 0) throw;
+      throw Error(e.code(), "onnx: " + node_label(nodes[n], n) + ": " + what);
+    }
+    for (size_t k = 0; k < node_out[n].size() && k < outs.size(); ++k)
+      if (node_out[n][k] >= 0) env[node_out[n][k]] = std::move(outs[k]);
+  }
+}
+
+std::string Model::Impl::signature(const std::vector<Value>& given, const std::set<size_t>& vi) const {
+  std::string key;
+  for (size_t i = 0; i < given.size(); ++i) {
+    key += std::to_string(static_cast<int>(given[i].dtype())) + ":" + given[i].shape().to_string() + ";";
+    if (vi.count(i)) {
+      const Value& v = given[i];
+      if (!v.readback) v.readback = v.dev.read().get();
+      const auto& b = v.readback->bytes;
+      key.append(reinterpret_cast<const char*>(b.data()), b.size());
+      key += ";";
+    }
+  }
+  return key;
+}
+
+TensorMap Model::Impl::run_values(std::vector<Value> given) const {
+  std::set<size_t> vi;
+  {
+    std::lock_guard lock(mu);
+    vi = value_inputs;
+  }
+  std::string key = signature(given, vi);
+  std::shared_ptr<const Plan> plan;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = plans.find(key); it != plans.end()) plan = it->second;
+  }
+  std::vector<Value> env = plan ? plan->env : base;
+  for (size_t i = 0; i < given.size(); ++i)
+    if (given[i].present()) env[input_slots[i]] = given[i];
+  bool computed_read = false;
+  execute(env, plan ? &plan->skip : nullptr, &computed_read);
+
+  TensorMap out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Value& v = env[output_slots[i]];
+    if (!v.present()) continue;
+    if (!v.dev.defined()) v.dev = device.from_data(*v.host);
+    out.emplace(outputs[i].name, v.dev);
+  }
+  // A computed device value read on the host (a shape that depends on
+  // data) may feed folded nodes: such a model is replanned on every run.
+  if (plan || computed_read) return out;
+
+  // First run of this signature: keep what the host computed, drop the rest.
+  auto built = std::make_shared<Plan>();
+  built->skip.assign(nodes.size(), 0);
+  std::set<size_t> read_inputs;
+  for (size_t i = 0; i < given.size(); ++i)
+    if (given[i].input_read && *given[i].input_read) read_inputs.insert(i);
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    bool all_host = true;
+    for (int s : node_out[n])
+      if (s >= 0 && !env[s].host) all_host = false;
+    built->skip[n] = all_host ? 1 : 0;
+  }
+  for (size_t n = 0; n < nodes.size(); ++n)
+    if (!built->skip[n])
+      for (int s : node_out[n])
+        if (s >= 0) env[s] = Value{};
+  for (size_t i = 0; i < given.size(); ++i) env[input_slots[i]] = base[input_slots[i]];
+  built->env = std::move(env);
+  std::lock_guard lock(mu);
+  value_inputs.insert(read_inputs.begin(), read_inputs.end());
+  if (plans.size() >= 256) plans.clear();  // bounded: value-dependent inputs can vary freely
+  plans[signature(given, value_inputs)] = std::move(built);
+  return out;
+}
+
+Model Model::load(const std::string& path, const Device& device) { return load(path, std::vector<Stage>{{device, 0}}); }
+
+Model Model::load_bytes(const std::string& bytes, const Device& device, const std::string& base_dir) {
+  return load_bytes(bytes, std::vector<Stage>{{device, 0}}, base_dir);
+}
+
+Model Model::load(const std::string& path, const std::vector<Stage>& stages) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::invalid_argument, "onnx: cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  try {
+    return load_bytes(ss.str(), stages, dir);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(e.what()) + " [" + path + "]");
+  }
+}
+
+Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stages, const std::string& base_dir) {
+  if (stages.empty() || stages.front().first_node != 0)
+    throw Error(Errc::invalid_argument, "onnx: the first stage must start at node 0");
+  for (size_t k = 0; k < stages.size(); ++k) {
+    if (!stages[k].device.valid())
+      throw Error(Errc::invalid_argument, "onnx: stage " + std::to_string(k) + " has no device");
+    if (k > 0 && stages[k].first_node <= stages[k - 1].first_node)
+      throw Error(Errc::invalid_argument, "onnx: stages must start at increasing nodes");
+  }
+  const Device& device = stages.front().device;
+  ::onnx::ModelProto model;
+  if (!model.ParseFromString(bytes))
+    throw Error(Errc::invalid_argument, "onnx: not a valid ONNX model (protobuf parse failed)");
+  auto impl = std::make_shared<Impl>();
+  impl->device = device;
+  for (const auto& op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") impl->opset = op.version();
+  // Opset 6 differs from 7 only by attributes (broadcast/axis on binary ops,
+  // is_test, consumed_inputs) that the attribute check below refuses, so the
+  // models of ops last changed in opset 6 (Elu, Selu, ...) load too.
+  if (impl->opset == 0) {
+    std::string domains;
+    for (const auto& op : model.opset_import()) domains += (domains.empty() ? "" : ", ") + op.domain();
+    throw Error(Errc::unsupported, "onnx: the model imports no opset of the default domain (only " + domains + ")");
+  }
+  if (impl->opset < 6 || impl->opset > 17)
+    throw Error(Errc::unsupported,
+                "onnx: opset " + std::to_string(impl->opset) + " of the default domain; supported: 7-17 (and 6)");
+
+  // Types of intermediate values, so a dtype Switchyard lacks fails at load.
+  ::onnx::ModelProto typed = model;
+  try {
+    ::onnx::shape_inference::InferShapes(typed);
+  } catch (const std::exception&) {
+    // Inference is a check only; a model it cannot follow still loads.
+  }
+  const auto& graph = model.graph();
+  std::unordered_map<std::string, int> slot;
+  auto slot_of = [&](const std::string& name) {
+    auto [it, fresh] = slot.emplace(name, static_cast<int>(slot.size()));
+    return it->second;
+  };
+  std::vector<std::pair<int, TensorData>> inits;
+  std::set<std::string> init_names;
+  for (const auto& t : graph.initializer()) {
+    auto dt = detail::to_dtype(t.data_type());
+    if (!dt)
+      throw Error(Errc::unsupported, "onnx: initializer '" + t.name() + "' has dtype " +
+                                         detail::onnx_type_name(t.data_type()) + ", which Switchyard lacks");
+    inits.emplace_back(slot_of(t.name()), detail::to_data(t, base_dir));
+    init_names.insert(t.name());
+  }
+  for (const auto& v : graph.input()) {
+    auto info = value_info(v, "onnx: input");
+    impl->input_slots.push_back(slot_of(v.name()));
+    impl->input_has_default.push_back(init_names.count(v.name()) ? 1 : 0);
+    if (!init_names.count(v.name())) impl->inputs.push_back(info);
+  }
+  // Only the inputs without defaults are listed; keep the defaulted ones
+  // reachable too (a run may override them), listed after.
+  {
+    std::vector<ValueInfo> all;
+    std::vector<int> slots;
+    std::vector<char> def;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int i = 0; i < graph.input_size(); ++i)
+        if (impl->input_has_default[i] == pass) {
+          all.push_back(value_info(graph.input(i), "onnx: input"));
+          slots.push_back(impl->input_slots[i]);
+          def.push_back(static_cast<char>(pass));
+        }
+    impl->input_slots = slots;
+    impl->input_has_default = def;
+    impl->inputs.clear();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (!def[i]) impl->inputs.push_back(all[i]);
+    for (size_t i = 0; i < all.size(); ++i)
+      if (def[i]) impl->inputs.push_back(all[i]);
+  }
+
+  // Dtypes of every typed value: a missing one fails here, naming the node
+  // that produces it.
+  std::unordered_map<std::string, int32_t> elem_type;
+  for (const auto& v : typed.graph().value_info())
+    if (v.type().has_tensor_type()) elem_type[v.name()] = v.type().tensor_type().elem_type();
+  for (const auto& v : typed.graph().output())
+    if (v.type().has_tensor_type()) elem_type[v.name()] = v.type().tensor_type().elem_type();
+
+  const auto& table = detail::op_table();
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const auto& node = graph.node(n);
+    std::string label = "onnx: " + node_label(node, n);
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' is not supported");
+    auto it = table.find(node.op_type());
+    if (it == table.end())
+      throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
+    const auto& spec = it->second;
+    for (const auto& a : node.attribute())
+      if (std::find(spec.attributes.begin(), spec.attributes.end(), a.name()) == spec.attributes.end())
+        throw Error(Errc::unsupported, label + ": attribute '" + a.name() + "' is not supported");
+    if (spec.check) {
+      std::string missing = spec.check(node, impl->opset);
+      if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
+    }
+    for (const auto& o : node.output()) {
+      auto et = elem_type.find(o);
+      if (et != elem_type.end() && et->second != 0 && !detail::to_dtype(et->second))
+        throw Error(Errc::unsupported, label + ": output '" + o + "' has dtype " + detail::onnx_type_name(et->second) +
+                                           ", which Switchyard lacks");
+    }
+    impl->nodes.push_back(node);
+    impl->specs.push_back(&spec);
+    std::vector<int> ins, outs;
+    for (const auto& i : node.input()) {
+      if (i.empty()) {
+        ins.push_back(-1);
+        continue;
+      }
+      if (!slot.count(i))
+        throw Error(Errc::invalid_argument, label + ": input '" + i + "' is never produced (graph not sorted?)");
+      ins.push_back(slot.at(i));
+    }
+    for (const auto& o : node.output()) outs.push_back(o.empty() ? -1 : slot_of(o));
+    impl->node_in.push_back(std::move(ins));
+    impl->node_out.push_back(std::move(outs));
+  }
+  for (const auto& v : graph.output()) {
+    impl->outputs.push_back(value_info(v, "onnx: output"));
+    if (!slot.count(v.name())) throw Error(Errc::invalid_argument, "onnx: output '" + v.name() + "' is never produced");
+    impl->output_slots.push_back(slot.at(v.name()));
+  }
+  if (stages.back().first_node >= impl->nodes.size() && stages.size() > 1)
+    throw Error(Errc::invalid_argument, "onnx: a stage starts at node " + std::to_string(stages.back().first_node) +
+                                            " of a graph of " + std::to_string(impl->nodes.size()) + " nodes");
+  size_t stage = 0;
+  for (size_t n = 0; n < impl->nodes.size(); ++n) {
+    while (stage + 1 < stages.size() && stages[stage + 1].first_node <= n) ++stage;
+    impl->node_device.push_back(stages[stage].device);
+  }
+  // Each initializer goes to the device of its first consumer.
+  std::vector<Device> home(slot.size(), device);
+  std::vector<char> placed(slot.size(), 0);
+  for (size_t n = 0; n < impl->nodes.size(); ++n)
+    for (int s : impl->node_in[n])
+      if (s >= 0 && !placed[s]) {
+        home[s] = impl->node_device[n];
+        placed[s] = 1;
+      }
+  impl->base.resize(slot.size());
+  for (auto& [s, data] : inits) {
+    Value v;
+    // Weights go to the device now; small integer tensors (shapes, axes)
+    // stay on the host until an op needs them there.
+    if (is_floating(data.dtype) || data.numel() > 64) v.dev = home[s].from_data(data);
+    v.host = std::move(data);
+    impl->base[s] = std::move(v);
+  }
+  return Model(std::move(impl));
+}
+
+const std::vector<ValueInfo>& Model::inputs() const { return impl_->inputs; }
+const std::vector<ValueInfo>& Model::outputs() const { return impl_->outputs; }
+int64_t Model::opset() const { return impl_->opset; }
+Device Model::device() const { return impl_->device; }
+size_t Model::num_nodes() const { return impl_->nodes.size(); }
+size_t Model::cached_plans() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->plans.size();
+}
+
+namespace {
+
+void check_input(const ValueInfo& info, DType dtype, const Shape& shape) {
+  if (dtype != info.dtype)
+    throw Error(Errc::dtype_mismatch, "onnx run: input '" + info.name + "' must be " +
+                                          std::string(name_of(info.dtype)) + ", got " + std::string(name_of(dtype)));
+  if (!info.dims.empty() || shape.rank() == 0) {
+    if (shape.rank() != info.dims.size())
+      throw Error(Errc::shape_mismatch, "onnx run: input '" + info.name + "' must have " +
+                                            std::to_string(info.dims.size()) + " axes, got shape " + shape.to_string());
+    for (size_t a = 0; a < info.dims.size(); ++a)
+      if (info.dims[a] >= 0 && info.dims[a] != shape[a])
+        throw Error(Errc::shape_mismatch, "onnx run: input '" + info.name + "' axis " + std::to_string(a) +
+                                              " must be " + std::to_string(info.dims[a]) + ", got shape " +
+                                              shape.to_string());
+  }
+}
+
+}  // namespace
+
+TensorMap Model::run(const TensorMap& inputs) const {
+  const auto& im = *impl_;
+  for (const auto& [name, t] : inputs)
+    if (std::none_of(im.inputs.begin(), im.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
+      throw Error(Errc::invalid_argument, "onnx run: the model has no input '" + name + "'");
+  std::vector<Value> given(im.inputs.size());
+  for (size_t i = 0; i < im.inputs.size(); ++i) {
+    auto it = inputs.find(im.inputs[i].name);
+    if (it == inputs.end()) {
+      if (im.input_has_default[i]) continue;
+      throw Error(Errc::invalid_argument, "onnx run: input '" + im.inputs[i].name + "' is missing");
+    }
+    const Tensor& t = it->second;
+    if (!t.defined())
+      throw Error(Errc::invalid_tensor, "onnx run: input '" + im.inputs[i].name + "' is an undefined tensor");
+    check_input(im.inputs[i], t.dtype(), t.shape());
+    given[i].dev = t.device() == im.device ? t : t.to(im.device);
+    given[i].input_read = std::make_shared<std::atomic<bool>>(false);
+  }
+  for (size_t i = 0; i < given.size(); ++i)
+    if (!given[i].present()) given[i] = im.base[im.input_slots[i]];
+  return im.run_values(std::move(given));
+}
+
+TensorMap Model::run(const DataMap& inputs) const {
+  const auto& im = *impl_;
+  for (const auto& [name, d] : inputs)
+    if (std::none_of(im.inputs.begin(), im.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
+      throw Error(Errc::invalid_argument, "onnx run: the model has no input '" + name + "'");
+  std::vector<Value> given(im.inputs.size());
+  for (size_t i = 0; i < im.inputs.size(); ++i) {
+    auto it = inputs.find(im.inputs[i].name);
+    if (it == inputs.end()) {
+      if (im.input_has_default[i]) {
+        given[i] = im.base[im.input_slots[i]];
+        continue;
+      }
+      throw Error(Errc::invalid_argument, "onnx run: input '" + im.inputs[i].name + "' is missing");
+    }
+    check_input(im.inputs[i], it->second.dtype, it->second.shape);
+    given[i].dev = im.device.from_data(it->second);
+    given[i].readback = it->second;
+    given[i].input_read = std::make_shared<std::atomic<bool>>(false);
+  }
+  return im.run_values(std::move(given));
+}
+
+Future<DataMap> Model::infer(const DataMap& inputs) const {
+  TensorMap outs = run(inputs);
+  std::vector<std::string> names;
+  std::vector<Future<TensorData>> reads;
+  for (const auto& [name, t] : outs) {
+    names.push_back(name);
+    reads.push_back(t.read());
+  }
+  return when_all(reads).then([names](std::vector<TensorData> datas) {
+    DataMap out;
+    for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], std::move(datas[i]));
+    return out;
+  });
+}
+
+}  // namespace switchyard::onnx

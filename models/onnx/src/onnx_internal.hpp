@@ -1,0 +1,105 @@
+#pragma once
+
+// Internal to the ONNX loader: protobuf types, the op table, host values.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <onnx/onnx_pb.h>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "switchyard/onnx.hpp"
+
+namespace switchyard::onnx::detail {
+
+/// A value of the graph during a run: a device tensor, a host constant
+/// (known without the device: initializers, folded shape arithmetic), or
+/// both (a host constant already uploaded).
+struct Value {
+  Tensor dev;
+  std::optional<TensorData> host;
+  /// A device value's contents read back (or a graph input's host data),
+  /// for ops that need a device value as a shape; not a constant.
+  mutable std::optional<TensorData> readback;
+  /// Set on a graph input's value (shared by copies, e.g. through
+  /// Identity) when an op read it on the host: the plan then depends on the
+  /// input's contents. Graph inputs are never folded on the host.
+  std::shared_ptr<std::atomic<bool>> input_read;
+  [[nodiscard]] bool present() const { return dev.defined() || host.has_value(); }
+  [[nodiscard]] const Shape& shape() const { return host ? host->shape : dev.shape(); }
+  [[nodiscard]] DType dtype() const { return host ? host->dtype : dev.dtype(); }
+};
+
+/// The ONNX element type `t` as a Switchyard dtype, or nullopt.
+[[nodiscard]] std::optional<DType> to_dtype(int32_t onnx_type);
+/// The ONNX name of element type `t` ("FLOAT16").
+[[nodiscard]] std::string onnx_type_name(int32_t onnx_type);
+/// onnx.TensorProto -> host data; external data is read relative to base_dir.
+[[nodiscard]] TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir);
+
+/// What one node's implementation sees: its attributes, its inputs (absent
+/// optional inputs are nullptr) and helpers that upload host values.
+class Ctx {
+ public:
+  /// `computed_read` (optional) is set when an op reads a computed device
+  /// value on the host: a plan cannot cache what follows from it.
+  Ctx(const ::onnx::NodeProto& node, int64_t opset, Device device, std::vector<Value*> inputs,
+      bool* computed_read = nullptr)
+      : node_(node),
+        opset_(opset),
+        device_(std::move(device)),
+        inputs_(std::move(inputs)),
+        computed_read_(computed_read) {}
+
+  [[nodiscard]] const ::onnx::NodeProto& node() const { return node_; }
+  [[nodiscard]] int64_t opset() const { return opset_; }
+  [[nodiscard]] const Device& device() const { return device_; }
+  [[nodiscard]] size_t num_inputs() const { return inputs_.size(); }
+  [[nodiscard]] bool has(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  [[nodiscard]] Value& in(size_t i) const;
+  /// Input i on the device (a host constant is uploaded once and kept).
+  [[nodiscard]] Tensor dev(size_t i) const;
+  /// Whether input i is known on the host.
+  [[nodiscard]] bool is_host(size_t i) const { return has(i) && inputs_[i]->host.has_value(); }
+  /// Input i's host value; the op needs it there (a shape, axes, pads): a
+  /// value only the device holds is read back (blocking).
+  [[nodiscard]] const TensorData& host(size_t i) const;
+  /// Input i's host value as integers (axes, shapes, pads).
+  [[nodiscard]] std::vector<int64_t> ints(size_t i) const;
+  /// Whether every present input is a host constant.
+  [[nodiscard]] bool all_host() const;
+
+  [[nodiscard]] const ::onnx::AttributeProto* attr(std::string_view name) const;
+  [[nodiscard]] int64_t attr_i(std::string_view name, int64_t fallback) const;
+  [[nodiscard]] float attr_f(std::string_view name, float fallback) const;
+  [[nodiscard]] std::string attr_s(std::string_view name, std::string fallback) const;
+  [[nodiscard]] std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
+
+  /// Throws Error naming this node.
+  [[noreturn]] void fail(Errc code, const std::string& what) const;
+
+ private:
+  const ::onnx::NodeProto& node_;
+  int64_t opset_;
+  Device device_;
+  std::vector<Value*> inputs_;
+  bool* computed_read_;
+};
+
+/// One ONNX op: the attributes it understands, a load-time check (returns
+/// what is missing, or "" when the node is runnable), and the
+/// implementation, which returns the node's outputs.
+struct OpSpec {
+  std::vector<std::string> attributes;
+  /// (optional) "" when supported; otherwise what is missing.
+  std::function<std::string(const ::onnx::NodeProto&, int64_t opset)> check;
+  std::function<std::vector<Value>(Ctx&)> run;
+};
+
+/// The op table, by ONNX op type (default domain).
+[[nodiscard]] const std::map<std::string, OpSpec, std::less<>>& op_table();
+
+}  // namespace switchyard::onnx::detail

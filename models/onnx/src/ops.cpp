@@ -1,0 +1,1448 @@
+// The op table: each ONNX op mapped to Switchyard's ops, directly or by a
+// fixed composition. Shape arithmetic on host constants is computed here on
+// the host (small integer tensors), so a cached plan skips it.
+//
+// Adding an op: one entry in op_table() below (attributes it understands, an
+// optional load-time check, the implementation). Ops waiting on other
+// issues (conv/pool, f16/bf16/i8/i16) slot in the same way.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "onnx_internal.hpp"
+
+namespace switchyard::onnx {
+namespace detail {
+namespace {
+
+constexpr int64_t kHostMax = 1 << 16;  // larger results go to the device
+
+using Ints = std::vector<int64_t>;
+using Outs = std::vector<Value>;
+
+Value dev_value(Tensor t) {
+  Value v;
+  v.dev = std::move(t);
+  return v;
+}
+Value host_value(TensorData d) {
+  Value v;
+  v.host = std::move(d);
+  return v;
+}
+
+int64_t axis_of(const Ctx& ctx, int64_t axis, size_t rank) {
+  auto a = normalize_axis(axis, rank);
+  if (!a)
+    ctx.fail(Errc::invalid_argument, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return *a;
+}
+
+Scalar scalar_for(DType t, double v) {
+  if (is_floating(t)) return Scalar(v);
+  if (is_bool(t)) return Scalar(v != 0);
+  return Scalar(static_cast<int64_t>(v));
+}
+
+Tensor zeros_like_scalar(const Tensor& x) { return x.device().zeros({}, x.dtype()); }
+
+// Channel vectors [C] against x [N, C, ...].
+Tensor per_channel(const Tensor& v, size_t rank) {
+  Ints dims(rank, 1);
+  dims[1] = v.shape().numel();
+  return v.reshape(Shape(dims));
+}
+
+// --- host helpers (small tensors, any dtype, byte-exact) ---
+
+TensorData host_reshape(const TensorData& d, Shape s) { return TensorData(std::move(s), d.dtype, d.bytes); }
+
+TensorData host_ints(const Ints& v, Shape s, DType t = DType::i64) {
+  switch (t) {
+    case DType::i64:
+      return TensorData::from(v, std::move(s));
+    case DType::i32:
+      return TensorData::from(std::vector<int32_t>(v.begin(), v.end()), std::move(s));
+    case DType::u8:
+      return TensorData::from(std::vector<uint8_t>(v.begin(), v.end()), std::move(s));
+    case DType::boolean: {
+      std::vector<bool> b;
+      for (auto x : v) b.push_back(x != 0);
+      return TensorData::from(b, std::move(s));
+    }
+    case DType::f32:
+      return TensorData::from(std::vector<float>(v.begin(), v.end()), std::move(s));
+    case DType::f64:
+      return TensorData::from(std::vector<double>(v.begin(), v.end()), std::move(s));
+  }
+  return {};
+}
+
+TensorData host_doubles(const std::vector<double>& v, Shape s, DType t) {
+  if (t == DType::f32) return TensorData::from(std::vector<float>(v.begin(), v.end()), std::move(s));
+  if (t == DType::f64) return TensorData::from(v, std::move(s));
+  Ints i;
+  for (double x : v) i.push_back(static_cast<int64_t>(x));
+  return host_ints(i, std::move(s), t);
+}
+
+TensorData host_cast(const TensorData& d, DType t) {
+  if (d.dtype == t) return d;
+  if (is_floating(d.dtype)) {
+    auto v = d.to_vector<double>();
+    if (t == DType::boolean) {
+      Ints i;
+      for (double x : v) i.push_back(x != 0);
+      return host_ints(i, d.shape, t);
+    }
+    return host_doubles(v, d.shape, t);
+  }
+  return host_ints(d.to_vector<int64_t>(), d.shape, t);
+}
+
+// Copies elements: out element k comes from source element src_index(k).
+template <class F>
+TensorData host_gather_elems(const TensorData& d, Shape out_shape, F src_index) {
+  const size_t es = size_of(d.dtype);
+  const int64_t n = out_shape.numel();
+  Bytes b = Bytes::allocate(static_cast<size_t>(n) * es);
+  auto* dst = b.mutable_data();
+  const auto* src = d.bytes.as<const std::byte>();
+  Ints idx(out_shape.rank(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    std::memcpy(dst + k * es, src + src_index(idx) * es, es);
+    for (int64_t a = static_cast<int64_t>(idx.size()) - 1; a >= 0; --a) {
+      if (++idx[a] < out_shape[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return TensorData(std::move(out_shape), d.dtype, std::move(b));
+}
+
+int64_t linear(const Ints& idx, const Ints& strides) {
+  int64_t off = 0;
+  for (size_t a = 0; a < idx.size(); ++a) off += idx[a] * strides[a];
+  return off;
+}
+
+TensorData host_expand(const TensorData& d, const Shape& to) {
+  auto st = broadcast_strides(d.shape, to);
+  return host_gather_elems(d, to, [&](const Ints& i) { return linear(i, st); });
+}
+
+TensorData host_concat(const std::vector<const TensorData*>& parts, int64_t axis) {
+  Shape out = parts[0]->shape;
+  out.dims[axis] = 0;
+  for (auto* p : parts) out.dims[axis] += p->shape[axis];
+  // Concatenate by walking the parts: for small host tensors, index math.
+  Ints offsets;
+  int64_t acc = 0;
+  for (auto* p : parts) {
+    offsets.push_back(acc);
+    acc += p->shape[axis];
+  }
+  const size_t es = size_of(parts[0]->dtype);
+  Bytes b = Bytes::allocate(static_cast<size_t>(out.numel()) * es);
+  auto* dst = b.mutable_data();
+  Ints idx(out.rank(), 0);
+  for (int64_t k = 0; k < out.numel(); ++k) {
+    size_t p = std::upper_bound(offsets.begin(), offsets.end(), idx[axis]) - offsets.begin() - 1;
+    Ints local = idx;
+    local[axis] -= offsets[p];
+    std::memcpy(dst + k * es, parts[p]->bytes.as<const std::byte>() + linear(local, parts[p]->shape.strides()) * es,
+                es);
+    for (int64_t a = static_cast<int64_t>(idx.size()) - 1; a >= 0; --a) {
+      if (++idx[a] < out[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return TensorData(out, parts[0]->dtype, std::move(b));
+}
+
+bool host_small(const Ctx& ctx) {
+  if (!ctx.all_host()) return false;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has(i) && ctx.in(i).shape().numel() > kHostMax) return false;
+  return true;
+}
+
+// --- attributes and axes ---
+
+Ints reduce_axes(Ctx& ctx, size_t rank, bool axes_from_input) {
+  Ints axes;
+  if (axes_from_input) {
+    if (ctx.has(1)) axes = ctx.ints(1);
+  } else if (auto a = ctx.attr_ints("axes")) {
+    axes = *a;
+  }
+  for (auto& a : axes) a = axis_of(ctx, a, rank);
+  return axes;
+}
+
+Shape reduced_shape(const Shape& s, const Ints& axes, bool keep) {
+  Shape out;
+  for (size_t a = 0; a < s.rank(); ++a) {
+    bool r = axes.empty() || std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end();
+    if (!r)
+      out.dims.push_back(s[a]);
+    else if (keep)
+      out.dims.push_back(1);
+  }
+  return out;
+}
+
+// --- families ---
+
+using UnaryFn = Tensor (*)(const Tensor&);
+
+OpSpec unary(UnaryKind k) {
+  return {{}, nullptr, [k](Ctx& ctx) { return Outs{dev_value(ctx.dev(0).unary(k))}; }};
+}
+
+OpSpec composed(std::function<Tensor(Ctx&, const Tensor&)> f, std::vector<std::string> attrs = {}) {
+  return {std::move(attrs), nullptr, [f](Ctx& ctx) { return Outs{dev_value(f(ctx, ctx.dev(0)))}; }};
+}
+
+// Integer host arithmetic for shape subgraphs (broadcasting).
+std::optional<Value> host_binary(Ctx& ctx, const std::string& op) {
+  if (!host_small(ctx)) return std::nullopt;
+  const TensorData& a = ctx.host(0);
+  const TensorData& b = ctx.host(1);
+  auto shape = broadcast_shapes(a.shape, b.shape);
+  if (!shape) return std::nullopt;
+  auto sa = broadcast_strides(a.shape, *shape), sb = broadcast_strides(b.shape, *shape);
+  const bool fl = is_floating(a.dtype) || is_floating(b.dtype);
+  const bool cmp = op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual";
+  if (fl) {
+    auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+    std::vector<double> out;
+    Ints idx(shape->rank(), 0);
+    for (int64_t k = 0; k < shape->numel(); ++k) {
+      double x = va[linear(idx, sa)], y = vb[linear(idx, sb)], r = 0;
+      if (op == "Add")
+        r = x + y;
+      else if (op == "Sub")
+        r = x - y;
+      else if (op == "Mul")
+        r = x * y;
+      else if (op == "Div")
+        r = x / y;
+      else if (op == "Equal")
+        r = x == y;
+      else if (op == "Less")
+        r = x < y;
+      else if (op == "Greater")
+        r = x > y;
+      else if (op == "LessOrEqual")
+        r = x <= y;
+      else if (op == "GreaterOrEqual")
+        r = x >= y;
+      else
+        return std::nullopt;
+      out.push_back(r);
+      for (int64_t ax = static_cast<int64_t>(idx.size()) - 1; ax >= 0; --ax) {
+        if (++idx[ax] < (*shape)[ax]) break;
+        idx[ax] = 0;
+      }
+    }
+    return host_value(host_doubles(out, *shape, cmp ? DType::boolean : a.dtype));
+  }
+  auto va = a.to_vector<int64_t>(), vb = b.to_vector<int64_t>();
+  Ints out;
+  Ints idx(shape->rank(), 0);
+  for (int64_t k = 0; k < shape->numel(); ++k) {
+    int64_t x = va[linear(idx, sa)], y = vb[linear(idx, sb)], r = 0;
+    // Wrapping (as the device's int64 kernels), not signed-overflow UB.
+    const auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
+    if (op == "Add")
+      r = static_cast<int64_t>(ux + uy);
+    else if (op == "Sub")
+      r = static_cast<int64_t>(ux - uy);
+    else if (op == "Mul")
+      r = static_cast<int64_t>(ux * uy);
+    else if (op == "Div") {
+      if (y == 0 || (x == std::numeric_limits<int64_t>::min() && y == -1)) return std::nullopt;
+      r = x / y;
+    } else if (op == "Equal")
+      r = x == y;
+    else if (op == "Less")
+      r = x < y;
+    else if (op == "Greater")
+      r = x > y;
+    else if (op == "LessOrEqual")
+      r = x <= y;
+    else if (op == "GreaterOrEqual")
+      r = x >= y;
+    else if (op == "And")
+      r = x && y;
+    else if (op == "Or")
+      r = x || y;
+    else
+      return std::nullopt;
+    out.push_back(r);
+    for (int64_t ax = static_cast<int64_t>(idx.size()) - 1; ax >= 0; --ax) {
+      if (++idx[ax] < (*shape)[ax]) break;
+      idx[ax] = 0;
+    }
+  }
+  return host_value(host_ints(out, *shape, cmp ? DType::boolean : a.dtype));
+}
+
+// Integer division truncates (C), as ONNX's Div on integers.
+Tensor int_div(const Tensor& a, const Tensor& b) {
+  Tensor q = a.cast(DType::f64).div(b.cast(DType::f64));
+  Tensor t = q.abs().floor().mul(q.sign());
+  return t.cast(a.dtype());
+}
+
+OpSpec binary(BinaryKind k, const std::string& name) {
+  return {{}, nullptr, [k, name](Ctx& ctx) {
+            if (auto h = host_binary(ctx, name)) return Outs{*h};
+            return Outs{dev_value(ctx.dev(0).binary(k, ctx.dev(1)))};
+          }};
+}
+
+OpSpec variadic(BinaryKind k, bool mean) {
+  return {{}, nullptr, [k, mean](Ctx& ctx) {
+            Tensor acc = ctx.dev(0);
+            size_t n = 1;
+            for (size_t i = 1; i < ctx.num_inputs(); ++i)
+              if (ctx.has(i)) {
+                acc = acc.binary(k, ctx.dev(i));
+                ++n;
+              }
+            if (mean) acc = acc.div(scalar_for(acc.dtype(), static_cast<double>(n)));
+            return Outs{dev_value(acc)};
+          }};
+}
+
+Tensor reduce(const Tensor& x, const std::string& op, const Ints& axes, bool keep) {
+  const DType t = x.dtype();
+  auto back = [&](Tensor r) { return r.dtype() == t ? r : r.cast(t); };
+  if (op == "ReduceSum") return back(x.sum(axes, keep));
+  if (op == "ReduceMean") return x.mean(axes, keep);
+  if (op == "ReduceMax") return x.max(axes, keep);
+  if (op == "ReduceMin") return x.min(axes, keep);
+  if (op == "ReduceProd") return back(x.prod(axes, keep));
+  if (op == "ReduceL1") return back(x.abs().sum(axes, keep));
+  if (op == "ReduceL2") return back(x.mul(x).sum(axes, keep).cast(is_floating(t) ? t : DType::f64).sqrt());
+  if (op == "ReduceSumSquare") return back(x.mul(x).sum(axes, keep));
+  if (op == "ReduceLogSum") return x.sum(axes, keep).log();
+  // ReduceLogSumExp, max-shifted so large inputs do not overflow.
+  Tensor m = x.max(axes, true);
+  Tensor r = x.sub(m).exp().sum(axes, true).log().add(m);
+  return keep ? r : r.reshape(reduced_shape(x.shape(), axes, false));
+}
+
+OpSpec reduction(const std::string& op) {
+  return {{"axes", "keepdims", "noop_with_empty_axes"},
+          [op](const ::onnx::NodeProto&, int64_t) { return std::string(); },
+          [op](Ctx& ctx) {
+            Tensor x = ctx.dev(0);
+            const bool from_input = op == "ReduceSum" && ctx.opset() >= 13;
+            Ints axes = reduce_axes(ctx, x.rank(), from_input);
+            const bool keep = ctx.attr_i("keepdims", 1) != 0;
+            if (axes.empty() && ctx.attr_i("noop_with_empty_axes", 0) != 0) return Outs{dev_value(x)};
+            if (axes.empty())
+              for (size_t a = 0; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+            return Outs{dev_value(reduce(x, op, axes, keep))};
+          }};
+}
+
+// Softmax family: opset < 13 flattens to 2-D at `axis` (default 1).
+template <class F>
+OpSpec softmax_like(F f) {
+  return {{"axis"}, nullptr, [f](Ctx& ctx) {
+            Tensor x = ctx.dev(0);
+            if (ctx.opset() >= 13) return Outs{dev_value(f(x, axis_of(ctx, ctx.attr_i("axis", -1), x.rank())))};
+            int64_t axis = axis_of(ctx, ctx.attr_i("axis", 1), std::max<size_t>(x.rank(), 1));
+            int64_t outer = 1;
+            for (int64_t a = 0; a < axis; ++a) outer *= x.shape()[a];
+            Tensor y = f(x.reshape({outer, -1}), 1);
+            return Outs{dev_value(y.reshape(x.shape()))};
+          }};
+}
+
+Tensor hardmax(const Tensor& x, int64_t axis) {
+  Tensor idx = x.argmax(axis, true);
+  Shape s(Ints(x.rank(), 1));
+  s.dims[axis] = x.shape()[axis];
+  Tensor r = x.device().arange(0, static_cast<double>(x.shape()[axis])).reshape(s);
+  return r.eq(idx).cast(x.dtype());
+}
+
+std::string pad_mode(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "mode" && a.s() != "constant" && a.s() != "edge" && a.s() != "reflect")
+      return "attribute mode='" + a.s() + "' (constant, edge and reflect only)";
+  return "";
+}
+
+Ints norm_ints(const Ctx& ctx, Ints axes, size_t rank) {
+  for (auto& a : axes) a = axis_of(ctx, a, rank);
+  return axes;
+}
+
+Value do_reshape(Ctx& ctx, const Value& x, Ints target, bool allowzero) {
+  const Shape& s = x.shape();
+  for (size_t a = 0; a < target.size(); ++a)
+    if (target[a] == 0 && !allowzero) {
+      if (a >= s.rank())
+        ctx.fail(Errc::shape_mismatch, "shape copies axis " + std::to_string(a) + " of " + s.to_string());
+      target[a] = s[a];
+    }
+  if (x.host) {
+    int64_t known = 1, infer = -1;
+    for (size_t a = 0; a < target.size(); ++a) {
+      if (target[a] == -1)
+        infer = static_cast<int64_t>(a);
+      else
+        known *= target[a];
+    }
+    if (infer >= 0) target[infer] = known == 0 ? 0 : s.numel() / known;
+    Shape out(target);
+    if (out.numel() != s.numel())
+      ctx.fail(Errc::shape_mismatch, "cannot reshape " + s.to_string() + " to " + out.to_string());
+    Value v = host_value(host_reshape(*x.host, out));
+    return v;
+  }
+  return dev_value(x.dev.reshape(Shape(target)));
+}
+
+Value unsqueeze_value(Ctx& ctx, const Value& x, Ints axes) {
+  const size_t out_rank = x.shape().rank() + axes.size();
+  axes = norm_ints(ctx, axes, out_rank);
+  std::sort(axes.begin(), axes.end());
+  Ints dims;
+  size_t src = 0;
+  for (size_t a = 0; a < out_rank; ++a) {
+    if (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(a)))
+      dims.push_back(1);
+    else
+      dims.push_back(x.shape()[src++]);
+  }
+  if (x.host) return host_value(host_reshape(*x.host, Shape(dims)));
+  return dev_value(x.dev.reshape(Shape(dims)));
+}
+
+// One ONNX Slice (starts/ends clamped as ONNX does), by axis.
+Value slice_value(Ctx& ctx, const Value& x, const Ints& starts, const Ints& ends, Ints axes, Ints steps) {
+  const Shape& s = x.shape();
+  if (axes.empty())
+    for (size_t a = 0; a < starts.size(); ++a) axes.push_back(static_cast<int64_t>(a));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (starts.size() != ends.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    ctx.fail(Errc::invalid_argument, "starts, ends, axes and steps differ in length");
+  Ints st(s.rank(), 0), en(s.dims), sp(s.rank(), 1);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t a = axis_of(ctx, axes[k], s.rank());
+    int64_t dim = s[a], step = steps[k];
+    if (step == 0) ctx.fail(Errc::invalid_argument, "slice step 0");
+    int64_t b = starts[k], e = ends[k];
+    if (b < 0) b += dim;
+    if (e < 0 && e > std::numeric_limits<int64_t>::min() / 2) e += dim;
+    if (e <= std::numeric_limits<int64_t>::min() / 2) e = -1;
+    if (step > 0) {
+      b = std::clamp<int64_t>(b, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+    } else {
+      b = std::clamp<int64_t>(b, -1, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+    }
+    st[a] = b;
+    en[a] = e;
+    sp[a] = step;
+  }
+  // Output extents and the source index of each output position.
+  Ints out_dims(s.rank());
+  for (size_t a = 0; a < s.rank(); ++a) {
+    // Written so that steps near the int64 limits cannot overflow.
+    const int64_t span = sp[a] > 0 ? en[a] - st[a] : st[a] - en[a];
+    const int64_t stride =
+        sp[a] > 0 ? sp[a]
+                  : (sp[a] == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -sp[a]);
+    out_dims[a] = span > 0 ? 1 + (span - 1) / stride : 0;
+  }
+  if (x.host) {
+    auto strides = s.strides();
+    return host_value(host_gather_elems(*x.host, Shape(out_dims), [&](const Ints& i) {
+      int64_t off = 0;
+      for (size_t a = 0; a < i.size(); ++a) off += (st[a] + i[a] * sp[a]) * strides[a];
+      return off;
+    }));
+  }
+  Tensor t = x.dev;
+  for (size_t a = 0; a < s.rank(); ++a) {
+    if (st[a] == 0 && en[a] == s[a] && sp[a] == 1) continue;
+    if (sp[a] > 0) {
+      t = t.slice(static_cast<int64_t>(a), Slice{st[a], std::max(en[a], st[a]), sp[a]});
+    } else {
+      // Negative steps: flip, then a positive step over the mirrored range.
+      const int64_t dim = s[a];
+      t = t.flip({static_cast<int64_t>(a)});
+      int64_t b = dim - 1 - st[a], e = dim - 1 - en[a];
+      t = t.slice(static_cast<int64_t>(a), Slice{b, std::max(e, b), -sp[a]});
+    }
+  }
+  return dev_value(t);
+}
+
+// Gather/GatherElements indices may be negative: count from the end.
+Tensor fix_indices(Ctx& ctx, size_t input, int64_t dim) {
+  if (ctx.is_host(input)) {
+    auto v = ctx.ints(input);
+    for (auto& i : v) {
+      if (i < -dim || i >= dim)
+        ctx.fail(Errc::index_out_of_range,
+                 "index " + std::to_string(i) + " out of range for extent " + std::to_string(dim));
+      if (i < 0) i += dim;
+    }
+    return ctx.device().from_data(host_ints(v, ctx.host(input).shape));
+  }
+  Tensor idx = ctx.dev(input);
+  if (idx.dtype() != DType::i64) idx = idx.cast(DType::i64);
+  return where(idx.lt(Scalar(int64_t{0})), idx.add(Scalar(dim)), idx);
+}
+
+std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "training_mode" && a.i() != 0) return "training_mode=1 (inference only)";
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "spatial" && a.i() != 1) return "spatial=0";
+    if (a.name() == "is_test" && a.i() == 0) return "is_test=0 (training statistics)";
+  }
+  if (n.output_size() > 1) return "the running mean/variance outputs (training only)";
+  return "";
+}
+
+// NegativeLogLikelihoodLoss over log-probabilities [N, C, d...] and targets
+// [N, d...]: gather the target class, weight, ignore, reduce.
+Tensor nll_loss(Ctx& ctx, const Tensor& logp, Tensor target, const Tensor& weight) {
+  const int64_t ignore = ctx.attr_i("ignore_index", std::numeric_limits<int64_t>::min());
+  target = target.cast(DType::i64);
+  Tensor keep;
+  if (ignore != std::numeric_limits<int64_t>::min()) {
+    keep = target.ne(Scalar(ignore));
+    target = where(keep, target, ctx.device().zeros({}, DType::i64));
+  }
+  Tensor picked = logp.gather(1, target.unsqueeze(1)).squeeze(1).neg();
+  Tensor w;
+  if (weight.defined()) w = weight.index_select(0, target.reshape({-1})).reshape(target.shape());
+  if (keep.defined()) {
+    Tensor k = keep.cast(logp.dtype());
+    w = w.defined() ? w.mul(k) : k;
+  }
+  if (w.defined()) picked = picked.mul(w);
+  const std::string reduction = ctx.attr_s("reduction", "mean");
+  if (reduction == "none") return picked;
+  if (reduction == "sum") return picked.sum();
+  if (w.defined()) return picked.sum().div(w.sum());
+  return picked.mean();
+}
+
+std::string known_reduction(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "reduction" && a.s() != "none" && a.s() != "sum" && a.s() != "mean")
+      return "reduction='" + a.s() + "'";
+  return "";
+}
+
+// --- recurrent layers (RNN, GRU, LSTM), unrolled over the sequence ---
+
+std::string rnn_check(const ::onnx::NodeProto& n, int64_t) {
+  static const std::map<std::string, std::vector<std::string>> defaults = {
+      {"RNN", {"Tanh"}}, {"GRU", {"Sigmoid", "Tanh"}}, {"LSTM", {"Sigmoid", "Tanh", "Tanh"}}};
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "clip") return "attribute 'clip' (cell clipping)";
+    if (a.name() == "activation_alpha" || a.name() == "activation_beta") return "attribute '" + a.name() + "'";
+    if (a.name() == "input_forget" && a.i() != 0) return "input_forget=1";
+    if (a.name() == "activations") {
+      const auto& want = defaults.at(n.op_type());
+      std::vector<std::string> got(a.strings().begin(), a.strings().end());
+      for (size_t k = 0; k < got.size(); ++k)
+        if (got[k] != want[k % want.size()]) return "activation " + got[k] + " (only the defaults)";
+    }
+  }
+  return "";
+}
+
+// One direction over X [seq, batch, in]; returns Y [seq, batch, hidden], H, C.
+struct RnnState {
+  Tensor y, h, c;
+};
+
+RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t d, int64_t hidden, bool reverse) {
+  const int64_t gates = op == "RNN" ? 1 : op == "GRU" ? 3 : 4;
+  const int64_t seq = x.shape()[0], batch = x.shape()[1];
+  Tensor w = ctx.dev(1).slice(0, Slice{d, d + 1}).reshape({gates * hidden, -1});
+  Tensor r = ctx.dev(2).slice(0, Slice{d, d + 1}).reshape({gates * hidden, hidden});
+  Tensor wb, rb;
+  if (ctx.has(3)) {
+    Tensor b = ctx.dev(3).slice(0, Slice{d, d + 1}).reshape({2 * gates * hidden});
+    wb = b.slice(0, Slice{0, gates * hidden});
+    rb = b.slice(0, Slice{gates * hidden, 2 * gates * hidden});
+  } else {
+    wb = ctx.device().zeros({gates * hidden}, x.dtype());
+    rb = wb;
+  }
+  if (ctx.has(4)) {
+    auto lens = ctx.ints(4);
+    for (auto l : lens)
+      if (l != seq)
+        ctx.fail(Errc::unsupported,
+                 "sequence_lens shorter than the sequence (" + std::to_string(l) + " of " + std::to_string(seq) + ")");
+  }
+  auto initial = [&](size_t input) {
+    if (ctx.has(input)) return ctx.dev(input).slice(0, Slice{d, d + 1}).reshape({batch, hidden});
+    return ctx.device().zeros({batch, hidden}, x.dtype());
+  };
+  Tensor h = initial(5), c = op == "LSTM" ? initial(6) : Tensor();
+  Tensor p;
+  if (op == "LSTM" && ctx.has(7)) p = ctx.dev(7).slice(0, Slice{d, d + 1}).reshape({3 * hidden});
+  auto gate = [&](const Tensor& t, int64_t k) { return t.slice(1, Slice{k * hidden, (k + 1) * hidden}); };
+  auto vec = [&](const Tensor& t, int64_t k) { return t.slice(0, Slice{k * hidden, (k + 1) * hidden}); };
+  // Input projections of every step at once.
+  Tensor xw = x.matmul(w.mT()).add(wb);
+  const bool lbr = ctx.attr_i("linear_before_reset", 0) != 0;
+  std::vector<Tensor> ys(static_cast<size_t>(seq));
+  for (int64_t step = 0; step < seq; ++step) {
+    const int64_t t = reverse ? seq - 1 - step : step;
+    Tensor xt = xw.slice(0, Slice{t, t + 1}).reshape({batch, gates * hidden});
+    if (op == "RNN") {
+      h = xt.add(h.matmul(r.mT())).add(rb).tanh();
+    } else if (op == "GRU") {
+      Tensor rz = h.matmul(r.slice(0, Slice{0, 2 * hidden}).mT()).add(rb.slice(0, Slice{0, 2 * hidden}));
+      Tensor z = gate(xt, 0).add(gate(rz, 0)).sigmoid();
+      Tensor rr = gate(xt, 1).add(gate(rz, 1)).sigmoid();
+      Tensor r_h = r.slice(0, Slice{2 * hidden, 3 * hidden});
+      Tensor hh = lbr ? gate(xt, 2).add(rr.mul(h.matmul(r_h.mT()).add(vec(rb, 2)))).tanh()
+                      : gate(xt, 2).add(rr.mul(h).matmul(r_h.mT())).add(vec(rb, 2)).tanh();
+      h = z.neg().add(Scalar(1.0)).mul(hh).add(z.mul(h));
+    } else {  // LSTM, gates i, o, f, c; peepholes i, o, f
+      Tensor g = xt.add(h.matmul(r.mT())).add(rb);
+      Tensor gi = gate(g, 0), go = gate(g, 1), gf = gate(g, 2), gc = gate(g, 3);
+      if (p.defined()) {
+        gi = gi.add(vec(p, 0).mul(c));
+        gf = gf.add(vec(p, 2).mul(c));
+      }
+      Tensor i = gi.sigmoid(), f = gf.sigmoid();
+      c = f.mul(c).add(i.mul(gc.tanh()));
+      if (p.defined()) go = go.add(vec(p, 1).mul(c));
+      h = go.sigmoid().mul(c.tanh());
+    }
+    ys[static_cast<size_t>(t)] = h;
+  }
+  return {stack(ys, 0), h, c};
+}
+
+OpSpec recurrent(const std::string& op) {
+  std::vector<std::string> attrs = {"activations", "activation_alpha", "activation_beta", "clip",
+                                    "direction",   "hidden_size",      "layout"};
+  if (op == "GRU") attrs.push_back("linear_before_reset");
+  if (op == "LSTM") attrs.push_back("input_forget");
+  return {attrs, rnn_check, [op](Ctx& ctx) {
+            Tensor x = ctx.dev(0);
+            const bool batch_first = ctx.attr_i("layout", 0) != 0;
+            if (batch_first) x = x.transpose(0, 1);
+            const std::string dir = ctx.attr_s("direction", "forward");
+            const int64_t hidden = ctx.attr_i("hidden_size", ctx.in(2).shape()[2]);
+            std::vector<RnnState> runs;
+            if (dir == "forward" || dir == "bidirectional") runs.push_back(rnn_direction(ctx, op, x, 0, hidden, false));
+            if (dir == "reverse") runs.push_back(rnn_direction(ctx, op, x, 0, hidden, true));
+            if (dir == "bidirectional") runs.push_back(rnn_direction(ctx, op, x, 1, hidden, true));
+            if (runs.empty()) ctx.fail(Errc::unsupported, "direction '" + dir + "'");
+            std::vector<Tensor> ys, hs, cs;
+            for (auto& rs : runs) {
+              ys.push_back(rs.y.unsqueeze(1));  // [seq, 1, batch, hidden]
+              hs.push_back(rs.h.unsqueeze(0));
+              if (rs.c.defined()) cs.push_back(rs.c.unsqueeze(0));
+            }
+            Tensor y = cat(ys, 1), yh = cat(hs, 0);
+            if (batch_first) {
+              y = y.permute({2, 0, 1, 3});  // [batch, seq, dirs, hidden]
+              yh = yh.transpose(0, 1);
+            }
+            Outs out{dev_value(y), dev_value(yh)};
+            if (!cs.empty()) {
+              Tensor yc = cat(cs, 0);
+              out.push_back(dev_value(batch_first ? yc.transpose(0, 1) : yc));
+            }
+            return out;
+          }};
+}
+
+// --- Resize / Upsample: separable per axis; the source index (and linear
+// weights) of every output position is computed on the host from the
+// shapes, so the device sees index_selects and element-wise ops only ---
+
+std::string resize_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear")
+      return "mode='" + a.s() + "' (nearest and linear only)";
+    if (a.name() == "coordinate_transformation_mode" && a.s() == "tf_crop_and_resize")
+      return "coordinate_transformation_mode='tf_crop_and_resize'";
+    if (a.name() == "exclude_outside" && a.i() != 0) return "exclude_outside=1";
+  }
+  return "";
+}
+
+Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double scale, const std::string& coord,
+                   const std::string& mode, const std::string& nearest) {
+  const int64_t in = x.shape()[axis];
+  std::vector<int64_t> i0, i1;
+  std::vector<double> w1;
+  for (int64_t o = 0; o < out; ++o) {
+    double src = 0;
+    if (coord == "half_pixel")
+      src = (o + 0.5) / scale - 0.5;
+    else if (coord == "pytorch_half_pixel")
+      src = out > 1 ? (o + 0.5) / scale - 0.5 : 0;
+    else if (coord == "align_corners")  // ONNX divides by the unrounded resized length, in * scale
+      src = in * scale == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (in * scale - 1);
+    else if (coord == "asymmetric")
+      src = o / scale;
+    else if (coord == "tf_half_pixel_for_nn")
+      src = (o + 0.5) / scale;
+    else
+      ctx.fail(Errc::unsupported, "coordinate_transformation_mode '" + coord + "'");
+    auto clampi = [&](double v) { return std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1); };
+    if (mode == "nearest") {
+      double r = 0;
+      if (nearest == "round_prefer_floor")
+        r = std::ceil(src - 0.5);
+      else if (nearest == "round_prefer_ceil")
+        r = std::floor(src + 0.5);
+      else if (nearest == "floor")
+        r = std::floor(src);
+      else if (nearest == "ceil")
+        r = std::ceil(src);
+      else
+        ctx.fail(Errc::unsupported, "nearest_mode '" + nearest + "'");
+      i0.push_back(clampi(r));
+    } else {
+      src = std::clamp(src, 0.0, static_cast<double>(in - 1));
+      const double f = std::floor(src);
+      i0.push_back(clampi(f));
+      i1.push_back(clampi(f + 1));
+      w1.push_back(src - f);
+    }
+  }
+  const Device& d = ctx.device();
+  Tensor a = x.index_select(axis, d.from_data(TensorData::from(i0, {out})));
+  if (mode == "nearest") return a;
+  Tensor b = x.index_select(axis, d.from_data(TensorData::from(i1, {out})));
+  Ints wshape(x.rank(), 1);
+  wshape[axis] = out;
+  Tensor w = d.from_data(host_doubles(w1, {out}, x.dtype())).reshape(Shape(wshape));
+  return a.add(b.sub(a).mul(w));
+}
+
+Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const std::string& coord,
+              const std::string& mode, const std::string& nearest) {
+  for (size_t a = 0; a < x.rank(); ++a)
+    if (out_dims[a] != x.shape()[a] || scales[a] != 1.0)
+      x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], coord, mode, nearest);
+  return x;
+}
+
+std::map<std::string, OpSpec, std::less<>> build_table() {
+  std::map<std::string, OpSpec, std::less<>> t;
+  // --- element-wise unary, direct ---
+  t["Abs"] = unary(UnaryKind::abs);
+  t["Neg"] = {{}, nullptr, [](Ctx& ctx) {
+                if (host_small(ctx) && !is_floating(ctx.in(0).dtype())) {
+                  auto v = ctx.ints(0);
+                  for (auto& x : v) x = -x;
+                  return Outs{host_value(host_ints(v, ctx.in(0).shape(), ctx.in(0).dtype()))};
+                }
+                return Outs{dev_value(ctx.dev(0).neg())};
+              }};
+  t["Exp"] = unary(UnaryKind::exp);
+  t["Log"] = unary(UnaryKind::log);
+  t["Sqrt"] = unary(UnaryKind::sqrt);
+  t["Reciprocal"] = unary(UnaryKind::reciprocal);
+  t["Sin"] = unary(UnaryKind::sin);
+  t["Cos"] = unary(UnaryKind::cos);
+  t["Tanh"] = unary(UnaryKind::tanh);
+  t["Sigmoid"] = unary(UnaryKind::sigmoid);
+  t["Relu"] = unary(UnaryKind::relu);
+  t["Erf"] = unary(UnaryKind::erf);
+  t["Floor"] = unary(UnaryKind::floor);
+  t["Ceil"] = unary(UnaryKind::ceil);
+  t["Round"] = unary(UnaryKind::round);
+  t["Sign"] = unary(UnaryKind::sign);
+  t["Not"] = unary(UnaryKind::logical_not);
+  t["IsNaN"] = unary(UnaryKind::isnan);
+  t["IsInf"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        Tensor inf = x.isinf();
+        const bool neg = ctx.attr_i("detect_negative", 1) != 0, pos = ctx.attr_i("detect_positive", 1) != 0;
+        if (neg && pos) return inf;
+        if (!neg && !pos) return inf.logical_and(Scalar(false));
+        return inf.logical_and(pos ? x.gt(Scalar(0.0)) : x.lt(Scalar(0.0)));
+      },
+      {"detect_negative", "detect_positive"});
+  // --- element-wise unary, composed ---
+  t["Tan"] = composed([](Ctx&, const Tensor& x) { return x.sin().div(x.cos()); });
+  t["Atan"] = composed([](Ctx&, const Tensor& x) { return x.atan2(scalar_for(x.dtype(), 1)); });
+  t["Asin"] =
+      composed([](Ctx&, const Tensor& x) { return x.atan2(x.mul(x).neg().add(scalar_for(x.dtype(), 1)).sqrt()); });
+  t["Acos"] =
+      composed([](Ctx&, const Tensor& x) { return x.mul(x).neg().add(scalar_for(x.dtype(), 1)).sqrt().atan2(x); });
+  t["Sinh"] =
+      composed([](Ctx&, const Tensor& x) { return x.exp().sub(x.neg().exp()).mul(scalar_for(x.dtype(), 0.5)); });
+  t["Cosh"] =
+      composed([](Ctx&, const Tensor& x) { return x.exp().add(x.neg().exp()).mul(scalar_for(x.dtype(), 0.5)); });
+  t["Asinh"] =
+      composed([](Ctx&, const Tensor& x) { return x.add(x.mul(x).add(scalar_for(x.dtype(), 1)).sqrt()).log(); });
+  t["Acosh"] =
+      composed([](Ctx&, const Tensor& x) { return x.add(x.mul(x).sub(scalar_for(x.dtype(), 1)).sqrt()).log(); });
+  t["Atanh"] = composed([](Ctx&, const Tensor& x) {
+    Scalar one = scalar_for(x.dtype(), 1);
+    return x.add(one).div(x.neg().add(one)).log().mul(scalar_for(x.dtype(), 0.5));
+  });
+  t["Softsign"] = composed([](Ctx&, const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); });
+  t["Softplus"] = composed([](Ctx&, const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); });
+  t["Mish"] = composed([](Ctx&, const Tensor& x) { return x.mul(x.relu().add(x.abs().neg().exp().log1p()).tanh()); });
+  t["LeakyRelu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return where(x.lt(Scalar(0.0)), x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.01f))), x);
+      },
+      {"alpha"});
+  t["Elu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return where(x.lt(Scalar(0.0)), x.expm1().mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 1.0f))), x);
+      },
+      {"alpha"});
+  t["Selu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        const double alpha = ctx.attr_f("alpha", 1.67326319217681884765625f);
+        const double gamma = ctx.attr_f("gamma", 1.05070102214813232421875f);
+        return where(x.le(Scalar(0.0)), x.expm1().mul(scalar_for(x.dtype(), alpha)), x)
+            .mul(scalar_for(x.dtype(), gamma));
+      },
+      {"alpha", "gamma"});
+  t["Celu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        const double alpha = ctx.attr_f("alpha", 1.0f);
+        Tensor neg = x.div(scalar_for(x.dtype(), alpha)).expm1().mul(scalar_for(x.dtype(), alpha)).clamp_max(0);
+        return x.relu().add(neg);
+      },
+      {"alpha"});
+  t["ThresholdedRelu"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return where(x.gt(Scalar(static_cast<double>(ctx.attr_f("alpha", 1.0f)))), x, zeros_like_scalar(x));
+      },
+      {"alpha"});
+  t["HardSigmoid"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        return x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.2f)))
+            .add(scalar_for(x.dtype(), ctx.attr_f("beta", 0.5f)))
+            .clamp(0, 1);
+      },
+      {"alpha", "beta"});
+  t["HardSwish"] = composed([](Ctx&, const Tensor& x) {
+    return x.mul(x.mul(scalar_for(x.dtype(), 1.0 / 6)).add(scalar_for(x.dtype(), 0.5)).clamp(0, 1));
+  });
+  t["Shrink"] = composed(
+      [](Ctx& ctx, const Tensor& x) {
+        const double bias = ctx.attr_f("bias", 0), lambd = ctx.attr_f("lambd", 0.5f);
+        Tensor zero = zeros_like_scalar(x);
+        Tensor hi = where(x.gt(Scalar(lambd)), x.sub(scalar_for(x.dtype(), bias)), zero);
+        return where(x.lt(Scalar(-lambd)), x.add(scalar_for(x.dtype(), bias)), hi);
+      },
+      {"bias", "lambd"});
+  t["PRelu"] = {{}, nullptr, [](Ctx& ctx) {
+                  Tensor x = ctx.dev(0), slope = ctx.dev(1);
+                  // Before opset 7 a 1-D slope of extent C applied along axis 1.
+                  if (ctx.opset() < 7 && slope.rank() == 1 && x.rank() > 2 && slope.shape()[0] == x.shape()[1])
+                    slope = per_channel(slope, x.rank());
+                  return Outs{dev_value(where(x.lt(Scalar(0.0)), x.mul(slope), x))};
+                }};
+  t["Clip"] = {{"min", "max"}, nullptr, [](Ctx& ctx) {
+                 Tensor x = ctx.dev(0);
+                 double lo = NAN, hi = NAN;
+                 if (ctx.opset() < 11) {
+                   if (auto a = ctx.attr("min")) lo = a->f();
+                   if (auto a = ctx.attr("max")) hi = a->f();
+                 } else {
+                   if (ctx.has(1)) lo = ctx.host(1).at(0);
+                   if (ctx.has(2)) hi = ctx.host(2).at(0);
+                 }
+                 if (std::isnan(lo) && std::isnan(hi)) return Outs{dev_value(x)};
+                 return Outs{dev_value(x.clamp(lo, hi))};
+               }};
+  // --- binary ---
+  t["Add"] = binary(BinaryKind::add, "Add");
+  t["Sub"] = binary(BinaryKind::sub, "Sub");
+  t["Mul"] = binary(BinaryKind::mul, "Mul");
+  t["Div"] = {{}, nullptr, [](Ctx& ctx) {
+                if (auto h = host_binary(ctx, "Div")) return Outs{*h};
+                Tensor a = ctx.dev(0), b = ctx.dev(1);
+                if (!is_floating(a.dtype())) return Outs{dev_value(int_div(a, b))};
+                return Outs{dev_value(a.div(b))};
+              }};
+  t["Pow"] = {{}, nullptr, [](Ctx& ctx) {
+                Tensor a = ctx.dev(0);
+                Tensor r = a.pow(ctx.dev(1));
+                return Outs{dev_value(r.dtype() == a.dtype() ? r : r.cast(a.dtype()))};
+              }};
+  t["Mod"] = {{"fmod"}, nullptr, [](Ctx& ctx) {
+                Tensor a = ctx.dev(0), b = ctx.dev(1);
+                if (ctx.attr_i("fmod", 0) == 0) return Outs{dev_value(a.remainder(b))};
+                // C fmod: the sign of the dividend.
+                Tensor af = a.cast(DType::f64), bf = b.cast(DType::f64);
+                Tensor q = af.div(bf);
+                Tensor r = af.sub(q.abs().floor().mul(q.sign()).mul(bf));
+                return Outs{dev_value(r.cast(a.dtype()))};
+              }};
+  t["Equal"] = binary(BinaryKind::eq, "Equal");
+  t["Less"] = binary(BinaryKind::lt, "Less");
+  t["LessOrEqual"] = binary(BinaryKind::le, "LessOrEqual");
+  t["Greater"] = binary(BinaryKind::gt, "Greater");
+  t["GreaterOrEqual"] = binary(BinaryKind::ge, "GreaterOrEqual");
+  t["And"] = binary(BinaryKind::logical_and, "And");
+  t["Or"] = binary(BinaryKind::logical_or, "Or");
+  t["Xor"] = binary(BinaryKind::logical_xor, "Xor");
+  t["Max"] = variadic(BinaryKind::maximum, false);
+  t["Min"] = variadic(BinaryKind::minimum, false);
+  t["Sum"] = variadic(BinaryKind::add, false);
+  t["Mean"] = variadic(BinaryKind::add, true);
+  t["Where"] = {{}, nullptr, [](Ctx& ctx) {
+                  if (host_small(ctx)) {
+                    const TensorData &c = ctx.host(0), &a = ctx.host(1), &b = ctx.host(2);
+                    auto s1 = broadcast_shapes(c.shape, a.shape);
+                    auto s = s1 ? broadcast_shapes(*s1, b.shape) : std::nullopt;
+                    if (s && a.dtype == b.dtype) {
+                      auto ce = host_expand(c, *s), ae = host_expand(a, *s), be = host_expand(b, *s);
+                      auto cv = ce.to_vector<int64_t>();
+                      const size_t es = size_of(a.dtype);
+                      Bytes out = Bytes::allocate(static_cast<size_t>(s->numel()) * es);
+                      for (size_t k = 0; k < cv.size(); ++k)
+                        std::memcpy(out.mutable_data() + k * es, (cv[k] ? ae : be).bytes.as<const std::byte>() + k * es,
+                                    es);
+                      return Outs{host_value(TensorData(*s, a.dtype, std::move(out)))};
+                    }
+                  }
+                  return Outs{dev_value(where(ctx.dev(0), ctx.dev(1), ctx.dev(2)))};
+                }};
+  // --- dtype ---
+  t["Cast"] = {{"to", "saturate"},
+               [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                 for (const auto& a : n.attribute())
+                   if (a.name() == "to" && !to_dtype(static_cast<int32_t>(a.i())))
+                     return "cast to " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+                 return "";
+               },
+               [](Ctx& ctx) {
+                 DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("to", 1)));
+                 if (host_small(ctx)) return Outs{host_value(host_cast(ctx.host(0), to))};
+                 return Outs{dev_value(ctx.dev(0).cast(to))};
+               }};
+  t["CastLike"] = {{"saturate"}, nullptr, [](Ctx& ctx) {
+                     DType to = ctx.in(1).dtype();
+                     if (host_small(ctx)) return Outs{host_value(host_cast(ctx.host(0), to))};
+                     return Outs{dev_value(ctx.dev(0).cast(to))};
+                   }};
+  // --- constants and shapes (host) ---
+  t["Identity"] = {{}, nullptr, [](Ctx& ctx) { return Outs{ctx.in(0)}; }};
+  t["Dropout"] = {{"ratio", "seed", "is_test"},
+                  [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                    for (const auto& a : n.attribute())
+                      if (a.name() == "is_test" && a.i() == 0) return "is_test=0 (training dropout)";
+                    return "";
+                  },
+                  [](Ctx& ctx) {
+                    if (ctx.has(2) && ctx.host(2).at(0) != 0)
+                      ctx.fail(Errc::unsupported, "training_mode=true (random dropout is not in the op set)");
+                    Outs out{ctx.in(0)};
+                    if (ctx.node().output_size() > 1) {
+                      Value mask = host_value(host_ints(Ints(1, 1), {}, DType::boolean));
+                      out.push_back(dev_value(ctx.device().ones(ctx.in(0).shape(), DType::boolean)));
+                    }
+                    return out;
+                  }};
+  t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"}, nullptr, [](Ctx& ctx) {
+                     if (auto a = ctx.attr("value")) return Outs{host_value(to_data(a->t(), "."))};
+                     if (auto a = ctx.attr("value_float"))
+                       return Outs{host_value(TensorData::from(std::vector<float>{a->f()}, {}))};
+                     if (auto a = ctx.attr("value_int")) return Outs{host_value(host_ints({a->i()}, {}))};
+                     if (auto a = ctx.attr("value_floats")) {
+                       std::vector<float> v(a->floats().begin(), a->floats().end());
+                       return Outs{host_value(TensorData::from(v, {static_cast<int64_t>(v.size())}))};
+                     }
+                     if (auto a = ctx.attr_ints("value_ints"))
+                       return Outs{host_value(host_ints(*a, {static_cast<int64_t>(a->size())}))};
+                     ctx.fail(Errc::invalid_argument, "no value attribute");
+                   }};
+  t["Shape"] = {{"start", "end"}, nullptr, [](Ctx& ctx) {
+                  const auto& dims = ctx.in(0).shape().dims;
+                  const int64_t r = static_cast<int64_t>(dims.size());
+                  int64_t b = ctx.attr_i("start", 0), e = ctx.attr_i("end", r);
+                  if (b < 0) b += r;
+                  if (e < 0) e += r;
+                  b = std::clamp<int64_t>(b, 0, r);
+                  e = std::clamp<int64_t>(e, b, r);
+                  Ints v(dims.begin() + b, dims.begin() + e);
+                  return Outs{host_value(host_ints(v, {static_cast<int64_t>(v.size())}))};
+                }};
+  t["Size"] = {{}, nullptr, [](Ctx& ctx) { return Outs{host_value(host_ints({ctx.in(0).shape().numel()}, {}))}; }};
+  t["ConstantOfShape"] = {{"value"}, nullptr, [](Ctx& ctx) {
+                            Shape s(ctx.ints(0));
+                            TensorData v = TensorData::from(std::vector<float>{0.0f}, {1});
+                            if (auto a = ctx.attr("value")) v = to_data(a->t(), ".");
+                            if (s.numel() <= kHostMax)
+                              return Outs{host_value(host_expand(host_reshape(v, Shape(Ints(s.rank(), 1))), s))};
+                            return Outs{dev_value(ctx.device().full(s, v.at(0), v.dtype))};
+                          }};
+  t["Range"] = {{}, nullptr, [](Ctx& ctx) {
+                  const TensorData& s = ctx.host(0);
+                  const double start = s.at(0), limit = ctx.host(1).at(0), delta = ctx.host(2).at(0);
+                  if (delta == 0) ctx.fail(Errc::invalid_argument, "delta 0");
+                  const int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((limit - start) / delta)), 0);
+                  if (n > kHostMax)
+                    return Outs{dev_value(ctx.device().arange(start, start + n * delta, delta, s.dtype))};
+                  std::vector<double> v;
+                  for (int64_t i = 0; i < n; ++i) v.push_back(start + static_cast<double>(i) * delta);
+                  return Outs{host_value(host_doubles(v, {n}, s.dtype))};
+                }};
+  t["EyeLike"] = {{"dtype", "k"},
+                  [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                    for (const auto& a : n.attribute())
+                      if (a.name() == "dtype" && !to_dtype(static_cast<int32_t>(a.i())))
+                        return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+                    return "";
+                  },
+                  [](Ctx& ctx) {
+                    const Shape& s = ctx.in(0).shape();
+                    DType dt =
+                        ctx.attr("dtype") ? *to_dtype(static_cast<int32_t>(ctx.attr_i("dtype", 1))) : ctx.in(0).dtype();
+                    const int64_t k = ctx.attr_i("k", 0);
+                    Ints v(static_cast<size_t>(s.numel()), 0);
+                    for (int64_t i = 0; i < s[0]; ++i)
+                      if (i + k >= 0 && i + k < s[1]) v[i * s[1] + i + k] = 1;
+                    return Outs{host_value(host_ints(v, s, dt))};
+                  }};
+  // --- layout ---
+  t["Reshape"] = {{"allowzero"}, nullptr, [](Ctx& ctx) {
+                    Ints target = ctx.opset() < 5 ? *ctx.attr_ints("shape") : ctx.ints(1);
+                    return Outs{do_reshape(ctx, ctx.in(0), target, ctx.attr_i("allowzero", 0) != 0)};
+                  }};
+  t["Flatten"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                    const Shape& s = ctx.in(0).shape();
+                    int64_t axis = ctx.attr_i("axis", 1);
+                    if (axis < 0) axis += static_cast<int64_t>(s.rank());
+                    int64_t outer = 1;
+                    for (int64_t a = 0; a < axis; ++a) outer *= s[a];
+                    int64_t inner = outer == 0 ? 0 : s.numel() / std::max<int64_t>(outer, 1);
+                    if (outer == 0) {
+                      inner = 1;
+                      for (size_t a = axis; a < s.rank(); ++a) inner *= s[a];
+                    }
+                    return Outs{do_reshape(ctx, ctx.in(0), {outer, inner}, true)};
+                  }};
+  t["Squeeze"] = {
+      {"axes"}, nullptr, [](Ctx& ctx) {
+        const Shape& s = ctx.in(0).shape();
+        Ints axes = ctx.opset() < 13 ? ctx.attr_ints("axes").value_or(Ints{}) : (ctx.has(1) ? ctx.ints(1) : Ints{});
+        axes = norm_ints(ctx, axes, s.rank());
+        Ints dims;
+        for (size_t a = 0; a < s.rank(); ++a) {
+          bool drop =
+              axes.empty() ? s[a] == 1 : std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end();
+          if (drop && s[a] != 1)
+            ctx.fail(Errc::shape_mismatch,
+                     "squeeze of axis " + std::to_string(a) + " of extent " + std::to_string(s[a]));
+          if (!drop) dims.push_back(s[a]);
+        }
+        return Outs{do_reshape(ctx, ctx.in(0), dims, true)};
+      }};
+  t["Unsqueeze"] = {{"axes"}, nullptr, [](Ctx& ctx) {
+                      Ints axes = ctx.opset() < 13 ? ctx.attr_ints("axes").value_or(Ints{}) : ctx.ints(1);
+                      return Outs{unsqueeze_value(ctx, ctx.in(0), axes)};
+                    }};
+  t["Transpose"] = {{"perm"}, nullptr, [](Ctx& ctx) {
+                      Tensor x = ctx.dev(0);
+                      Ints perm = ctx.attr_ints("perm").value_or(Ints{});
+                      if (perm.empty())
+                        for (int64_t a = static_cast<int64_t>(x.rank()) - 1; a >= 0; --a) perm.push_back(a);
+                      return Outs{dev_value(x.permute(perm))};
+                    }};
+  t["Expand"] = {{}, nullptr, [](Ctx& ctx) {
+                   Shape want(ctx.ints(1));
+                   auto out = broadcast_shapes(ctx.in(0).shape(), want);
+                   if (!out)
+                     ctx.fail(Errc::shape_mismatch,
+                              "cannot expand " + ctx.in(0).shape().to_string() + " to " + want.to_string());
+                   if (ctx.in(0).host && out->numel() <= kHostMax)
+                     return Outs{host_value(host_expand(*ctx.in(0).host, *out))};
+                   return Outs{dev_value(ctx.dev(0).expand(*out))};
+                 }};
+  t["Concat"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                   const size_t rank = ctx.in(0).shape().rank();
+                   const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), rank);
+                   if (host_small(ctx)) {
+                     std::vector<const TensorData*> parts;
+                     for (size_t i = 0; i < ctx.num_inputs(); ++i)
+                       if (ctx.has(i)) parts.push_back(&ctx.host(i));
+                     return Outs{host_value(host_concat(parts, axis))};
+                   }
+                   std::vector<Tensor> parts;
+                   for (size_t i = 0; i < ctx.num_inputs(); ++i)
+                     if (ctx.has(i)) parts.push_back(ctx.dev(i));
+                   return Outs{dev_value(cat(parts, axis))};
+                 }};
+  t["Split"] = {{"axis", "split"}, nullptr, [](Ctx& ctx) {
+                  const Shape& s = ctx.in(0).shape();
+                  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
+                  const int64_t parts = ctx.node().output_size();
+                  Ints sizes =
+                      ctx.opset() < 13 ? ctx.attr_ints("split").value_or(Ints{}) : (ctx.has(1) ? ctx.ints(1) : Ints{});
+                  if (sizes.empty()) {
+                    const int64_t each = (s[axis] + parts - 1) / parts;
+                    for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, s[axis] - p * each));
+                  }
+                  Outs out;
+                  int64_t at = 0;
+                  for (auto n : sizes) {
+                    out.push_back(slice_value(ctx, ctx.in(0), {at}, {at + n}, {axis}, {1}));
+                    at += n;
+                  }
+                  return out;
+                }};
+  t["Slice"] = {{"starts", "ends", "axes"}, nullptr, [](Ctx& ctx) {
+                  if (ctx.opset() < 10)
+                    return Outs{slice_value(ctx, ctx.in(0), *ctx.attr_ints("starts"), *ctx.attr_ints("ends"),
+                                            ctx.attr_ints("axes").value_or(Ints{}), {})};
+                  return Outs{slice_value(ctx, ctx.in(0), ctx.ints(1), ctx.ints(2), ctx.has(3) ? ctx.ints(3) : Ints{},
+                                          ctx.has(4) ? ctx.ints(4) : Ints{})};
+                }};
+  t["Gather"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                   const Shape& s = ctx.in(0).shape();
+                   const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
+                   const Shape& is = ctx.in(1).shape();
+                   Ints out_dims(s.dims.begin(), s.dims.begin() + axis);
+                   out_dims.insert(out_dims.end(), is.dims.begin(), is.dims.end());
+                   out_dims.insert(out_dims.end(), s.dims.begin() + axis + 1, s.dims.end());
+                   if (host_small(ctx)) {
+                     auto idx = ctx.ints(1);
+                     for (auto& i : idx) {
+                       if (i < -s[axis] || i >= s[axis])
+                         ctx.fail(Errc::index_out_of_range, "index " + std::to_string(i) + " out of range");
+                       if (i < 0) i += s[axis];
+                     }
+                     auto strides = s.strides();
+                     const size_t ir = is.rank();
+                     auto is_strides = is.strides();
+                     return Outs{host_value(host_gather_elems(*ctx.in(0).host, Shape(out_dims), [&](const Ints& o) {
+                       int64_t off = 0;
+                       for (int64_t a = 0; a < axis; ++a) off += o[a] * strides[a];
+                       int64_t flat = 0;
+                       for (size_t k = 0; k < ir; ++k) flat += o[axis + k] * is_strides[k];
+                       off += idx[flat] * strides[axis];
+                       for (size_t a = axis + 1; a < s.rank(); ++a) off += o[a + ir - 1] * strides[a];
+                       return off;
+                     }))};
+                   }
+                   Tensor idx = fix_indices(ctx, 1, s[axis]).reshape({-1});
+                   return Outs{dev_value(ctx.dev(0).index_select(axis, idx).reshape(Shape(out_dims)))};
+                 }};
+  t["GatherElements"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                           Tensor x = ctx.dev(0);
+                           const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+                           return Outs{dev_value(x.gather(axis, fix_indices(ctx, 1, x.shape()[axis])))};
+                         }};
+  t["Tile"] = {{}, nullptr, [](Ctx& ctx) {
+                 Tensor x = ctx.dev(0);
+                 Ints reps = ctx.ints(1);
+                 if (reps.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "repeats must have one entry per axis");
+                 Ints inter, expanded, out;
+                 for (size_t a = 0; a < x.rank(); ++a) {
+                   inter.insert(inter.end(), {1, x.shape()[a]});
+                   expanded.insert(expanded.end(), {reps[a], x.shape()[a]});
+                   out.push_back(reps[a] * x.shape()[a]);
+                 }
+                 return Outs{dev_value(x.reshape(Shape(inter)).expand(Shape(expanded)).reshape(Shape(out)))};
+               }};
+  t["Pad"] = {
+      {"mode", "pads", "value"}, pad_mode, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        Ints pads = ctx.opset() < 11 ? *ctx.attr_ints("pads") : ctx.ints(1);
+        double value = ctx.opset() < 11 ? ctx.attr_f("value", 0) : (ctx.has(2) ? ctx.host(2).at(0) : 0.0);
+        const size_t r = x.rank();
+        if (pads.size() != 2 * r) ctx.fail(Errc::shape_mismatch, "pads must have 2 * rank entries");
+        const std::string mode = ctx.attr_s("mode", "constant");
+        if (mode == "constant")
+          return Outs{
+              dev_value(x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
+        // edge / reflect, axis by axis: slices of the border (flipped for
+        // reflect) concatenated on both sides; negative widths crop first.
+        for (size_t a = 0; a < r; ++a) {
+          const int64_t ax = static_cast<int64_t>(a);
+          int64_t before = pads[a], after = pads[a + r];
+          if (before < 0 || after < 0) {
+            const int64_t n = x.shape()[a];
+            x = x.slice(ax, Slice{std::max<int64_t>(-before, 0), n - std::max<int64_t>(-after, 0)});
+            before = std::max<int64_t>(before, 0);
+            after = std::max<int64_t>(after, 0);
+          }
+          if (before == 0 && after == 0) continue;
+          const int64_t n = x.shape()[a];
+          if (n == 0 || (mode == "reflect" && (before >= n || after >= n)))
+            ctx.fail(Errc::invalid_argument, mode + " padding of " + std::to_string(std::max(before, after)) +
+                                                 " on axis " + std::to_string(a) + " of extent " + std::to_string(n));
+          auto border = [&](int64_t width, bool front) {
+            if (mode == "edge") {
+              Shape s = x.shape();
+              s.dims[a] = width;
+              return x.slice(ax, front ? Slice{0, 1} : Slice{n - 1, n}).expand(s);
+            }
+            return x.slice(ax, front ? Slice{1, width + 1} : Slice{n - 1 - width, n - 1}).flip({ax});
+          };
+          std::vector<Tensor> parts;
+          if (before > 0) parts.push_back(border(before, true));
+          parts.push_back(x);
+          if (after > 0) parts.push_back(border(after, false));
+          x = cat(parts, ax);
+        }
+        return Outs{dev_value(x)};
+      }};
+  t["DepthToSpace"] = {{"blocksize", "mode"}, nullptr, [](Ctx& ctx) {
+                         Tensor x = ctx.dev(0);
+                         const int64_t b = ctx.attr_i("blocksize", 1);
+                         const auto& s = x.shape();
+                         const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+                         Tensor y = ctx.attr_s("mode", "DCR") == "DCR"
+                                        ? x.reshape({n, b, b, c / (b * b), h, w}).permute({0, 3, 4, 1, 5, 2})
+                                        : x.reshape({n, c / (b * b), b, b, h, w}).permute({0, 1, 4, 2, 5, 3});
+                         return Outs{dev_value(y.reshape({n, c / (b * b), h * b, w * b}))};
+                       }};
+  t["SpaceToDepth"] = {{"blocksize"}, nullptr, [](Ctx& ctx) {
+                         Tensor x = ctx.dev(0);
+                         const int64_t b = ctx.attr_i("blocksize", 1);
+                         const auto& s = x.shape();
+                         const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+                         Tensor y = x.reshape({n, c, h / b, b, w / b, b}).permute({0, 3, 5, 1, 2, 4});
+                         return Outs{dev_value(y.reshape({n, c * b * b, h / b, w / b}))};
+                       }};
+  t["Trilu"] = {{"upper"}, nullptr, [](Ctx& ctx) {
+                  Tensor x = ctx.dev(0);
+                  const int64_t k = ctx.has(1) ? ctx.ints(1).at(0) : 0;
+                  const auto& s = x.shape();
+                  const int64_t n = s[s.rank() - 2], m = s[s.rank() - 1];
+                  Tensor i = ctx.device().arange(0, static_cast<double>(n)).reshape({n, 1});
+                  Tensor j = ctx.device().arange(0, static_cast<double>(m)).reshape({1, m});
+                  Tensor d = j.sub(i);
+                  Tensor keep = ctx.attr_i("upper", 1) != 0 ? d.ge(Scalar(k)) : d.le(Scalar(k));
+                  return Outs{dev_value(where(keep, x, zeros_like_scalar(x)))};
+                }};
+  t["OneHot"] = {{"axis"}, nullptr, [](Ctx& ctx) {
+                   Tensor idx = ctx.dev(0).cast(DType::i64);
+                   const int64_t depth = static_cast<int64_t>(ctx.host(1).at(0));
+                   Tensor values = ctx.dev(2);
+                   const int64_t out_rank = static_cast<int64_t>(idx.rank()) + 1;
+                   int64_t axis = ctx.attr_i("axis", -1);
+                   if (axis < 0) axis += out_rank;
+                   idx = where(idx.lt(Scalar(int64_t{0})), idx.add(Scalar(depth)), idx).unsqueeze(axis);
+                   Ints rs(out_rank, 1);
+                   rs[axis] = depth;
+                   Tensor hot = ctx.device().arange(0, static_cast<double>(depth)).reshape(Shape(rs)).eq(idx);
+                   Tensor off = values.slice(0, Slice{0, 1}).reshape({}), on = values.slice(0, Slice{1, 2}).reshape({});
+                   return Outs{dev_value(where(hot, on, off))};
+                 }};
+  // --- linear algebra ---
+  t["MatMul"] = {{}, nullptr, [](Ctx& ctx) { return Outs{dev_value(ctx.dev(0).matmul(ctx.dev(1)))}; }};
+  t["Gemm"] = {{"alpha", "beta", "transA", "transB", "broadcast"}, nullptr, [](Ctx& ctx) {
+                 Tensor a = ctx.dev(0), b = ctx.dev(1);
+                 const double alpha = ctx.attr_f("alpha", 1), beta = ctx.attr_f("beta", 1);
+                 // The exporters' nn.Linear: x W^T + b is one linear op (no
+                 // transpose of W on every run).
+                 if (!ctx.attr_i("transA", 0) && ctx.attr_i("transB", 0) && alpha == 1 && beta == 1 &&
+                     (!ctx.has(2) || (ctx.in(2).shape().rank() == 1 && ctx.in(2).dtype() == a.dtype())))
+                   return Outs{dev_value(a.linear(b, ctx.has(2) ? ctx.dev(2) : Tensor()))};
+                 if (ctx.attr_i("transA", 0)) a = a.mT();
+                 if (ctx.attr_i("transB", 0)) b = b.mT();
+                 Tensor y = a.matmul(b);
+                 if (alpha != 1) y = y.mul(scalar_for(y.dtype(), alpha));
+                 if (ctx.has(2)) {
+                   Tensor c = ctx.dev(2);
+                   if (beta != 1) c = c.mul(scalar_for(c.dtype(), beta));
+                   y = y.add(c);
+                 }
+                 return Outs{dev_value(y)};
+               }};
+  // --- softmax family ---
+  t["Softmax"] = softmax_like([](const Tensor& x, int64_t a) { return x.softmax(a); });
+  t["LogSoftmax"] = softmax_like([](const Tensor& x, int64_t a) { return x.log_softmax(a); });
+  t["Hardmax"] = softmax_like(hardmax);
+  // --- reductions ---
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+    t[op] = reduction(op);
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    const bool is_max = std::string(op) == "ArgMax";
+    t[op] = {{"axis", "keepdims", "select_last_index"}, nullptr, [is_max](Ctx& ctx) {
+               Tensor x = ctx.dev(0);
+               const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+               const bool keep = ctx.attr_i("keepdims", 1) != 0;
+               if (ctx.attr_i("select_last_index", 0) == 0)
+                 return Outs{dev_value(is_max ? x.argmax(axis, keep) : x.argmin(axis, keep))};
+               Tensor f = x.flip({axis});
+               Tensor i = is_max ? f.argmax(axis, keep) : f.argmin(axis, keep);
+               return Outs{dev_value(i.neg().add(Scalar(x.shape()[axis] - 1)))};
+             }};
+  }
+  t["GlobalAveragePool"] = composed([](Ctx&, const Tensor& x) {
+    Ints axes;
+    for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+    return x.mean(axes, true);
+  });
+  t["GlobalMaxPool"] = composed([](Ctx&, const Tensor& x) {
+    Ints axes;
+    for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+    return x.max(axes, true);
+  });
+  // --- normalization, composed of reductions and element-wise ops ---
+  t["LayerNormalization"] = {
+      {"axis", "epsilon", "stash_type"}, nullptr, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
+        Ints axes;
+        for (int64_t a = axis; a < static_cast<int64_t>(x.rank()); ++a) axes.push_back(a);
+        Tensor mean = x.mean(axes, true);
+        Tensor d = x.sub(mean);
+        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        Tensor y = d.mul(inv).mul(ctx.dev(1));
+        if (ctx.has(2)) y = y.add(ctx.dev(2));
+        return Outs{dev_value(y), dev_value(mean), dev_value(inv)};
+      }};
+  t["BatchNormalization"] = {
+      {"epsilon", "momentum", "spatial", "training_mode", "is_test"}, no_training_outputs, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        const size_t r = x.rank();
+        Tensor scale = per_channel(ctx.dev(1), r), bias = per_channel(ctx.dev(2), r);
+        Tensor mean = per_channel(ctx.dev(3), r), var = per_channel(ctx.dev(4), r);
+        Tensor inv = var.add(scalar_for(var.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        return Outs{dev_value(x.sub(mean).mul(inv).mul(scale).add(bias))};
+      }};
+  t["InstanceNormalization"] = {
+      {"epsilon"}, nullptr, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        const size_t r = x.rank();
+        Ints axes;
+        for (size_t a = 2; a < r; ++a) axes.push_back(static_cast<int64_t>(a));
+        Tensor d = x.sub(x.mean(axes, true));
+        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        return Outs{dev_value(d.mul(inv).mul(per_channel(ctx.dev(1), r)).add(per_channel(ctx.dev(2), r)))};
+      }};
+  t["MeanVarianceNormalization"] = {
+      {"axes"}, nullptr, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        Ints axes = norm_ints(ctx, ctx.attr_ints("axes").value_or(Ints{0, 2, 3}), x.rank());
+        Tensor d = x.sub(x.mean(axes, true));
+        return Outs{dev_value(d.div(d.mul(d).mean(axes, true).sqrt()))};
+      }};
+  t["NegativeLogLikelihoodLoss"] = {{"ignore_index", "reduction"}, known_reduction, [](Ctx& ctx) {
+                                      Tensor w = ctx.has(2) ? ctx.dev(2) : Tensor();
+                                      return Outs{dev_value(nll_loss(ctx, ctx.dev(0), ctx.dev(1), w))};
+                                    }};
+  t["SoftmaxCrossEntropyLoss"] = {{"ignore_index", "reduction"}, known_reduction, [](Ctx& ctx) {
+                                    Tensor logp = ctx.dev(0).log_softmax(1);
+                                    Tensor w = ctx.has(2) ? ctx.dev(2) : Tensor();
+                                    return Outs{dev_value(nll_loss(ctx, logp, ctx.dev(1), w)), dev_value(logp)};
+                                  }};
+  // CumSum along an axis: a matmul with a triangular 0/1 matrix.
+  t["CumSum"] = {{"exclusive", "reverse"}, nullptr, [](Ctx& ctx) {
+                   Tensor x = ctx.dev(0);
+                   const int64_t axis = axis_of(ctx, ctx.ints(1).at(0), x.rank());
+                   const int64_t n = x.shape()[axis];
+                   Tensor i = ctx.device().arange(0, static_cast<double>(n)).reshape({n, 1});
+                   Tensor j = ctx.device().arange(0, static_cast<double>(n)).reshape({1, n});
+                   const bool excl = ctx.attr_i("exclusive", 0) != 0, rev = ctx.attr_i("reverse", 0) != 0;
+                   Tensor tri = rev ? (excl ? i.gt(j) : i.ge(j)) : (excl ? i.lt(j) : i.le(j));
+                   Tensor moved = x.transpose(axis, -1);
+                   Tensor y = moved.matmul(tri.cast(x.dtype())).transpose(axis, -1);
+                   return Outs{dev_value(y)};
+                 }};
+  // ScatterElements: none (indices assumed unique, as ONNX leaves duplicates
+  // undefined) or add.
+  for (const char* op : {"ScatterElements", "Scatter"})
+    t[op] = {{"axis", "reduction"},
+             [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+               for (const auto& a : n.attribute())
+                 if (a.name() == "reduction" && a.s() != "none" && a.s() != "add") return "reduction='" + a.s() + "'";
+               return "";
+             },
+             [](Ctx& ctx) {
+               Tensor x = ctx.dev(0), src = ctx.dev(2);
+               const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+               Tensor idx = fix_indices(ctx, 1, x.shape()[axis]);
+               if (ctx.attr_s("reduction", "none") == "add") return Outs{dev_value(x.scatter_add(axis, idx, src))};
+               Tensor zero = ctx.device().zeros(x.shape(), x.dtype());
+               Tensor hit = ctx.device()
+                                .zeros(x.shape(), DType::i64)
+                                .scatter_add(axis, idx, ctx.device().ones(idx.shape(), DType::i64));
+               return Outs{dev_value(where(hit.gt(Scalar(int64_t{0})), zero.scatter_add(axis, idx, src), x))};
+             }};
+  t["Resize"] = {{"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                  "extrapolation_value"},
+                 resize_check,
+                 [](Ctx& ctx) {
+                   Tensor x = ctx.dev(0);
+                   const size_t r = x.rank();
+                   std::vector<double> scales;
+                   Ints out(r);
+                   const size_t scales_at = ctx.opset() < 11 ? 1 : 2;
+                   if (ctx.opset() >= 11 && ctx.has(3) && ctx.in(3).shape().numel() > 0) {
+                     out = ctx.ints(3);
+                     if (out.size() != r) ctx.fail(Errc::shape_mismatch, "sizes must have one entry per axis");
+                     for (size_t a = 0; a < r; ++a)
+                       scales.push_back(static_cast<double>(out[a]) / static_cast<double>(x.shape()[a]));
+                   } else if (ctx.has(scales_at) && ctx.in(scales_at).shape().numel() > 0) {
+                     scales = ctx.host(scales_at).to_vector<double>();
+                     if (scales.size() != r) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
+                     for (size_t a = 0; a < r; ++a) out[a] = static_cast<int64_t>(std::floor(x.shape()[a] * scales[a]));
+                   } else {
+                     ctx.fail(Errc::invalid_argument, "neither scales nor sizes given");
+                   }
+                   const std::string coord =
+                       ctx.opset() < 11 ? "asymmetric" : ctx.attr_s("coordinate_transformation_mode", "half_pixel");
+                   const std::string nearest =
+                       ctx.opset() < 11 ? "floor" : ctx.attr_s("nearest_mode", "round_prefer_floor");
+                   return Outs{dev_value(resize(ctx, x, out, scales, coord, ctx.attr_s("mode", "nearest"), nearest))};
+                 }};
+  t["Upsample"] = {
+      {"mode", "scales"}, resize_check, [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        std::vector<double> scales;
+        if (auto a = ctx.attr("scales"))
+          scales.assign(a->floats().begin(), a->floats().end());
+        else
+          scales = ctx.host(1).to_vector<double>();
+        if (scales.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
+        Ints out;
+        for (size_t a = 0; a < x.rank(); ++a) out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
+        return Outs{dev_value(resize(ctx, x, out, scales, "asymmetric", ctx.attr_s("mode", "nearest"), "floor"))};
+      }};
+  for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
+  return t;
+}
+
+}  // namespace
+
+const std::map<std::string, OpSpec, std::less<>>& op_table() {
+  static const auto table = build_table();
+  return table;
+}
+
+}  // namespace detail
+
+std::vector<std::string> supported_ops() {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : detail::op_table()) names.push_back(name);
+  return names;
+}
+
+}  // namespace switchyard::onnx

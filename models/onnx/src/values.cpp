@@ -1,0 +1,202 @@
+// ONNX element types and TensorProto contents as Switchyard data; the
+// node context the op implementations see.
+
+#include <cstring>
+#include <fstream>
+
+#include "onnx_internal.hpp"
+
+namespace switchyard::onnx {
+namespace detail {
+
+std::optional<DType> to_dtype(int32_t t) {
+  switch (t) {
+    case ::onnx::TensorProto::FLOAT:
+      return DType::f32;
+    case ::onnx::TensorProto::DOUBLE:
+      return DType::f64;
+    case ::onnx::TensorProto::INT32:
+      return DType::i32;
+    case ::onnx::TensorProto::INT64:
+      return DType::i64;
+    case ::onnx::TensorProto::UINT8:
+      return DType::u8;
+    case ::onnx::TensorProto::BOOL:
+      return DType::boolean;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string onnx_type_name(int32_t t) {
+  if (::onnx::TensorProto::DataType_IsValid(t))
+    return ::onnx::TensorProto::DataType_Name(static_cast<::onnx::TensorProto::DataType>(t));
+  return "type " + std::to_string(t);
+}
+
+namespace {
+
+template <class T, class Field>
+TensorData from_field(const Field& field, Shape shape) {
+  std::vector<T> v(field.begin(), field.end());
+  return TensorData::from(v, std::move(shape));
+}
+
+std::string read_external(const ::onnx::TensorProto& t, const std::string& base_dir) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : t.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    if (kv.key() == "offset") offset = std::stoll(kv.value());
+    if (kv.key() == "length") length = std::stoll(kv.value());
+  }
+  if (location.empty() || location.find("..") != std::string::npos || location.front() == '/')
+    throw Error(Errc::invalid_argument,
+                "onnx: tensor '" + t.name() + "': bad external data location '" + location + "'");
+  std::string path = base_dir + "/" + location;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "': cannot open external data " + path);
+  in.seekg(0, std::ios::end);
+  int64_t size = in.tellg();
+  if (length < 0) length = size - offset;
+  if (offset < 0 || offset + length > size)
+    throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "': external data range past the end of " + path);
+  std::string bytes(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(bytes.data(), length);
+  return bytes;
+}
+
+}  // namespace
+
+TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir) {
+  auto dt = to_dtype(t.data_type());
+  if (!dt)
+    throw Error(Errc::unsupported, "onnx: tensor '" + t.name() + "' has dtype " + onnx_type_name(t.data_type()) +
+                                       ", which Switchyard lacks");
+  Shape shape(std::vector<int64_t>(t.dims().begin(), t.dims().end()));
+  for (auto d : shape.dims)
+    if (d < 0) throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "' has a negative extent");
+  const size_t bytes_needed = static_cast<size_t>(shape.numel()) * size_of(*dt);
+  const bool external = t.data_location() == ::onnx::TensorProto::EXTERNAL;
+  if (external || t.has_raw_data()) {
+    std::string raw = external ? read_external(t, base_dir) : t.raw_data();
+    if (raw.size() != bytes_needed)
+      throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "' holds " + std::to_string(raw.size()) +
+                                              " bytes, its shape " + shape.to_string() + " needs " +
+                                              std::to_string(bytes_needed));
+    TensorData d(shape, *dt, Bytes::copy_of(raw.data(), raw.size()));
+    if (*dt == DType::boolean) {
+      auto* p = d.bytes.mutable_as<uint8_t>();
+      for (int64_t i = 0; i < d.numel(); ++i) p[i] = p[i] != 0;
+    }
+    return d;
+  }
+  TensorData d;
+  switch (*dt) {
+    case DType::f32:
+      d = from_field<float>(t.float_data(), shape);
+      break;
+    case DType::f64:
+      d = from_field<double>(t.double_data(), shape);
+      break;
+    case DType::i64:
+      d = from_field<int64_t>(t.int64_data(), shape);
+      break;
+    case DType::i32:
+      d = from_field<int32_t>(t.int32_data(), shape);
+      break;
+    case DType::u8:
+      d = from_field<uint8_t>(t.int32_data(), shape);
+      break;
+    case DType::boolean: {
+      std::vector<bool> v;
+      for (auto x : t.int32_data()) v.push_back(x != 0);
+      d = TensorData::from(v, shape);
+      break;
+    }
+  }
+  return d;
+}
+
+Value& Ctx::in(size_t i) const {
+  if (!has(i)) fail(Errc::invalid_argument, "input " + std::to_string(i) + " is missing");
+  return *inputs_[i];
+}
+
+Tensor Ctx::dev(size_t i) const {
+  Value& v = in(i);
+  if (!v.dev.defined()) v.dev = device_.from_data(*v.host);
+  // A value from another pipeline stage (or an input given elsewhere) is
+  // bridged to this node's device.
+  if (!(v.dev.device() == device_)) return v.dev.to(device_);
+  return v.dev;
+}
+
+const TensorData& Ctx::host(size_t i) const {
+  Value& v = in(i);
+  if (v.host) return *v.host;
+  if (v.input_read)
+    *v.input_read = true;
+  else if (computed_read_ != nullptr)
+    *computed_read_ = true;
+  if (!v.readback) v.readback = v.dev.read().get();
+  return *v.readback;
+}
+
+std::vector<int64_t> Ctx::ints(size_t i) const {
+  const TensorData& d = host(i);
+  if (is_floating(d.dtype)) fail(Errc::dtype_mismatch, "input " + std::to_string(i) + " must be integers");
+  return d.to_vector<int64_t>();
+}
+
+bool Ctx::all_host() const {
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i] != nullptr && !inputs_[i]->host) return false;
+  return true;
+}
+
+const ::onnx::AttributeProto* Ctx::attr(std::string_view name) const {
+  for (const auto& a : node_.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+int64_t Ctx::attr_i(std::string_view name, int64_t fallback) const {
+  const auto* a = attr(name);
+  return a ? a->i() : fallback;
+}
+
+float Ctx::attr_f(std::string_view name, float fallback) const {
+  const auto* a = attr(name);
+  return a ? a->f() : fallback;
+}
+
+std::string Ctx::attr_s(std::string_view name, std::string fallback) const {
+  const auto* a = attr(name);
+  return a ? a->s() : fallback;
+}
+
+std::optional<std::vector<int64_t>> Ctx::attr_ints(std::string_view name) const {
+  const auto* a = attr(name);
+  if (!a) return std::nullopt;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+void Ctx::fail(Errc code, const std::string& what) const {
+  std::string name = node_.name().empty() ? "(unnamed)" : node_.name();
+  throw Error(code, "onnx: node '" + name + "' (" + node_.op_type() + "): " + what);
+}
+
+}  // namespace detail
+
+TensorData read_tensor_proto(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::invalid_argument, "onnx: cannot open " + path);
+  ::onnx::TensorProto t;
+  if (!t.ParseFromIstream(&in)) throw Error(Errc::invalid_argument, "onnx: " + path + " is not a TensorProto");
+  auto slash = path.find_last_of('/');
+  return detail::to_data(t, slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
+}  // namespace switchyard::onnx

@@ -1,0 +1,318 @@
+// ONNX's own backend tests (Debian's libonnx-testdata) on Switchyard devices.
+//
+//   onnx_conformance --data DIR --folder node --device cpu:0     one ctest case:
+//       exit 1 when a case the loader accepts gives wrong outputs or fails
+//   onnx_conformance --data DIR --markdown docs/ONNX.md          every folder on
+//       cpu:0 and reference:0, the table of pass / fail / unsupported
+//
+// A case is "unsupported" when loading (or the run, for attributes ONNX
+// passes as inputs) fails with Errc::unsupported; its reason is that error.
+// Outputs are compared as ONNX's runner does (numpy assert_allclose): rtol
+// 1e-3, atol 1e-7, NaN equal to NaN.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <switchyard/onnx.hpp>
+#include <switchyard/switchyard.hpp>
+
+namespace fs = std::filesystem;
+namespace sy = switchyard;
+
+namespace {
+
+enum class Outcome { pass, fail, unsupported };
+
+struct Result {
+  Outcome outcome = Outcome::pass;
+  std::string reason;
+};
+
+constexpr double kRtol = 1e-3, kAtol = 1e-7;  // ONNX's defaults; a case's `tolerance` file may say otherwise
+constexpr auto kReadTimeout = std::chrono::seconds(60);
+
+// "onnx: node 'x' (Op): what [path]" -> "Op: what", short enough for a table.
+std::string short_reason(std::string what) {
+  if (auto p = what.rfind(" ["); p != std::string::npos && what.back() == ']') what.resize(p);
+  if (what.rfind("onnx: ", 0) == 0) what = what.substr(6);
+  if (what.rfind("node '", 0) == 0) {
+    auto close = what.find("' (");
+    if (close != std::string::npos) what = what.substr(close + 2);
+  }
+  // "(Conv): op Conv is not in ..." -> "Conv: not in the op set"
+  if (what.rfind("(", 0) == 0) {
+    auto close = what.find("): ");
+    if (close != std::string::npos) {
+      std::string op = what.substr(1, close - 1), rest = what.substr(close + 3);
+      if (rest.find("is not in Switchyard's op set") != std::string::npos) rest = "not in the op set";
+      what = op + ": " + rest;
+    }
+  }
+  for (auto& c : what)
+    if (c == '|' || c == '\n') c = ' ';
+  return what;
+}
+
+struct Tolerance {
+  double rtol = kRtol, atol = kAtol;
+};
+
+std::string compare(const sy::TensorData& got, const sy::TensorData& want, const std::string& name, Tolerance tol) {
+  if (got.dtype != want.dtype)
+    return "output '" + name + "': dtype " + std::string(sy::name_of(got.dtype)) + ", expected " +
+           std::string(sy::name_of(want.dtype));
+  if (got.shape != want.shape)
+    return "output '" + name + "': shape " + got.shape.to_string() + ", expected " + want.shape.to_string();
+  if (sy::is_floating(got.dtype)) {
+    auto g = got.to_vector<double>(), w = want.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+      if (std::isinf(w[i]) && g[i] == w[i]) continue;
+      if (!(std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i])))
+        return "output '" + name + "'[" + std::to_string(i) + "] = " + std::to_string(g[i]) + ", expected " +
+               std::to_string(w[i]);
+    }
+    return "";
+  }
+  auto g = got.to_vector<int64_t>(), w = want.to_vector<int64_t>();
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i] != w[i])
+      return "output '" + name + "'[" + std::to_string(i) + "] = " + std::to_string(g[i]) + ", expected " +
+             std::to_string(w[i]);
+  return "";
+}
+
+std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::pair<int, fs::path>> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0) found.emplace_back(std::stoi(n.substr(prefix.size())), e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [i, p] : found) out.push_back(p);
+  return out;
+}
+
+Result run_case(const fs::path& dir, const sy::Device& device) {
+  try {
+    auto model = sy::onnx::Model::load((dir / "model.onnx").string(), device);
+    Tolerance tol;
+    if (std::ifstream tf(dir / "tolerance"); tf) tf >> tol.rtol >> tol.atol;
+    auto sets = numbered(dir, "test_data_set_");
+    if (sets.empty()) return {Outcome::fail, "no test_data_set_N folder"};
+    for (const auto& set : sets) {
+      auto in_files = numbered(set, "input_");
+      auto out_files = numbered(set, "output_");
+      const auto& ins = model.inputs();
+      if (in_files.size() > ins.size())
+        return {Outcome::fail,
+                std::to_string(in_files.size()) + " inputs given, the model takes " + std::to_string(ins.size())};
+      sy::onnx::DataMap inputs;
+      for (size_t i = 0; i < in_files.size(); ++i)
+        inputs.emplace(ins[i].name, sy::onnx::read_tensor_proto(in_files[i].string()));
+      auto outs = model.run(inputs);
+      const auto& decl = model.outputs();
+      for (size_t i = 0; i < out_files.size() && i < decl.size(); ++i) {
+        auto want = sy::onnx::read_tensor_proto(out_files[i].string());
+        auto it = outs.find(decl[i].name);
+        if (it == outs.end()) return {Outcome::fail, "output '" + decl[i].name + "' missing"};
+        auto f = it->second.read();
+        if (!f.wait_for(kReadTimeout)) return {Outcome::fail, "output '" + decl[i].name + "' not ready after 60 s"};
+        if (auto diff = compare(f.get(), want, decl[i].name, tol); !diff.empty()) return {Outcome::fail, diff};
+      }
+    }
+    return {};
+  } catch (const sy::Error& e) {
+    return {e.code() == sy::Errc::unsupported ? Outcome::unsupported : Outcome::fail, short_reason(e.what())};
+  } catch (const std::exception& e) {
+    return {Outcome::fail, short_reason(e.what())};
+  }
+}
+
+std::vector<fs::path> cases(const fs::path& folder, const std::string& filter) {
+  std::vector<fs::path> out;
+  if (!fs::exists(folder)) return out;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (fs::exists(e.path() / "model.onnx") && e.path().filename().string().find(filter) != std::string::npos)
+      out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const char* label(Outcome o) {
+  switch (o) {
+    case Outcome::pass:
+      return "pass";
+    case Outcome::fail:
+      return "FAIL";
+    case Outcome::unsupported:
+      return "unsupported";
+  }
+  return "?";
+}
+
+// What keeps the unsupported cases out, by cause (hand-written: keep in step
+// with the table the run generates below it).
+constexpr const char* kBlocked = R"(## What is not supported, and why
+
+- **Convolution and pooling** (Conv, ConvTranspose, MaxPool, AveragePool, LpPool, MaxUnpool, RoiAlign, LRN,
+  ConvInteger, QLinearConv): no such op in the op set; issue #18 adds them, and then LeNet-5 and ResNet-18 run.
+- **Dtypes Switchyard lacks** (FLOAT16, BFLOAT16, INT8, INT16, UINT16, UINT32, UINT64, STRING, complex): issue #17
+  adds f16/bf16/i8/i16; the rest have no issue. Quantization ops (QuantizeLinear, DequantizeLinear,
+  DynamicQuantizeLinear, QLinearMatMul, MatMulInteger) need int8 too.
+- **Data-dependent output shapes** (NonZero, Unique, Compress, TopK, NonMaxSuppression): a run would have to read
+  values back before it could size the next op; the loader plans shapes from input shapes only.
+- **Control flow and non-tensor values** (If, Loop, Scan, sequences, maps, optionals): not mapped.
+- **Random ops** (Bernoulli, RandomUniform(Like), RandomNormal(Like), Dropout in training mode): the device's
+  stream cannot reproduce ONNX's expected outputs.
+- **Not mapped yet** (most are compositions of existing ops, left for time): Resize with mode cubic or tf_crop_and_resize, Einsum,
+  GatherND, ScatterND, ReverseSequence, Det, DFT/STFT, window
+  functions, BitShift, LpNormalization, TfIdfVectorizer, GridSample, CenterCropPad, Col2Im.
+- **Opset**: 7-17 of the default domain, and 6 (it differs from 7 only by attributes the loader refuses when
+  present). Opsets 1-5 (old pytorch-converted models) and models of other domains only (training ops) are refused.
+
+)";
+
+int usage() {
+  std::cerr << "usage: onnx_conformance [--data DIR] (--folder NAME --device DEV | --markdown FILE [--models DIR]) "
+               "[--filter S] [--verbose]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data = "/usr/share/libonnx-testdata/data", models, folder, device_name, markdown, filter;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--data")
+      data = next();
+    else if (a == "--models")
+      models = next();
+    else if (a == "--folder")
+      folder = next();
+    else if (a == "--device")
+      device_name = next();
+    else if (a == "--markdown")
+      markdown = next();
+    else if (a == "--filter")
+      filter = next();
+    else if (a == "--verbose")
+      verbose = true;
+    else
+      return usage();
+  }
+  if (!fs::exists(data)) {
+    std::cerr << "no ONNX test data at " << data << " (scripts/setup installs libonnx-testdata)\n";
+    return 1;
+  }
+  if (markdown.empty() && (folder.empty() || device_name.empty())) return usage();
+
+  // (data folder, subfolder): ONNX's own cases, then our PyTorch exports.
+  std::vector<std::pair<std::string, std::string>> folders;
+  if (markdown.empty()) {
+    folders.emplace_back(data, folder);
+  } else {
+    for (const char* f : {"node", "pytorch-converted", "pytorch-operator", "simple"}) folders.emplace_back(data, f);
+    if (!models.empty()) folders.emplace_back(models, "pytorch");
+  }
+  const std::vector<std::string> devices =
+      markdown.empty() ? std::vector<std::string>{device_name} : std::vector<std::string>{"cpu:0", "reference:0"};
+  // A GPU device is optional: without one the case is skipped (ctest
+  // SKIP_RETURN_CODE 77) with the reason, as the other gpu tests.
+  std::vector<std::string> start = devices;
+  for (auto& d : start)
+    if (d.rfind("cuda:", 0) == 0) d = "cuda:*";
+  sy::Runtime rt({.devices = start});
+  for (const auto& d : devices) {
+    try {
+      (void)rt.device(d);
+    } catch (const sy::Error&) {
+      std::cout << "skipped: " << d << " is not available";
+      for (const auto& why : rt.unavailable()) std::cout << " (" << why << ")";
+      std::cout << "\n";
+      return 77;
+    }
+  }
+
+  struct Row {
+    std::string folder, name;
+    std::vector<Result> per_device;
+  };
+  std::vector<Row> rows;
+  int failed = 0;
+  for (const auto& [root, f] : folders) {
+    for (const auto& dir : cases(fs::path(root) / f, filter)) {
+      Row row{f, dir.filename().string(), {}};
+      for (const auto& d : devices) {
+        Result r = run_case(dir, rt.device(d));
+        if (r.outcome == Outcome::fail) ++failed;
+        if (verbose || r.outcome == Outcome::fail)
+          std::cout << label(r.outcome) << " " << f << "/" << row.name << " on " << d << (r.reason.empty() ? "" : ": ")
+                    << r.reason << "\n";
+        row.per_device.push_back(std::move(r));
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  std::map<std::string, std::array<int, 3>> counts;  // folder -> pass/fail/unsupported (first device)
+  for (const auto& r : rows) ++counts[r.folder][static_cast<int>(r.per_device[0].outcome)];
+  for (const auto& [f, c] : counts)
+    std::cout << f << " on " << devices[0] << ": " << c[0] << " pass, " << c[1] << " fail, " << c[2]
+              << " unsupported\n";
+
+  if (!markdown.empty()) {
+    std::ofstream md(markdown);
+    md << "# ONNX conformance\n\n"
+       << "Generated by `scripts/onnx-conformance` (`build/tests/onnx/onnx_conformance --markdown docs/ONNX.md "
+          "--models tests/onnx/models`) from ONNX 1.12's backend tests (Debian's `libonnx-testdata`, `"
+       << data
+       << "`) and the PyTorch 1.13 exports in `tests/onnx/models/pytorch` (folder `pytorch`, written by "
+          "`tests/onnx/pytorch/export_models.py`, each compared with PyTorch's own outputs). Outputs are compared as "
+          "ONNX's runner does: rtol 1e-3, atol 1e-7 (a case's `tolerance` file may say otherwise: the transformer "
+          "and GPT exports use atol 1e-5), NaN equals NaN, integers exactly. *unsupported*: the loader (or, for an "
+          "attribute ONNX passes as an input, the run) refused the model with `Errc::unsupported`; the reason is "
+          "its message (the node's name is left out here). ctest (label `onnx`) fails on any *FAIL*.\n\n";
+    md << kBlocked;
+    md << "## Summary\n\n| folder | pass | fail | unsupported |\n|---|---|---|---|\n";
+    for (const auto& [f, c] : counts) md << "| " << f << " | " << c[0] << " | " << c[1] << " | " << c[2] << " |\n";
+    // Unsupported reasons grouped, so the list of what is missing reads at a glance.
+    std::map<std::string, int> reasons;
+    for (const auto& r : rows)
+      if (r.per_device[0].outcome == Outcome::unsupported) {
+        std::string why = r.per_device[0].reason;
+        if (auto q = why.find(" is not in Switchyard's op set"); q != std::string::npos)
+          why = why.substr(0, q) + " (op)";
+        ++reasons[why];
+      }
+    md << "\n## Why cases are unsupported (count of cases)\n\n| reason | cases |\n|---|---|\n";
+    std::vector<std::pair<int, std::string>> sorted;
+    for (const auto& [why, n] : reasons) sorted.emplace_back(-n, why);
+    std::sort(sorted.begin(), sorted.end());
+    for (const auto& [n, why] : sorted) md << "| " << why << " | " << -n << " |\n";
+    md << "\n## Every case\n\n| folder | test |";
+    for (const auto& d : devices) md << " " << d << " |";
+    md << " reason |\n|---|---|";
+    for (size_t i = 0; i < devices.size(); ++i) md << "---|";
+    md << "---|\n";
+    for (const auto& r : rows) {
+      md << "| " << r.folder << " | " << r.name << " |";
+      std::string reason;
+      for (const auto& d : r.per_device) {
+        md << " " << label(d.outcome) << " |";
+        if (reason.empty() && !d.reason.empty()) reason = d.reason;
+      }
+      md << " " << reason << " |\n";
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,436 @@
+// The ONNX loader's own behaviour: load-time refusals that name the node,
+// call-time input checks, dynamic axes, the per-signature plan cache,
+// external data and concurrent runs. Models are built here with libonnx's
+// protobuf types (the test, not the loader's API, knows them).
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <onnx/onnx_pb.h>
+#include <random>
+#include <thread>
+
+#include <switchyard/onnx.hpp>
+#include <switchyard/switchyard.hpp>
+
+namespace sy = switchyard;
+namespace pb = ::onnx;
+
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(60);
+
+void set_type(pb::ValueInfoProto* v, const std::string& name, int elem,
+              std::vector<std::variant<int64_t, std::string>> dims) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  auto* shape = tt->mutable_shape();
+  for (auto& d : dims) {
+    auto* dim = shape->add_dim();
+    if (std::holds_alternative<int64_t>(d))
+      dim->set_dim_value(std::get<int64_t>(d));
+    else
+      dim->set_dim_param(std::get<std::string>(d));
+  }
+}
+
+struct Builder {
+  pb::ModelProto model;
+  explicit Builder(int64_t opset = 13) {
+    model.set_ir_version(8);
+    auto* op = model.add_opset_import();
+    op->set_domain("");
+    op->set_version(opset);
+  }
+  pb::GraphProto& g() { return *model.mutable_graph(); }
+  pb::NodeProto& node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                      const std::string& name = "") {
+    auto* n = g().add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return *n;
+  }
+  void input(const std::string& name, int elem, std::vector<std::variant<int64_t, std::string>> dims) {
+    set_type(g().add_input(), name, elem, std::move(dims));
+  }
+  void output(const std::string& name, int elem, std::vector<std::variant<int64_t, std::string>> dims) {
+    set_type(g().add_output(), name, elem, std::move(dims));
+  }
+  pb::TensorProto& init(const std::string& name, std::vector<float> v, std::vector<int64_t> dims) {
+    auto* t = g().add_initializer();
+    t->set_name(name);
+    t->set_data_type(pb::TensorProto::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (auto x : v) t->add_float_data(x);
+    return *t;
+  }
+  void init_i64(const std::string& name, std::vector<int64_t> v, std::vector<int64_t> dims) {
+    auto* t = g().add_initializer();
+    t->set_name(name);
+    t->set_data_type(pb::TensorProto::INT64);
+    for (auto d : dims) t->add_dims(d);
+    for (auto x : v) t->add_int64_data(x);
+  }
+  std::string bytes() const { return model.SerializeAsString(); }
+};
+
+void attr_s(pb::NodeProto& n, const std::string& name, const std::string& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::STRING);
+  a->set_s(v);
+}
+void attr_i(pb::NodeProto& n, const std::string& name, int64_t v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::INT);
+  a->set_i(v);
+}
+
+// y = relu(x @ W + b), x [N, 3] with a dynamic batch axis.
+struct Mlp {
+  std::vector<float> w = {0.5f, -1.0f, 0.25f, 2.0f, -0.5f, 1.5f};  // [3, 2]
+  std::vector<float> b = {0.1f, -0.2f};
+  std::string bytes() const {
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, {std::string("N"), int64_t{3}});
+    m.init("W", w, {3, 2});
+    m.init("b", b, {2});
+    m.node("MatMul", {"x", "W"}, {"xw"}, "fc");
+    m.node("Add", {"xw", "b"}, {"z"}, "bias");
+    m.node("Relu", {"z"}, {"y"}, "act");
+    m.output("y", pb::TensorProto::FLOAT, {std::string("N"), int64_t{2}});
+    return m.bytes();
+  }
+  std::vector<float> expect(const std::vector<float>& x) const {
+    std::vector<float> y;
+    for (size_t r = 0; r < x.size() / 3; ++r)
+      for (int c = 0; c < 2; ++c) {
+        float acc = b[c];
+        for (int k = 0; k < 3; ++k) acc += x[r * 3 + k] * w[k * 2 + c];
+        y.push_back(std::max(acc, 0.0f));
+      }
+    return y;
+  }
+};
+
+std::vector<float> read_floats(const sy::Tensor& t) {
+  auto f = t.read();
+  REQUIRE(f.wait_for(kWait));
+  return f.get().to_vector<float>();
+}
+
+std::string load_error(const std::string& bytes, const sy::Device& d, sy::Errc* code = nullptr) {
+  try {
+    (void)sy::onnx::Model::load_bytes(bytes, d);
+  } catch (const sy::Error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("onnx: an op outside the op set fails at load naming the node and the op", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+  m.init("w", std::vector<float>(9, 1.0f), {1, 1, 3, 3});
+  m.node("Conv", {"x", "w"}, {"y"}, "conv1");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  sy::Errc code{};
+  std::string what = load_error(m.bytes(), rt.cpu(), &code);
+  CHECK(code == sy::Errc::unsupported);
+  CHECK_THAT(what, Catch::Contains("node 'conv1'") && Catch::Contains("Conv") &&
+                       Catch::Contains("not in Switchyard's op set"));
+}
+
+TEST_CASE("onnx: an unsupported attribute or attribute value fails at load naming it", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  m.init_i64("pads", {1, 1}, {2});
+  attr_s(m.node("Pad", {"x", "pads"}, {"y"}, "pad0"), "mode", "wrap");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{6}});
+  std::string what = load_error(m.bytes(), rt.cpu());
+  CHECK_THAT(what, Catch::Contains("node 'pad0' (Pad)") && Catch::Contains("mode='wrap'"));
+
+  Builder u;
+  u.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  attr_i(u.node("Relu", {"x"}, {"y"}, "r"), "frobnicate", 1);
+  u.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
+  CHECK_THAT(load_error(u.bytes(), rt.cpu()),
+             Catch::Contains("node 'r' (Relu)") && Catch::Contains("attribute 'frobnicate'"));
+}
+
+TEST_CASE("onnx: a dtype Switchyard lacks fails at load naming the value or node", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder in;
+  in.input("x", pb::TensorProto::FLOAT16, {int64_t{4}});
+  in.node("Relu", {"x"}, {"y"});
+  in.output("y", pb::TensorProto::FLOAT16, {int64_t{4}});
+  CHECK_THAT(load_error(in.bytes(), rt.cpu()), Catch::Contains("input 'x'") && Catch::Contains("FLOAT16"));
+
+  // An intermediate value typed only by ONNX's shape inference.
+  Builder mid;
+  mid.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  attr_i(mid.node("Cast", {"x"}, {"h"}, "to_int8"), "to", pb::TensorProto::INT8);
+  attr_i(mid.node("Cast", {"h"}, {"y"}, "back"), "to", pb::TensorProto::FLOAT);
+  mid.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
+  CHECK_THAT(load_error(mid.bytes(), rt.cpu()), Catch::Contains("node 'to_int8' (Cast)") && Catch::Contains("INT8"));
+}
+
+TEST_CASE("onnx: an opset outside 7-17 fails at load", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(18);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(m.bytes(), rt.cpu(), &code), Catch::Contains("opset 18"));
+  CHECK(code == sy::Errc::unsupported);
+  CHECK_THAT(load_error("not a model", rt.cpu()), Catch::Contains("not a valid ONNX model"));
+}
+
+TEST_CASE("onnx: wrong inputs fail at the call naming the input", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model = sy::onnx::Model::load_bytes(Mlp{}.bytes(), rt.cpu());
+  auto x = [&](sy::Shape s, sy::DType t = sy::DType::f32) { return rt.cpu().zeros(std::move(s), t); };
+  auto code_of = [&](const sy::onnx::TensorMap& in, std::string& what) {
+    try {
+      (void)model.run(in);
+    } catch (const sy::Error& e) {
+      what = e.what();
+      return e.code();
+    }
+    return sy::Errc{};
+  };
+  std::string what;
+  CHECK(code_of({{"x", x({2, 3}, sy::DType::f64)}}, what) == sy::Errc::dtype_mismatch);
+  CHECK_THAT(what, Catch::Contains("input 'x'") && Catch::Contains("f32"));
+  CHECK(code_of({{"x", x({2, 4})}}, what) == sy::Errc::shape_mismatch);
+  CHECK_THAT(what, Catch::Contains("input 'x' axis 1 must be 3"));
+  CHECK(code_of({{"x", x({6})}}, what) == sy::Errc::shape_mismatch);
+  CHECK_THAT(what, Catch::Contains("input 'x' must have 2 axes"));
+  CHECK(code_of({}, what) == sy::Errc::invalid_argument);
+  CHECK_THAT(what, Catch::Contains("input 'x' is missing"));
+  CHECK(code_of({{"x", x({1, 3})}, {"y", x({1})}}, what) == sy::Errc::invalid_argument);
+  CHECK_THAT(what, Catch::Contains("no input 'y'"));
+}
+
+TEST_CASE("onnx: dynamic batch axis on cpu and reference, host data in and out", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Mlp mlp;
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(mlp.bytes(), rt.device(dev));
+    REQUIRE(model.inputs().size() == 1);
+    CHECK(model.inputs()[0].dims == std::vector<int64_t>{-1, 3});
+    CHECK(model.inputs()[0].dim_names[0] == "N");
+    for (int64_t n : {1, 4, 7}) {
+      std::vector<float> x;
+      for (int64_t i = 0; i < n * 3; ++i) x.push_back(static_cast<float>(i % 5) - 2.0f);
+      auto out = model.infer({{"x", sy::TensorData::from(x, {n, 3})}});
+      REQUIRE(out.wait_for(kWait));
+      auto y = out.get().at("y");
+      CHECK(y.shape == sy::Shape{n, 2});
+      auto got = y.to_vector<float>();
+      auto want = mlp.expect(x);
+      for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("onnx: shape arithmetic is folded once per input shape and cached", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // y = reshape(x, [shape(x)[0], -1]) * 2: the target shape is computed by
+  // Shape -> Gather -> Unsqueeze -> Concat, which a plan folds on the host.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {std::string("B"), std::string("T"), int64_t{2}});
+  m.init_i64("zero", {0}, {});
+  m.init_i64("minus1", {-1}, {1});
+  m.init("two", {2.0f}, {});
+  m.node("Shape", {"x"}, {"s"});
+  attr_i(m.node("Gather", {"s", "zero"}, {"b"}), "axis", 0);
+  m.init_i64("axes0", {0}, {1});
+  m.node("Unsqueeze", {"b", "axes0"}, {"b1"});
+  attr_i(m.node("Concat", {"b1", "minus1"}, {"target"}), "axis", 0);
+  m.node("Reshape", {"x", "target"}, {"r"});
+  m.node("Mul", {"r", "two"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {std::string("B"), std::string("F")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto ops_now = [&] {
+    auto f = rt.cpu().stats();
+    REQUIRE(f.wait_for(kWait));
+    return f.get().ops_executed;
+  };
+  auto run = [&](int64_t b, int64_t t) {
+    auto x = rt.cpu().arange(0, static_cast<double>(b * t * 2), 1, sy::DType::f32).reshape({b, t, 2});
+    REQUIRE(rt.cpu().sync().wait_for(kWait));
+    const uint64_t before = ops_now();
+    auto y = model.run({{"x", x}}).at("y");
+    auto v = read_floats(y);
+    CHECK(y.shape() == sy::Shape{b, t * 2});
+    for (size_t i = 0; i < v.size(); ++i) CHECK(v[i] == 2.0f * static_cast<float>(i));
+    return ops_now() - before;
+  };
+  run(2, 3);
+  CHECK(model.cached_plans() == 1);
+  // A cached run submits the reshape and the multiply (plus the upload of
+  // the constant 2 if it was not kept), nothing for the shape arithmetic.
+  const uint64_t cached_ops = run(2, 3);
+  CHECK(cached_ops <= 2);
+  CHECK(model.cached_plans() == 1);
+  run(5, 1);
+  CHECK(model.cached_plans() == 2);
+}
+
+TEST_CASE("onnx: an input read as a shape keys the plan by its contents", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.input("shape", pb::TensorProto::INT64, {int64_t{2}});
+  m.node("Reshape", {"x", "shape"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {std::string("a"), std::string("b")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  for (auto target : {std::vector<int64_t>{3, 2}, std::vector<int64_t>{6, 1}, std::vector<int64_t>{3, 2}}) {
+    auto out = model.infer({{"x", x}, {"shape", sy::TensorData::from(target, {2})}});
+    REQUIRE(out.wait_for(kWait));
+    CHECK(out.get().at("y").shape == sy::Shape(target));
+  }
+  CHECK(model.cached_plans() == 2);
+}
+
+TEST_CASE("onnx: a constant reshaped by an input (through Identity) follows the input's contents", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // Reshape of an initializer is folded on the host; its target comes from
+  // a graph input via Identity, so the plan must be keyed by that content.
+  Builder m;
+  m.input("shape", pb::TensorProto::INT64, {int64_t{2}});
+  m.init("X", {1, 2, 3, 4, 5, 6}, {2, 3});
+  m.node("Identity", {"shape"}, {"s2"});
+  m.node("Reshape", {"X", "s2"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {std::string("a"), std::string("b")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  for (auto target : {std::vector<int64_t>{3, 2}, std::vector<int64_t>{6, 1}, std::vector<int64_t>{1, 6}}) {
+    auto out = model.infer({{"shape", sy::TensorData::from(target, {2})}});
+    REQUIRE(out.wait_for(kWait));
+    auto y = out.get().at("y");
+    CHECK(y.shape == sy::Shape(target));
+    CHECK(y.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  }
+}
+
+TEST_CASE("onnx: initializers in an external data file", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto dir = std::filesystem::temp_directory_path() / ("sy_onnx_ext_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  {
+    std::ofstream f(dir / "weights.bin", std::ios::binary);
+    f.write("PADDING!", 8);  // the tensor starts at offset 8
+    f.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));
+  }
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}});
+  auto* t = m.g().add_initializer();
+  t->set_name("W");
+  t->set_data_type(pb::TensorProto::FLOAT);
+  t->add_dims(2);
+  t->add_dims(3);
+  t->set_data_location(pb::TensorProto::EXTERNAL);
+  for (auto [k, v] :
+       {std::pair<const char*, std::string>{"location", "weights.bin"}, {"offset", "8"}, {"length", "24"}}) {
+    auto* e = t->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  }
+  m.node("MatMul", {"x", "W"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{3}});
+  {
+    std::ofstream f(dir / "model.onnx", std::ios::binary);
+    f << m.bytes();
+  }
+  auto model = sy::onnx::Model::load((dir / "model.onnx").string(), rt.cpu());
+  auto y = model.run({{"x", rt.cpu().tensor<float>({1, 10}, {1, 2})}}).at("y");
+  CHECK(read_floats(y) == std::vector<float>{41, 52, 63});
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("onnx: one loaded model runs from many threads at once", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Mlp mlp;
+  auto model = sy::onnx::Model::load_bytes(mlp.bytes(), rt.cpu());
+  std::atomic<int> wrong{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      std::uniform_real_distribution<float> u(-2, 2);
+      for (int i = 0; i < 25; ++i) {
+        const int64_t n = 1 + (t + i) % 5;  // several signatures, built concurrently
+        std::vector<float> x(static_cast<size_t>(n * 3));
+        for (auto& v : x) v = u(rng);
+        auto out = model.infer({{"x", sy::TensorData::from(x, {n, 3})}});
+        if (!out.wait_for(kWait)) {
+          ++wrong;
+          continue;
+        }
+        auto got = out.get().at("y").to_vector<float>();
+        auto want = mlp.expect(x);
+        for (size_t k = 0; k < want.size(); ++k)
+          if (std::abs(got[k] - want[k]) > 1e-5f) ++wrong;
+        ++done;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
+  CHECK(done == 8 * 25);
+  CHECK(model.cached_plans() == 5);
+}
+
+TEST_CASE("onnx: a pipeline split by node range runs across devices", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "cpu:1", "reference:0"}});
+  Mlp mlp;
+  // MatMul on cpu:0, the bias add on cpu:1, the ReLU on reference:0.
+  auto model = sy::onnx::Model::load_bytes(
+      mlp.bytes(), {{rt.device("cpu:0"), 0}, {rt.device("cpu:1"), 1}, {rt.device("reference:0"), 2}});
+  CHECK(model.num_nodes() == 3);
+  std::vector<float> x = {1, -2, 3, 0.5f, 0.25f, -1};
+  auto y = model.run({{"x", rt.device("cpu:1").tensor(x, {2, 3})}}).at("y");
+  CHECK(y.device().name() == "reference:0");
+  auto got = read_floats(y);
+  auto want = mlp.expect(x);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+  std::string what;
+  try {
+    (void)sy::onnx::Model::load_bytes(mlp.bytes(), {{rt.device("cpu:0"), 0}, {rt.device("cpu:1"), 7}});
+  } catch (const sy::Error& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Contains("stage starts at node 7"));
+}
+
+TEST_CASE("onnx: a failure while running names the node", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.init_i64("idx", {7}, {1});
+  m.node("Gather", {"x", "idx"}, {"y"}, "pick");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  try {
+    (void)model.run({{"x", rt.cpu().zeros({3})}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::index_out_of_range);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'pick' (Gather)") && Catch::Contains("index 7"));
+  }
+}

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Exports the PyTorch 1.13 models the ONNX loader is checked against.
+
+Each model goes to OUT/<name>/ in the layout of ONNX's backend tests:
+model.onnx plus test_data_set_N/{input_K.pb,output_K.pb} (onnx.TensorProto,
+written by the small encoder below: the `onnx` Python package is not needed),
+so build/tests/onnx/onnx_conformance runs them like ONNX's own cases. Weights
+and inputs are seeded; outputs are PyTorch's own (eval mode). A `tolerance`
+file holds "rtol atol" for float32 models whose outputs pass through long
+reductions (softmax, layer norm).
+
+    /usr/bin/python3 tests/onnx/pytorch/export_models.py tests/onnx/models/pytorch
+"""
+import os
+import struct
+import sys
+
+import torch
+import torch.nn as nn
+
+ONNX_TYPES = {torch.float32: 1, torch.uint8: 2, torch.int32: 6, torch.int64: 7, torch.bool: 9, torch.float64: 11}
+
+
+def varint(n):
+    out = bytearray()
+    n &= (1 << 64) - 1
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def tensor_proto(t, name):
+    """onnx.TensorProto: dims (1), data_type (2), name (8), raw_data (9)."""
+    t = t.detach().contiguous().cpu()
+    msg = bytearray()
+    for d in t.shape:
+        msg += varint(1 << 3 | 0) + varint(d)
+    msg += varint(2 << 3 | 0) + varint(ONNX_TYPES[t.dtype])
+    nb = name.encode()
+    msg += varint(8 << 3 | 2) + varint(len(nb)) + nb
+    raw = t.numpy().tobytes()
+    msg += varint(9 << 3 | 2) + varint(len(raw)) + raw
+    return bytes(msg)
+
+
+def export(out_dir, name, model, input_sets, input_names, output_names, dynamic_axes, opset, tolerance=None):
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    model.eval()
+    # Exported with gradients on: under no_grad, 1.13's TransformerEncoderLayer
+    # takes its fused fast path, which has no ONNX export.
+    torch.onnx.export(model, tuple(input_sets[0]), os.path.join(d, "model.onnx"), input_names=input_names,
+                      output_names=output_names, dynamic_axes=dynamic_axes, opset_version=opset,
+                      do_constant_folding=True)
+    with torch.no_grad():
+        for i, inputs in enumerate(input_sets):
+            s = os.path.join(d, "test_data_set_%d" % i)
+            os.makedirs(s, exist_ok=True)
+            outs = model(*inputs)
+            if not isinstance(outs, tuple):
+                outs = (outs,)
+            for k, (x, n) in enumerate(zip(inputs, input_names)):
+                open(os.path.join(s, "input_%d.pb" % k), "wb").write(tensor_proto(x, n))
+            for k, (y, n) in enumerate(zip(outs, output_names)):
+                open(os.path.join(s, "output_%d.pb" % k), "wb").write(tensor_proto(y, n))
+    if tolerance:
+        open(os.path.join(d, "tolerance"), "w").write("%g %g\n" % tolerance)
+    print("wrote", d)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Encoder(nn.Module):
+    """A 2-layer transformer encoder (post-norm, ReLU feed-forward)."""
+
+    def __init__(self, d=32, heads=4, ff=64):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+class GptStep(nn.Module):
+    """A GPT-style decoder over token ids with a causal mask; returns the
+    next-token logits of the last position."""
+
+    def __init__(self, vocab=50, d=32, heads=4, max_len=64):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.lnf = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        b, t = ids.shape
+        pos = torch.arange(t, device=ids.device).unsqueeze(0)
+        x = self.tok(ids) + self.pos(pos)
+        h = self.ln1(x)
+        q, k, v = self.qkv(h).split(h.shape[-1], dim=-1)
+        dh = h.shape[-1] // self.heads
+        q = q.reshape(b, t, self.heads, dh).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, dh).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, dh).transpose(1, 2)
+        att = q @ k.transpose(-2, -1) / (dh ** 0.5)
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~causal, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, -1)
+        x = x + self.proj(y)
+        x = x + self.mlp(self.ln2(x))
+        return self.head(self.lnf(x))[:, -1, :]
+
+
+class LeNet5(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.Tanh(), nn.AvgPool2d(2), nn.Conv2d(6, 16, 5),
+                                      nn.Tanh(), nn.AvgPool2d(2))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(400, 120), nn.Tanh(), nn.Linear(120, 84), nn.Tanh(),
+                                        nn.Linear(84, 10))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/onnx/models/pytorch"
+    torch.manual_seed(0)
+    export(out, "mlp", Mlp(), [[torch.randn(1, 64)], [torch.randn(64, 64)]], ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}}, 13)
+    torch.manual_seed(1)
+    export(out, "transformer_encoder", Encoder(), [[torch.randn(2, 8, 32)], [torch.randn(1, 16, 32)]], ["x"], ["y"],
+           {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, 14, tolerance=(1e-3, 1e-5))
+    torch.manual_seed(2)
+    export(out, "gpt_step", GptStep(), [[torch.randint(0, 50, (2, 7))], [torch.randint(0, 50, (1, 12))]], ["ids"],
+           ["logits"], {"ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}}, 14, tolerance=(1e-3, 1e-5))
+    torch.manual_seed(3)
+    export(out, "lenet5", LeNet5(), [[torch.randn(2, 1, 28, 28)]], ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}}, 13)
+    try:
+        import torchvision  # noqa: F401
+        torch.manual_seed(4)
+        export(out, "resnet18", torchvision.models.resnet18(num_classes=10), [[torch.randn(1, 3, 64, 64)]], ["x"], ["y"],
+               {"x": {0: "batch"}, "y": {0: "batch"}}, 13)
+    except ImportError:
+        print("torchvision missing: no resnet18 (it needs Conv/MaxPool anyway, issue 18)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+// The server with --model x.onnx (issue 19): named and bare nested-list
+// inputs, integer token ids, dynamic batching along axis 0, errors naming
+// the input. Expected outputs are PyTorch's, stored with the exported models.
+#include <future>
+
+#include <switchyard/onnx.hpp>
+
+#include "support.hpp"
+
+using namespace serve_test;
+
+namespace {
+
+std::string onnx_model(const std::string& name) { return std::string(SERVE_ONNX_MODELS) + "/" + name; }
+
+switchyard::TensorData stored(const std::string& name, const std::string& file) {
+  return switchyard::onnx::read_tensor_proto(onnx_model(name) + "/" + file);
+}
+
+// Row r of a [rows, width] tensor as a JSON list.
+json row_json(const std::vector<float>& flat, size_t width, size_t r) {
+  return json(std::vector<float>(flat.begin() + r * width, flat.begin() + (r + 1) * width));
+}
+
+}  // namespace
+
+TEST_CASE("onnx: single-row requests within a window are batched and each gets its own row", "[serve][onnx]") {
+  ServerProcess server({"--model", onnx_model("mlp/model.onnx"), "--batch-window-us", "20000", "--max-batch", "64"});
+  auto x = stored("mlp", "test_data_set_1/input_0.pb");   // [64, 64]
+  auto y = stored("mlp", "test_data_set_1/output_0.pb");  // [64, 10]
+  REQUIRE(x.shape == switchyard::Shape{64, 64});
+  auto xs = x.to_vector<float>(), ys = y.to_vector<float>();
+  std::vector<std::future<Reply>> replies;
+  for (size_t r = 0; r < 64; ++r)
+    replies.push_back(std::async(std::launch::async, [&, r] {
+      // A bare nested list: the model has one input.
+      return post(server.port(), json{{"inputs", json::array({row_json(xs, 64, r)})}}.dump());
+    }));
+  for (size_t r = 0; r < 64; ++r) {
+    REQUIRE(replies[r].wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    Reply rep = replies[r].get();
+    INFO("row " << r << ": " << rep.body);
+    REQUIRE(rep.status == 200);
+    auto got = json::parse(rep.body)["outputs"]["y"];
+    REQUIRE(got.size() == 1);
+    for (size_t c = 0; c < 10; ++c) CHECK(got[0][c].get<double>() == Approx(ys[r * 10 + c]).margin(1e-5));
+  }
+  // 64 requests in fewer than 64 batches: some were stacked.
+  CHECK(metric(get_metrics(server.port()), "serve_batch_rows_count") < 64);
+}
+
+TEST_CASE("onnx: integer token ids by name give PyTorch's logits", "[serve][onnx]") {
+  ServerProcess server({"--model", onnx_model("gpt_step/model.onnx")});
+  auto ids = stored("gpt_step", "test_data_set_0/input_0.pb");  // [2, 7] int64
+  auto want = stored("gpt_step", "test_data_set_0/output_0.pb").to_vector<float>();
+  auto v = ids.to_vector<int64_t>();
+  json rows = json::array();
+  for (int64_t r = 0; r < ids.shape[0]; ++r)
+    rows.push_back(std::vector<int64_t>(v.begin() + r * ids.shape[1], v.begin() + (r + 1) * ids.shape[1]));
+  Reply rep = post(server.port(), json{{"inputs", {{"ids", rows}}}}.dump());
+  INFO(rep.body);
+  REQUIRE(rep.status == 200);
+  auto got = json::parse(rep.body)["outputs"]["logits"];
+  REQUIRE(got.size() == 2);
+  for (size_t r = 0; r < 2; ++r)
+    for (size_t c = 0; c < 50; ++c) CHECK(got[r][c].get<double>() == Approx(want[r * 50 + c]).margin(1e-4));
+
+  auto health = json::parse(client(server.port()).Get("/healthz")->body);
+  CHECK(health["model"]["inputs"][0]["name"] == "ids");
+  CHECK(health["model"]["inputs"][0]["dtype"] == "i64");
+}
+
+TEST_CASE("onnx: bad inputs are refused naming the input", "[serve][onnx]") {
+  ServerProcess server({"--model", onnx_model("gpt_step/model.onnx")});
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 2.5]]}})"), 400, "input 'ids' must hold integers");
+  check_rejected(post(server.port(), R"({"inputs": {"tokens": [[1, 2]]}})"), 400, "no input 'tokens'");
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [1, 2]}})"), 400, "input 'ids' must have 2 axes");
+  check_rejected(post(server.port(), R"({"inputs": [[1, 2], [3]]})"), 400, "input 'ids' is ragged");
+  check_rejected(post(server.port(), R"({"inputs": {}})"), 400, "input 'ids' is missing");
+}
