@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The client side of a Runtime: the actor system, the per-device op queues

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // switchyard-worker: serves this machine's devices to remote Switchyard
 // clients over CAF's network layer (caf::io, caf::openssl for TLS).
 //

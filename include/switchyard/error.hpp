@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // sy::Error, what the client API throws, lives with the error codes in

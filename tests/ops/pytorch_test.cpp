@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays tests/data/pytorch_cases.json (written by tests/pytorch/gen_cases.py
 // from PyTorch 1.13) on every device: every op, every dtype, PyTorch's
 // outputs and PyTorch's errors. Needs no Python at test time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hostile peers against switchyard-worker (issue 14, worker half; issue 13
 // item 3): each test reproduces one attack on loopback against a real worker
 // process, bounded in time and count, and checks that the worker bounds what
