@@ -13,6 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "switchyard/messages/protocol.hpp"
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
 

@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "switchyard/future.hpp"
-#include "switchyard/messages/protocol.hpp"
+#include "switchyard/messages/device_stats.hpp"
 #include "switchyard/messages/tensor_data.hpp"
+#include "switchyard/messages/tensor_id.hpp"
 
 namespace switchyard {
 

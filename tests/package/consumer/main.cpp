@@ -2,10 +2,10 @@
 // A program outside the Switchyard tree: it sees only the installed (or
 // subproject) headers and library. Exit 0 when a small computation on cpu:0
 // gives the expected values.
-#include <switchyard/switchyard.hpp>
-
 #include <cstdio>
 #include <vector>
+
+#include <switchyard/switchyard.hpp>
 
 int main() {
   namespace sy = switchyard;

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "switchyard/messages/error.hpp"
+#include "switchyard/messages/inspect.hpp"
+#include "switchyard/messages/op_kinds.hpp"
 #include "switchyard/messages/scalar.hpp"
 #include "switchyard/messages/tensor_data.hpp"
 #include "switchyard/messages/tensor_ir.hpp"
@@ -16,59 +18,6 @@ namespace switchyard {
 // The op set, in families: every backend implements every family, and a
 // kernel is written once per family with the element operation as a
 // parameter. Shape and dtype rules for all of them live in op_rules.hpp.
-
-enum class UnaryKind : uint8_t {
-  neg,
-  abs,
-  sign,
-  exp,
-  log,
-  log1p,
-  expm1,
-  sqrt,
-  rsqrt,
-  sin,
-  cos,
-  tanh,
-  sigmoid,
-  relu,
-  gelu,
-  silu,
-  erf,
-  floor,
-  ceil,
-  round,
-  reciprocal,
-  clamp,
-  logical_not,
-  bitwise_not,
-  isnan,
-  isinf,
-};
-
-enum class BinaryKind : uint8_t {
-  add,
-  sub,
-  mul,
-  div,
-  pow,
-  remainder,
-  maximum,
-  minimum,
-  atan2,
-  eq,
-  ne,
-  lt,
-  le,
-  gt,
-  ge,
-  logical_and,
-  logical_or,
-  logical_xor,
-  bitwise_and,
-  bitwise_or,
-  bitwise_xor,
-};
 
 enum class ReduceKind : uint8_t { sum, mean, prod, max, min, argmax, argmin, var, std, any, all };
 
