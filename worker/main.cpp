@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 
 #include "actors/runner.hpp"
 #include "backends/backend.hpp"
+#include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "worker/entry.hpp"
 #include "worker/guard.hpp"
@@ -97,7 +99,7 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   auto kinds = backends::backend_kinds();
   auto names = split(cfg.devices);
   if (names.empty()) return make_error(Errc::invalid_argument, "--devices names no device");
-  auto hw = std::max(1u, std::thread::hardware_concurrency());
+  auto hw = static_cast<unsigned>(available_cpus());
   backends::DeviceOptions opts;
   opts.threads = cfg.threads != 0 ? cfg.threads : std::max<size_t>(1, hw / names.size());
   for (const auto& name : names) {
@@ -304,7 +306,11 @@ int main(int argc, char** argv) {
   fixed.push_back(nullptr);
   WorkerConfig cfg;
   register_message_types(cfg);
-  if (auto err = cfg.parse(static_cast<int>(args.size()), fixed.data())) {
+  // No implicit configuration file: CAF 0.17 otherwise reads
+  // caf-application.ini from the working directory, so a stray file there
+  // could switch the worker to TLS with cert files that do not exist.
+  std::istringstream no_config_file;
+  if (auto err = cfg.parse(static_cast<int>(args.size()), fixed.data(), no_config_file)) {
     std::cerr << "switchyard-worker: " << caf::to_string(err) << "\n";
     return 2;
   }
@@ -352,7 +358,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  auto hw = std::max(1u, std::thread::hardware_concurrency());
+  auto hw = static_cast<unsigned>(available_cpus());
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("scheduler.max-threads", static_cast<size_t>(std::min(hw, 4u)));
   cfg.set("logger.verbosity", caf::atom("quiet"));
