@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -52,6 +54,7 @@ struct WorkerConfig : caf::actor_system_config {
   bool insecure_listen_any = false;
   size_t threads = 0;
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
+  std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
   size_t max_connections = 0;
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
@@ -67,6 +70,7 @@ struct WorkerConfig : caf::actor_system_config {
         .add(key, "key", "TLS: the certificate's private key (PEM)")
         .add(ca, "tls-ca", "TLS: CA file; peers must present a certificate it signed (alias --ca)")
         .add(insecure_listen_any, "insecure-listen-any", "allow a non-loopback --host without TLS")
+        .add(log_level, "log-level", "stderr log: trace, debug, info (default), warn, error, critical or off")
         .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
         .add(max_message_bytes, "max-message-bytes",
              "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
@@ -231,7 +235,10 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
     const bool tls = !cfg.cert.empty();
     // Listens and connects to peer workers: every connection is guarded.
     auto connector = worker::spawn_guarded_middleman(sys, guard, tls);
-    auto entry = worker::spawn_entry(sys, devices, connector);
+    worker::EntryLog log;
+    log.info = [](const std::string& line) { spdlog::info("{}", line); };
+    log.warn = [](const std::string& line) { spdlog::warn("{}", line); };
+    auto entry = worker::spawn_entry(sys, devices, connector, std::move(log));
     actors.push_back(entry);
     devices.clear();
     caf::scoped_actor self{sys};
@@ -318,6 +325,20 @@ int main(int argc, char** argv) {
   if (!cfg.remainder.empty()) {
     std::cerr << "switchyard-worker: unknown argument '" << cfg.remainder.front() << "' (see --help)\n";
     return 2;
+  }
+  {
+    // Log lines go to stderr (stdout carries the lines scripts parse).
+    const auto level = spdlog::level::from_str(cfg.log_level);
+    if (level == spdlog::level::off && cfg.log_level != "off") {
+      std::cerr << "switchyard-worker: --log-level '" << cfg.log_level
+                << "' is not one of trace, debug, info, warn, error, critical, off\n";
+      return 2;
+    }
+    auto logger = spdlog::stderr_logger_mt("switchyard-worker");
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l switchyard-worker: %v");
+    logger->set_level(level);
+    logger->flush_on(spdlog::level::trace);
+    spdlog::set_default_logger(std::move(logger));
   }
   const bool tls = !cfg.cert.empty() || !cfg.key.empty() || !cfg.ca.empty();
   if (tls && (cfg.cert.empty() || cfg.key.empty())) {
