@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ops_common.hpp"
+// ReduceKind: the op IR, no longer reached through the public headers.
+#include "switchyard/messages/operation_ir.hpp"
 
 using namespace sytest;
 using nlohmann::json;

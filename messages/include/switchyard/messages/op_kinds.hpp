@@ -61,4 +61,16 @@ enum class BinaryKind : uint8_t {
   bitwise_xor,
 };
 
+/// The op's name ("neg", "add"), as in error messages.
+[[nodiscard]] const char* to_string(UnaryKind k) noexcept;
+[[nodiscard]] const char* to_string(BinaryKind k) noexcept;
+
+[[nodiscard]] constexpr bool is_comparison(BinaryKind k) noexcept { return k >= BinaryKind::eq && k <= BinaryKind::ge; }
+[[nodiscard]] constexpr bool is_logical(BinaryKind k) noexcept {
+  return k >= BinaryKind::logical_and && k <= BinaryKind::logical_xor;
+}
+[[nodiscard]] constexpr bool is_bitwise(BinaryKind k) noexcept {
+  return k >= BinaryKind::bitwise_and && k <= BinaryKind::bitwise_xor;
+}
+
 }  // namespace switchyard

@@ -25,17 +25,7 @@ enum class FillKind : uint8_t { full, arange, eye };
 enum class RandomKind : uint8_t { uniform, normal, bernoulli };
 enum class IndexKind : uint8_t { gather, scatter_add, index_select };
 
-[[nodiscard]] const char* to_string(UnaryKind k) noexcept;
-[[nodiscard]] const char* to_string(BinaryKind k) noexcept;
 [[nodiscard]] const char* to_string(ReduceKind k) noexcept;
-
-[[nodiscard]] constexpr bool is_comparison(BinaryKind k) noexcept { return k >= BinaryKind::eq && k <= BinaryKind::ge; }
-[[nodiscard]] constexpr bool is_logical(BinaryKind k) noexcept {
-  return k >= BinaryKind::logical_and && k <= BinaryKind::logical_xor;
-}
-[[nodiscard]] constexpr bool is_bitwise(BinaryKind k) noexcept {
-  return k >= BinaryKind::bitwise_and && k <= BinaryKind::bitwise_xor;
-}
 
 /// Uploads host data into a new tensor.
 struct FromDataOp {
