@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Chrome/Perfetto trace of the runners (JSON trace event format): one track

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Shared by the C++ benchmarks: workload sizes (torch_bench.py mirrors them)

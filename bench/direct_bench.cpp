@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The workloads of bench/compare with no runtime: plain loops on this
 // thread (or std::threads where the workload is parallel) and direct
 // cblas_sgemm calls. This is the "as fast as the machine allows" baseline.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The workloads of bench/compare through Switchyard. Every benchmark sets
 // the counter `per_iter` (ops, bytes or flops per iteration); bench/compare
 // divides it by the real time per iteration.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The workloads of bench/compare through PyTorch eager (CPU).
 
 Run with /usr/bin/python3 (PyTorch 1.13). Prints JSON in the shape bench/compare

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Debian's libcaf-dev ships neither a CMake config nor a pkg-config file, so
 # this module locates the headers and libraries and creates imported targets:
 #   CAF::core, CAF::io, CAF::openssl (io and openssl link core; core links Threads).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Eight client threads share one Runtime, each submitting its own chain of
 // ops and checking its own result.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data-parallel MLP forward over every GPU: one shard of the batch per
 // device, the results gathered back on cpu:0.
 //

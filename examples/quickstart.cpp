@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Quickstart: a two-layer MLP forward pass on cpu:0, moved to cpu:1 and
 // read back, checked against a plain loop.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core.hpp"
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "actors/runner.hpp"
 #include "actors/trace.hpp"
 #include "backends/backend.hpp"
+#include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::detail {
@@ -135,7 +137,7 @@ Core::Core(RuntimeOptions options) : options_(std::move(options)), slots_(std::m
   // are ~7x faster than with the default work-stealing pool of >= 4
   // workers (measured; see docs/ARCHITECTURE.md). Runners are detached and
   // do not use these threads.
-  auto hw = std::max(1u, std::thread::hardware_concurrency());
+  auto hw = static_cast<unsigned>(available_cpus());
   config_.set("scheduler.policy", caf::atom("sharing"));
   config_.set("scheduler.max-threads", static_cast<size_t>(std::min(hw, 4u)));
   config_.set("logger.verbosity", caf::atom("quiet"));
@@ -222,7 +224,8 @@ void Core::start() {
   }
   size_t cpu_devices =
       std::count_if(plan.begin(), plan.end(), [](const auto& p) { return p.second.first->name == "cpu"; });
-  auto hw = std::max<size_t>(1, std::thread::hardware_concurrency());
+  // CPUs this process may use (affinity mask, cgroup quota), not the machine's.
+  auto hw = available_cpus();
   std::string trace_path = options_.trace_path;
   if (const char* env = std::getenv("SWITCHYARD_TRACE"); trace_path.empty() && env != nullptr) trace_path = env;
   if (!trace_path.empty()) tracer_ = std::make_shared<actors::Tracer>(trace_path);
@@ -247,16 +250,7 @@ void Core::start() {
     }
   }
   flusher_ = std::thread([this] { flusher_loop(); });
-  std::vector<std::string> workers = options_.workers;
-  if (const char* env = std::getenv("SWITCHYARD_WORKERS")) {
-    std::string list = env;
-    for (size_t pos = 0; pos <= list.size();) {
-      auto comma = std::min(list.find(',', pos), list.size());
-      if (comma > pos) workers.push_back(list.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
-  }
-  for (const auto& w : workers) {
+  auto connect_entry = [this](const std::string& w) {
     auto colon = w.rfind(':');
     int port = -1;
     if (colon != std::string::npos && colon > 0) {
@@ -271,6 +265,26 @@ void Core::start() {
     if (port <= 0 || port > 65535)
       throw Error(Errc::invalid_argument, "worker address '" + w + "' is not of the form host:port");
     (void)connect(w.substr(0, colon), static_cast<uint16_t>(port));
+  };
+  // Workers the program names itself must be there: a failure throws.
+  for (const auto& w : options_.workers) connect_entry(w);
+  // SWITCHYARD_WORKERS comes from the environment, which the program does
+  // not control: a bad or unreachable entry is reported by unavailable()
+  // and the runtime starts without it, instead of the constructor throwing.
+  if (const char* env = std::getenv("SWITCHYARD_WORKERS")) {
+    std::string list = env;
+    for (size_t pos = 0; pos <= list.size();) {
+      auto comma = std::min(list.find(',', pos), list.size());
+      if (comma > pos) {
+        const std::string w = list.substr(pos, comma - pos);
+        try {
+          connect_entry(w);
+        } catch (const Error& e) {
+          unavailable_.push_back("SWITCHYARD_WORKERS entry '" + w + "': " + e.what());
+        }
+      }
+      pos = comma + 1;
+    }
   }
 }
 

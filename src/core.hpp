@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The client side of a Runtime: the actor system, the per-device op queues
@@ -12,6 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "switchyard/messages/protocol.hpp"
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
 

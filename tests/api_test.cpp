@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The habits a libtorch user brings (issue 15): each case compiles one of
 // them and checks what it does, on every device of the op tests' runtime.
 

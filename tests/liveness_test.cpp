@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Liveness, lifetime and data ownership under concurrent use (issue #13):
 // calls that must return at once do, a Runtime may die inside a
 // continuation, futures are shared, read and uploaded bytes are never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every protocol type round-trips through CAF's binary serializer: the same
 // messages cross the network later, and an unregistered or half-inspected
 // type would silently serialize to nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The core op set on cpu:0 against hand-computed values.
 #include <catch2/catch.hpp>
 #include <cmath>

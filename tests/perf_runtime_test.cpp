@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Behaviour added for performance (issue 4): last-use buffer reuse must not
 // change results, and tracing must write a valid Chrome trace.
 #include <catch2/catch.hpp>

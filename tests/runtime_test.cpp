@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runtime behaviour: bridges and pending tensors, lifetime, concurrency,
 // and every error path of the core.
 #include <catch2/catch.hpp>

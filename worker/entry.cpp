@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/entry.hpp"
 
 #include <map>
@@ -23,13 +24,14 @@ using Reply = caf::result<uint32_t, std::vector<std::string>, std::vector<std::s
 
 }  // namespace
 
-caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices, caf::io::middleman_actor connector) {
+caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices, caf::io::middleman_actor connector,
+                       EntryLog log) {
   // Devices and connector travel as spawn arguments: CAF 0.17 spawning a
   // function actor with no arguments dereferences a null shared_ptr<tuple<>>
   // (UBSan: reference binding to null pointer).
   return sys.spawn(
-      [](caf::stateful_actor<EntryState>* self, std::vector<LocalDevice> devices,
-         caf::io::middleman_actor connector) -> caf::behavior {
+      [log = std::move(log)](caf::stateful_actor<EntryState>* self, std::vector<LocalDevice> devices,
+                             caf::io::middleman_actor connector) -> caf::behavior {
         self->state.devices = std::move(devices);
         self->state.connector = std::move(connector);
         // A hostile or confused peer gets an error naming what it sent, and the
@@ -37,23 +39,34 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
         self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
           return make_error(Errc::protocol_error, "worker: unexpected message " + caf::to_string(x.content()));
         });
-        self->set_down_handler([self](caf::down_msg& msg) {
+        self->set_down_handler([self, log](caf::down_msg& msg) {
           auto it = self->state.clients.find(msg.source);
           if (it == self->state.clients.end()) return;
           auto node = it->second;
           self->state.clients.erase(it);
+          // A client whose runtime shut down quits normally (its Runtime's
+          // destructor: user_shutdown); any other reason (remote_link_unreachable:
+          // killed, network gone) is a lost client.
+          if (!msg.reason || msg.reason == caf::exit_reason::normal || msg.reason == caf::exit_reason::user_shutdown) {
+            if (log.info) log.info("client " + caf::to_string(node) + " disconnected");
+          } else if (log.warn) {
+            log.warn("client " + caf::to_string(node) + " lost: " + caf::to_string(msg.reason));
+          }
           for (const auto& [addr, n] : self->state.clients)
             if (n == node) return;  // another connection of that client lives on
           for (const auto& d : self->state.devices) self->send(d.runner, detach_atom::value, node);
         });
         return {
-            [self](hello_atom, uint32_t version, caf::actor& client) -> Reply {
+            [self, log](hello_atom, uint32_t version, caf::actor& client) -> Reply {
               if (version != protocol_version)
                 return make_error(Errc::protocol_error, "protocol version mismatch: worker speaks " +
                                                             std::to_string(protocol_version) + ", client speaks " +
                                                             std::to_string(version));
               if (!client) return make_error(Errc::protocol_error, "hello without a client actor");
-              if (self->state.clients.emplace(client.address(), client.node()).second) self->monitor(client);
+              if (self->state.clients.emplace(client.address(), client.node()).second) {
+                self->monitor(client);
+                if (log.info) log.info("client " + caf::to_string(client.node()) + " connected");
+              }
               std::vector<std::string> names, kinds;
               std::vector<caf::actor> runners;
               for (const auto& d : self->state.devices) {

@@ -1,8 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The entry actor a switchyard-worker publishes (protocol in
 // messages/protocol.hpp, "A worker's entry actor").
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,9 +20,18 @@ struct LocalDevice {
   caf::actor runner;
 };
 
+/// Where the entry reports clients coming and going (the worker's log);
+/// either may be empty.
+struct EntryLog {
+  /// A client said hello; a client closed its connection.
+  std::function<void(const std::string&)> info;
+  /// A client's connection was lost (it died, or its link broke).
+  std::function<void(const std::string&)> warn;
+};
+
 /// Spawns the entry actor serving `devices`. `connector` is the middleman
 /// actor used to reach peer workers (the TLS one when TLS is on).
 [[nodiscard]] caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
-                                     caf::io::middleman_actor connector);
+                                     caf::io::middleman_actor connector, EntryLog log = {});
 
 }  // namespace switchyard::worker

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The worker's own transport for CAF's BASP connections: bounds what an

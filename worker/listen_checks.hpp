@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Start-up checks of switchyard-worker that refuse a dangerous or broken

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // switchyard-worker: serves this machine's devices to remote Switchyard
 // clients over CAF's network layer (caf::io, caf::openssl for TLS).
 //
@@ -16,6 +17,9 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -25,6 +29,7 @@
 
 #include "actors/runner.hpp"
 #include "backends/backend.hpp"
+#include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "worker/entry.hpp"
 #include "worker/guard.hpp"
@@ -49,6 +54,7 @@ struct WorkerConfig : caf::actor_system_config {
   bool insecure_listen_any = false;
   size_t threads = 0;
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
+  std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
   size_t transfer_chunk_bytes = 0;
   size_t max_connections = 0;
@@ -65,6 +71,7 @@ struct WorkerConfig : caf::actor_system_config {
         .add(key, "key", "TLS: the certificate's private key (PEM)")
         .add(ca, "tls-ca", "TLS: CA file; peers must present a certificate it signed (alias --ca)")
         .add(insecure_listen_any, "insecure-listen-any", "allow a non-loopback --host without TLS")
+        .add(log_level, "log-level", "stderr log: trace, debug, info (default), warn, error, critical or off")
         .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
         .add(max_message_bytes, "max-message-bytes",
              "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
@@ -100,7 +107,7 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   auto kinds = backends::backend_kinds();
   auto names = split(cfg.devices);
   if (names.empty()) return make_error(Errc::invalid_argument, "--devices names no device");
-  auto hw = std::max(1u, std::thread::hardware_concurrency());
+  auto hw = static_cast<unsigned>(available_cpus());
   backends::DeviceOptions opts;
   opts.threads = cfg.threads != 0 ? cfg.threads : std::max<size_t>(1, hw / names.size());
   for (const auto& name : names) {
@@ -234,7 +241,10 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
     const bool tls = !cfg.cert.empty();
     // Listens and connects to peer workers: every connection is guarded.
     auto connector = worker::spawn_guarded_middleman(sys, guard, tls);
-    auto entry = worker::spawn_entry(sys, devices, connector);
+    worker::EntryLog log;
+    log.info = [](const std::string& line) { spdlog::info("{}", line); };
+    log.warn = [](const std::string& line) { spdlog::warn("{}", line); };
+    auto entry = worker::spawn_entry(sys, devices, connector, std::move(log));
     actors.push_back(entry);
     devices.clear();
     caf::scoped_actor self{sys};
@@ -309,7 +319,11 @@ int main(int argc, char** argv) {
   fixed.push_back(nullptr);
   WorkerConfig cfg;
   register_message_types(cfg);
-  if (auto err = cfg.parse(static_cast<int>(args.size()), fixed.data())) {
+  // No implicit configuration file: CAF 0.17 otherwise reads
+  // caf-application.ini from the working directory, so a stray file there
+  // could switch the worker to TLS with cert files that do not exist.
+  std::istringstream no_config_file;
+  if (auto err = cfg.parse(static_cast<int>(args.size()), fixed.data(), no_config_file)) {
     std::cerr << "switchyard-worker: " << caf::to_string(err) << "\n";
     return 2;
   }
@@ -317,6 +331,20 @@ int main(int argc, char** argv) {
   if (!cfg.remainder.empty()) {
     std::cerr << "switchyard-worker: unknown argument '" << cfg.remainder.front() << "' (see --help)\n";
     return 2;
+  }
+  {
+    // Log lines go to stderr (stdout carries the lines scripts parse).
+    const auto level = spdlog::level::from_str(cfg.log_level);
+    if (level == spdlog::level::off && cfg.log_level != "off") {
+      std::cerr << "switchyard-worker: --log-level '" << cfg.log_level
+                << "' is not one of trace, debug, info, warn, error, critical, off\n";
+      return 2;
+    }
+    auto logger = spdlog::stderr_logger_mt("switchyard-worker");
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l switchyard-worker: %v");
+    logger->set_level(level);
+    logger->flush_on(spdlog::level::trace);
+    spdlog::set_default_logger(std::move(logger));
   }
   const bool tls = !cfg.cert.empty() || !cfg.key.empty() || !cfg.ca.empty();
   if (tls && (cfg.cert.empty() || cfg.key.empty())) {
@@ -359,7 +387,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  auto hw = std::max(1u, std::thread::hardware_concurrency());
+  auto hw = static_cast<unsigned>(available_cpus());
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("scheduler.max-threads", static_cast<size_t>(std::min(hw, 4u)));
   cfg.set("logger.verbosity", caf::atom("quiet"));

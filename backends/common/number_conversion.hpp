@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The runtime's one rule for turning a number into an element of a dtype,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Walks an N-dimensional iteration space as rows of its innermost extent,

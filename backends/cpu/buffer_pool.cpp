@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backends/cpu/buffer_pool.hpp"
 
 #include <array>

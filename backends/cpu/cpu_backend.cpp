@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <cblas.h>
 #include <thread>
 
 #include "backends/cpu/kernels.hpp"
+#include "switchyard/messages/host_cpus.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
@@ -11,7 +13,7 @@ namespace {
 class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(const DeviceOptions& options)
-      : pool_(options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads),
+      : pool_(options.threads == 0 ? static_cast<unsigned>(available_cpus()) : options.threads),
         buffers_(options.cache_limit),
         ctx_{pool_, buffers_} {
     // GEMM runs on the runner's thread while this device's pool is idle, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Creation, unary, binary, scalar, cast and where kernels.
 
 #include <algorithm>

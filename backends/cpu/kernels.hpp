@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Kernels of the CPU backend, one function per op family. Each takes the

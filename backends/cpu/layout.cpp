@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layout kernels: strided view copies, slice assignment, cat, pad and the
 // index family (gather, scatter_add, index_select).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batched matrix products: OpenBLAS for floating types, a blocked loop for
 // integers, bias broadcast onto the result (linear).
 

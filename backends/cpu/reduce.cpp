@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over any set of axes, and (log_)softmax along one axis.
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The one way CUDA and cuBLAS calls are checked in this backend: a failing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Creation kernels: fill, arange, eye and the counter-based random draws.
 // This file is compiled with -fmad=false: arange's start + step * i and the
 // random transforms must round exactly like the CPU backend (no fused

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend: host side. Everything here enqueues work on the
 // device's streams and returns; the only blocking waits are in
 // synchronize() and in the destructor.

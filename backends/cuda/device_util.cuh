@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Device-side helpers shared by the .cu files: flat index -> operand

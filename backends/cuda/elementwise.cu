@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cast, unary, binary/scalar and where kernels. One kernel template per
 // family; the element operation is a template parameter (K), and the
 // dtype x kind combinations the op rules forbid are never instantiated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Kernel entry points of the CUDA backend, one per op family. This header is

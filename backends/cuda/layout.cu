@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layout kernels (strided copies for view, slice_assign, cat and pad), the
 // index family, the integer matrix product and cuBLAS pointer arrays.
 // Copies dispatch on element width, not dtype: they move bits.

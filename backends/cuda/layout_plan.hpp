@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Host side of the kernels' index math: builds a kern::Layout from a shape

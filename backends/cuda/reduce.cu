@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over any axis set (one group of threads per output element)
 // and (log_)softmax along one axis (one group per row). A group is a warp
 // for short reductions and the whole block for long ones, so neither case

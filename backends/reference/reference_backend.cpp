@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference backend: the executable specification of the op set.
 //
 // Every op is a plain loop over output elements. Each element is loaded

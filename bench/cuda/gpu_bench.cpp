@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU benchmarks: each line compares Switchyard on cuda:0 with the direct
 // CUDA/cuBLAS call doing the same work, and the table comes last.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "direct" side of the GPU benchmarks that needs device code: an empty
 // kernel, to price a bare launch.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Remote device overhead, measured against the local device and against a
 // plain TCP copy of the same bytes over loopback, in one run.
 //

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- wrk script: POST the JSON body in $BODY_FILE to /v1/infer.
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes an MLP with random weights in the format of mlp_model.hpp, so the
 // example and its tests never download a model.
 //

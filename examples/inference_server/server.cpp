@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An HTTP/1.1 inference server for an MLP, with dynamic batching over one
 // replica per device (see batcher.hpp for the batching design).
 //

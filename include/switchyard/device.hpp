@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstdint>
@@ -6,8 +7,9 @@
 #include <vector>
 
 #include "switchyard/future.hpp"
-#include "switchyard/messages/protocol.hpp"
+#include "switchyard/messages/device_stats.hpp"
 #include "switchyard/messages/tensor_data.hpp"
+#include "switchyard/messages/tensor_id.hpp"
 
 namespace switchyard {
 

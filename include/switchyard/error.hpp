@@ -1,5 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// sy::Error, what the client API throws, lives with the error codes in
-// messages/error.hpp (so the message types' own helpers throw it as well).
-#include "switchyard/messages/error.hpp"
+/// \file
+/// switchyard::Error, what the client API throws, and its codes (Errc).
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace switchyard {
+
+/// Every failure Switchyard reports. Devices report them as values; they become
+/// a thrown `switchyard::Error` only at the client (Future::get or a
+/// rejected call).
+enum class Errc : uint8_t {
+  shape_mismatch = 1,
+  dtype_mismatch,
+  invalid_argument,
+  unknown_device,
+  device_mismatch,
+  invalid_tensor,
+  unknown_tensor,
+  kernel_failure,
+  out_of_memory,
+  index_out_of_range,
+  device_lost,
+  runtime_closed,
+  protocol_error,
+  unsupported,
+  worker_unreachable,  ///< connect(): no worker answered at that address
+};
+
+/// The code's name ("shape_mismatch").
+[[nodiscard]] const char* to_string(Errc code) noexcept;
+
+/// What the client API throws: at the call for bad input (shapes, dtypes,
+/// devices), and from Future::get() for failures on a device. Defined here,
+/// below the client, so that host-side helpers of the message types
+/// (TensorData) throw it too: every failure a caller sees is an Error.
+class Error : public std::runtime_error {
+ public:
+  /// An error of kind `code`; `what` names the op and what was wrong.
+  Error(Errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  /// The kind of failure.
+  [[nodiscard]] Errc code() const noexcept { return code_; }
+
+ private:
+  Errc code_;
+};
+
+}  // namespace switchyard

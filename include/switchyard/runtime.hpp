@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <chrono>
@@ -30,8 +31,9 @@ struct RuntimeOptions {
   /// Devices to start: "cpu:N", "reference:N", "cuda:N" or "cuda:*" (every
   /// GPU found; none is fine). Each gets its own runner actor.
   std::vector<std::string> devices = {"cpu:0", "cuda:*"};
-  /// Kernel threads per CPU device; 0 splits the machine's cores evenly
-  /// among the CPU devices (so two devices never oversubscribe them).
+  /// Kernel threads per CPU device; 0 splits the CPUs this process may use
+  /// (its affinity mask, capped by the cgroup CPU quota) evenly among the
+  /// CPU devices (so two devices never oversubscribe them).
   size_t cpu_threads = 0;
   /// Cap on the tensor bytes each CUDA device holds (0: none, the GPU's
   /// memory is the limit). An op that would exceed it fails with
@@ -58,8 +60,10 @@ struct RuntimeOptions {
   /// down. Empty: the SWITCHYARD_TRACE environment variable, if set.
   std::string trace_path;
   /// Workers to connect to at start, "host:port" each (see
-  /// Runtime::connect); the environment variable SWITCHYARD_WORKERS adds a
-  /// comma-separated list.
+  /// Runtime::connect); one that cannot be reached makes the constructor
+  /// throw. The environment variable SWITCHYARD_WORKERS adds a
+  /// comma-separated list; a bad or unreachable entry there does not throw
+  /// but is listed by Runtime::unavailable().
   std::vector<std::string> workers;
   /// When set, every worker connection uses TLS.
   TlsOptions tls;
@@ -121,7 +125,9 @@ class Runtime {
   /// Every live device (lost remote devices leave the list).
   [[nodiscard]] std::vector<Device> devices() const;
   /// Why requested devices are missing (e.g. "cuda: no CUDA driver"), one
-  /// line per backend kind that registered none.
+  /// line per backend kind that registered none, and one per
+  /// SWITCHYARD_WORKERS entry that could not be connected ("SWITCHYARD_WORKERS
+  /// entry 'host:port': <why>").
   [[nodiscard]] std::vector<std::string> unavailable() const;
 
   /// Connects to a `switchyard-worker` listening on host:port and adds its

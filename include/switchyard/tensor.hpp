@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <concepts>
@@ -9,7 +10,8 @@
 #include <vector>
 
 #include "switchyard/device.hpp"
-#include "switchyard/messages/operation_ir.hpp"
+#include "switchyard/messages/op_kinds.hpp"
+#include "switchyard/messages/scalar.hpp"
 
 namespace switchyard {
 

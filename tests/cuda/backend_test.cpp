@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend on its own, below the runner: memory limit, the
 // waker/poll completion path of reads, and the memory statistics.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared number conversion (backends/common/number_conversion.hpp) on
 // the host, against what the CPU backend computes: the CUDA kernels call the
 // same functions (fill, pad, eye, arange, scalar operands, clamp bounds,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device discovery with and without GPUs: part of the main suite, so every
 // machine checks that asking for "cuda:*" never fails a start.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The index math every CUDA kernel uses (make_layout + kern::offsets), run
 // on the host: it needs the CUDA headers but no GPU, so it runs everywhere
 // the CUDA backend is built.

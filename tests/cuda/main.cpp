@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU test runner: without a CUDA device it prints why and exits with 77,
 // which ctest reports as "skipped" (SKIP_RETURN_CODE in CMakeLists.txt).
 // Listing the cases works without a GPU: scripts/gpu-check's run script

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every op family on every CUDA device against cpu:0: the same inputs (as
 // TensorData) go to both devices, the same op runs on both, and the reads
 // must agree (exactly for integers, bools and the random draws; within a

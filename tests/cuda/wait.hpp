@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Bounded waits for the GPU tests: a hung device fails one case (after

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes the seed corpus: real messages serialized (decode/) and rule
 // inputs (rules/), BASP byte streams for the worker's framing guard (framing/). Usage: fuzz_corpus_gen <corpus dir>
 #include <cstdio>

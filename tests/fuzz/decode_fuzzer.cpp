@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: every message type decoded from bytes (see fuzz_entry.hpp).
 #include "fuzz_entry.hpp"
 

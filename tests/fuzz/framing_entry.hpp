@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Fuzz entry for the worker's BASP framing guard (worker/framing.hpp): the

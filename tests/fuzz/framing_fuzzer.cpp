@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the worker's BASP framing guard (see framing_entry.hpp).
 #include "framing_entry.hpp"
 

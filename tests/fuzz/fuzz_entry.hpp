@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Entry points shared by the libFuzzer targets (tests/fuzz/*_fuzzer.cpp) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the shape/broadcast/validation rules (see fuzz_entry.hpp).
 #include "fuzz_entry.hpp"
 

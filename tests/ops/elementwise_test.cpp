@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise ops on every device: hand-computed values per family,
 // broadcasting, dtype promotion, scalars, casts, NaN/Inf and integer edge
 // cases.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layout ops (views, slices, cat/stack, pad, index family), creation ops,
 // random streams and dtype-faithful bridges on every device.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Property test: random op graphs (random shapes with size-0 and size-1
 // axes, broadcasting, random dtypes) built through the client API give the
 // same results on every device as on the reference backend.

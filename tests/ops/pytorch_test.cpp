@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays tests/data/pytorch_cases.json (written by tests/pytorch/gen_cases.py
 // from PyTorch 1.13) on every device: every op, every dtype, PyTorch's
 // outputs and PyTorch's errors. Needs no Python at test time.
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ops_common.hpp"
+// ReduceKind: the op IR, no longer reached through the public headers.
+#include "switchyard/messages/operation_ir.hpp"
 
 using namespace sytest;
 using nlohmann::json;

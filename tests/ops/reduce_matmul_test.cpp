@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over axis sets, softmax stability, matmul and linear on every
 // device.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Generates PyTorch reference cases for every Switchyard op.
 
 Run from the repository root with the Python that has torch 1.13:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fault injection: a backend that fails chosen calls (tests/support/
 // faulty_backend.hpp). The failure must reach exactly the futures that
 // depend on the failed call, later work must succeed, and no handle leaks.

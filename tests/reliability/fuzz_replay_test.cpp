@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays the fuzz corpus (tests/fuzz/corpus/) and every past finding
 // through the same entry functions the libFuzzer targets call, so the
 // normal suite covers them without libFuzzer. A bad input crashes or aborts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shutdown: destroying a Runtime with work in flight completes or fails
 // every outstanding future; nothing hangs or crashes, and tensors that
 // outlive the Runtime are inert.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Soak / stress: 8 client threads build random op graphs over two devices
 // with bridges, random drops, reads and syncs. Every future must resolve,
 // every value must match what plain loops compute, handles must return to

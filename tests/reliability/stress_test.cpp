@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrency stress (issue #13): 8 client threads run dependent chains with
 // bridges between devices, read through then-continuations that drop
 // tensors, fire reads they never wait for, while Runtimes are created and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks the TSan build's method, not Switchyard: TSan must stay silent on a
 // correct CAF hand-off and must report a real race. Against an uninstrumented
 // libcaf the first fails (TSan cannot see the mailbox's atomics and reports

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Switchyard client in its own process, for tests that kill a client:
 //   remote_client_process HOST PORT COUNT [hold|busy]
 // connects to the worker at HOST:PORT, makes COUNT tensors on its cpu:0,

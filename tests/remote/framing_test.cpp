@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The worker's BASP framing guard (worker/framing.hpp) and start-up checks
 // (worker/listen_checks.hpp) as plain functions, plus the framing fuzz
 // corpus replayed through the fuzz entry.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Remote devices are named as the client knows them ("127.0.0.1:PORT/cpu:0")
 // in every error and stat, never by the worker's own name for them ("cpu:0").
 

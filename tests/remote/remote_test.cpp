@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Remote devices: worker processes on 127.0.0.1, reached over caf::io.
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hostile peers against examples/inference_server, on loopback: each attack
 // of issue #14 (server half) reproduced with raw sockets, bounded in count
 // and time, while legitimate clients check that they are still served.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Starts examples/inference_server as a real process on 127.0.0.1 and checks
 // its HTTP behaviour against the MLP computed with plain loops
 // (mlp::forward_reference) from the same model file.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Test-only fault injection: a Backend that forwards to a real one (the CPU

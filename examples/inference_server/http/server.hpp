@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // An event-driven HTTP/1.1 server core (Boost.Beast on Boost.Asio) for

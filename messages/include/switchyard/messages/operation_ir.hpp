@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <bit>
@@ -6,6 +7,8 @@
 #include <vector>
 
 #include "switchyard/messages/error.hpp"
+#include "switchyard/messages/inspect.hpp"
+#include "switchyard/messages/op_kinds.hpp"
 #include "switchyard/messages/scalar.hpp"
 #include "switchyard/messages/tensor_data.hpp"
 #include "switchyard/messages/tensor_ir.hpp"
@@ -16,76 +19,13 @@ namespace switchyard {
 // kernel is written once per family with the element operation as a
 // parameter. Shape and dtype rules for all of them live in op_rules.hpp.
 
-enum class UnaryKind : uint8_t {
-  neg,
-  abs,
-  sign,
-  exp,
-  log,
-  log1p,
-  expm1,
-  sqrt,
-  rsqrt,
-  sin,
-  cos,
-  tanh,
-  sigmoid,
-  relu,
-  gelu,
-  silu,
-  erf,
-  floor,
-  ceil,
-  round,
-  reciprocal,
-  clamp,
-  logical_not,
-  bitwise_not,
-  isnan,
-  isinf,
-};
-
-enum class BinaryKind : uint8_t {
-  add,
-  sub,
-  mul,
-  div,
-  pow,
-  remainder,
-  maximum,
-  minimum,
-  atan2,
-  eq,
-  ne,
-  lt,
-  le,
-  gt,
-  ge,
-  logical_and,
-  logical_or,
-  logical_xor,
-  bitwise_and,
-  bitwise_or,
-  bitwise_xor,
-};
-
 enum class ReduceKind : uint8_t { sum, mean, prod, max, min, argmax, argmin, var, std, any, all };
 
 enum class FillKind : uint8_t { full, arange, eye };
 enum class RandomKind : uint8_t { uniform, normal, bernoulli };
 enum class IndexKind : uint8_t { gather, scatter_add, index_select };
 
-[[nodiscard]] const char* to_string(UnaryKind k) noexcept;
-[[nodiscard]] const char* to_string(BinaryKind k) noexcept;
 [[nodiscard]] const char* to_string(ReduceKind k) noexcept;
-
-[[nodiscard]] constexpr bool is_comparison(BinaryKind k) noexcept { return k >= BinaryKind::eq && k <= BinaryKind::ge; }
-[[nodiscard]] constexpr bool is_logical(BinaryKind k) noexcept {
-  return k >= BinaryKind::logical_and && k <= BinaryKind::logical_xor;
-}
-[[nodiscard]] constexpr bool is_bitwise(BinaryKind k) noexcept {
-  return k >= BinaryKind::bitwise_and && k <= BinaryKind::bitwise_xor;
-}
 
 /// Uploads host data into a new tensor.
 struct FromDataOp {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // The actor protocol: atoms and the typed interfaces of runner and router.
@@ -12,6 +13,7 @@
 #include <caf/node_id.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "switchyard/messages/device_stats.hpp"
 #include "switchyard/messages/operation_ir.hpp"
 
 namespace switchyard {
@@ -36,23 +38,6 @@ using trim_atom = caf::atom_constant<caf::atom("trim")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using peer_atom = caf::atom_constant<caf::atom("peer")>;
-
-/// Counters one runner reports.
-struct DeviceStats {
-  std::string device;
-  uint64_t ops_executed = 0;
-  uint64_t ops_failed = 0;
-  /// Ops waiting on a pending (in-flight) input.
-  uint64_t queue_depth = 0;
-  uint64_t live_handles = 0;
-  uint64_t live_bytes = 0;
-  /// Bytes the backend keeps cached for reuse (pools).
-  uint64_t cached_bytes = 0;
-  uint64_t bytes_bridged_in = 0;
-  uint64_t bytes_bridged_out = 0;
-  /// Bytes of tensors arriving in parts whose last part has not come yet.
-  uint64_t bytes_staged = 0;
-};
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {

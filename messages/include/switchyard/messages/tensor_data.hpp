@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <span>
@@ -6,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+// CAF-free (a public header uses it); its inspect overload is in inspect.hpp.
 #include "switchyard/messages/bytes.hpp"
 #include "switchyard/messages/dtype.hpp"
 #include "switchyard/messages/shape.hpp"
@@ -84,18 +86,5 @@ struct TensorData {
 /// `bool`, for which any other byte is undefined behaviour; our own code only
 /// writes 0 and 1, a peer's bytes are not trusted.
 void canonicalize_bools(TensorData& x) noexcept;
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TensorData& x) {
-  if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
-    // Decoding is where a peer's bytes enter the process: uploads, bridge
-    // imports and read replies all pass through here.
-    if (auto err = f(caf::meta::type_name("tensor_data"), x.shape, x.dtype, x.bytes)) return err;
-    canonicalize_bools(x);
-    return {};
-  } else {
-    return f(caf::meta::type_name("tensor_data"), x.shape, x.dtype, x.bytes);
-  }
-}
 
 }  // namespace switchyard

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// CAF-free (Device::stats returns it); its inspect overload is in protocol.hpp.
+
+#include <cstdint>
+#include <string>
+
+namespace switchyard {
+
+/// Counters one runner reports.
+struct DeviceStats {
+  std::string device;
+  uint64_t ops_executed = 0;
+  uint64_t ops_failed = 0;
+  /// Ops waiting on a pending (in-flight) input.
+  uint64_t queue_depth = 0;
+  uint64_t live_handles = 0;
+  uint64_t live_bytes = 0;
+  /// Bytes the backend keeps cached for reuse (pools).
+  uint64_t cached_bytes = 0;
+  uint64_t bytes_bridged_in = 0;
+  uint64_t bytes_bridged_out = 0;
+  /// Bytes of tensors arriving in parts whose last part has not come yet.
+  uint64_t bytes_staged = 0;
+};
+
+}  // namespace switchyard
