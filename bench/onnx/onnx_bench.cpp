@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Switchyard's ONNX loader on one model: latency of Model::infer with host
 // inputs -> host outputs (as ONNX Runtime's session.run), per batch size.
 //   build/bench/onnx/onnx_bench MODEL.onnx ITERS DEVICE SHAPE...   (SHAPE: 1x64, 1x128x32, ...)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch 1.13 eager on a model of tests/onnx/models/pytorch (same seeded
 weights as export_models.py): latency per forward call, per input shape.
 

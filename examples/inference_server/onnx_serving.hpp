@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 // Serving ONNX models (--model x.onnx): JSON <-> named tensors, and dynamic

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ONNX's own backend tests (Debian's libonnx-testdata) on Switchyard devices.
 //
 //   onnx_conformance --data DIR --folder node --device cpu:0     one ctest case:

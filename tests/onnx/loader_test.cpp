@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ONNX loader's own behaviour: load-time refusals that name the node,
 // call-time input checks, dynamic axes, the per-signature plan cache,
 // external data and concurrent runs. Models are built here with libonnx's
@@ -12,6 +13,7 @@
 #include <onnx/onnx_pb.h>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include <switchyard/onnx.hpp>
 #include <switchyard/switchyard.hpp>

@@ -4,6 +4,10 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "switchyard/switchyard.hpp"
 #include "worker_process.hpp"
@@ -22,6 +26,26 @@ std::string failure_of(sy::Future<sy::TensorData> f) {
     return e.what();
   }
   return "(no error)";
+}
+
+/// Whether every thread of `pid` is in the stopped state within `limit`.
+bool stopped_within(pid_t pid, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true, any = false;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      std::ifstream in(task.path() / "stat");
+      std::string all_text((std::istreambuf_iterator<char>(in)), {});
+      auto close = all_text.rfind(')');
+      if (close == std::string::npos || close + 2 >= all_text.size()) continue;
+      any = true;
+      const char state = all_text[close + 2];
+      all = all && (state == 'T' || state == 't');
+    }
+    if (any && all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
 }
 
 }  // namespace
@@ -55,6 +79,9 @@ TEST_CASE("a remote device that stops answering times out with its name", "[remo
   auto x = remote.ones({4});
   REQUIRE(remote.sync().wait_for(30s));
   ::kill(w.pid(), SIGSTOP);
+  // kill() only queues the stop: wait until every thread of the worker has
+  // stopped, or a read sent at once may still be answered.
+  REQUIRE(stopped_within(w.pid(), 5s));
   auto message = failure_of(x.read());
   ::kill(w.pid(), SIGCONT);
   INFO(message);

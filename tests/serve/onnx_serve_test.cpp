@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The server with --model x.onnx (issue 19): named and bare nested-list
 // inputs, integer token ids, dynamic batching along axis 0, errors naming
 // the input. Expected outputs are PyTorch's, stored with the exported models.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading (parse, opset, op/attribute/dtype checks, initializer upload) and
 // running (per-signature plans that keep host-folded shape arithmetic).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The op table: each ONNX op mapped to Switchyard's ops, directly or by a
 // fixed composition. Shape arithmetic on host constants is computed here on
 // the host (small integer tensors), so a cached plan skips it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ONNX element types and TensorProto contents as Switchyard data; the
 // node context the op implementations see.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Exports the PyTorch 1.13 models the ONNX loader is checked against.
 
 Each model goes to OUT/<name>/ in the layout of ONNX's backend tests:
