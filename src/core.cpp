@@ -760,6 +760,19 @@ void Core::shut_down() {
       if (!lost(d))
         self->request(router_, std::chrono::seconds(10), sync_atom::value, d)
             .receive([](done_atom) {}, [](caf::error&) {});
+    // Each worker hears that we leave (bounded): it frees our tensors now
+    // and logs a clean disconnect, where a connection closing before CAF
+    // sent our router's down message would read as a lost client.
+    std::vector<caf::actor> entries;
+    {
+      std::lock_guard lock(add_mutex_);
+      for (const auto& w : workers_)
+        if (w.entry && std::any_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return !lost(d); }))
+          entries.push_back(w.entry);
+    }
+    for (const auto& entry : entries)
+      self->request(entry, std::chrono::seconds(1), bye_atom::value, caf::actor_cast<caf::actor>(router_))
+          .receive([](done_atom) {}, [](caf::error&) {});
   }
   // Remote runners belong to their worker; it frees our tensors when it
   // sees our router go.

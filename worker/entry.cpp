@@ -39,23 +39,25 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
         self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
           return make_error(Errc::protocol_error, "worker: unexpected message " + caf::to_string(x.content()));
         });
-        self->set_down_handler([self, log](caf::down_msg& msg) {
-          auto it = self->state.clients.find(msg.source);
+        // Forgets one client actor; its node's tensors go with its last one.
+        auto forget = [self, log](const caf::actor_addr& client, const caf::error& reason) {
+          auto it = self->state.clients.find(client);
           if (it == self->state.clients.end()) return;
           auto node = it->second;
           self->state.clients.erase(it);
-          // A client whose runtime shut down quits normally (its Runtime's
-          // destructor: user_shutdown); any other reason (remote_link_unreachable:
-          // killed, network gone) is a lost client.
-          if (!msg.reason || msg.reason == caf::exit_reason::normal || msg.reason == caf::exit_reason::user_shutdown) {
+          // A client whose runtime shut down says bye or quits normally (its
+          // Runtime's destructor: user_shutdown); any other reason
+          // (remote_link_unreachable: killed, network gone) is a lost client.
+          if (!reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown) {
             if (log.info) log.info("client " + caf::to_string(node) + " disconnected");
           } else if (log.warn) {
-            log.warn("client " + caf::to_string(node) + " lost: " + caf::to_string(msg.reason));
+            log.warn("client " + caf::to_string(node) + " lost: " + caf::to_string(reason));
           }
           for (const auto& [addr, n] : self->state.clients)
             if (n == node) return;  // another connection of that client lives on
           for (const auto& d : self->state.devices) self->send(d.runner, detach_atom::value, node);
-        });
+        };
+        self->set_down_handler([forget](caf::down_msg& msg) { forget(msg.source, msg.reason); });
         return {
             [self, log](hello_atom, uint32_t version, caf::actor& client) -> Reply {
               if (version != protocol_version)
@@ -75,6 +77,15 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
                 runners.push_back(d.runner);
               }
               return {protocol_version, std::move(names), std::move(kinds), std::move(runners)};
+            },
+            [self, forget](bye_atom, caf::actor& client) -> caf::result<done_atom> {
+              // Only a client's own node may say it leaves: another peer could
+              // otherwise free that client's tensors.
+              if (!client || !self->current_sender() || self->current_sender()->node() != client.node())
+                return make_error(Errc::protocol_error, "worker: bye for another node's client");
+              self->demonitor(client);
+              forget(client.address(), caf::error{});
+              return done_atom::value;
             },
             [self](peer_atom, std::string& host, uint16_t port) -> caf::result<done_atom> {
               auto rp = self->make_response_promise<done_atom>();

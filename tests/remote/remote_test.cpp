@@ -456,6 +456,12 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
     other.shape = sy::Shape{{2048}};
     send(std::move(other));
     CHECK(read_code(7003) == sy::Errc::protocol_error);
+    // A bye in another node's name (here: for the worker's own runner) is
+    // refused: it would free that client's tensors.
+    sy::Errc bye_code{};
+    self->request(*entry, 5s, sy::bye_atom::value, runners[0])
+        .receive([](sy::done_atom) {}, [&](caf::error& e) { bye_code = sy::describe(e).code; });
+    CHECK(bye_code == sy::Errc::protocol_error);
     // Parts of tensors nobody expects: 64 x 1 MiB announced as 1 GiB each.
     for (uint64_t id = 8000; id < 8064; ++id) send(part(id, 0, 1 << 20, uint64_t{1} << 30));
     CHECK(dev.stats().get().bytes_staged == uint64_t{64} << 20);

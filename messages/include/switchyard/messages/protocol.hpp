@@ -38,6 +38,7 @@ using trim_atom = caf::atom_constant<caf::atom("trim")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using peer_atom = caf::atom_constant<caf::atom("peer")>;
+using bye_atom = caf::atom_constant<caf::atom("bye")>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
@@ -127,6 +128,9 @@ using router_actor =
 ///         std::vector<std::string> device kinds, std::vector<caf::actor> runners)
 ///     or Errc::protocol_error on a version mismatch. The worker monitors
 ///     `client` and frees every tensor of its node when it goes away.
+///   (bye_atom, caf::actor client) -> done_atom: the client's Runtime is
+///     shutting down; the worker frees its tensors now and logs a clean
+///     disconnect (only from the client's own node).
 ///   (peer_atom, std::string host, uint16_t port) -> done_atom once this
 ///     worker holds a direct connection to the worker at host:port, so
 ///     bridges between the two never pass through the client.
