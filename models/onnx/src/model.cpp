@@ -375,51 +375,49 @@ void check_input(const ValueInfo& info, DType dtype, const Shape& shape) {
 
 }  // namespace
 
-TensorMap Model::run(const TensorMap& inputs) const {
-  const auto& im = *impl_;
-  for (const auto& [name, t] : inputs)
+namespace {
+
+// Matches named run inputs to the model's inputs: an unknown name or a
+// missing input without a default fails; `bind(i, given)` fills slot i from
+// the caller's value, and a slot left empty takes the model's default.
+template <class ModelImpl, class Map, class Bind>
+std::vector<Value> match_inputs(const ModelImpl& im, const Map& inputs, Bind bind) {
+  for (const auto& [name, unused] : inputs)
     if (std::none_of(im.inputs.begin(), im.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
       throw Error(Errc::invalid_argument, "onnx run: the model has no input '" + name + "'");
   std::vector<Value> given(im.inputs.size());
   for (size_t i = 0; i < im.inputs.size(); ++i) {
     auto it = inputs.find(im.inputs[i].name);
     if (it == inputs.end()) {
-      if (im.input_has_default[i]) continue;
-      throw Error(Errc::invalid_argument, "onnx run: input '" + im.inputs[i].name + "' is missing");
+      if (!im.input_has_default[i])
+        throw Error(Errc::invalid_argument, "onnx run: input '" + im.inputs[i].name + "' is missing");
+      given[i] = im.base[im.input_slots[i]];
+      continue;
     }
-    const Tensor& t = it->second;
-    if (!t.defined())
-      throw Error(Errc::invalid_tensor, "onnx run: input '" + im.inputs[i].name + "' is an undefined tensor");
-    check_input(im.inputs[i], t.dtype(), t.shape());
-    given[i].dev = t.device() == im.device ? t : t.to(im.device);
+    bind(im.inputs[i], it->second, given[i]);
     given[i].input_read = std::make_shared<std::atomic<bool>>(false);
   }
-  for (size_t i = 0; i < given.size(); ++i)
-    if (!given[i].present()) given[i] = im.base[im.input_slots[i]];
-  return im.run_values(std::move(given));
+  return given;
+}
+
+}  // namespace
+
+TensorMap Model::run(const TensorMap& inputs) const {
+  const auto& im = *impl_;
+  return im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const Tensor& t, Value& v) {
+    if (!t.defined()) throw Error(Errc::invalid_tensor, "onnx run: input '" + info.name + "' is an undefined tensor");
+    check_input(info, t.dtype(), t.shape());
+    v.dev = t.device() == im.device ? t : t.to(im.device);
+  }));
 }
 
 TensorMap Model::run(const DataMap& inputs) const {
   const auto& im = *impl_;
-  for (const auto& [name, d] : inputs)
-    if (std::none_of(im.inputs.begin(), im.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
-      throw Error(Errc::invalid_argument, "onnx run: the model has no input '" + name + "'");
-  std::vector<Value> given(im.inputs.size());
-  for (size_t i = 0; i < im.inputs.size(); ++i) {
-    auto it = inputs.find(im.inputs[i].name);
-    if (it == inputs.end()) {
-      if (im.input_has_default[i]) {
-        given[i] = im.base[im.input_slots[i]];
-        continue;
-      }
-      throw Error(Errc::invalid_argument, "onnx run: input '" + im.inputs[i].name + "' is missing");
-    }
-    check_input(im.inputs[i], it->second.dtype, it->second.shape);
-    given[i].dev = im.device.from_data(it->second);
-    given[i].readback = it->second;
-    given[i].input_read = std::make_shared<std::atomic<bool>>(false);
-  }
-  return im.run_values(std::move(given));
+  return im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const TensorData& d, Value& v) {
+    check_input(info, d.dtype, d.shape);
+    v.dev = im.device.from_data(d);
+    v.readback = d;
+  }));
 }
 
 Future<DataMap> Model::infer(const DataMap& inputs) const {
