@@ -6,39 +6,15 @@
 #include <sstream>
 
 #include "core.hpp"
+#include "op_emit.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard {
 
 using detail::TensorHandle;
+using namespace detail::op_emit;  // NOLINT(google-build-using-namespace)
 
 namespace {
-
-std::string dt(DType t) { return std::string(name_of(t)); }
-
-template <class T>
-T unwrap(caf::expected<T> x) {
-  if (!x) detail::throw_error(x.error());
-  return std::move(*x);
-}
-
-TensorIr as_input(const TensorHandle& h) { return TensorIr{h.ir.id, h.ir.shape, h.ir.dtype, TensorStatus::read_only}; }
-
-TensorIr new_output(const TensorHandle& h, TensorSpec spec) {
-  return TensorIr{h.core->new_id(), std::move(spec.shape), spec.dtype, TensorStatus::not_init};
-}
-
-void same_device(const char* op, const TensorHandle& a, const TensorHandle& b) {
-  if (a.core != b.core) throw Error(Errc::device_mismatch, std::string(op) + ": operands belong to different runtimes");
-  if (a.device != b.device)
-    throw Error(Errc::device_mismatch, std::string(op) + ": operands live on " + a.core->info(a.device).name + " and " +
-                                           b.core->info(b.device).name + "; move one with .to(device) first");
-}
-
-Tensor emit(const TensorHandle& h, const TensorIr& out, OperationIr op) {
-  if (h.core->closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
-  return h.core->emit(h.device, out, std::move(op));
-}
 
 Tensor view(const TensorHandle& h, Shape out_shape, int64_t offset, std::vector<int64_t> strides) {
   auto out = new_output(h, TensorSpec{std::move(out_shape), h.ir.dtype});

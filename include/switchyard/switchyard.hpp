@@ -6,5 +6,6 @@
 #include "switchyard/device.hpp"
 #include "switchyard/error.hpp"
 #include "switchyard/future.hpp"
+#include "switchyard/nn.hpp"
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"

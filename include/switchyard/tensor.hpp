@@ -17,7 +17,8 @@ namespace switchyard {
 
 namespace detail {
 struct TensorHandle;
-}
+struct TensorAccess;
+}  // namespace detail
 
 // `Scalar` (messages/scalar.hpp): a bool, integer or floating operand held
 // exactly; its C++ type decides promotion as the Python type does in PyTorch.
@@ -428,6 +429,7 @@ class Tensor {
  private:
   friend class Device;
   friend class detail::Core;
+  friend struct detail::TensorAccess;
   friend Tensor cat(const std::vector<Tensor>& tensors, int64_t axis);
   friend Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
   explicit Tensor(std::shared_ptr<detail::TensorHandle> h) : h_(std::move(h)) {}
