@@ -171,31 +171,13 @@ Tensor Tensor::square() const {
 
 #define SY_UNARY(name) \
   Tensor Tensor::name() const { return unary(UnaryKind::name); }
-SY_UNARY(neg)
-SY_UNARY(abs)
-SY_UNARY(sign)
-SY_UNARY(exp)
-SY_UNARY(log)
-SY_UNARY(log1p)
-SY_UNARY(expm1)
-SY_UNARY(sqrt)
-SY_UNARY(rsqrt)
-SY_UNARY(sin)
-SY_UNARY(cos)
-SY_UNARY(tanh)
-SY_UNARY(sigmoid)
-SY_UNARY(relu)
-SY_UNARY(gelu)
-SY_UNARY(silu)
-SY_UNARY(erf)
-SY_UNARY(floor)
-SY_UNARY(ceil)
-SY_UNARY(round)
-SY_UNARY(reciprocal)
-SY_UNARY(logical_not)
-SY_UNARY(bitwise_not)
-SY_UNARY(isnan)
-SY_UNARY(isinf)
+#define SY_UNARY_method(name) SY_UNARY(name)
+#define SY_UNARY_custom(name)
+#define SY_UNARY_ROW(name, rule, entry) SY_UNARY_##entry(name)
+SWITCHYARD_UNARY_OPS(SY_UNARY_ROW)
+#undef SY_UNARY_ROW
+#undef SY_UNARY_custom
+#undef SY_UNARY_method
 #undef SY_UNARY
 
 Tensor Tensor::binary(BinaryKind k, const Tensor& o) const {
@@ -215,27 +197,9 @@ Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
 #define SY_BINARY(name)                                                              \
   Tensor Tensor::name(const Tensor& o) const { return binary(BinaryKind::name, o); } \
   Tensor Tensor::name(Scalar s) const { return binary(BinaryKind::name, s); }
-SY_BINARY(add)
-SY_BINARY(sub)
-SY_BINARY(mul)
-SY_BINARY(div)
-SY_BINARY(pow)
-SY_BINARY(remainder)
-SY_BINARY(maximum)
-SY_BINARY(minimum)
-SY_BINARY(atan2)
-SY_BINARY(eq)
-SY_BINARY(ne)
-SY_BINARY(lt)
-SY_BINARY(le)
-SY_BINARY(gt)
-SY_BINARY(ge)
-SY_BINARY(logical_and)
-SY_BINARY(logical_or)
-SY_BINARY(logical_xor)
-SY_BINARY(bitwise_and)
-SY_BINARY(bitwise_or)
-SY_BINARY(bitwise_xor)
+#define SY_BINARY_ROW(name, rule, entry) SY_BINARY(name)
+SWITCHYARD_BINARY_OPS(SY_BINARY_ROW)
+#undef SY_BINARY_ROW
 #undef SY_BINARY
 
 // --- reductions -------------------------------------------------------------

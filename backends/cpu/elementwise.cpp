@@ -58,6 +58,31 @@ T int_pow(T base, T exp) {
   return result;
 }
 
+// Python's a // b. Floats follow PyTorch's div_floor: the quotient of the
+// exact remainder's complement, so 1.0 // 0.1 == 9 as in Python, and x / 0
+// keeps IEEE's inf/NaN. Integers round toward minus infinity; INT_MIN // -1
+// wraps (PyTorch's CPU traps there). The caller has refused a zero divisor.
+template <class T>
+T floor_divide(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
+    if (div == 0) return std::copysign(T(0), a / b);
+    T floored = std::floor(div);
+    if (div - floored > T(0.5)) floored += 1;
+    return floored;
+  } else if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return wrap_sub(T(0), a);
+    T q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+    return q;
+  } else {
+    return a / b;
+  }
+}
+
 template <class T>
 T py_remainder(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -184,6 +209,11 @@ bool with_binary(BinaryKind k, F&& f) {
         return false;
       else
         return f([](T a, T b) -> T { return static_cast<T>(a ^ b); });
+    case BinaryKind::floor_divide:
+      if constexpr (is_b)
+        return false;
+      else
+        return f([](T a, T b) -> T { return floor_divide(a, b); });
   }
   return false;
 }
@@ -409,6 +439,10 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
 }
 
 namespace {
+caf::error division_by_zero(BinaryKind k) {
+  return make_error(Errc::kernel_failure, std::string(to_string(k)) + ": integer division by zero");
+}
+
 template <class T>
 bool has_zero(Context&, const T* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
@@ -421,12 +455,12 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
   const DType compute = binary_compute_dtype(op);
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   Bytes b = as_dtype(ctx, *in.bytes[1], op.rhs.dtype, compute, op.rhs.numel());
-  if (op.kind == BinaryKind::remainder && !is_floating(compute)) {
+  if (divides(op.kind) && !is_floating(compute)) {
     bool zero = visit_dtype(compute, [&](auto tag) {
       using T = decltype(tag);
       return has_zero(ctx, b.as<const T>(), op.rhs.numel());
     });
-    if (zero) return make_error(Errc::kernel_failure, "remainder: integer division by zero");
+    if (zero) return division_by_zero(op.kind);
   }
   Bytes out =
       compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs, &op.rhs}) : ctx.buffers.allocate(op.out.bytes());
@@ -448,16 +482,16 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
 
 caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   const DType compute = scalar_compute_dtype(op);
-  if (op.kind == BinaryKind::remainder && !is_floating(compute) && !op.scalar_first &&
+  if (divides(op.kind) && !is_floating(compute) && !op.scalar_first &&
       visit_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); }))
-    return make_error(Errc::kernel_failure, "remainder: integer division by zero");
+    return division_by_zero(op.kind);
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
-  if (op.kind == BinaryKind::remainder && !is_floating(compute) && op.scalar_first) {
+  if (divides(op.kind) && !is_floating(compute) && op.scalar_first) {
     bool zero = visit_dtype(compute, [&](auto tag) {
       using T = decltype(tag);
       return has_zero(ctx, a.as<const T>(), op.lhs.numel());
     });
-    if (zero) return make_error(Errc::kernel_failure, "remainder: integer division by zero");
+    if (zero) return division_by_zero(op.kind);
   }
   Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs}) : ctx.buffers.allocate(op.out.bytes());
   bool ok = visit_dtype(compute, [&](auto tag) {

@@ -37,14 +37,10 @@
 
 namespace switchyard::backends::cuda {
 
-// The kernels take kinds as integers; these keep both enums in step.
-static_assert(kern::u_count == static_cast<int>(UnaryKind::isinf) + 1);
-static_assert(kern::u_clamp == static_cast<int>(UnaryKind::clamp) && kern::u_gelu == static_cast<int>(UnaryKind::gelu));
-static_assert(kern::u_logical_not == static_cast<int>(UnaryKind::logical_not));
-static_assert(kern::b_count == static_cast<int>(BinaryKind::bitwise_xor) + 1);
-static_assert(kern::b_eq == static_cast<int>(BinaryKind::eq) &&
-              kern::b_logical_and == static_cast<int>(BinaryKind::logical_and));
-static_assert(kern::b_remainder == static_cast<int>(BinaryKind::remainder));
+// The kernels take kinds as integers: the unary and binary ones come from
+// the op table itself; the reduce kinds are kept in step here.
+static_assert(kern::u_count == static_cast<int>(unary_kind_count));
+static_assert(kern::b_count == static_cast<int>(binary_kind_count));
 static_assert(kern::r_count == static_cast<int>(ReduceKind::all) + 1);
 static_assert(kern::r_argmax == static_cast<int>(ReduceKind::argmax) &&
               kern::r_var == static_cast<int>(ReduceKind::var));
@@ -314,9 +310,11 @@ using CheckPtr = std::shared_ptr<const Check>;
 
 /// The error a flagged record describes.
 caf::error check_error(const int64_t (&r)[kern::check_record_words]) {
-  static constexpr const char* names[] = {"gather", "scatter_add", "index_select", "remainder"};
+  static constexpr const char* names[] = {"gather", "scatter_add", "index_select"};
   const int64_t op = r[3] & 0xff, axis = r[3] >> 8;
-  if (op == kern::check_remainder) return make_error(Errc::kernel_failure, "remainder: integer division by zero");
+  if (op == kern::check_division)
+    return make_error(Errc::kernel_failure,
+                      std::string(to_string(static_cast<BinaryKind>(axis))) + ": integer division by zero");
   const char* name = op >= 0 && op < 3 ? names[op] : "index op";
   return make_error(Errc::index_out_of_range, std::string(name) + ": index " + std::to_string(r[1]) +
                                                   " is out of range for extent " + std::to_string(r[2]) + " of axis " +
@@ -863,8 +861,8 @@ class CudaBackend final : public Backend {
     auto b = as_dtype(in[1], o.rhs.dtype, compute, o.rhs.numel(), sb);
     if (!b) return std::move(b.error());
     std::shared_ptr<Check> check;
-    if (o.kind == BinaryKind::remainder && !is_floating(compute)) {
-      auto c = new_check(kern::check_remainder, 0, 0);
+    if (divides(o.kind) && !is_floating(compute)) {
+      auto c = new_check(kern::check_division, 0, static_cast<int64_t>(o.kind));
       if (!c) return std::move(c.error());
       check = std::move(*c);
     }
@@ -891,15 +889,15 @@ class CudaBackend final : public Backend {
       scalar_zero = v == T(0);
       std::memcpy(&scalar_bits, &v, sizeof(T));
     });
-    const bool int_remainder = o.kind == BinaryKind::remainder && !is_floating(compute);
-    if (int_remainder && !o.scalar_first && scalar_zero)
-      return make_error(Errc::kernel_failure, "remainder: integer division by zero");
+    const bool int_division = divides(o.kind) && !is_floating(compute);
+    if (int_division && !o.scalar_first && scalar_zero)
+      return make_error(Errc::kernel_failure, std::string(to_string(o.kind)) + ": integer division by zero");
     BlockPtr sa;
     auto a = as_dtype(in[0], o.lhs.dtype, compute, o.lhs.numel(), sa);
     if (!a) return std::move(a.error());
     std::shared_ptr<Check> check;
-    if (int_remainder && o.scalar_first) {
-      auto c = new_check(kern::check_remainder, 0, 0);
+    if (int_division && o.scalar_first) {
+      auto c = new_check(kern::check_division, 0, static_cast<int64_t>(o.kind));
       if (!c) return std::move(c.error());
       check = std::move(*c);
     }

@@ -180,7 +180,12 @@ cudaError_t dispatch_unary(const Launch& l, int kind, const T* in, void* out, in
 
 // --- binary -----------------------------------------------------------
 
-constexpr bool binary_bool_result(int k) { return k >= b_eq && k <= b_logical_xor; }
+constexpr bool binary_bool_result(int k) {
+  return is_comparison(static_cast<BinaryKind>(k)) || is_logical(static_cast<BinaryKind>(k));
+}
+// A variable, not a function: device code may read a host constexpr value.
+template <int K>
+inline constexpr bool int_division = divides(static_cast<BinaryKind>(K));
 
 template <class T>
 constexpr bool binary_valid(int k) {
@@ -188,6 +193,7 @@ constexpr bool binary_valid(int k) {
     case b_sub:
     case b_pow:
     case b_remainder:
+    case b_floor_divide:
       return !is_b<T>;
     case b_div:
     case b_atan2:
@@ -235,6 +241,31 @@ __device__ inline T py_remainder(T a, T b) {
   }
 }
 
+// Python's a // b (see backends/cpu/elementwise.cpp for the float rule).
+template <class T>
+__device__ inline T floor_divide(T a, T b) {
+  if constexpr (is_f<T>) {
+    if (b == T(0)) return a / b;
+    T mod = fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+    if (div == T(0)) return copysign(T(0), a / b);
+    T floored = floor(div);
+    if (div - floored > T(0.5)) floored += T(1);
+    return floored;
+  } else {
+    if (b == T(0)) return T(0);  // flagged through the status word
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1)) return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(a));
+      T q = a / b;
+      if (a % b != T(0) && ((a < T(0)) != (b < T(0)))) q -= T(1);
+      return q;
+    } else {
+      return a / b;
+    }
+  }
+}
+
 template <class T, int K>
 struct BinaryFn {
   using R = std::conditional_t<binary_bool_result(K), bool, T>;
@@ -267,6 +298,8 @@ struct BinaryFn {
         return int_pow(a, b);
     } else if constexpr (K == b_remainder) {
       return py_remainder(a, b);
+    } else if constexpr (K == b_floor_divide) {
+      return floor_divide(a, b);
     } else if constexpr (K == b_maximum || K == b_minimum) {
       if constexpr (is_f<T>)
         if (isnan(a) || isnan(b)) return quiet_nan<T>();
@@ -298,8 +331,10 @@ struct BinaryFn {
       return static_cast<T>(a & b);
     else if constexpr (K == b_bitwise_or)
       return static_cast<T>(a | b);
-    else
+    else if constexpr (K == b_bitwise_xor)
       return static_cast<T>(a ^ b);
+    else
+      static_assert(K < 0, "a binary kind without a CUDA kernel");  // K is never negative
   }
 };
 
@@ -313,7 +348,7 @@ __global__ void binary_kernel(const T* a, const T* b, T sa, T sb, typename Binar
     offsets(layout, i, off);
     const T x = a ? a[off[0]] : sa;
     const T y = b ? b[off[1]] : sb;
-    if constexpr (K == b_remainder && !is_f<T>)
+    if constexpr (int_division<K> && !is_f<T>)
       if (y == T(0) && status) flag(status, 0);
     out[i] = fn(x, y);
   }
@@ -324,7 +359,7 @@ __global__ void binary_kernel(const T* a, const T* b, T sa, T sb, typename Binar
 // per load and store when every pointer is 16-byte aligned.
 template <class T, int K>
 __device__ inline void binary_check(T y, int64_t* status) {
-  if constexpr (K == b_remainder && !is_f<T>)
+  if constexpr (int_division<K> && !is_f<T>)
     if (y == T(0) && status) flag(status, 0);
 }
 

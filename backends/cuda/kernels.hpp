@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "switchyard/messages/dtype.hpp"
+#include "switchyard/messages/op_kinds.hpp"
 
 namespace switchyard::backends::cuda::kern {
 
@@ -54,62 +55,14 @@ SY_KERNEL_HD inline void offsets(const Layout<N>& l, int64_t i, int64_t (&off)[N
     for (int k = 0; k < N; ++k) off[k] += i * l.strides[k][0];
 }
 
-/// Unary kinds, in the order of switchyard::UnaryKind (checked by
-/// static_asserts in cuda_backend.cpp).
-enum Unary : int {
-  u_neg,
-  u_abs,
-  u_sign,
-  u_exp,
-  u_log,
-  u_log1p,
-  u_expm1,
-  u_sqrt,
-  u_rsqrt,
-  u_sin,
-  u_cos,
-  u_tanh,
-  u_sigmoid,
-  u_relu,
-  u_gelu,
-  u_silu,
-  u_erf,
-  u_floor,
-  u_ceil,
-  u_round,
-  u_reciprocal,
-  u_clamp,
-  u_logical_not,
-  u_bitwise_not,
-  u_isnan,
-  u_isinf,
-  u_count
-};
-/// Binary kinds, in the order of switchyard::BinaryKind.
-enum Binary : int {
-  b_add,
-  b_sub,
-  b_mul,
-  b_div,
-  b_pow,
-  b_remainder,
-  b_maximum,
-  b_minimum,
-  b_atan2,
-  b_eq,
-  b_ne,
-  b_lt,
-  b_le,
-  b_gt,
-  b_ge,
-  b_logical_and,
-  b_logical_or,
-  b_logical_xor,
-  b_bitwise_and,
-  b_bitwise_or,
-  b_bitwise_xor,
-  b_count
-};
+/// Unary and binary kinds as integers (u_neg == UnaryKind::neg, ...), from
+/// the op table, so kernels can take them as template arguments.
+#define SY_KERN_UNARY(name, rule, entry) u_##name,
+#define SY_KERN_BINARY(name, rule, entry) b_##name,
+enum Unary : int { SWITCHYARD_UNARY_OPS(SY_KERN_UNARY) u_count };
+enum Binary : int { SWITCHYARD_BINARY_OPS(SY_KERN_BINARY) b_count };
+#undef SY_KERN_BINARY
+#undef SY_KERN_UNARY
 /// Reduce kinds, in the order of switchyard::ReduceKind.
 enum Reduce : int { r_sum, r_mean, r_prod, r_max, r_min, r_argmax, r_argmin, r_var, r_std, r_any, r_all, r_count };
 
@@ -140,7 +93,7 @@ cudaError_t unary(Launch l, int kind, DType t, const void* in, void* out, int64_
 /// out[i] = lhs op rhs computed in `t`, out contiguous over `layout`
 /// (strides[0]: lhs, strides[1]: rhs). A null lhs or rhs stands for the
 /// scalar `lhs_scalar` / `rhs_scalar` (converted to t). `status` (may be
-/// null) flags an integer remainder by zero.
+/// null) flags an integer division by zero (remainder, floor_divide).
 cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs, double lhs_scalar, double rhs_scalar,
                    void* out, const Layout<2>& layout, int64_t n, int64_t* status);
 /// binary() with one tensor operand and a scalar given as the bytes of its
@@ -185,7 +138,8 @@ cudaError_t batch_pointers(Launch l, size_t width, const void* a, const void* b,
 /// (meta = check_op | axis << 8) so the host can word the error from the
 /// record alone. Every buffer carries at most one record.
 inline constexpr int check_record_words = 4;
-enum CheckOp : int { check_gather, check_scatter_add, check_index_select, check_remainder };
+/// check_division records the binary kind in its axis field.
+enum CheckOp : int { check_gather, check_scatter_add, check_index_select, check_division };
 /// Writes {0, 0, extent, meta} into a fresh record.
 cudaError_t init_check(Launch l, int64_t* record, int64_t extent, int64_t meta);
 /// Up to this many records fold in one launch.

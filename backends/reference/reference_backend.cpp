@@ -305,6 +305,28 @@ double float_remainder(double a, double b) {
   return r;
 }
 
+/// Python's a // b on integers: rounds toward minus infinity; INT64_MIN //
+/// -1 wraps. b != 0, checked by the caller.
+int64_t int_floor_divide(int64_t a, int64_t b) {
+  if (b == -1) return wrap_sub(0, a);
+  int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+/// Python's a // b on floats, as PyTorch computes it: from fmod, so that
+/// 1.0 // 0.1 == 9; a zero divisor gives IEEE's a / 0.
+double float_floor_divide(double a, double b) {
+  if (b == 0) return a / b;
+  double mod = std::fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+  if (div == 0) return std::copysign(0.0, a / b);
+  double floored = std::floor(div);
+  if (div - floored > 0.5) floored += 1;
+  return floored;
+}
+
 int64_t int_remainder(int64_t a, int64_t b) {  // b != 0, checked by the caller
   if (b == -1) return 0;                       // INT64_MIN % -1 overflows
   int64_t r = a % b;
@@ -377,6 +399,8 @@ Value binary_value(BinaryKind k, Value a, Value b) {
         return Value::of_float(std::isnan(x) || std::isnan(y) ? nan : std::min(x, y));
       case BinaryKind::atan2:
         return Value::of_float(std::atan2(x, y));
+      case BinaryKind::floor_divide:
+        return Value::of_float(float_floor_divide(x, y));
       default:
         return Value::of_float(nan);  // bitwise: excluded by the rules
     }
@@ -393,6 +417,8 @@ Value binary_value(BinaryKind k, Value a, Value b) {
       return Value::of_int(int_pow(x, y));
     case BinaryKind::remainder:
       return Value::of_int(int_remainder(x, y));
+    case BinaryKind::floor_divide:
+      return Value::of_int(int_floor_divide(x, y));
     case BinaryKind::maximum:
       return Value::of_int(std::max(x, y));
     case BinaryKind::minimum:
@@ -408,9 +434,9 @@ Value binary_value(BinaryKind k, Value a, Value b) {
   }
 }
 
-caf::error check_remainder(BinaryKind k, DType compute, Value divisor) {
-  if (k == BinaryKind::remainder && !is_floating(compute) && divisor.i == 0)
-    return kernel_error("remainder: integer division by zero");
+caf::error check_divisor(BinaryKind k, DType compute, Value divisor) {
+  if (divides(k) && !is_floating(compute) && divisor.i == 0)
+    return kernel_error(std::string(to_string(k)) + ": integer division by zero");
   return {};
 }
 
@@ -425,14 +451,14 @@ caf::expected<Bytes> run_binary(const BinaryOp& op, const Bytes& lhs, const Byte
     auto idx = unravel(k, op.out.shape);
     Value a = convert(load(lhs, op.lhs.dtype, dot(idx, sa)), compute);
     Value b = convert(load(rhs, op.rhs.dtype, dot(idx, sb)), compute);
-    if (auto err = check_remainder(op.kind, compute, b)) return err;
+    if (auto err = check_divisor(op.kind, compute, b)) return err;
     store(out, op.out.dtype, k, binary_value(op.kind, a, b));
   }
   // A zero divisor that no output element reads (broadcast over an empty
   // extent) still fails, as it does on every other backend.
-  if (op.kind == BinaryKind::remainder && !is_floating(compute))
+  if (divides(op.kind) && !is_floating(compute))
     for (int64_t k = 0; k < op.rhs.numel(); ++k)
-      if (auto err = check_remainder(op.kind, compute, convert(load(rhs, op.rhs.dtype, k), compute))) return err;
+      if (auto err = check_divisor(op.kind, compute, convert(load(rhs, op.rhs.dtype, k), compute))) return err;
   return out;
 }
 
@@ -445,12 +471,12 @@ caf::expected<Bytes> run_scalar(const ScalarOp& op, const Bytes& lhs) {
                               ? Value::of_float(static_cast<double>(static_cast<uint64_t>(op.scalar.i)))
                               : Value::of_int(op.scalar.i),
                           compute);
-  if (auto err = check_remainder(op.kind, compute, op.scalar_first ? Value::of_int(1) : s)) return err;
+  if (auto err = check_divisor(op.kind, compute, op.scalar_first ? Value::of_int(1) : s)) return err;
   auto out = allocate(op.out);
   for (int64_t k = 0; k < op.lhs.numel(); ++k) {
     Value x = convert(load(lhs, op.lhs.dtype, k), compute);
     if (op.scalar_first)
-      if (auto err = check_remainder(op.kind, compute, x)) return err;
+      if (auto err = check_divisor(op.kind, compute, x)) return err;
     store(out, op.out.dtype, k, op.scalar_first ? binary_value(op.kind, s, x) : binary_value(op.kind, x, s));
   }
   return out;

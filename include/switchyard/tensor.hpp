@@ -227,6 +227,11 @@ class Tensor {
   [[nodiscard]] Tensor bitwise_xor(const Tensor& o) const;
   /// `bitwise_xor` with a scalar operand (`x.bitwise_xor(2)`).
   [[nodiscard]] Tensor bitwise_xor(Scalar s) const;
+  /// PyTorch 1.13's `floor_divide` (Python's `//`: rounds toward minus
+  /// infinity; an integer division by zero fails the op).
+  [[nodiscard]] Tensor floor_divide(const Tensor& o) const;
+  /// `floor_divide` with a scalar operand (`x.floor_divide(2)`).
+  [[nodiscard]] Tensor floor_divide(Scalar s) const;
   /// Any binary op against a scalar; `scalar_first` computes s op x.
   [[nodiscard]] Tensor binary(BinaryKind k, Scalar s, bool scalar_first = false) const;
   /// Any binary op against a tensor.

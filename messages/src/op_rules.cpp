@@ -15,30 +15,6 @@ caf::error shape_error(std::string what) { return make_error(Errc::shape_mismatc
 caf::error dtype_error(std::string what) { return make_error(Errc::dtype_mismatch, std::move(what)); }
 caf::error arg_error(std::string what) { return make_error(Errc::invalid_argument, std::move(what)); }
 
-// Unary ops whose result is floating even for integer inputs (PyTorch's
-// "int to float" unary ufuncs).
-bool float_result(UnaryKind k) {
-  switch (k) {
-    case UnaryKind::exp:
-    case UnaryKind::log:
-    case UnaryKind::log1p:
-    case UnaryKind::expm1:
-    case UnaryKind::sqrt:
-    case UnaryKind::rsqrt:
-    case UnaryKind::sin:
-    case UnaryKind::cos:
-    case UnaryKind::tanh:
-    case UnaryKind::sigmoid:
-    case UnaryKind::gelu:
-    case UnaryKind::silu:
-    case UnaryKind::erf:
-    case UnaryKind::reciprocal:
-      return true;
-    default:
-      return false;
-  }
-}
-
 constexpr int64_t max_elements = int64_t{1} << 40;
 
 }  // namespace
@@ -58,30 +34,28 @@ caf::error check_shape(const Shape& s, const char* what) {
 std::vector<int64_t> contiguous_strides(const Shape& s) { return s.strides(); }
 
 caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
-  switch (k) {
-    case UnaryKind::logical_not:
-    case UnaryKind::isnan:
-    case UnaryKind::isinf:
+  switch (rule_of(k)) {
+    case UnaryRule::keep:
+      return TensorSpec{s, t};
+    case UnaryRule::keep_no_bool:
+      if (is_bool(t))
+        return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors" +
+                           (k == UnaryKind::neg ? " (use logical_not)" : ""));
+      return TensorSpec{s, t};
+    case UnaryRule::to_float:
+      return TensorSpec{s, is_floating(t) ? t : default_float};
+    case UnaryRule::float_only:
+      if (!is_floating(t))
+        return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) + " (cast first)");
+      return TensorSpec{s, t};
+    case UnaryRule::integral:
+      if (is_floating(t))
+        return dtype_error(std::string(to_string(k)) + " needs an integer or bool tensor, got " + dt(t));
+      return TensorSpec{s, t};
+    case UnaryRule::to_bool:
       return TensorSpec{s, DType::boolean};
-    case UnaryKind::bitwise_not:
-      if (is_floating(t)) return dtype_error("bitwise_not needs an integer or bool tensor, got " + dt(t));
-      return TensorSpec{s, t};
-    case UnaryKind::neg:
-      if (is_bool(t)) return dtype_error("neg is not defined for bool tensors (use logical_not)");
-      return TensorSpec{s, t};
-    case UnaryKind::sign:  // of bool: the identity, as in PyTorch
-      return TensorSpec{s, t};
-    default:
-      break;
   }
-  // PyTorch has no integer or bool kernels for gelu and silu (the other
-  // floating-result ops convert integers to f32 first).
-  if ((k == UnaryKind::gelu || k == UnaryKind::silu) && !is_floating(t))
-    return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) + " (cast first)");
-  if (float_result(k)) return TensorSpec{s, is_floating(t) ? t : default_float};
-  if (is_bool(t) && k != UnaryKind::abs)
-    return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors");
-  return TensorSpec{s, t};
+  return arg_error("unknown unary op");
 }
 
 namespace {
@@ -89,27 +63,25 @@ namespace {
 // since every op on the hot path goes through here (client and runner).
 template <class Operands>
 caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
-  if (is_comparison(k) || is_logical(k)) return DType::boolean;
-  if (is_bitwise(k)) {
-    if (is_floating(t))
-      return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
-    return t;
-  }
-  switch (k) {
-    case BinaryKind::div:
-    case BinaryKind::atan2:
-      return is_floating(t) ? t : default_float;
-    case BinaryKind::sub:
-      if (is_bool(t))
-        return dtype_error("sub of two bool operands is not defined (use logical_xor), got " + operands());
+  switch (rule_of(k)) {
+    case BinaryRule::compare:
+    case BinaryRule::logical:
+      return DType::boolean;
+    case BinaryRule::bitwise:
+      if (is_floating(t))
+        return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
       return t;
-    case BinaryKind::pow:
-    case BinaryKind::remainder:
+    case BinaryRule::to_float:
+      return is_floating(t) ? t : default_float;
+    case BinaryRule::no_bool_operand:  // checked on the operands by the callers; here the promoted type
+    case BinaryRule::arith_no_bool:
+    case BinaryRule::divides:
       if (is_bool(t)) return dtype_error(std::string(to_string(k)) + " is not defined for bool operands");
       return t;
-    default:
+    case BinaryRule::arith:
       return t;
   }
+  return t;
 }
 }  // namespace
 
@@ -119,9 +91,10 @@ caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, 
     return shape_error(std::string(to_string(k)) + ": shapes " + a.to_string() + " and " + b.to_string() +
                        " cannot be broadcast together");
   // PyTorch rejects sub with any bool operand, not only bool - bool.
-  if (k == BinaryKind::sub && (is_bool(ta) || is_bool(tb)))
-    return dtype_error("sub with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
-                       " and " + dt(tb));
+  if (rule_of(k) == BinaryRule::no_bool_operand && (is_bool(ta) || is_bool(tb)))
+    return dtype_error(std::string(to_string(k)) +
+                       " with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) + " and " +
+                       dt(tb));
   auto t =
       binary_dtype(k, result_type(a.rank() == 0, ta, b.rank() == 0, tb), [&] { return dt(ta) + " and " + dt(tb); });
   if (!t) return std::move(t.error());
@@ -143,9 +116,10 @@ caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, 
   static constexpr const char* kinds[] = {"bool", "integer", "float"};
   if (static_cast<size_t>(sk) >= std::size(kinds))
     return arg_error(std::string(to_string(k)) + ": unknown scalar kind " + std::to_string(static_cast<int>(sk)));
-  if (k == BinaryKind::sub && (is_bool(ta) || sk == ScalarKind::boolean))
-    return dtype_error(std::string("sub with a bool operand is not defined (use logical_xor or logical_not), got ") +
-                       dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar");
+  if (rule_of(k) == BinaryRule::no_bool_operand && (is_bool(ta) || sk == ScalarKind::boolean))
+    return dtype_error(std::string(to_string(k)) +
+                       " with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) +
+                       " and a " + kinds[static_cast<int>(sk)] + " scalar");
   auto t = binary_dtype(k, promote_scalar(ta, sk),
                         [&] { return dt(ta) + " and a " + kinds[static_cast<int>(sk)] + " scalar"; });
   if (!t) return std::move(t.error());
@@ -468,10 +442,14 @@ struct KindChecker {
   }
   caf::error operator()(const FillOp& x) const { return check(x, "fill", x.kind, FillKind::eye); }
   caf::error operator()(const RandomOp& x) const { return check(x, "random", x.kind, RandomKind::bernoulli); }
-  caf::error operator()(const UnaryOp& x) const { return check(x, "unary", x.kind, UnaryKind::isinf); }
-  caf::error operator()(const BinaryOp& x) const { return check(x, "binary", x.kind, BinaryKind::bitwise_xor); }
+  caf::error operator()(const UnaryOp& x) const {
+    return check(x, "unary", x.kind, static_cast<UnaryKind>(unary_kind_count - 1));
+  }
+  caf::error operator()(const BinaryOp& x) const {
+    return check(x, "binary", x.kind, static_cast<BinaryKind>(binary_kind_count - 1));
+  }
   caf::error operator()(const ScalarOp& x) const {
-    if (auto err = check(x, "scalar", x.kind, BinaryKind::bitwise_xor)) return err;
+    if (auto err = check(x, "scalar", x.kind, static_cast<BinaryKind>(binary_kind_count - 1))) return err;
     if (auto err = check(x, "scalar operand", x.scalar.kind, ScalarKind::floating)) return err;
     if (x.scalar.kind == ScalarKind::boolean && x.scalar.i != 0 && x.scalar.i != 1)
       return make_error(Errc::protocol_error, "scalar: a bool operand holds " + std::to_string(x.scalar.i));

@@ -3,24 +3,6 @@
 
 namespace switchyard {
 
-const char* to_string(UnaryKind k) noexcept {
-  static constexpr const char* names[] = {
-      "neg",  "abs",   "sign",       "exp",     "log",         "log1p",       "expm1", "sqrt", "rsqrt",
-      "sin",  "cos",   "tanh",       "sigmoid", "relu",        "gelu",        "silu",  "erf",  "floor",
-      "ceil", "round", "reciprocal", "clamp",   "logical_not", "bitwise_not", "isnan", "isinf"};
-  auto i = static_cast<size_t>(k);
-  return i < std::size(names) ? names[i] : "unary?";
-}
-
-const char* to_string(BinaryKind k) noexcept {
-  static constexpr const char* names[] = {
-      "add",     "sub",         "mul",        "div",         "pow",         "remainder",  "maximum",
-      "minimum", "atan2",       "eq",         "ne",          "lt",          "le",         "gt",
-      "ge",      "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"};
-  auto i = static_cast<size_t>(k);
-  return i < std::size(names) ? names[i] : "binary?";
-}
-
 const char* to_string(ReduceKind k) noexcept {
   static constexpr const char* names[] = {"sum",    "mean", "prod", "max", "min", "argmax",
                                           "argmin", "var",  "std",  "any", "all"};

@@ -247,14 +247,14 @@ OperationIr random_op(Reader& r) {
     case 2:
       return RandomOp{r.kind<RandomKind>(3), r.tensor(), r.real(), r.real()};
     case 3:
-      return UnaryOp{r.kind<UnaryKind>(26), r.tensor(), r.tensor(), r.real(), r.real()};
+      return UnaryOp{r.kind<UnaryKind>(static_cast<int>(unary_kind_count)), r.tensor(), r.tensor(), r.real(), r.real()};
     case 4:
-      return BinaryOp{r.kind<BinaryKind>(21), r.tensor(), r.tensor(), r.tensor()};
+      return BinaryOp{r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), r.tensor(), r.tensor(), r.tensor()};
     case 5: {
       Scalar value = r.real();  // then any kind and integer payload, as a hostile peer may send
       value.kind = r.kind<ScalarKind>(3);
       value.i = r.number();
-      return ScalarOp{r.kind<BinaryKind>(21), r.tensor(), value, r.flag(), r.tensor()};
+      return ScalarOp{r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), r.tensor(), value, r.flag(), r.tensor()};
     }
     case 6:
       return ReduceOp{r.kind<ReduceKind>(11), r.tensor(), r.tensor(), r.numbers(), r.flag(), r.number()};
@@ -415,9 +415,9 @@ int check_rules(const uint8_t* data, size_t size) {
       auto a = r.tensor(), b = r.tensor();
       if (!well_formed(a) || !well_formed(b)) break;
       check_spec(matmul_result(a.shape, a.dtype, b.shape, b.dtype, r.flag(), r.flag()));
-      check_spec(binary_result(r.kind<BinaryKind>(21), a.shape, a.dtype, b.shape, b.dtype));
-      check_spec(scalar_result(r.kind<BinaryKind>(21), a.shape, a.dtype, r.kind<ScalarKind>(3)));
-      check_spec(unary_result(r.kind<UnaryKind>(26), a.shape, a.dtype));
+      check_spec(binary_result(r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), a.shape, a.dtype, b.shape, b.dtype));
+      check_spec(scalar_result(r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), a.shape, a.dtype, r.kind<ScalarKind>(3)));
+      check_spec(unary_result(r.kind<UnaryKind>(static_cast<int>(unary_kind_count)), a.shape, a.dtype));
       int64_t axis = r.number();
       check_spec(softmax_result(a.shape, a.dtype, axis));
       check_spec(pad_result(a.shape, a.dtype, r.numbers(), r.numbers()));

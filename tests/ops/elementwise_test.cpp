@@ -157,6 +157,7 @@ TEST_CASE("binary ops give hand-computed values", "[ops][binary]") {
   check(K::div, DType::f64, {-1.5, -0.5, 2, 1});
   check(K::pow, DType::f64, {9, 0.0625, std::pow(0.5, 0.25), 823543});
   check(K::remainder, DType::f64, {1, -2, 0, 0});
+  check(K::floor_divide, DType::f64, {-2, -1, 2, 1});
   check(K::maximum, DType::f64, {2, 2, 0.5, 7});
   check(K::minimum, DType::f64, {-3, -4, 0.25, 7});
   check(K::atan2, DType::f64,
@@ -222,6 +223,55 @@ TEST_CASE("integer arithmetic wraps and uses Python remainder", "[ops][binary][i
         return make(d, DType::i64, {1}, {-9223372036854775807.0 - 1}).remainder(make(d, DType::i64, {1}, {-1}));
       },
       DType::i64, {1}, {0});
+}
+
+TEST_CASE("floor_divide rounds toward minus infinity as Python's //", "[ops][binary][int]") {
+  auto a = [](const Device& d, DType t) { return make(d, t, {4}, {7, -7, 7, -7}); };
+  auto b = [](const Device& d, DType t) { return make(d, t, {4}, {2, 2, -2, -2}); };
+  for (auto t : {DType::i32, DType::i64, DType::f32, DType::f64}) {
+    INFO(sy::name_of(t));
+    expect_all([&](const Device& d) { return a(d, t).floor_divide(b(d, t)); }, t, {4}, {3, -4, -4, 3});
+  }
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::u8, {2}, {200, 7}).floor_divide(3);
+      },
+      DType::u8, {2}, {66, 2});
+  // Python's float rule: 1.0 // 0.1 is 9 (the quotient is 9.999...), -0.0 // 3 is -0.0, a zero divisor
+  // gives IEEE's x / 0, and an infinite divisor floors toward -1 for negative dividends.
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {6}, {1.0, 5, -5, 7.5, -7.5, 0})
+            .floor_divide(make(d, DType::f64, {6}, {0.1, kInf, kInf, 0, 0, 0}));
+      },
+      DType::f64, {6}, {9, 0, -1, kInf, -kInf, kNan});
+  // INT64_MIN // -1 wraps (PyTorch's CPU traps).
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i64, {1}, {-9223372036854775807.0 - 1}).floor_divide(make(d, DType::i64, {1}, {-1}));
+      },
+      DType::i64, {1}, {-9223372036854775807.0 - 1});
+  // Integer division by zero fails the op, naming it; bool has no floor_divide.
+  expect_error(
+      [](const Device& d) {
+        return make(d, DType::i32, {2}, {1, 2}).floor_divide(make(d, DType::i32, {2}, {1, 0}));
+      },
+      sy::Errc::kernel_failure);
+  for (const auto& d : sytest::devices()) {
+    try {
+      (void)make(d, DType::i32, {1}, {1}).floor_divide(make(d, DType::i32, {1}, {0})).read().get();
+      FAIL("no error on " << d.name());
+    } catch (const sy::Error& e) {
+      CHECK_THAT(e.what(), Catch::Matchers::Contains("floor_divide: integer division by zero"));
+    }
+  }
+  expect_error(
+      [](const Device& d) {
+        return make(d, DType::i64, {2}, {1, 2}).floor_divide(0);
+      },
+      sy::Errc::kernel_failure);
+  CHECK_THROWS_AS(make(reference(), DType::boolean, {1}, {1}).floor_divide(make(reference(), DType::boolean, {1}, {1})),
+                  sy::Error);
 }
 
 TEST_CASE("true division of integers gives f32", "[ops][binary][promotion]") {

@@ -53,8 +53,8 @@ sy::TensorData tensor_of(const json& j) {
 }
 
 template <class Enum>
-Enum kind_named(const std::string& name, const char* (*to_string)(Enum) noexcept, int count) {
-  for (int i = 0; i < count; ++i)
+Enum kind_named(const std::string& name, const char* (*to_string)(Enum) noexcept, size_t count) {
+  for (size_t i = 0; i < count; ++i)
     if (name == to_string(static_cast<Enum>(i))) return static_cast<Enum>(i);
   throw std::runtime_error("unknown kind " + name);
 }
@@ -89,16 +89,17 @@ Tensor build(const Device& d, const json& c) {
   const json& a = c["args"];
   std::vector<Tensor> in;
   for (const auto& t : c["inputs"]) in.push_back(d.from_data(tensor_of(t)));
-  if (op == "unary") return in[0].unary(kind_named<sy::UnaryKind>(a["kind"], sy::to_string, 26));
+  if (op == "unary") return in[0].unary(kind_named<sy::UnaryKind>(a["kind"], sy::to_string, sy::unary_kind_count));
   if (op == "clamp") {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     return in[0].clamp(a["lo"].is_null() ? nan : a["lo"].get<double>(),
                        a["hi"].is_null() ? nan : a["hi"].get<double>());
   }
-  if (op == "binary") return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, 21), in[1]);
+  if (op == "binary")
+    return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, sy::binary_kind_count), in[1]);
   if (op == "scalar")
-    return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, 21), scalar_of(a["value"], a["scalar"]),
-                        a["first"].get<bool>());
+    return in[0].binary(kind_named<sy::BinaryKind>(a["kind"], sy::to_string, sy::binary_kind_count),
+                        scalar_of(a["value"], a["scalar"]), a["first"].get<bool>());
   if (op == "reduce") {
     auto k = kind_named<sy::ReduceKind>(a["kind"], sy::to_string, 11);
     auto axes = ints(a["axes"]);

@@ -147,11 +147,12 @@ BINARY = {
     "logical_and": torch.logical_and, "logical_or": torch.logical_or,
     "logical_xor": torch.logical_xor, "bitwise_and": torch.bitwise_and,
     "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "floor_divide": torch.floor_divide,
 }
 
 
 def rhs_kind(name):
-    return {"pow": "exp", "remainder": "nonzero"}.get(name, "any")
+    return {"pow": "exp", "remainder": "nonzero", "floor_divide": "nonzero"}.get(name, "any")
 
 
 for name, fn in BINARY.items():
@@ -164,11 +165,12 @@ for name, fn in BINARY.items():
     add("binary", [rand("f32", [2, 1, 3]), rand("f32", [4, 1], rhs_kind(name))], {"kind": name}, fn)
     add("binary", [rand("f64", []), rand("f64", [2, 2], rhs_kind(name))], {"kind": name}, fn)
     add("binary", [rand("f32", [0, 3]), rand("f32", [1, 3], rhs_kind(name))], {"kind": name}, fn)
-    if name in ("add", "mul", "div", "maximum", "minimum", "pow", "atan2", "eq", "lt", "remainder", "sub"):
+    if name in ("add", "mul", "div", "maximum", "minimum", "pow", "atan2", "eq", "lt", "remainder", "sub",
+                "floor_divide"):
         add("binary", [SPECIAL.clone(), SPECIAL.flip(0).clone()], {"kind": name}, fn)
 
 # Mixed dtypes: promotion across every pair for a few kinds.
-for name in ("add", "mul", "div", "maximum", "lt", "bitwise_or"):
+for name in ("add", "mul", "div", "maximum", "lt", "bitwise_or", "floor_divide"):
     for da in ALL:
         for db in ALL:
             if da != db:
@@ -188,11 +190,17 @@ add("binary", [torch.tensor(-9, dtype=torch.int32), torch.tensor(7, dtype=torch.
     torch.bitwise_or)
 add("binary", [rand("i32", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int32)], {"kind": "remainder"}, torch.remainder)
 add("binary", [rand("i64", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int64)], {"kind": "div"}, torch.div)
+add("binary", [rand("i32", [4]), torch.tensor([1, 0, 2, 0], dtype=torch.int32)], {"kind": "floor_divide"},
+    torch.floor_divide)
+# floor_divide's float rule: Python's (1.0 // 0.1 == 9), signed zeros, inf divisors.
+add("binary", [torch.tensor([1.0, -0.0, 5.0, -5.0, 7.5, -7.5, 0.0], dtype=torch.float64),
+               torch.tensor([0.1, 3.0, float("inf"), float("inf"), -2.0, 0.0, 0.0], dtype=torch.float64)],
+    {"kind": "floor_divide"}, torch.floor_divide)
 
 # --- scalar ------------------------------------------------------------------
 SCALARS = [("int", 2), ("int", -3), ("float", 0.5), ("float", -1.25), ("bool", True)]
 for name in ("add", "sub", "mul", "div", "pow", "remainder", "maximum", "lt", "eq", "ge",
-             "logical_and", "bitwise_xor", "atan2"):
+             "logical_and", "bitwise_xor", "atan2", "floor_divide"):
     fn = BINARY[name]
     for dt in ALL:
         for kind, s in SCALARS:
@@ -204,7 +212,7 @@ for name in ("add", "sub", "mul", "div", "pow", "remainder", "maximum", "lt", "e
             wrapped = torch.tensor(s)
             add("scalar", [x], {"kind": name, "value": s, "scalar": kind, "first": False},
                 lambda x, w=wrapped, fn=fn: fn(x, w))
-            if name in ("sub", "div", "pow", "remainder", "lt"):
+            if name in ("sub", "div", "pow", "remainder", "lt", "floor_divide"):
                 add("scalar", [x], {"kind": name, "value": s, "scalar": kind, "first": True},
                     lambda x, w=wrapped, fn=fn: fn(w, x))
 add("scalar", [torch.tensor([1, 2], dtype=torch.int32)], {"kind": "remainder", "value": 0, "scalar": "int", "first": False},

@@ -20,7 +20,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 5;  // 5: tensors cross in parts (DataPart)
+inline constexpr uint32_t protocol_version = 6;  // 6: the NN op families and floor_divide (issue 18)
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
