@@ -3,6 +3,9 @@
 
 #include "switchyard/nn.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "op_emit.hpp"
 
 namespace switchyard::nn {
@@ -14,5 +17,227 @@ using namespace detail::op_emit;  // NOLINT(google-build-using-namespace)
 // --- convolution and pooling ------------------------------------------------
 
 // --- normalisation and attention ----------------------------------------------
+
+// --- padding and resampling ----------------------------------------------------
+
+namespace {
+
+// One axis of a non-constant pad as one index_select: output position j
+// reads input position j - before, extended past the ends by the mode. A
+// negative width therefore crops; reflect and replicate still extend the
+// whole input and circular wraps the part the crop keeps, as PyTorch 1.13.
+Tensor pad_axis(const Tensor& x, int64_t axis, int64_t before, int64_t after, const std::string& mode) {
+  if (before == 0 && after == 0) return x;
+  const int64_t n = x.shape().dims[static_cast<size_t>(axis)];
+  const auto bad = [&](const std::string& rule) {
+    return Error(Errc::invalid_argument, "pad: " + mode + " widths (" + std::to_string(before) + ", " +
+                                             std::to_string(after) + ") on axis " + std::to_string(axis) + " of " +
+                                             x.shape().to_string() + ": " + rule);
+  };
+  if (mode == "reflect" && (before >= n || after >= n)) throw bad("each must be below the axis's extent");
+  if (mode == "circular" && (before > n || after > n)) throw bad("each must be at most the axis's extent");
+  if (mode == "replicate" && n == 0) throw bad("the axis is empty");
+  const int64_t extent = n + before + after;
+  if (extent < 0) throw bad("they crop more than the axis holds");
+  const int64_t kept_lo = std::max<int64_t>(-before, 0);
+  const int64_t kept = n - kept_lo - std::max<int64_t>(-after, 0);
+  if (mode == "circular" && extent > 0 && kept <= 0) throw bad("they crop the whole axis");
+  std::vector<int64_t> source(static_cast<size_t>(extent));
+  for (int64_t j = 0; j < extent; ++j) {
+    int64_t i = j - before;
+    if (mode == "reflect")
+      i = i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i);
+    else if (mode == "replicate")
+      i = std::clamp<int64_t>(i, 0, n - 1);
+    else  // circular wraps the part the crop keeps, [kept_lo, kept_lo + kept)
+      i = kept_lo + (((j - std::max<int64_t>(before, 0)) % kept) + kept) % kept;
+    source[static_cast<size_t>(j)] = i;
+  }
+  return x.index_select(axis, x.device().tensor(source, {extent}));
+}
+
+}  // namespace
+
+Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::string& mode, double value) {
+  const auto rank = static_cast<int64_t>(TensorAccess::handle(input, "pad").ir.shape.rank());
+  if (pad.size() % 2 != 0)
+    throw Error(Errc::invalid_argument, "pad: widths come in (before, after) pairs, got " + std::to_string(pad.size()));
+  const auto axes = static_cast<int64_t>(pad.size() / 2);
+  if (axes > rank)
+    throw Error(Errc::invalid_argument, "pad: " + std::to_string(axes) + " pairs of widths for shape " +
+                                            input.shape().to_string() + " (at most one per axis)");
+  if (mode == "constant") {
+    std::vector<int64_t> before(static_cast<size_t>(rank), 0), after(static_cast<size_t>(rank), 0);
+    for (int64_t k = 0; k < axes; ++k) {
+      before[static_cast<size_t>(rank - 1 - k)] = pad[static_cast<size_t>(2 * k)];
+      after[static_cast<size_t>(rank - 1 - k)] = pad[static_cast<size_t>(2 * k + 1)];
+    }
+    return input.pad(std::move(before), std::move(after), value);
+  }
+  if (mode != "reflect" && mode != "replicate" && mode != "circular")
+    throw Error(Errc::invalid_argument,
+                "pad: unknown mode \"" + mode + "\" (constant, reflect, replicate or circular)");
+  if (value != 0)
+    throw Error(Errc::invalid_argument, "pad: a fill value is only for mode constant, got " + std::to_string(value));
+  if (mode != "circular" && !is_floating(input.dtype()))
+    throw Error(Errc::dtype_mismatch, "pad: mode " + mode + " needs a floating tensor, got " + dt(input.dtype()));
+  // PyTorch 1.13's ranks: 1 to 3 padded axes; reflect and replicate take
+  // the input with or without its batch axis, circular only with it.
+  const bool rank_ok =
+      axes >= 1 && axes <= 3 && (mode == "circular" ? rank == axes + 2 : (rank == axes + 1 || rank == axes + 2));
+  if (!rank_ok)
+    throw Error(Errc::invalid_argument, "pad: mode " + mode + " pads 1 to 3 trailing axes of an input with " +
+                                            (mode == "circular" ? "exactly 2" : "1 or 2") + " more axes; got " +
+                                            std::to_string(axes) + " pairs of widths for shape " +
+                                            input.shape().to_string());
+  Tensor out = input;
+  for (int64_t k = 0; k < axes; ++k)
+    out = pad_axis(out, rank - 1 - k, pad[static_cast<size_t>(2 * k)], pad[static_cast<size_t>(2 * k + 1)], mode);
+  return out;
+}
+
+namespace {
+
+// PyTorch's scale for one axis: what the kernel multiplies output indices by.
+// A given scale factor is used as 1 / factor; align_corners maps corner to
+// corner. Kept in the tensor's precision as PyTorch's CPU kernels do.
+template <class T>
+T source_scale(int64_t in, int64_t out, std::optional<double> factor, bool align_corners) {
+  if (align_corners) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  if (factor && *factor > 0) return static_cast<T>(1.0 / *factor);
+  return static_cast<T>(in) / static_cast<T>(out);
+}
+
+std::vector<int64_t> nearest_indices(int64_t in, int64_t out, std::optional<double> factor, bool exact) {
+  std::vector<int64_t> idx(static_cast<size_t>(out));
+  const float scale = source_scale<float>(in, out, factor, false);
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t i = 0;
+    if (exact)
+      i = static_cast<int64_t>(std::floor(static_cast<float>((static_cast<double>(o) + 0.5) * scale)));
+    else if (out == in)
+      i = o;
+    else if (out == 2 * in)
+      i = o >> 1;
+    else
+      i = static_cast<int64_t>(std::floor(static_cast<float>(o) * scale));
+    idx[static_cast<size_t>(o)] = std::min(i, in - 1);
+  }
+  return idx;
+}
+
+// The two source indices and weights of linear sampling along one axis.
+template <class T>
+struct LinearTaps {
+  std::vector<int64_t> lo, hi;
+  std::vector<T> w_lo, w_hi;
+};
+
+template <class T>
+LinearTaps<T> linear_taps(int64_t in, int64_t out, std::optional<double> factor, bool align_corners) {
+  LinearTaps<T> taps;
+  const T scale = source_scale<T>(in, out, factor, align_corners);
+  for (int64_t o = 0; o < out; ++o) {
+    // As PyTorch: (o + 0.5) is a double, so the half-pixel shift is
+    // computed in double and rounded to T once.
+    T src = align_corners ? scale * static_cast<T>(o)
+                          : static_cast<T>(static_cast<double>(scale) * (static_cast<double>(o) + 0.5) - 0.5);
+    if (src < T(0)) src = T(0);
+    const auto i0 = std::min(static_cast<int64_t>(src), in - 1);
+    const int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
+    const T l1 = std::min(std::max(src - static_cast<T>(i0), T(0)), T(1));
+    taps.lo.push_back(i0);
+    taps.hi.push_back(i1);
+    taps.w_lo.push_back(T(1) - l1);
+    taps.w_hi.push_back(l1);
+  }
+  return taps;
+}
+
+}  // namespace
+
+Tensor interpolate(const Tensor& input, const std::vector<int64_t>& size, const std::vector<double>& scale_factor,
+                   const std::string& mode, std::optional<bool> align_corners) {
+  const auto& h = TensorAccess::handle(input, "interpolate");
+  const auto& shape = h.ir.shape;
+  const auto rank = shape.rank();
+  if (rank < 3 || rank > 5)
+    throw Error(Errc::shape_mismatch,
+                "interpolate: input must be (N, C, d1[, d2[, d3]]), got shape " + shape.to_string());
+  const size_t spatial = rank - 2;
+  const bool nearest = mode == "nearest" || mode == "nearest-exact";
+  const char* linear_mode = spatial == 1 ? "linear" : spatial == 2 ? "bilinear" : "trilinear";
+  if (!nearest && mode != linear_mode) {
+    if (mode == "linear" || mode == "bilinear" || mode == "trilinear")
+      throw Error(Errc::invalid_argument, "interpolate: mode " + mode + " is for " +
+                                              (mode == "linear"     ? "3"
+                                               : mode == "bilinear" ? "4"
+                                                                    : "5") +
+                                              "-D input, got shape " + shape.to_string());
+    throw Error(Errc::invalid_argument,
+                "interpolate: unknown mode \"" + mode + "\" (nearest, nearest-exact, linear, bilinear or trilinear)");
+  }
+  if (nearest && align_corners)
+    throw Error(Errc::invalid_argument, "interpolate: align_corners is only for the linear modes, not " + mode);
+  const auto t = h.ir.dtype;
+  if (!is_floating(t) && !(nearest && t == DType::u8))
+    throw Error(Errc::dtype_mismatch, "interpolate: mode " + mode + " is not defined for " + dt(t) +
+                                          (nearest ? " (f32, f64 or u8)" : " (f32 or f64)"));
+  if (size.empty() == scale_factor.empty())
+    throw Error(Errc::invalid_argument, "interpolate: give either size or scale_factor, not both or neither");
+  const auto per_axis = [&](size_t given, const char* what) {
+    if (given != 1 && given != spatial)
+      throw Error(Errc::invalid_argument, std::string("interpolate: ") + what + " has " + std::to_string(given) +
+                                              " values for " + std::to_string(spatial) + " spatial axes of " +
+                                              shape.to_string());
+  };
+  std::vector<int64_t> out_size(spatial);
+  std::vector<std::optional<double>> factors(spatial);
+  if (!size.empty()) {
+    per_axis(size.size(), "size");
+    for (size_t k = 0; k < spatial; ++k) out_size[k] = size[size.size() == 1 ? 0 : k];
+  } else {
+    per_axis(scale_factor.size(), "scale_factor");
+    for (size_t k = 0; k < spatial; ++k) {
+      const double f = scale_factor[scale_factor.size() == 1 ? 0 : k];
+      if (!(f > 0) || !std::isfinite(f))
+        throw Error(Errc::invalid_argument,
+                    "interpolate: scale_factor must be positive and finite, got " + std::to_string(f));
+      factors[k] = f;
+      out_size[k] = static_cast<int64_t>(std::floor(static_cast<double>(shape.dims[k + 2]) * f));
+    }
+  }
+  for (size_t k = 0; k < spatial; ++k)
+    if (out_size[k] <= 0 || shape.dims[k + 2] <= 0)
+      throw Error(Errc::invalid_argument, "interpolate: input extent " + std::to_string(shape.dims[k + 2]) +
+                                              " and output extent " + std::to_string(out_size[k]) +
+                                              " of spatial axis " + std::to_string(k) + " must both be positive");
+  auto device = input.device();
+  Tensor out = input;
+  // The innermost axis first, each one as gathers (and, for the linear
+  // modes, one weighted sum), which is PyTorch's separable order of sums.
+  for (size_t k = spatial; k-- > 0;) {
+    const auto axis = static_cast<int64_t>(k + 2);
+    const int64_t in_extent = shape.dims[k + 2], out_extent = out_size[k];
+    if (nearest) {
+      auto idx = nearest_indices(in_extent, out_extent, factors[k], mode == "nearest-exact");
+      out = out.index_select(axis, device.tensor(idx, {out_extent}));
+      continue;
+    }
+    // Weights broadcast along `axis`: shape [out_extent, 1, ...].
+    Shape weight_shape;
+    weight_shape.dims.assign(rank - static_cast<size_t>(axis), 1);
+    weight_shape.dims[0] = out_extent;
+    const bool corners = align_corners.value_or(false);
+    auto blend = [&](auto taps) {
+      auto lo = out.index_select(axis, device.tensor(taps.lo, {out_extent}));
+      auto hi = out.index_select(axis, device.tensor(taps.hi, {out_extent}));
+      return lo * device.tensor(taps.w_lo, weight_shape) + hi * device.tensor(taps.w_hi, weight_shape);
+    };
+    out = t == DType::f64 ? blend(linear_taps<double>(in_extent, out_extent, factors[k], corners))
+                          : blend(linear_taps<float>(in_extent, out_extent, factors[k], corners));
+  }
+  return out;
+}
 
 }  // namespace switchyard::nn

@@ -533,6 +533,85 @@ Tensor Tensor::slice_assign(std::vector<Slice> s, const Tensor& value) const {
   return emit(h, out, SliceAssignOp{as_input(h), as_input(vh), out, r.offset, std::move(r.strides)});
 }
 
+namespace {
+// tril and triu: a mask from two aranges, then where.
+Tensor triangle(const Tensor& x, const TensorHandle& h, const char* op, int64_t diagonal, bool lower) {
+  const auto rank = h.ir.shape.rank();
+  if (rank < 2)
+    throw Error(Errc::shape_mismatch,
+                std::string(op) + ": the input needs at least 2 axes, got shape " + h.ir.shape.to_string());
+  const int64_t rows = h.ir.shape.dims[rank - 2], cols = h.ir.shape.dims[rank - 1];
+  auto d = x.device();
+  auto offset = d.arange(0, static_cast<double>(cols)).reshape({1, cols}) -
+                d.arange(0, static_cast<double>(rows)).reshape({rows, 1});
+  auto keep = lower ? offset <= Scalar(diagonal) : offset >= Scalar(diagonal);
+  return where(keep, x, d.zeros({}, h.ir.dtype));
+}
+}  // namespace
+
+Tensor Tensor::tril(int64_t diagonal) const { return triangle(*this, handle("tril"), "tril", diagonal, true); }
+Tensor Tensor::triu(int64_t diagonal) const { return triangle(*this, handle("triu"), "triu", diagonal, false); }
+
+Tensor Tensor::repeat(std::vector<int64_t> repeats) const {
+  const auto& h = handle("repeat");
+  const auto rank = h.ir.shape.rank();
+  if (repeats.size() < rank)
+    throw Error(Errc::invalid_argument, "repeat: " + std::to_string(repeats.size()) + " repeats for shape " +
+                                            h.ir.shape.to_string() + " (give at least one per axis)");
+  for (auto r : repeats)
+    if (r < 0) throw Error(Errc::invalid_argument, "repeat: repeats must not be negative, got " + std::to_string(r));
+  // The input's shape with leading 1s, then one strided view of shape
+  // [r0, d0, r1, d1, ...] whose repeat axes have stride 0, then a reshape.
+  Shape padded;
+  padded.dims.assign(repeats.size() - rank, 1);
+  padded.dims.insert(padded.dims.end(), h.ir.shape.dims.begin(), h.ir.shape.dims.end());
+  const auto strides = padded.strides();
+  Shape spread, result;
+  std::vector<int64_t> spread_strides;
+  for (size_t k = 0; k < repeats.size(); ++k) {
+    spread.dims.push_back(repeats[k]);
+    spread.dims.push_back(padded.dims[k]);
+    spread_strides.push_back(0);
+    spread_strides.push_back(strides[k]);
+    result.dims.push_back(repeats[k] * padded.dims[k]);
+  }
+  if (auto err = check_shape(result, "repeat result")) detail::throw_error(err);
+  return view(h, std::move(spread), 0, std::move(spread_strides)).reshape(std::move(result));
+}
+
+Tensor Tensor::tile(std::vector<int64_t> reps) const {
+  const auto rank = handle("tile").ir.shape.rank();
+  if (reps.size() < rank) reps.insert(reps.begin(), rank - reps.size(), 1);
+  return repeat(std::move(reps));
+}
+
+Tensor Tensor::roll(std::vector<int64_t> shifts, std::vector<int64_t> dims) const {
+  const auto& h = handle("roll");
+  if (dims.empty()) {
+    if (shifts.size() != 1)
+      throw Error(Errc::invalid_argument,
+                  "roll: without dims, give exactly one shift (got " + std::to_string(shifts.size()) + ")");
+    return flatten().roll(shifts, {0}).reshape(h.ir.shape);
+  }
+  if (shifts.size() != dims.size())
+    throw Error(Errc::invalid_argument, "roll: " + std::to_string(shifts.size()) + " shifts for " +
+                                            std::to_string(dims.size()) + " dims (give one shift per dim)");
+  Tensor out = *this;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const auto axis = axis_of("roll", dims[k], h.ir.shape.rank());
+    const int64_t n = h.ir.shape.dims[axis];
+    if (n == 0) continue;
+    const int64_t s = ((shifts[k] % n) + n) % n;
+    if (s == 0) continue;
+    out = cat({out.slice(axis, {n - s, n}), out.slice(axis, {0, n - s})}, axis);
+  }
+  return out;
+}
+
+Tensor Tensor::roll(int64_t shift, std::optional<int64_t> dim) const {
+  return dim ? roll(std::vector<int64_t>{shift}, {*dim}) : roll(std::vector<int64_t>{shift});
+}
+
 Tensor Tensor::pad(std::vector<int64_t> before, std::vector<int64_t> after, double value) const {
   const auto& h = handle("pad");
   if (before.size() == h.ir.shape.rank() && after.size() == h.ir.shape.rank() &&

@@ -333,6 +333,23 @@ class Tensor {
   /// Constant padding, `before[k]` / `after[k]` elements on axis k; a
   /// negative width crops instead (as F.pad), down to an empty axis.
   [[nodiscard]] Tensor pad(std::vector<int64_t> before, std::vector<int64_t> after, double value = 0) const;
+  /// The lower triangle of the last two axes (column - row <= diagonal),
+  /// zeros elsewhere; at least 2 axes.
+  [[nodiscard]] Tensor tril(int64_t diagonal = 0) const;
+  /// The upper triangle of the last two axes (column - row >= diagonal),
+  /// zeros elsewhere; at least 2 axes.
+  [[nodiscard]] Tensor triu(int64_t diagonal = 0) const;
+  /// PyTorch's repeat: the tensor tiled repeats[k] times along axis k; more
+  /// repeats than axes add leading axes, fewer are refused.
+  [[nodiscard]] Tensor repeat(std::vector<int64_t> repeats) const;
+  /// torch.tile: as repeat, but fewer reps than axes are padded with 1s in
+  /// front.
+  [[nodiscard]] Tensor tile(std::vector<int64_t> reps) const;
+  /// torch.roll: elements shifted by shifts[k] along dims[k], wrapping
+  /// around; with no dims, over the flattened tensor (one shift).
+  [[nodiscard]] Tensor roll(std::vector<int64_t> shifts, std::vector<int64_t> dims = {}) const;
+  /// torch.roll with one shift (over the flattened tensor without a dim).
+  [[nodiscard]] Tensor roll(int64_t shift, std::optional<int64_t> dim = std::nullopt) const;
   /// out[..i..] = x[..index[..i..]..] along `axis` (PyTorch's gather).
   [[nodiscard]] Tensor gather(int64_t axis, const Tensor& index) const;
   /// A copy of x with src added at the positions index names along `axis`.

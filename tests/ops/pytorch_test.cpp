@@ -158,6 +158,18 @@ Tensor build(const Device& d, const json& c) {
   if (op == "scatter_add") return in[0].scatter_add(a["axis"], in[1], in[2]);
   if (op == "where") return sy::where(in[0], in[1], in[2]);
   if (op == "masked_fill") return in[0].masked_fill(in[1], scalar_of(a["value"], a["scalar"]));
+  if (op == "tril") return in[0].tril(a["diagonal"]);
+  if (op == "triu") return in[0].triu(a["diagonal"]);
+  if (op == "repeat") return in[0].repeat(ints(a["repeats"]));
+  if (op == "tile") return in[0].tile(ints(a["reps"]));
+  if (op == "roll") return in[0].roll(ints(a["shifts"]), ints(a["dims"]));
+  if (op == "pad_mode") return sy::nn::pad(in[0], ints(a["pad"]), a["mode"].get<std::string>());
+  if (op == "interpolate") {
+    std::optional<bool> corners;
+    if (!a["align_corners"].is_null()) corners = a["align_corners"].get<bool>();
+    return sy::nn::interpolate(in[0], ints(a["size"]), a["scale_factor"].get<std::vector<double>>(),
+                               a["mode"].get<std::string>(), corners);
+  }
   if (op == "full") return d.full(shape_of(a["shape"]), a["value"], dtype_of(a["dtype"]));
   if (op == "eye") return d.eye(a["n"], a["m"], dtype_of(a["dtype"]));
   if (op == "arange") return d.arange(a["start"], a["end"], a["step"], dtype_of(a["dtype"]));

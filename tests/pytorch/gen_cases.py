@@ -432,6 +432,52 @@ for da, db in (("i32", "i64"), ("u8", "i32"), ("f32", "f64"), ("i32", "f64"), ("
     add("where", [torch.tensor([True, False]), rand(da, [2]), rand(db, [])], {}, torch.where)
     add("where", [torch.tensor(True), rand(da, []), rand(db, [2])], {}, torch.where)
 
+# --- composed layout and resampling ops (issue 18) -----------------------------------
+for dt in ALL:
+    for k in (0, 1, -1, 5, -5):
+        add("tril", [rand(dt, [3, 4])], {"diagonal": k}, lambda x, k=k: torch.tril(x, k))
+        add("triu", [rand(dt, [2, 3, 4])], {"diagonal": k}, lambda x, k=k: torch.triu(x, k))
+add("tril", [rand("f32", [4])], {"diagonal": 0}, torch.tril)
+add("triu", [rand("f32", [0, 3])], {"diagonal": 1}, lambda x: torch.triu(x, 1))
+for reps in ([2, 3], [1, 1], [2, 1, 2], [0, 2], [3]):
+    add("repeat", [rand("i64", [2, 3])], {"repeats": reps}, lambda x, r=reps: x.repeat(*r))
+    add("tile", [rand("f32", [2, 3])], {"reps": reps}, lambda x, r=reps: torch.tile(x, tuple(r)))
+add("repeat", [rand("bool", [])], {"repeats": [2, 2]}, lambda x: x.repeat(2, 2))
+add("repeat", [rand("f32", [2])], {"repeats": [-1]}, lambda x: x.repeat(-1))
+for shifts, dims in (([1], [0]), ([-1], [1]), ([7], [1]), ([1, -2], [0, 1]), ([3], []), ([-4], []), ([0], [0]),
+                     ([1, 1], [0])):
+    add("roll", [rand("i32", [3, 4])], {"shifts": shifts, "dims": dims},
+        lambda x, s=shifts, d=dims: torch.roll(x, s, d) if d else torch.roll(x, s[0]))
+for mode in ("reflect", "replicate", "circular"):
+    for shape, widths in (([2, 5], [2, 1]), ([1, 2, 4], [1, 3]), ([1, 2, 3, 4], [1, 2, 2, 0]),
+                          ([1, 1, 3, 3, 3], [1, 1, 2, 0, 0, 2]), ([1, 3], [3, 0]), ([2, 3], [-1, 1]),
+                          ([1, 2, 3], [-1, 1]), ([1, 1, 2, 3], [-1, 0, 1, 0]), ([3], [1, 1]), ([1, 2, 3], [4, 0]),
+                          ([1, 2, 3], [1, 1, 1, 1]), ([1, 1, 1, 2, 3], [1, 1]), ([1, 2, 3], [-3, 2]),
+                          ([1, 2, 3], [-1, 2]), ([1, 2, 3], [-2, 2]), ([1, 2, 3], [-4, 0])):
+        if mode == "circular" and widths == [-3, 2]:
+            continue  # PyTorch 1.13 returns uninitialised memory there; we wrap the input
+        for dt in ("f32", "f64", "i64"):
+            add("pad_mode", [rand(dt, shape)], {"pad": widths, "mode": mode},
+                lambda x, w=widths, m=mode: F.pad(x, tuple(w), mode=m))
+for shape, kw in (([1, 2, 5], {"size": [8]}), ([2, 1, 3, 4], {"size": [5, 7]}), ([1, 2, 4, 4], {"size": [2, 3]}),
+                  ([1, 1, 3, 4], {"scale_factor": [2.0]}), ([1, 1, 5, 6], {"scale_factor": [0.5, 1.5]}),
+                  ([1, 1, 2, 3, 4], {"size": [3, 4, 2]}), ([1, 1, 4, 4], {"scale_factor": [1.7]}),
+                  ([1, 1, 7], {"size": [3]}), ([1, 1, 3, 3], {"size": [1, 1]})):
+    rank = len(shape)
+    for mode in ("nearest", "nearest-exact", ("linear", "bilinear", "trilinear")[rank - 3]):
+        for corners in ((None,) if mode.startswith("nearest") else (None, True, False)):
+            for dt in ("f32", "f64", "u8"):
+                args = {"mode": mode, "align_corners": corners, "size": kw.get("size", []),
+                        "scale_factor": kw.get("scale_factor", [])}
+                def run(x, kw=kw, mode=mode, corners=corners):
+                    size = kw.get("size")
+                    scale = kw.get("scale_factor")
+                    return F.interpolate(x, size=None if size is None else (size if len(size) > 1 else size[0]),
+                                         scale_factor=None if scale is None else (
+                                             tuple(scale) if len(scale) > 1 else scale[0]),
+                                         mode=mode, align_corners=corners)
+                add("interpolate", [rand(dt, shape)], args, run, tol=[1e-5, 1e-5] if dt == "f32" else None)
+
 # --- creation -----------------------------------------------------------------------
 for dt in ALL:
     add("full", [], {"shape": [2, 3], "value": 1 if dt == "bool" else 3, "dtype": dt},
