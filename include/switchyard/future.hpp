@@ -201,12 +201,17 @@ struct BrokenPromiseGuard {
 template <class T>
 class Promise {
  public:
+  /// A promise with a fresh, incomplete future.
   Promise()
       : state_(std::make_shared<detail::SharedState<T>>()),
         guard_(std::make_shared<detail::BrokenPromiseGuard<T>>(state_)) {}
+  /// The future this promise completes (any number of times; all share).
   [[nodiscard]] Future<T> future() const { return Future<T>(state_); }
+  /// Completes the future with `v` (ignored when already complete).
   void set_value(detail::Stored<T> v) const { state_->set_value(std::move(v)); }
+  /// Completes a Future<void>.
   void set_value() const requires std::is_void_v<T> { state_->set_value(detail::Unit{}); }
+  /// Fails the future with `e` (ignored when already complete).
   void set_error(std::exception_ptr e) const { state_->set_error(std::move(e)); }
 
  private:
@@ -224,7 +229,9 @@ class Promise {
 template <class T>
 class Future {
  public:
+  /// An empty future (valid() is false).
   Future() = default;
+  /// The future of a shared state (Promise::future() makes these).
   explicit Future(std::shared_ptr<detail::SharedState<T>> s) : state_(std::move(s)) {}
 
   /// A future that is already complete with `v`.
@@ -240,7 +247,9 @@ class Future {
     return p.future();
   }
 
+  /// Whether this future refers to a result (not default-constructed).
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  /// Whether the result (value or error) is there; never blocks.
   [[nodiscard]] bool ready() const { return check().ready(); }
 
   /// Blocks until the result is there and returns a copy of it; throws the
