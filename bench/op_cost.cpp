@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fixed cost of the request path, for bench/instructions (callgrind) and
+// bench/roundtrip (wall clock):
+//   op_cost chain N      N dependent tiny ops (x = x + 1 on f32[1]), one read
+//   op_cost roundtrip N  N blocking round trips (x + 1).read().get() on f32[4],
+//                        printing p50/p99 in microseconds
+// Both start a runtime with one cpu device and warm it up first, so the
+// difference between two runs of different N is the per-op cost alone.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "switchyard/switchyard.hpp"
+
+namespace sy = switchyard;
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: op_cost chain|roundtrip N\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const long n = std::strtol(argv[2], nullptr, 10);
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto cpu = rt.device("cpu:0");
+  // Warm-up: the runner, the buffer pool and the code paths.
+  auto x = cpu.ones({1});
+  for (int i = 0; i < 200; ++i) x = x + 1;
+  (void)x.read().get();
+  if (mode == "chain") {
+    for (long i = 0; i < n; ++i) x = x + 1;
+    auto v = x.read().get();
+    std::printf("%g\n", v.as<float>()[0]);
+    return 0;
+  }
+  if (mode == "roundtrip") {
+    auto y = cpu.ones({4});
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(n));
+    for (long i = 0; i < n; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto v = (y + 1).read().get();
+      auto t1 = std::chrono::steady_clock::now();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("p50 %.1f us  p99 %.1f us  (%ld round trips)\n", us[us.size() / 2], us[us.size() * 99 / 100], n);
+    return 0;
+  }
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}
