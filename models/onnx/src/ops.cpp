@@ -507,6 +507,233 @@ Tensor fix_indices(Ctx& ctx, size_t input, int64_t dim) {
   return where(idx.lt(Scalar(int64_t{0})), idx.add(Scalar(dim)), idx);
 }
 
+// GatherND as one index_select: each index tuple becomes a linear index
+// into data viewed as [batch * indexed extents, rest...]. A component out of
+// range makes the whole linear index invalid (far below -numel), so the
+// index_select fails instead of reading another element.
+Tensor gather_nd(Ctx& ctx, const Tensor& data, Tensor idx, int64_t batch_dims) {
+  const auto& ds = data.shape();
+  const auto& is = idx.shape();
+  if (is.rank() < 1 || batch_dims < 0 || static_cast<size_t>(batch_dims) >= is.rank() ||
+      static_cast<size_t>(batch_dims) > ds.rank())
+    ctx.fail(Errc::shape_mismatch, "indices " + is.to_string() + " and batch_dims " + std::to_string(batch_dims) +
+                                       " do not fit data " + ds.to_string());
+  const auto b = static_cast<size_t>(batch_dims);
+  const auto k = static_cast<size_t>(is[is.rank() - 1]);
+  if (b + k > ds.rank())
+    ctx.fail(Errc::shape_mismatch, "index tuples of " + std::to_string(k) + " entries for data " + ds.to_string() +
+                                       " with " + std::to_string(b) + " batch axes");
+  for (size_t a = 0; a < b; ++a)
+    if (is[a] != ds[a])
+      ctx.fail(Errc::shape_mismatch,
+               "batch axis " + std::to_string(a) + " differs: indices " + is.to_string() + ", data " + ds.to_string());
+  if (idx.dtype() != DType::i64) idx = idx.cast(DType::i64);
+  // Per component: negative counts from the end; out of range poisons.
+  Ints extents(ds.dims.begin() + static_cast<int64_t>(b), ds.dims.begin() + static_cast<int64_t>(b + k));
+  Ints strides(k, 1);
+  for (size_t j = k; j-- > 1;) strides[j - 1] = strides[j] * extents[j];
+  int64_t block = 1;  // elements of the indexed axes per batch position
+  for (auto e : extents) block *= e;
+  int64_t rows = block;
+  for (size_t a = 0; a < b; ++a) rows *= ds[a];
+  Tensor ext = ctx.device().from_data(host_ints(extents, Shape{static_cast<int64_t>(k)}));
+  Tensor fixed = where(idx.lt(Scalar(int64_t{0})), idx.add(ext), idx);
+  Tensor bad = fixed.lt(Scalar(int64_t{0})).logical_or(fixed.ge(ext)).any({-1});
+  Tensor lin = fixed.mul(ctx.device().from_data(host_ints(strides, Shape{static_cast<int64_t>(k)}))).sum({-1});
+  if (b > 0) {
+    int64_t batches = 1;
+    for (size_t a = 0; a < b; ++a) batches *= ds[a];
+    Ints bshape(is.rank() - 1, 1);
+    for (size_t a = 0; a < b; ++a) bshape[a] = ds[a];
+    lin = lin.add(ctx.device().arange(0, static_cast<double>(batches)).reshape(Shape(bshape)).mul(Scalar(block)));
+  }
+  lin = where(bad, ctx.device().full({}, -static_cast<double>(int64_t{1} << 62), DType::i64), lin);
+  Ints rest(ds.dims.begin() + static_cast<int64_t>(b + k), ds.dims.end());
+  Ints viewed{rows};
+  viewed.insert(viewed.end(), rest.begin(), rest.end());
+  Ints out(is.dims.begin(), is.dims.end() - 1);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return data.reshape(Shape(viewed)).index_select(0, lin.flatten()).reshape(Shape(out));
+}
+
+// Einsum by pairwise contraction: each operand's repeated letters become
+// its diagonal, letters nobody else needs are summed out, and two operands
+// meet in one batched matmul ([batch, left, contracted] @ [batch,
+// contracted, right]). "..." becomes one letter per broadcast axis.
+struct EinsumTerm {
+  Tensor t;
+  std::string letters;  // one per axis
+};
+
+Tensor sum_letters(EinsumTerm& x, const std::string& keep) {
+  Ints axes;
+  std::string kept;
+  for (size_t a = 0; a < x.letters.size(); ++a)
+    if (keep.find(x.letters[a]) == std::string::npos)
+      axes.push_back(static_cast<int64_t>(a));
+    else
+      kept += x.letters[a];
+  if (!axes.empty()) {
+    x.t = x.t.sum(axes);
+    x.letters = kept;
+  }
+  return x.t;
+}
+
+void take_diagonals(Ctx& ctx, EinsumTerm& x) {
+  for (size_t p = 0; p < x.letters.size(); ++p)
+    for (size_t q = p + 1; q < x.letters.size(); ++q) {
+      if (x.letters[p] != x.letters[q]) continue;
+      const int64_t n = x.t.shape()[p];
+      if (x.t.shape()[q] != n)
+        ctx.fail(Errc::shape_mismatch, std::string("letter ") + x.letters[p] + " has extents " + std::to_string(n) +
+                                           " and " + std::to_string(x.t.shape()[q]));
+      Ints order;
+      for (size_t a = 0; a < x.letters.size(); ++a)
+        if (a != p && a != q) order.push_back(static_cast<int64_t>(a));
+      order.push_back(static_cast<int64_t>(p));
+      order.push_back(static_cast<int64_t>(q));
+      Ints flat(x.t.shape().dims);
+      Shape moved_shape;
+      for (auto a : order) moved_shape.dims.push_back(flat[static_cast<size_t>(a)]);
+      moved_shape.dims.pop_back();
+      moved_shape.dims.back() = n * n;
+      Tensor diag_index = ctx.device().arange(0, static_cast<double>(n)).mul(Scalar(n + 1));
+      Tensor moved = x.t.permute(order).reshape(moved_shape);
+      x.t = moved.index_select(static_cast<int64_t>(moved_shape.rank() - 1), diag_index);
+      std::string letters;
+      for (size_t a = 0; a + 2 < order.size(); ++a) letters += x.letters[static_cast<size_t>(order[a])];
+      letters += x.letters[p];
+      x.letters = letters;
+      take_diagonals(ctx, x);
+      return;
+    }
+}
+
+Tensor einsum(Ctx& ctx, const std::string& equation, std::vector<Tensor> operands) {
+  std::string eq;
+  for (char c : equation)
+    if (c != ' ') eq += c;
+  const auto arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> specs;
+  for (size_t start = 0;;) {
+    auto comma = lhs.find(',', start);
+    specs.push_back(lhs.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (specs.size() != operands.size())
+    ctx.fail(Errc::invalid_argument, "equation '" + equation + "' names " + std::to_string(specs.size()) +
+                                         " operands, the node has " + std::to_string(operands.size()));
+  // "..." -> the letters A, B, ... for the trailing broadcast axes.
+  size_t ellipsis_rank = 0;
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (auto e = specs[i].find("..."); e != std::string::npos) {
+      const size_t named = specs[i].size() - 3;
+      if (operands[i].rank() < named)
+        ctx.fail(Errc::shape_mismatch, "operand " + std::to_string(i) + " has too few axes");
+      ellipsis_rank = std::max(ellipsis_rank, operands[i].rank() - named);
+    }
+  auto expand_ellipsis = [&](const std::string& spec, size_t rank) {
+    auto e = spec.find("...");
+    if (e == std::string::npos) return spec;
+    std::string fill;
+    for (size_t a = ellipsis_rank - rank; a < ellipsis_rank; ++a) fill += static_cast<char>('A' + a);
+    return spec.substr(0, e) + fill + spec.substr(e + 3);
+  };
+  std::vector<EinsumTerm> terms;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const size_t named = specs[i].find("...") == std::string::npos ? specs[i].size() : specs[i].size() - 3;
+    terms.push_back({operands[i], expand_ellipsis(specs[i], operands[i].rank() - named)});
+    if (terms.back().letters.size() != operands[i].rank())
+      ctx.fail(Errc::shape_mismatch, "operand " + std::to_string(i) + " of shape " + operands[i].shape().to_string() +
+                                         " for subscripts '" + specs[i] + "'");
+    take_diagonals(ctx, terms.back());
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    std::string given = eq.substr(arrow + 2);
+    std::string fill;
+    for (size_t a = 0; a < ellipsis_rank; ++a) fill += static_cast<char>('A' + a);
+    auto e = given.find("...");
+    out = e == std::string::npos ? given : given.substr(0, e) + fill + given.substr(e + 3);
+  } else {  // implicit: the broadcast axes, then letters used once, in order
+    for (size_t a = 0; a < ellipsis_rank; ++a) out += static_cast<char>('A' + a);
+    std::string all;
+    for (const auto& t : terms) all += t.letters;
+    std::string once;
+    for (char c = 'a'; c <= 'z'; ++c)
+      if (std::count(all.begin(), all.end(), c) == 1) once += c;
+    out += once;
+  }
+  // Left to right: a letter stays while the output or a later term needs it.
+  auto needed_after = [&](size_t i) {
+    std::string need = out;
+    for (size_t j = i + 1; j < terms.size(); ++j) need += terms[j].letters;
+    return need;
+  };
+  EinsumTerm acc = terms[0];
+  sum_letters(acc, needed_after(0));
+  for (size_t i = 1; i < terms.size(); ++i) {
+    EinsumTerm rhs = terms[i];
+    const std::string keep = needed_after(i);
+    sum_letters(rhs, keep + acc.letters);
+    std::string batch, left, right, contracted;
+    for (char c : acc.letters) {
+      const bool in_rhs = rhs.letters.find(c) != std::string::npos, kept = keep.find(c) != std::string::npos;
+      if (in_rhs && kept)
+        batch += c;
+      else if (in_rhs)
+        contracted += c;
+      else
+        left += c;
+    }
+    for (char c : rhs.letters)
+      if (acc.letters.find(c) == std::string::npos) right += c;
+    auto extent = [&](const EinsumTerm& x, char c) {
+      const auto a = x.letters.find(c);
+      return a == std::string::npos ? int64_t{1} : x.t.shape()[a];
+    };
+    auto arrange = [&](EinsumTerm& x, const std::string& a, const std::string& b, const std::string& c) {
+      Ints order;
+      for (const auto* part : {&a, &b, &c})
+        for (char l : *part) {
+          const auto at = x.letters.find(l);
+          order.push_back(static_cast<int64_t>(at));
+        }
+      Tensor t = x.t.permute(order);
+      // Batch extents broadcast (size 1 against n).
+      Ints target;
+      for (char l : a) target.push_back(std::max(extent(acc, l), extent(rhs, l)));
+      for (size_t k = a.size(); k < order.size(); ++k) target.push_back(t.shape()[k]);
+      return t.expand(Shape(target));
+    };
+    auto product = [](const std::string& letters, const EinsumTerm& x, auto&& ext) {
+      int64_t n = 1;
+      for (char l : letters) n *= ext(x, l);
+      return n;
+    };
+    int64_t nb = 1;
+    for (char l : batch) nb *= std::max(extent(acc, l), extent(rhs, l));
+    const int64_t nl = product(left, acc, extent), nc = product(contracted, acc, extent),
+                  nr = product(right, rhs, extent);
+    Tensor a = arrange(acc, batch, left, contracted).reshape({nb, nl, nc});
+    Tensor b = arrange(rhs, batch, contracted, right).reshape({nb, nc, nr});
+    Ints shape;
+    for (char l : batch) shape.push_back(std::max(extent(acc, l), extent(rhs, l)));
+    for (char l : left) shape.push_back(extent(acc, l));
+    for (char l : right) shape.push_back(extent(rhs, l));
+    acc = EinsumTerm{a.matmul(b).reshape(Shape(shape)), batch + left + right};
+  }
+  sum_letters(acc, out);
+  if (acc.letters.size() != out.size())
+    ctx.fail(Errc::invalid_argument, "output subscripts '" + out + "' name letters no operand has");
+  Ints order;
+  for (char c : out) order.push_back(static_cast<int64_t>(acc.letters.find(c)));
+  return acc.letters == out ? acc.t : acc.t.permute(order);
+}
+
 std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
   for (const auto& a : n.attribute())
     if (a.name() == "training_mode" && a.i() != 0) return "training_mode=1 (inference only)";
@@ -1228,6 +1455,14 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                          Tensor y = x.reshape({n, c, h / b, b, w / b, b}).permute({0, 3, 5, 1, 2, 4});
                          return Outs{dev_value(y.reshape({n, c * b * b, h / b, w / b}))};
                        }};
+  t["GatherND"] = {{"batch_dims"}, nullptr, [](Ctx& ctx) {
+                     return Outs{dev_value(gather_nd(ctx, ctx.dev(0), ctx.dev(1), ctx.attr_i("batch_dims", 0)))};
+                   }};
+  t["Einsum"] = {{"equation"}, nullptr, [](Ctx& ctx) {
+                   std::vector<Tensor> operands;
+                   for (size_t i = 0; i < ctx.num_inputs(); ++i) operands.push_back(ctx.dev(i));
+                   return Outs{dev_value(einsum(ctx, ctx.attr_s("equation", ""), std::move(operands)))};
+                 }};
   t["Trilu"] = {{"upper"}, nullptr, [](Ctx& ctx) {
                   Tensor x = ctx.dev(0);
                   const int64_t k = ctx.has(1) ? ctx.ints(1).at(0) : 0;

@@ -143,6 +143,60 @@ class LeNet5(nn.Module):
         return self.classifier(self.features(x))
 
 
+class EinsumMix(nn.Module):
+    """Einsum forms the exporters emit: batched matmul, diagonal, transpose
+    with a sum, ellipsis broadcast, outer product, attention scores."""
+
+    def forward(self, a, b, c):
+        return (torch.einsum("bij,bjk->bik", a, b), torch.einsum("ii->i", c), torch.einsum("bij->jb", a),
+                torch.einsum("...ij,...jk->...ik", a, b), torch.einsum("i,j->ij", c[0], c[1]),
+                torch.einsum("bqd,bkd->bqk", a, a))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNetMini(nn.Module):
+    """ResNet-18's structure (stem conv 7x7/2 + max pool, basic blocks with
+    projection shortcuts, global average pool, linear) at small widths, with
+    non-trivial batch-norm statistics, so the export stays small."""
+
+    def __init__(self, widths=(8, 16, 32, 64), classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        blocks, cin = [], widths[0]
+        for i, w in enumerate(widths):
+            blocks += [BasicBlock(cin, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
+            cin = w
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, classes)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.data.uniform_(0.5, 1.5)
+                m.bias.data.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/onnx/models/pytorch"
     torch.manual_seed(0)
@@ -155,6 +209,12 @@ def main():
            ["logits"], {"ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}}, 14, tolerance=(1e-3, 1e-5))
     torch.manual_seed(3)
     export(out, "lenet5", LeNet5(), [[torch.randn(2, 1, 28, 28)]], ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}}, 13)
+    torch.manual_seed(5)
+    export(out, "einsum_mix", EinsumMix(), [[torch.randn(2, 3, 4), torch.randn(2, 4, 5), torch.randn(3, 3)]],
+           ["a", "b", "c"], ["y1", "y2", "y3", "y4", "y5", "y6"], None, 13)
+    torch.manual_seed(6)
+    export(out, "resnet_mini", ResNetMini(), [[torch.randn(2, 3, 32, 32)], [torch.randn(1, 3, 24, 40)]], ["x"], ["y"],
+           {"x": {0: "batch", 2: "h", 3: "w"}, "y": {0: "batch"}}, 13, tolerance=(1e-3, 1e-5))
     try:
         import torchvision  # noqa: F401
         torch.manual_seed(4)
