@@ -60,7 +60,7 @@ Step random_step(Rng& rng, size_t available) {
   const size_t j = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(available) - 1));
   const int64_t axis = pick(rng, -2, 1);
   const auto dt = sy::all_dtypes[pick(rng, 0, 5)];
-  const int64_t which = pick(rng, 0, 19);
+  const int64_t which = pick(rng, 0, 24);
   auto floating = [](const Tensor& t) { return sy::is_floating(t.dtype()); };
   return [=](const std::vector<Tensor>& ts) -> Tensor {
     const Tensor& a = ts[i];
@@ -106,8 +106,20 @@ Step random_step(Rng& rng, size_t available) {
         return a * 0.5 + 1;
       case 18:
         return a.mean({axis}, true);
-      default:
+      case 19:
         return a.pad(std::vector<int64_t>(a.rank(), 1), std::vector<int64_t>(a.rank(), 0), 2);
+      case 20:  // integer operands only (floor is discontinuous), a divisor that is never 0
+        if (floating(a) || floating(b)) throw sy::Error(sy::Errc::invalid_argument, "skip");
+        return a.floor_divide(b.abs().cast(DType::i64) + 1);
+      case 21:
+        return a.tril(axis);
+      case 22:
+        return a.rank() == 0 ? a.roll(int64_t{axis}) : a.roll(axis + 3, axis);
+      case 23:
+        return a.repeat(std::vector<int64_t>(a.rank(), 2));
+      default:
+        if (!floating(a)) throw sy::Error(sy::Errc::invalid_argument, "skip");
+        return sy::nn::pad(a, {1, 0}, a.rank() >= 3 ? "replicate" : "reflect");
     }
   };
 }
