@@ -25,6 +25,9 @@ class Buffer {
   virtual ~Buffer() = default;
   /// Bytes of tensor data this buffer holds.
   [[nodiscard]] virtual size_t size() const noexcept = 0;
+  /// The bytes of a host backend's buffer; nullptr for device memory. (A
+  /// virtual call, not a dynamic_cast: kernels ask once per input per op.)
+  [[nodiscard]] virtual const Bytes* host() const noexcept { return nullptr; }
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 

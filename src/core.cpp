@@ -390,23 +390,27 @@ namespace {
 // and rebinding (`x = x + y`) alike, with no API change: the client only
 // knows a tensor is dead once its handle is gone, and that drop is almost
 // always queued right behind its last use. Measured in docs/ARCHITECTURE.md.
-void mark_last_uses(std::vector<OperationIr>& ops, std::unordered_map<TensorId, uint32_t>& next_use) {
+template <class Table>
+void mark_last_uses(std::vector<OperationIr>& ops, Table& next_use) {
   constexpr uint32_t used = 0;  // else: index of the drop + 1
-  next_use.clear();
+  size_t keys = 0;
+  for (auto& op : ops) op.each_input([&](const TensorIr&) { ++keys; });
+  next_use.reset(keys + ops.size());
   bool removed = false;
+  bool inserted = false;
   for (size_t i = ops.size(); i-- > 0;) {
     if (auto* drop = std::get_if<DropOp>(&ops[i].op)) {
-      next_use[drop->id] = static_cast<uint32_t>(i + 1);
+      next_use.find_or_insert(drop->id, 0, inserted) = static_cast<uint32_t>(i + 1);
       continue;
     }
     ops[i].each_input([&](TensorIr& t) {
-      auto [it, inserted] = next_use.try_emplace(t.id, used);
-      if (!inserted && it->second != used) {
+      uint32_t& next = next_use.find_or_insert(t.id, used, inserted);
+      if (!inserted && next != used) {
         t.status = TensorStatus::read_write;
-        std::get<DropOp>(ops[it->second - 1].op).id = TensorId{};  // 0: never a valid id
+        std::get<DropOp>(ops[next - 1].op).id = TensorId{};  // 0: never a valid id
         removed = true;
       }
-      it->second = used;
+      next = used;
     });
   }
   if (removed)
@@ -417,6 +421,31 @@ void mark_last_uses(std::vector<OperationIr>& ops, std::unordered_map<TensorId, 
 }
 
 }  // namespace
+
+void Core::LastUseTable::reset(size_t keys) {
+  size_t capacity = 16;
+  while (capacity < 2 * keys) capacity *= 2;  // load factor at most 1/2
+  if (slots_.size() < capacity) slots_.resize(capacity);
+  std::fill(slots_.begin(), slots_.end(), Slot{});
+}
+
+uint32_t& Core::LastUseTable::find_or_insert(TensorId id, uint32_t fresh, bool& inserted) {
+  const size_t mask = slots_.size() - 1;
+  // Ids are sequential: a multiplicative hash spreads neighbours apart.
+  for (size_t i = (id.value * 0x9E3779B97F4A7C15ull) >> 32 & mask;; i = (i + 1) & mask) {
+    auto& slot = slots_[i];
+    if (slot.key == id.value) {
+      inserted = false;
+      return slot.value;
+    }
+    if (slot.key == 0) {
+      slot.key = id.value;
+      slot.value = fresh;
+      inserted = true;
+      return slot.value;
+    }
+  }
+}
 
 bool Core::send_locked(DeviceId device, Queue& q) {
   if (q.ops.empty()) return false;

@@ -115,11 +115,28 @@ class Core : public std::enable_shared_from_this<Core> {
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
  private:
+  /// TensorId -> uint32_t for one batch: open addressing in one reused
+  /// array, so marking last uses allocates nothing per op (a node-based map
+  /// cost an allocation and a free per tensor, profiled).
+  class LastUseTable {
+   public:
+    /// Empties the table, sized for at most `keys` distinct ids.
+    void reset(size_t keys);
+    /// The value of `id`, inserted as `fresh` when absent; `inserted` says which.
+    uint32_t& find_or_insert(TensorId id, uint32_t fresh, bool& inserted);
+
+   private:
+    struct Slot {
+      uint64_t key = 0;  // 0: empty (never a valid id)
+      uint32_t value = 0;
+    };
+    std::vector<Slot> slots_;
+  };
   struct Queue {
     std::mutex mutex;
     std::vector<OperationIr> ops;
-    // Scratch of mark_last_uses, kept to avoid an allocation per batch.
-    std::unordered_map<TensorId, uint32_t> next_use;
+    // Scratch of mark_last_uses, kept to avoid allocations per batch.
+    LastUseTable next_use;
     // Upload bytes in `ops` (remote devices cap a batch by them).
     size_t upload_bytes = 0;
     // Flow control: batches sent (written under `mutex`, read by waiters

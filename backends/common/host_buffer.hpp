@@ -13,6 +13,7 @@ class HostBuffer final : public Buffer {
   explicit HostBuffer(Bytes b) : bytes_(std::move(b)) {}
   [[nodiscard]] size_t size() const noexcept override { return bytes_.size(); }
   [[nodiscard]] const Bytes& bytes() const noexcept { return bytes_; }
+  [[nodiscard]] const Bytes* host() const noexcept override { return &bytes_; }
 
  private:
   Bytes bytes_;
@@ -31,10 +32,7 @@ template <class T>
 [[nodiscard]] inline std::byte* writable_data(const Bytes& b) noexcept { return KernelAccess::data(b); }
 
 /// The host bytes behind a buffer of a host backend (nullptr otherwise).
-[[nodiscard]] inline const Bytes* host_bytes(const BufferPtr& b) {
-  auto* h = dynamic_cast<HostBuffer*>(b.get());
-  return h ? &h->bytes() : nullptr;
-}
+[[nodiscard]] inline const Bytes* host_bytes(const BufferPtr& b) { return b ? b->host() : nullptr; }
 
 /// Whether an input may be overwritten in place: the client marked it last
 /// use, and nobody else (a reader, another handle) shares the block.
