@@ -99,7 +99,17 @@ TEST_CASE("Every op family round-trips through the binary serializer", "[message
       WhereOp{ir(15, {2, 3}, DType::boolean), a, b, o},
       DropOp{TensorId{99}},
       SeedOp{12345},
-      ConvOp{ir(16, {1, 2, 5}), ir(17, {4, 1, 3}), ir(18, {4}), ir(19, {1, 4, 3}), {2}, {1}, {0}, {1}, {1}, 2, true},
+      ConvOp{ir(16, {1, 2, 5}, DType::f32),
+             ir(17, {4, 1, 3}, DType::f32),
+             ir(18, {4}, DType::f32),
+             ir(19, {1, 4, 3}, DType::f32),
+             {2},
+             {1},
+             {0},
+             {1},
+             {1},
+             2,
+             true},
       PoolOp{PoolKind::adaptive_max_indices, a, ir(20, {2, 2}, DType::i64), {}, {}, {}, {}, {}, {2}, true, false, 3},
   };
   REQUIRE(ops.size() == std::variant_size_v<OperationIr::Variant>);
