@@ -135,15 +135,43 @@ void depthwise(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y
       const T* wk = w + co * ksize;
       T* out = y + pl * g.out_plane();
       for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
-        for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
+        for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
+          const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
+          const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
+          const T* wrow = wk + (k0 * g.kernel[1] + k1) * g.kernel[2];
+          int64_t lo0, hi0, lo1, hi1;
+          valid_range(off0, g.stride[0], g.in[0], g.out[0], lo0, hi0);
+          valid_range(off1, g.stride[1], g.in[1], g.out[1], lo1, hi1);
+          if (g.kernel[2] == 3 && g.stride[2] == 1) {
+            // The common 3-wide row: one pass over each output row adds all
+            // three taps where they all hit the input, the edges tap by tap.
+            int64_t lo[3], hi[3], off[3];
+            for (int k2 = 0; k2 < 3; ++k2) {
+              off[k2] = k2 * g.dilation[2] - g.pad[2];
+              valid_range(off[k2], 1, g.in[2], g.out[2], lo[k2], hi[k2]);
+            }
+            const int64_t a = std::max({lo[0], lo[1], lo[2]});
+            const int64_t b = std::max(a, std::min({hi[0], hi[1], hi[2]}));
+            const T w0 = wrow[0], w1 = wrow[1], w2 = wrow[2];
+            for (int64_t o0 = lo0; o0 < hi0; ++o0)
+              for (int64_t o1 = lo1; o1 < hi1; ++o1) {
+                const T* src = xin + ((o0 * g.stride[0] + off0) * g.in[1] + o1 * g.stride[1] + off1) * g.in[2];
+                T* dst = out + (o0 * g.out[1] + o1) * g.out[2];
+                const T *s0 = src + off[0], *s1 = src + off[1], *s2 = src + off[2];
+                for (int64_t o2 = a; o2 < b; ++o2) dst[o2] += w0 * s0[o2] + w1 * s1[o2] + w2 * s2[o2];
+                for (int k2 = 0; k2 < 3; ++k2) {
+                  const T* sk = src + off[k2];
+                  const T wv = wrow[k2];
+                  for (int64_t o2 = lo[k2]; o2 < std::min(a, hi[k2]); ++o2) dst[o2] += wv * sk[o2];
+                  for (int64_t o2 = std::max(b, lo[k2]); o2 < hi[k2]; ++o2) dst[o2] += wv * sk[o2];
+                }
+              }
+            continue;
+          }
           for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
-            const T wv = wk[(k0 * g.kernel[1] + k1) * g.kernel[2] + k2];
-            const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
-            const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
+            const T wv = wrow[k2];
             const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
-            int64_t lo0, hi0, lo1, hi1, lo2, hi2;
-            valid_range(off0, g.stride[0], g.in[0], g.out[0], lo0, hi0);
-            valid_range(off1, g.stride[1], g.in[1], g.out[1], lo1, hi1);
+            int64_t lo2, hi2;
             valid_range(off2, g.stride[2], g.in[2], g.out[2], lo2, hi2);
             for (int64_t o0 = lo0; o0 < hi0; ++o0)
               for (int64_t o1 = lo1; o1 < hi1; ++o1) {
@@ -155,6 +183,7 @@ void depthwise(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y
                   for (int64_t o2 = lo2; o2 < hi2; ++o2) dst[o2] += wv * src[o2 * g.stride[2]];
               }
           }
+        }
     }
   });
 }
