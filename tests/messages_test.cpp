@@ -99,6 +99,18 @@ TEST_CASE("Every op family round-trips through the binary serializer", "[message
       WhereOp{ir(15, {2, 3}, DType::boolean), a, b, o},
       DropOp{TensorId{99}},
       SeedOp{12345},
+      ConvOp{ir(16, {1, 2, 5}, DType::f32),
+             ir(17, {4, 1, 3}, DType::f32),
+             ir(18, {4}, DType::f32),
+             ir(19, {1, 4, 3}, DType::f32),
+             {2},
+             {1},
+             {0},
+             {1},
+             {1},
+             2,
+             true},
+      PoolOp{PoolKind::adaptive_max_indices, a, ir(20, {2, 2}, DType::i64), {}, {}, {}, {}, {}, {2}, true, false, 3},
   };
   REQUIRE(ops.size() == std::variant_size_v<OperationIr::Variant>);
   auto back = round_trip(sys, ops);
@@ -224,6 +236,76 @@ TEST_CASE("validate rejects an op whose declared output contradicts the rules", 
   auto verr = validate(view);
   REQUIRE(verr);
   CHECK(describe(verr).code == Errc::index_out_of_range);
+}
+
+TEST_CASE("validate rejects conv and pool ops that a lying peer sends", "[messages][rules][conv]") {
+  auto conv = [] {
+    ConvOp c{ir(1, {1, 4, 5, 5}, DType::f32), ir(2, {6, 2, 3, 3}, DType::f32), TensorIr{},
+             ir(3, {1, 6, 3, 3}, DType::f32, TensorStatus::not_init)};
+    c.stride = {1, 1};
+    c.pad_before = {0, 0};
+    c.pad_after = {0, 0};
+    c.dilation = {1, 1};
+    c.output_padding = {0, 0};
+    c.groups = 2;
+    return c;
+  };
+  OperationIr ok = conv();
+  CHECK_FALSE(validate(ok));
+  auto code_of = [](ConvOp c) {
+    OperationIr op = std::move(c);
+    auto err = validate(op);
+    return err ? describe(err).code : Errc{};
+  };
+  auto lie = conv();
+  lie.out.shape = Shape{1, 6, 4, 4};  // the rules give 3 x 3
+  CHECK(code_of(lie) == Errc::protocol_error);
+  auto groups = conv();
+  groups.groups = 3;  // 4 channels are not 3 groups of 2
+  CHECK(code_of(groups) == Errc::shape_mismatch);
+  auto huge = conv();
+  huge.stride = {int64_t{1} << 62, 1};  // would overflow the output extent
+  CHECK(code_of(huge) == Errc::invalid_argument);
+  auto zero = conv();
+  zero.dilation = {0, 1};
+  CHECK(code_of(zero) == Errc::invalid_argument);
+  auto axes = conv();
+  axes.pad_after = {0};  // one entry for two spatial axes
+  CHECK(code_of(axes) == Errc::invalid_argument);
+  auto dtype = conv();
+  dtype.weight.dtype = DType::f64;
+  CHECK(code_of(dtype) == Errc::dtype_mismatch);
+  auto bias = conv();
+  bias.bias = ir(4, {5}, DType::f32);
+  CHECK(code_of(bias) == Errc::shape_mismatch);
+
+  PoolOp pool{PoolKind::max_indices, ir(1, {2, 3, 6}, DType::f32),
+              ir(5, {2, 3, 3}, DType::i64, TensorStatus::not_init)};
+  pool.kernel = {2};
+  pool.stride = {2};
+  pool.pad_before = {0};
+  pool.pad_after = {0};
+  pool.dilation = {1};
+  OperationIr pool_ok = pool;
+  CHECK_FALSE(validate(pool_ok));
+  auto pool_code = [](PoolOp p) {
+    OperationIr op = std::move(p);
+    auto err = validate(op);
+    return err ? describe(err).code : Errc{};
+  };
+  auto values = pool;
+  values.out.dtype = DType::f32;  // indices are i64
+  CHECK(pool_code(values) == Errc::protocol_error);
+  auto kind = pool;
+  kind.kind = static_cast<PoolKind>(9);
+  CHECK(pool_code(kind) == Errc::protocol_error);
+  auto pad = pool;
+  pad.pad_before = {2};  // more than half the kernel
+  CHECK(pool_code(pad) == Errc::invalid_argument);
+  auto adaptive = pool;
+  adaptive.kind = PoolKind::adaptive_avg;
+  adaptive.output_size = {int64_t{1} << 40};
+  CHECK(pool_code(adaptive) != Errc{});
 }
 
 TEST_CASE("Scalars cross the wire exactly by kind (int64, uint64, double)", "[messages]") {

@@ -79,6 +79,8 @@ class CpuBackend final : public HostBackend {
   caf::expected<Bytes> run(PadOp& o, const Inputs& in) { return pad(ctx_, o, in); }
   caf::expected<Bytes> run(IndexOp& o, const Inputs& in) { return index(ctx_, o, in); }
   caf::expected<Bytes> run(WhereOp& o, const Inputs& in) { return where(ctx_, o, in); }
+  caf::expected<Bytes> run(ConvOp& o, const Inputs& in) { return conv(ctx_, o, in); }
+  caf::expected<Bytes> run(PoolOp& o, const Inputs& in) { return pool(ctx_, o, in); }
   caf::expected<Bytes> run(DropOp&, const Inputs&) {
     return make_error(Errc::protocol_error, "cpu: drop is handled by the runner");
   }

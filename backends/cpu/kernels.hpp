@@ -43,6 +43,8 @@ caf::expected<Bytes> slice_assign(Context&, SliceAssignOp&, const Inputs&);
 caf::expected<Bytes> cat(Context&, CatOp&, const Inputs&);
 caf::expected<Bytes> pad(Context&, PadOp&, const Inputs&);
 caf::expected<Bytes> index(Context&, IndexOp&, const Inputs&);
+caf::expected<Bytes> conv(Context&, ConvOp&, const Inputs&);
+caf::expected<Bytes> pool(Context&, PoolOp&, const Inputs&);
 
 /// Converts `n` elements from one dtype to another (the cast kernel's core,
 /// also used to bring mixed-dtype operands to their promoted type).

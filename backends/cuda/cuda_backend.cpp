@@ -29,6 +29,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/common/conv_geometry.hpp"
 #include "backends/common/number_conversion.hpp"
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -1179,6 +1180,23 @@ class CudaBackend final : public Backend {
       }
     }
     (*out)->set_check(*check);
+    return out;
+  }
+
+  Result run(ConvOp& o, std::span<BufferPtr> in) {
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    SY_CUDA_TRY(kern::conv(dev_->launch(), o.out.dtype, conv_geometry(o), ptr(in[0]), ptr(in[1]),
+                           o.has_bias() ? ptr(in[2]) : nullptr, (*out)->data()));
+    return out;
+  }
+
+  Result run(PoolOp& o, std::span<BufferPtr> in) {
+    static_assert(kern::p_adaptive_max_indices == static_cast<int>(PoolKind::adaptive_max_indices));
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    SY_CUDA_TRY(kern::pool(dev_->launch(), o.in.dtype, static_cast<int>(o.kind), pool_geometry(o), o.count_include_pad,
+                           o.divisor_override, ptr(in[0]), (*out)->data()));
     return out;
   }
 

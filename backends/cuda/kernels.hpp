@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cuda_runtime_api.h>
 
+#include "backends/common/conv_shapes.hpp"
 #include "switchyard/messages/dtype.hpp"
 #include "switchyard/messages/op_kinds.hpp"
 
@@ -173,5 +174,17 @@ inline constexpr size_t reduce_partial_bytes = 16;
 size_t reduce_scratch_bytes(Launch l, const Layout<1>& kept, int64_t n_out, int64_t count);
 /// (log_)softmax of rows of `len` elements `inner` apart.
 cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer, int64_t len, int64_t inner, bool log);
+
+// --- convolution and pooling (conv_pool.cu) ---------------------------------
+/// Convolution or its transpose (g.transposed), f32 or f64, one thread per
+/// output element summing its receptive field; bias may be null.
+cudaError_t conv(Launch l, DType t, const ConvGeometry& g, const void* in, const void* weight, const void* bias,
+                 void* out);
+/// Pool kinds, in the order of switchyard::PoolKind.
+enum Pool : int { p_max, p_max_indices, p_avg, p_adaptive_avg, p_adaptive_max, p_adaptive_max_indices };
+/// Pooling, one thread per output element; `out` is i64 for the indices
+/// kinds. `divisor_override` 0 means none.
+cudaError_t pool(Launch l, DType t, int kind, const PoolGeometry& g, bool count_include_pad, int64_t divisor_override,
+                 const void* in, void* out);
 
 }  // namespace switchyard::backends::cuda::kern

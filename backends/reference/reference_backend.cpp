@@ -21,6 +21,7 @@
 
 #include "backends/common/host_buffer.hpp"
 #include "backends/common/philox.hpp"
+#include "backends/reference/conv_pool.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::reference {
@@ -846,6 +847,10 @@ class ReferenceBackend final : public HostBackend {
     return run_index(o, *in[0], *in[1], o.kind == IndexKind::scatter_add ? in[2] : nullptr);
   }
   caf::expected<Bytes> run(WhereOp& o, const In& in) { return run_where(o, *in[0], *in[1], *in[2]); }
+  caf::expected<Bytes> run(ConvOp& o, const In& in) {
+    return run_conv(o, *in[0], *in[1], o.has_bias() ? in[2] : nullptr);
+  }
+  caf::expected<Bytes> run(PoolOp& o, const In& in) { return run_pool(o, *in[0]); }
   caf::expected<Bytes> run(DropOp&, const In&) {
     return make_error(Errc::protocol_error, "reference: drop is handled by the runner");
   }

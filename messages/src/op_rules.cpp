@@ -339,6 +339,198 @@ caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, 
   return TensorSpec{std::move(*s2), result_type(a.shape.rank() == 0, a.dtype, b.shape.rank() == 0, b.dtype)};
 }
 
+// --- convolution and pooling ------------------------------------------------
+
+namespace {
+
+// Arguments arrive from peers unchecked: bound them (2^20) so that every size
+// computed from them fits easily in int64 (dims are at most 2^40 already).
+constexpr int64_t max_conv_arg = int64_t{1} << 20;
+
+std::string list(const std::vector<int64_t>& v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + ")";
+}
+
+std::string spatial_name(const char* stem, size_t n) {
+  return std::string(stem) + (n >= 1 && n <= 3 ? std::to_string(n) + "d" : "");
+}
+
+// Each of `v` is in [lo, max_conv_arg]; `what` names the argument.
+caf::error check_args(const std::string& op, const char* what, const std::vector<int64_t>& v, size_t n, int64_t lo) {
+  if (v.size() != n)
+    return arg_error(op + ": " + what + " has " + std::to_string(v.size()) + " entries for " + std::to_string(n) +
+                     " spatial axes");
+  for (auto x : v) {
+    if (x < lo)
+      return arg_error(op + ": " + what + " " + list(v) + " must be " + (lo == 0 ? "non-negative" : "at least 1"));
+    if (x > max_conv_arg) return arg_error(op + ": " + what + " " + list(v) + " is too large");
+  }
+  return {};
+}
+
+}  // namespace
+
+caf::expected<TensorSpec> conv_result(const ConvOp& op) {
+  const size_t n = op.stride.size();
+  const std::string name = spatial_name(op.transposed ? "conv_transpose" : "conv", n);
+  if (n < 1 || n > 3) return arg_error("conv: 1, 2 or 3 spatial axes, got " + std::to_string(n));
+  if (auto e = check_args(name, "stride", op.stride, n, 1)) return e;
+  if (auto e = check_args(name, "dilation", op.dilation, n, 1)) return e;
+  if (auto e = check_args(name, "padding (before)", op.pad_before, n, 0)) return e;
+  if (auto e = check_args(name, "padding (after)", op.pad_after, n, 0)) return e;
+  if (auto e = check_args(name, "output_padding", op.output_padding, n, 0)) return e;
+  if (op.groups < 1 || op.groups > max_conv_arg)
+    return arg_error(name + ": groups must be positive, got " + std::to_string(op.groups));
+  const Shape& x = op.input.shape;
+  const Shape& w = op.weight.shape;
+  if (x.rank() != n + 1 && x.rank() != n + 2)
+    return shape_error(name + ": expected a " + std::to_string(n + 1) + "-D (unbatched) or " + std::to_string(n + 2) +
+                       "-D (batched) input, got " + x.to_string());
+  if (w.rank() != n + 2)
+    return shape_error(name + ": weight must have " + std::to_string(n + 2) + " axes, got " + w.to_string());
+  if (!is_floating(op.input.dtype))
+    return dtype_error(name + ": needs a floating input (f32 or f64), got " + dt(op.input.dtype));
+  if (op.weight.dtype != op.input.dtype)
+    return dtype_error(name + ": weight is " + dt(op.weight.dtype) + ", input is " + dt(op.input.dtype) +
+                       " (they must match)");
+  const bool batched = x.rank() == n + 2;
+  const size_t c_axis = batched ? 1 : 0;
+  const int64_t c_in = x.dims[c_axis];
+  const int64_t g = op.groups;
+  int64_t c_out = 0;
+  if (!op.transposed) {
+    if (w.dims[0] % g != 0)
+      return shape_error(name + ": given groups=" + std::to_string(g) + ", weight " + w.to_string() +
+                         " has out channels not divisible by groups");
+    if (w.dims[1] * g != c_in)
+      return shape_error(name + ": given groups=" + std::to_string(g) + ", weight " + w.to_string() +
+                         " expects input " + x.to_string() + " to have " + std::to_string(w.dims[1] * g) +
+                         " channels, but it has " + std::to_string(c_in));
+    c_out = w.dims[0];
+    for (size_t i = 0; i < n; ++i)
+      if (op.output_padding[i] != 0)
+        return arg_error(name + ": output_padding " + list(op.output_padding) + " is only for transposed convolutions");
+  } else {
+    if (c_in % g != 0)
+      return shape_error(name + ": input " + x.to_string() +
+                         " has channels not divisible by groups=" + std::to_string(g));
+    if (w.dims[0] != c_in)
+      return shape_error(name + ": given transposed=1, weight " + w.to_string() + " expects input " + x.to_string() +
+                         " to have " + std::to_string(w.dims[0]) + " channels, but it has " + std::to_string(c_in));
+    c_out = w.dims[1] * g;
+    for (size_t i = 0; i < n; ++i)
+      if (op.output_padding[i] >= op.stride[i] && op.output_padding[i] >= op.dilation[i])
+        return arg_error(name + ": output_padding " + list(op.output_padding) + " must be smaller than either stride " +
+                         list(op.stride) + " or dilation " + list(op.dilation));
+  }
+  if (op.has_bias()) {
+    if (op.bias.dtype != op.input.dtype)
+      return dtype_error(name + ": bias is " + dt(op.bias.dtype) + ", input is " + dt(op.input.dtype));
+    if (op.bias.shape.rank() != 1 || op.bias.shape.dims[0] != c_out)
+      return shape_error(name + ": given weight " + w.to_string() + ", expected bias to be 1-D with " +
+                         std::to_string(c_out) + " elements, got " + op.bias.shape.to_string());
+  }
+  Shape out = x;
+  out.dims[c_axis] = c_out;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t in = x.dims[c_axis + 1 + i];
+    const int64_t k = w.dims[2 + i];
+    if (k < 1) return shape_error(name + ": weight " + w.to_string() + " has an empty kernel");
+    const int64_t effective = op.dilation[i] * (k - 1) + 1;
+    if (!op.transposed) {
+      const int64_t padded = in + op.pad_before[i] + op.pad_after[i];
+      if (padded < effective)
+        return shape_error(name + ": padded input " + x.to_string() + " (axis " + std::to_string(c_axis + 1 + i) +
+                           ": " + std::to_string(padded) + ") is smaller than the dilated kernel (" +
+                           std::to_string(effective) + ") of weight " + w.to_string());
+      out.dims[c_axis + 1 + i] = (padded - effective) / op.stride[i] + 1;
+    } else {
+      const int64_t extent =
+          (in - 1) * op.stride[i] - op.pad_before[i] - op.pad_after[i] + effective + op.output_padding[i];
+      if (extent < 1 && in > 0)
+        return shape_error(name + ": input " + x.to_string() + " with weight " + w.to_string() + ", stride " +
+                           list(op.stride) + " and padding gives a non-positive output extent " +
+                           std::to_string(extent));
+      out.dims[c_axis + 1 + i] = std::max<int64_t>(extent, 0);
+    }
+  }
+  if (auto e = check_shape(out, name.c_str())) return e;
+  return TensorSpec{std::move(out), op.input.dtype};
+}
+
+int64_t pool_output_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad_before, int64_t pad_after,
+                           int64_t dilation, bool ceil_mode) {
+  // PyTorch's pooling_output_shape_pad_lr: floor (or ceil) division, then
+  // in ceil mode the last window must start inside the input or the left
+  // padding.
+  const int64_t span = in + pad_before + pad_after - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  const int64_t q = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad_before) --out;
+  return out;
+}
+
+caf::expected<TensorSpec> pool_result(const PoolOp& op) {
+  static constexpr const char* stems[] = {"max_pool",          "max_pool",          "avg_pool",
+                                          "adaptive_avg_pool", "adaptive_max_pool", "adaptive_max_pool"};
+  if (static_cast<size_t>(op.kind) >= std::size(stems))
+    return arg_error("pool: unknown kind " + std::to_string(static_cast<int>(op.kind)));
+  const size_t n = op.spatial();
+  const std::string name = spatial_name(stems[static_cast<int>(op.kind)], n);
+  if (n < 1 || n > 3) return arg_error(name + ": 1, 2 or 3 spatial axes, got " + std::to_string(n));
+  const Shape& x = op.in.shape;
+  if (x.rank() != n + 1 && x.rank() != n + 2)
+    return shape_error(name + ": expected a " + std::to_string(n + 1) + "-D (unbatched) or " + std::to_string(n + 2) +
+                       "-D (batched) input, got " + x.to_string());
+  const bool is_avg = op.kind == PoolKind::avg || op.kind == PoolKind::adaptive_avg;
+  if (!is_floating(op.in.dtype) && !(op.kind == PoolKind::avg && op.in.dtype == DType::i64))
+    return dtype_error(name + ": not defined for " + dt(op.in.dtype) + " tensors (PyTorch 1.13 CPU takes " +
+                       (op.kind == PoolKind::avg ? "f32, f64 and i64" : "f32 and f64") + ")");
+  const bool indices = op.kind == PoolKind::max_indices || op.kind == PoolKind::adaptive_max_indices;
+  const DType out_dtype = indices ? DType::i64 : op.in.dtype;
+  Shape out = x;
+  const size_t first = x.rank() - n;
+  if (op.adaptive()) {
+    if (auto e = check_args(name, "output_size", op.output_size, n, 0)) return e;
+    for (size_t i = 0; i < n; ++i) {
+      if (x.dims[first + i] == 0) return shape_error(name + ": input " + x.to_string() + " is empty on a pooled axis");
+      out.dims[first + i] = op.output_size[i];
+    }
+    if (auto e = check_shape(out, name.c_str())) return e;
+    return TensorSpec{std::move(out), out_dtype};
+  }
+  if (auto e = check_args(name, "kernel_size", op.kernel, n, 1)) return e;
+  if (auto e = check_args(name, "stride", op.stride, n, 1)) return e;
+  if (auto e = check_args(name, "dilation", op.dilation, n, 1)) return e;
+  if (auto e = check_args(name, "padding (before)", op.pad_before, n, 0)) return e;
+  if (auto e = check_args(name, "padding (after)", op.pad_after, n, 0)) return e;
+  if (is_avg) {
+    for (auto d : op.dilation)
+      if (d != 1) return arg_error(name + ": dilation " + list(op.dilation) + " is not supported (only 1)");
+  } else if (op.divisor_override != 0) {
+    return arg_error(name + ": divisor_override is for avg_pool only");
+  }
+  if (op.divisor_override < -max_conv_arg || op.divisor_override > max_conv_arg)
+    return arg_error(name + ": divisor_override " + std::to_string(op.divisor_override) + " is too large");
+  for (size_t i = 0; i < n; ++i) {
+    // PyTorch: "pad should be at most half of kernel size".
+    if (op.pad_before[i] > op.kernel[i] / 2 || op.pad_after[i] > op.kernel[i] / 2)
+      return arg_error(name + ": padding " + list(op.pad_before) + " / " + list(op.pad_after) +
+                       " should be at most half of kernel_size " + list(op.kernel));
+    out.dims[first + i] = pool_output_extent(x.dims[first + i], op.kernel[i], op.stride[i], op.pad_before[i],
+                                             op.pad_after[i], op.dilation[i], op.ceil_mode);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (out.dims[first + i] < 1)
+      return shape_error(name + ": input " + x.to_string() + " with kernel_size " + list(op.kernel) + ", stride " +
+                         list(op.stride) + ", padding " + list(op.pad_before) + " and dilation " + list(op.dilation) +
+                         " gives output " + out.to_string() + ": output size is too small");
+  if (auto e = check_shape(out, name.c_str())) return e;
+  return TensorSpec{std::move(out), out_dtype};
+}
+
 namespace {
 
 caf::error expect_out(const char* op, const TensorIr& out, const caf::expected<TensorSpec>& spec) {
@@ -423,6 +615,8 @@ struct Validator {
   caf::error operator()(WhereOp& x) { return expect_out("where", x.out, where_result(x.cond, x.lhs, x.rhs)); }
   caf::error operator()(DropOp&) { return {}; }
   caf::error operator()(SeedOp&) { return {}; }
+  caf::error operator()(ConvOp& x) { return expect_out("conv", x.out, conv_result(x)); }
+  caf::error operator()(PoolOp& x) { return expect_out("pool", x.out, pool_result(x)); }
 };
 
 // Enums arrive as raw bytes from a peer: an out-of-range kind must fail
@@ -457,6 +651,7 @@ struct KindChecker {
   }
   caf::error operator()(const ReduceOp& x) const { return check(x, "reduce", x.kind, ReduceKind::all); }
   caf::error operator()(const IndexOp& x) const { return check(x, "index", x.kind, IndexKind::index_select); }
+  caf::error operator()(const PoolOp& x) const { return check(x, "pool", x.kind, PoolKind::adaptive_max_indices); }
   template <class Op>
   caf::error operator()(const Op&) const {
     return {};

@@ -10,6 +10,13 @@ const char* to_string(ReduceKind k) noexcept {
   return i < std::size(names) ? names[i] : "reduce?";
 }
 
+const char* to_string(PoolKind k) noexcept {
+  static constexpr const char* names[] = {"max_pool",          "max_pool_indices",  "avg_pool",
+                                          "adaptive_avg_pool", "adaptive_max_pool", "adaptive_max_pool_indices"};
+  auto i = static_cast<size_t>(k);
+  return i < std::size(names) ? names[i] : "pool?";
+}
+
 namespace {
 struct Namer {
   std::string operator()(const FromDataOp&) const { return "from_data"; }
@@ -39,6 +46,19 @@ struct Namer {
   std::string operator()(const WhereOp&) const { return "where"; }
   std::string operator()(const DropOp&) const { return "drop"; }
   std::string operator()(const SeedOp&) const { return "seed"; }
+  std::string operator()(const ConvOp& x) const {
+    auto n = x.spatial();
+    return std::string(x.transposed ? "conv_transpose" : "conv") + (n >= 1 && n <= 3 ? std::to_string(n) + "d" : "");
+  }
+  std::string operator()(const PoolOp& x) const {
+    auto n = x.spatial();
+    // "max_pool2d", "max_pool2d_indices": PyTorch's names with the axes.
+    std::string name = to_string(x.kind);
+    const bool indices = name.ends_with("_indices");
+    if (indices) name.resize(name.size() - 8);
+    if (n >= 1 && n <= 3) name += std::to_string(n) + "d";
+    return indices ? name + "_indices" : name;
+  }
 };
 }  // namespace
 

@@ -232,7 +232,7 @@ void check_spec(const caf::expected<TensorSpec>& spec) {
 }
 
 OperationIr random_op(Reader& r) {
-  switch (r.u8() % 18) {
+  switch (r.u8() % 20) {
     case 0: {
       FromDataOp o{r.tensor(), {}};
       o.data.shape = r.flag() ? o.out.shape : r.shape();
@@ -284,6 +284,30 @@ OperationIr random_op(Reader& r) {
       return WhereOp{r.tensor(), r.tensor(), r.tensor(), r.tensor()};
     case 16:
       return DropOp{TensorId{r.u8()}};
+    case 17: {
+      ConvOp o{r.tensor(), r.tensor(), r.flag() ? r.tensor() : TensorIr{}, r.tensor()};
+      o.stride = r.numbers();
+      o.pad_before = r.numbers();
+      o.pad_after = r.numbers();
+      o.dilation = r.numbers();
+      o.output_padding = r.numbers();
+      o.groups = r.number();
+      o.transposed = r.flag();
+      return o;
+    }
+    case 18: {
+      PoolOp o{r.kind<PoolKind>(6), r.tensor(), r.tensor()};
+      o.kernel = r.numbers();
+      o.stride = r.numbers();
+      o.pad_before = r.numbers();
+      o.pad_after = r.numbers();
+      o.dilation = r.numbers();
+      o.output_size = r.numbers();
+      o.ceil_mode = r.flag();
+      o.count_include_pad = r.flag();
+      o.divisor_override = r.number();
+      return o;
+    }
     default:
       return SeedOp{static_cast<uint64_t>(r.i64())};
   }
@@ -315,6 +339,12 @@ void consistent_output(OperationIr& op) {
         if constexpr (std::is_same_v<T, MatmulOp>)
           spec = matmul_result(o.lhs.shape, o.lhs.dtype, o.rhs.shape, o.rhs.dtype, o.transpose_lhs, o.transpose_rhs);
         if constexpr (std::is_same_v<T, WhereOp>) spec = where_result(o.cond, o.lhs, o.rhs);
+        // Like validate(), call these rules with well-formed inputs only.
+        if constexpr (std::is_same_v<T, ConvOp>)
+          if (well_formed(o.input) && well_formed(o.weight) && (!o.has_bias() || well_formed(o.bias)))
+            spec = conv_result(o);
+        if constexpr (std::is_same_v<T, PoolOp>)
+          if (well_formed(o.in)) spec = pool_result(o);
         if constexpr (requires { o.out; }) {
           if (spec) {
             o.out.shape = spec->shape;
@@ -496,6 +526,23 @@ std::vector<std::pair<std::string, OperationIr>> sample_ops() {
   ops.emplace_back("index_select", IndexOp{IndexKind::index_select, tir(1, {2, 3}), tir(27, {2}, DType::i64),
                                            TensorIr{}, out(28, {2, 2}), 1});
   ops.emplace_back("where", WhereOp{tir(9, {2, 3}, DType::boolean), tir(1, {2, 3}), tir(2, {3}), out(29, {2, 3})});
+  {
+    ConvOp conv{tir(1, {1, 2, 3}), tir(30, {4, 1, 2}), tir(31, {4}), out(32, {1, 4, 3})};
+    conv.stride = {1};
+    conv.pad_before = {1};
+    conv.pad_after = {0};
+    conv.dilation = {1};
+    conv.output_padding = {0};
+    conv.groups = 2;
+    ops.emplace_back("conv1d", conv);
+    PoolOp pool{PoolKind::max_indices, tir(1, {2, 3}), out(33, {2, 2}, DType::i64)};
+    pool.kernel = {2};
+    pool.stride = {1};
+    pool.pad_before = {0};
+    pool.pad_after = {0};
+    pool.dilation = {1};
+    ops.emplace_back("max_pool1d_indices", pool);
+  }
   ops.emplace_back("drop", DropOp{TensorId{1}});
   ops.emplace_back("seed", SeedOp{42});
   return ops;

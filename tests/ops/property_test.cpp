@@ -14,6 +14,7 @@
 #include <random>
 
 #include "ops_common.hpp"
+#include "switchyard/nn.hpp"
 
 using namespace sytest;
 using sy::Device;
@@ -60,7 +61,7 @@ Step random_step(Rng& rng, size_t available) {
   const size_t j = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(available) - 1));
   const int64_t axis = pick(rng, -2, 1);
   const auto dt = sy::all_dtypes[pick(rng, 0, 5)];
-  const int64_t which = pick(rng, 0, 24);
+  const int64_t which = pick(rng, 0, 26);
   auto floating = [](const Tensor& t) { return sy::is_floating(t.dtype()); };
   return [=](const std::vector<Tensor>& ts) -> Tensor {
     const Tensor& a = ts[i];
@@ -106,6 +107,16 @@ Step random_step(Rng& rng, size_t available) {
         return a * 0.5 + 1;
       case 18:
         return a.mean({axis}, true);
+      case 25: {
+        // conv1d of a (C, L) or (N, C, L) float tensor with a weight cut from its own values.
+        if (!floating(a) || a.rank() < 2) throw sy::Error(sy::Errc::invalid_argument, "skip");
+        auto w = a.rank() == 2 ? a.unsqueeze(0) : a.slice(0, {0, 1});
+        w = w.slice(-1, {0, std::min<int64_t>(2, a.shape().dims.back())});
+        return sy::nn::conv1d(a, w, {}, 1, 1);
+      }
+      case 26:
+        if (!floating(a) || a.rank() < 2) throw sy::Error(sy::Errc::invalid_argument, "skip");
+        return axis % 2 == 0 ? sy::nn::max_pool1d(a, 2, 1, 1) : sy::nn::avg_pool1d(a, 2, 1, 1, true, false);
       case 19:
         return a.pad(std::vector<int64_t>(a.rank(), 1), std::vector<int64_t>(a.rank(), 0), 2);
       case 20:  // integer operands only (floor is discontinuous), a divisor that is never 0

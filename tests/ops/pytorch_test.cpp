@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ops_common.hpp"
+#include "switchyard/nn.hpp"
 // ReduceKind: the op IR, no longer reached through the public headers.
 #include "switchyard/messages/operation_ir.hpp"
 
@@ -82,6 +83,78 @@ std::vector<sy::Slice> slices_of(const json& j) {
 }
 
 std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
+
+// PyTorch's int-or-tuple argument `key` of a case, or `fallback` when absent.
+sy::nn::Ints ints_or(const json& a, const char* key, sy::nn::Ints fallback) {
+  if (!a.contains(key) || a[key].is_null()) return fallback;
+  if (a[key].is_array()) return sy::nn::Ints(a[key].get<std::vector<int64_t>>());
+  return sy::nn::Ints(a[key].get<int64_t>());
+}
+
+template <class T>
+T value_or(const json& a, const char* key, T fallback) {
+  return a.contains(key) && !a[key].is_null() ? a[key].get<T>() : fallback;
+}
+
+/// The convolution and pooling calls (tests/pytorch/gen_cases.py, section
+/// "convolution and pooling"); an empty tensor when `op` is none of them.
+Tensor build_nn(const std::string& op, const json& a, const std::vector<Tensor>& in) {
+  namespace nn = sy::nn;
+  if (op != "conv" && op != "conv_transpose" && op.find("pool") == std::string::npos) return {};
+  const int n = a["n"];
+  const Tensor bias = in.size() > 2 ? in[2] : Tensor{};
+  if (op == "conv") {
+    nn::ConvPadding padding = a.contains("padding") && a["padding"].is_string()
+                                  ? nn::ConvPadding(a["padding"].get<std::string>())
+                                  : nn::ConvPadding(ints_or(a, "padding", 0).values);
+    auto stride = ints_or(a, "stride", 1), dilation = ints_or(a, "dilation", 1);
+    int64_t groups = value_or<int64_t>(a, "groups", 1);
+    if (n == 1) return nn::conv1d(in[0], in[1], bias, stride, padding, dilation, groups);
+    if (n == 2) return nn::conv2d(in[0], in[1], bias, stride, padding, dilation, groups);
+    return nn::conv3d(in[0], in[1], bias, stride, padding, dilation, groups);
+  }
+  if (op == "conv_transpose") {
+    auto stride = ints_or(a, "stride", 1), padding = ints_or(a, "padding", 0);
+    auto output_padding = ints_or(a, "output_padding", 0), dilation = ints_or(a, "dilation", 1);
+    int64_t groups = value_or<int64_t>(a, "groups", 1);
+    if (n == 1) return nn::conv_transpose1d(in[0], in[1], bias, stride, padding, output_padding, groups, dilation);
+    if (n == 2) return nn::conv_transpose2d(in[0], in[1], bias, stride, padding, output_padding, groups, dilation);
+    return nn::conv_transpose3d(in[0], in[1], bias, stride, padding, output_padding, groups, dilation);
+  }
+  const auto kernel = ints_or(a, "kernel_size", {}), stride = ints_or(a, "stride", {});
+  const auto padding = ints_or(a, "padding", 0), dilation = ints_or(a, "dilation", 1);
+  const bool ceil_mode = value_or(a, "ceil_mode", false);
+  if (op == "max_pool" || op == "max_pool_indices") {
+    if (op == "max_pool") {
+      if (n == 1) return nn::max_pool1d(in[0], kernel, stride, padding, dilation, ceil_mode);
+      if (n == 2) return nn::max_pool2d(in[0], kernel, stride, padding, dilation, ceil_mode);
+      return nn::max_pool3d(in[0], kernel, stride, padding, dilation, ceil_mode);
+    }
+    if (n == 1) return nn::max_pool1d_with_indices(in[0], kernel, stride, padding, dilation, ceil_mode).second;
+    if (n == 2) return nn::max_pool2d_with_indices(in[0], kernel, stride, padding, dilation, ceil_mode).second;
+    return nn::max_pool3d_with_indices(in[0], kernel, stride, padding, dilation, ceil_mode).second;
+  }
+  if (op == "avg_pool") {
+    const bool include = value_or(a, "count_include_pad", true);
+    std::optional<int64_t> divisor;
+    if (a.contains("divisor_override")) divisor = a["divisor_override"].get<int64_t>();
+    if (n == 1) return nn::avg_pool1d(in[0], kernel, stride, padding, ceil_mode, include);
+    if (n == 2) return nn::avg_pool2d(in[0], kernel, stride, padding, ceil_mode, include, divisor);
+    return nn::avg_pool3d(in[0], kernel, stride, padding, ceil_mode, include, divisor);
+  }
+  const auto size = ints_or(a, "output_size", {});
+  if (op == "adaptive_avg_pool") {
+    if (n == 1) return nn::adaptive_avg_pool1d(in[0], size);
+    if (n == 2) return nn::adaptive_avg_pool2d(in[0], size);
+    return nn::adaptive_avg_pool3d(in[0], size);
+  }
+  if (op == "adaptive_max_pool")
+    return n == 1 ? nn::adaptive_max_pool1d(in[0], size) : nn::adaptive_max_pool2d(in[0], size);
+  if (op == "adaptive_max_pool_indices")
+    return n == 1 ? nn::adaptive_max_pool1d_with_indices(in[0], size).second
+                  : nn::adaptive_max_pool2d_with_indices(in[0], size).second;
+  return {};
+}
 
 /// The client call a case names.
 Tensor build(const Device& d, const json& c) {
@@ -173,6 +246,7 @@ Tensor build(const Device& d, const json& c) {
   if (op == "full") return d.full(shape_of(a["shape"]), a["value"], dtype_of(a["dtype"]));
   if (op == "eye") return d.eye(a["n"], a["m"], dtype_of(a["dtype"]));
   if (op == "arange") return d.arange(a["start"], a["end"], a["step"], dtype_of(a["dtype"]));
+  if (auto t = build_nn(op, a, in); t.defined()) return t;
   throw std::runtime_error("unknown op " + op);
 }
 

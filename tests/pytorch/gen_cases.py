@@ -488,6 +488,147 @@ for dt in ["f32", "f64", "i32", "i64"]:
 add("arange", [], {"start": 0, "end": 1, "step": 0.125, "dtype": "f32"}, lambda: torch.arange(0, 1, 0.125))
 add("arange", [], {"start": 5, "end": -3, "step": -2, "dtype": "i64"}, lambda: torch.arange(5, -3, -2))
 
+# --- convolution and pooling ----------------------------------------------------------
+# Args name the public nn:: call: "n" spatial axes, then PyTorch's arguments.
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+MAXP = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+AVGP = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+CONV_TOL = [1e-5, 1e-5]
+
+
+def conv_case(dt, n, batch, cin, cout, size, k, stride=1, padding=0, dilation=1, groups=1, bias=True):
+    x = rand(dt, ([batch] if batch else []) + [cin] + [size] * n)
+    w = rand(dt, [cout, cin // groups] + [k] * n)
+    ins = [x, w] + ([rand(dt, [cout])] if bias else [])
+    args = {"n": n, "stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    add("conv", ins, args, lambda x, w, b=None: CONV[n](x, w, b, stride, padding, dilation, groups), tol=CONV_TOL)
+
+
+def conv_t_case(dt, n, batch, cin, cout, size, k, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+                bias=True):
+    x = rand(dt, ([batch] if batch else []) + [cin] + [size] * n)
+    w = rand(dt, [cin, cout // groups] + [k] * n)
+    ins = [x, w] + ([rand(dt, [cout])] if bias else [])
+    args = {"n": n, "stride": stride, "padding": padding, "output_padding": output_padding, "groups": groups,
+            "dilation": dilation}
+    add("conv_transpose", ins, args,
+        lambda x, w, b=None: CONV_T[n](x, w, b, stride, padding, output_padding, groups, dilation), tol=CONV_TOL)
+
+
+for dt in FLOATS:
+    for n in (1, 2, 3):
+        size = {1: 7, 2: 5, 3: 3}[n]
+        b2 = 2 if n < 3 else 1  # 3-D cases stay small: the file is replayed on every device
+        conv_case(dt, n, b2, 4, 6, size, 3)
+        conv_case(dt, n, 0, 4, 6, size, 3, bias=False)  # unbatched
+        conv_case(dt, n, 1, 4, 6, size, 3, stride=2, padding=1)
+        conv_case(dt, n, 1, 4, 4, size, 2, dilation=2, padding=1, groups=2)
+        conv_case(dt, n, b2, 4, 8, size, 3, padding=1, groups=4)  # depthwise, multiplier 2
+        conv_case(dt, n, 1, 3, 5, size, 1)  # 1x1
+        conv_case(dt, n, 1, 4, 6, size, 2, padding="same")  # even kernel: asymmetric pads
+        conv_case(dt, n, 1, 4, 6, size, 3, padding="valid", dilation=2 if n < 3 else 1)
+        conv_t_case(dt, n, b2, 4, 6, size - 1, 3)
+        conv_t_case(dt, n, 0, 4, 3, size - 1, 3, bias=False)
+        conv_t_case(dt, n, 1, 4, 2, size - 1, 3, stride=2, padding=1, output_padding=1)
+        conv_t_case(dt, n, 1, 4, 4, size - 1, 2, stride=2, groups=2, dilation=2, output_padding=1)
+    conv_case(dt, 2, 1, 4, 6, 6, 3, stride=[1, 2], padding=[0, 1], dilation=[2, 1])
+    conv_case(dt, 2, 1, 4, 6, 6, 3, stride=[2, 1], padding=[1, 0])
+    conv_case(dt, 2, 2, 6, 6, 6, 3, padding=1, groups=6)  # depthwise 3x3
+    conv_case(dt, 2, 1, 6, 6, 6, 3, stride=2, padding=1, groups=6)  # strided depthwise
+    conv_t_case(dt, 2, 1, 4, 6, 4, 3, stride=[2, 3], padding=[1, 0], output_padding=[1, 2])
+# Errors: channels vs groups, kernel larger than the input, bad stride,
+# bias shape, dtypes, weight rank, output_padding, "same" with stride.
+conv_case("f32", 2, 1, 4, 6, 5, 3, groups=3)
+conv_case("f32", 2, 1, 4, 6, 2, 3)
+conv_case("f32", 2, 1, 4, 6, 5, 3, stride=0)
+conv_case("f32", 2, 1, 4, 6, 5, 3, dilation=0)
+conv_case("f32", 2, 1, 4, 6, 5, 3, stride=2, padding="same")
+conv_t_case("f32", 2, 1, 4, 6, 5, 3, output_padding=1)
+add("conv", [rand("f32", [1, 4, 5, 5]), rand("f32", [8, 3, 3, 3])], {"n": 2}, F.conv2d)
+add("conv", [rand("f32", [1, 4, 5, 5]), rand("f32", [8, 4, 3, 3]), rand("f32", [3])], {"n": 2}, F.conv2d)
+add("conv", [rand("f32", [1, 4, 5, 5]), rand("f32", [8, 4, 3])], {"n": 2}, F.conv2d)
+add("conv", [rand("f32", [1, 4, 5, 5]), rand("f64", [8, 4, 3, 3])], {"n": 2}, F.conv2d)
+add("conv", [rand("f32", [4, 5, 5, 5, 5]), rand("f32", [8, 4, 3, 3])], {"n": 2}, F.conv2d)
+add("conv", [rand("bool", [1, 4, 5, 5]), rand("bool", [8, 4, 3, 3])], {"n": 2}, F.conv2d)
+# (PyTorch 1.13's CPU also convolves some integer dtypes in a slow fallback
+# with gaps (no dilated i32, no transposed i32/u8); Switchyard takes f32 and
+# f64 only, a deliberate difference, so no integer conv case is drawn.)
+
+
+def pool_case(kind, dt, n, shape, **kw):
+    x = rand(dt, shape)
+    args = {"n": n, **kw}
+    if kind == "max_pool":
+        add("max_pool", [x], args, lambda x: MAXP[n](x, **kw))
+        add("max_pool_indices", [x], args, lambda x: MAXP[n](x, return_indices=True, **kw)[1])
+    elif kind == "avg_pool":
+        add("avg_pool", [x], args, lambda x: AVGP[n](x, **kw), tol=[1e-6, 1e-6])
+    elif kind == "adaptive_avg":
+        f = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[n]
+        add("adaptive_avg_pool", [x], args, lambda x: f(x, **kw), tol=[1e-6, 1e-6])
+    else:
+        f = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d}[n]
+        add("adaptive_max_pool", [x], args, lambda x: f(x, **kw))
+        add("adaptive_max_pool_indices", [x], args, lambda x: f(x, return_indices=True, **kw)[1])
+
+
+for dt in FLOATS:
+    for n in (1, 2, 3):
+        size = {1: 9, 2: 7, 3: 4}[n]
+        shape = ([2, 3] if n < 3 else [1, 2]) + [size] * n
+        pool_case("max_pool", dt, n, shape, kernel_size=2)
+        pool_case("max_pool", dt, n, shape[1:], kernel_size=3, stride=2, padding=1)
+        pool_case("max_pool", dt, n, shape, kernel_size=2, stride=2, ceil_mode=True)
+        pool_case("max_pool", dt, n, shape, kernel_size=2, stride=1, dilation=2, padding=1)
+        pool_case("max_pool", dt, n, shape, kernel_size=3, stride=2, padding=1, ceil_mode=True)
+        pool_case("avg_pool", dt, n, shape, kernel_size=2)
+        pool_case("avg_pool", dt, n, shape[1:], kernel_size=3, stride=2, padding=1)
+        pool_case("avg_pool", dt, n, shape, kernel_size=3, stride=2, padding=1, count_include_pad=False)
+        pool_case("avg_pool", dt, n, shape, kernel_size=2, stride=2, padding=1, ceil_mode=True)
+        pool_case("avg_pool", dt, n, shape, kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                  count_include_pad=False)
+        if n > 1:
+            pool_case("avg_pool", dt, n, shape, kernel_size=3, padding=1, divisor_override=4)
+        if n < 3:
+            pool_case("adaptive_max", dt, n, shape, output_size=3)
+            pool_case("adaptive_max", dt, n, shape, output_size=1)
+        pool_case("adaptive_avg", dt, n, shape, output_size=3)
+        pool_case("adaptive_avg", dt, n, shape[1:], output_size=1)
+    pool_case("max_pool", dt, 2, [1, 2, 6, 7], kernel_size=[2, 3], stride=[1, 2], padding=[1, 0])
+    pool_case("avg_pool", dt, 2, [1, 2, 6, 7], kernel_size=[3, 2], stride=[2, 1], padding=[1, 1])
+    pool_case("adaptive_max", dt, 2, [1, 2, 7, 5], output_size=[3, 4])
+    pool_case("adaptive_avg", dt, 2, [1, 2, 7, 5], output_size=[4, 2])
+# NaN wins a max window (the last NaN seen); -inf windows keep the first index.
+NANS = torch.tensor([[[1.0, float("nan"), 3.0, float("nan")], [-float("inf"), -float("inf"), 2.0, 2.0]]])
+for k in ("max_pool",):
+    add("max_pool", [NANS.clone()], {"n": 1, "kernel_size": 2}, lambda x: F.max_pool1d(x, 2))
+    add("max_pool_indices", [NANS.clone()], {"n": 1, "kernel_size": 4},
+        lambda x: F.max_pool1d(x, 4, return_indices=True)[1])
+    add("max_pool_indices", [NANS.clone()], {"n": 1, "kernel_size": 2},
+        lambda x: F.max_pool1d(x, 2, return_indices=True)[1])
+# Integer dtypes: PyTorch 1.13 CPU averages i64 only (truncating), max pools
+# floats only.
+for dt in INTS + ["bool"]:
+    for n in (1, 2):
+        shape = [1, 2] + [6] * n
+        pool_case("avg_pool", dt, n, shape, kernel_size=2, padding=1)
+        pool_case("max_pool", dt, n, shape, kernel_size=2)
+        pool_case("adaptive_avg", dt, n, shape, output_size=2)
+        pool_case("adaptive_max", dt, n, shape, output_size=2)
+add("avg_pool", [torch.tensor([[[-7, -1, 5, 2]]])], {"n": 1, "kernel_size": 3, "padding": 1},
+    lambda x: F.avg_pool1d(x, 3, padding=1))
+# Errors: padding over half the kernel, output too small, zero stride or kernel.
+pool_case("max_pool", "f32", 2, [1, 1, 5, 5], kernel_size=3, padding=2)
+pool_case("avg_pool", "f32", 2, [1, 1, 5, 5], kernel_size=3, padding=2)
+pool_case("max_pool", "f32", 2, [1, 1, 2, 2], kernel_size=3)
+pool_case("avg_pool", "f32", 2, [1, 1, 2, 2], kernel_size=3)
+pool_case("max_pool", "f32", 2, [1, 1, 5, 5], kernel_size=2, stride=0)
+pool_case("max_pool", "f32", 2, [1, 1, 5, 5], kernel_size=0)
+pool_case("max_pool", "f32", 2, [5, 5], kernel_size=2, dilation=0)
+pool_case("max_pool", "f32", 2, [5], kernel_size=2)
+pool_case("avg_pool", "f32", 2, [1, 1, 4, 4], kernel_size=2, divisor_override=0)
+
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pytorch_cases.json")
 with open(out, "w") as f:
     json.dump({"torch": torch.__version__, "cases": cases}, f, separators=(",", ":"))

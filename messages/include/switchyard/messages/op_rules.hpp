@@ -43,6 +43,18 @@ struct TensorSpec {
 [[nodiscard]] caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index,
                                                      const TensorIr* src, int64_t& axis);
 [[nodiscard]] caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, const TensorIr& b);
+/// Convolution and its transpose, from the op's input, weight, bias and
+/// arguments (its `out` is not read). Shapes as PyTorch 1.13 computes them;
+/// f32 and f64 only.
+[[nodiscard]] caf::expected<TensorSpec> conv_result(const ConvOp& op);
+/// Pooling from the op's input and arguments (its `out` is not read), with
+/// PyTorch 1.13's output sizes (ceil_mode: the last window must start inside
+/// the input or the left padding) and dtypes (max: floating; avg: floating
+/// and i64; indices: i64).
+[[nodiscard]] caf::expected<TensorSpec> pool_result(const PoolOp& op);
+/// Extent of one pooled axis (no checks: pool_result has made them).
+[[nodiscard]] int64_t pool_output_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad_before,
+                                         int64_t pad_after, int64_t dilation, bool ceil_mode);
 
 /// Checks a shape that a tensor will have: no negative extent, at most 16
 /// axes, at most 2^40 elements (so element and byte counts cannot overflow).

@@ -24,8 +24,12 @@ enum class ReduceKind : uint8_t { sum, mean, prod, max, min, argmax, argmin, var
 enum class FillKind : uint8_t { full, arange, eye };
 enum class RandomKind : uint8_t { uniform, normal, bernoulli };
 enum class IndexKind : uint8_t { gather, scatter_add, index_select };
+/// max_indices / adaptive_max_indices give PyTorch's flat index of the
+/// maximum within its input plane (i64); the others give values.
+enum class PoolKind : uint8_t { max, max_indices, avg, adaptive_avg, adaptive_max, adaptive_max_indices };
 
 [[nodiscard]] const char* to_string(ReduceKind k) noexcept;
+[[nodiscard]] const char* to_string(PoolKind k) noexcept;
 
 /// Uploads host data into a new tensor.
 struct FromDataOp {
@@ -324,10 +328,78 @@ struct SeedOp {
   void each_output(F&&) {}
 };
 
+/// Convolution (or its transpose) over 1, 2 or 3 spatial axes, PyTorch's
+/// layout: input (N, C_in, *spatial) or unbatched (C_in, *spatial); weight
+/// (C_out, C_in / groups, *kernel), transposed (C_in, C_out / groups,
+/// *kernel); optional bias (C_out) (bias.id == 0 when absent). Every vector
+/// has one entry per spatial axis; pads may differ before and after (ONNX's
+/// SAME_UPPER/SAME_LOWER, PyTorch's padding="same" with an even kernel).
+/// `output_padding` only for transposed convolutions.
+struct ConvOp {
+  TensorIr input;
+  TensorIr weight;
+  TensorIr bias;
+  TensorIr out;
+  std::vector<int64_t> stride;
+  std::vector<int64_t> pad_before;
+  std::vector<int64_t> pad_after;
+  std::vector<int64_t> dilation;
+  std::vector<int64_t> output_padding;
+  int64_t groups = 1;
+  bool transposed = false;
+  [[nodiscard]] bool has_bias() const noexcept { return static_cast<bool>(bias.id); }
+  [[nodiscard]] size_t spatial() const noexcept { return stride.size(); }
+  template <class F>
+  void each_input(F&& f) {
+    f(input);
+    f(weight);
+    if (has_bias()) f(bias);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
+};
+
+/// Pooling over the last `spatial` axes (1 to 3) of an input with at least
+/// one more (leading) axis: every leading index is an independent plane.
+/// Windowed kinds use kernel/stride/pads/dilation (one entry per spatial
+/// axis) and PyTorch's ceil_mode rule; avg divides by divisor_override when
+/// it is non-zero, else by the window size (padding included when
+/// count_include_pad). Adaptive kinds use output_size only.
+struct PoolOp {
+  PoolKind kind = PoolKind::max;
+  TensorIr in;
+  TensorIr out;
+  std::vector<int64_t> kernel;
+  std::vector<int64_t> stride;
+  std::vector<int64_t> pad_before;
+  std::vector<int64_t> pad_after;
+  std::vector<int64_t> dilation;
+  std::vector<int64_t> output_size;  ///< adaptive kinds only
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  int64_t divisor_override = 0;  ///< 0: none
+  [[nodiscard]] bool adaptive() const noexcept {
+    return kind == PoolKind::adaptive_avg || kind == PoolKind::adaptive_max || kind == PoolKind::adaptive_max_indices;
+  }
+  [[nodiscard]] size_t spatial() const noexcept { return adaptive() ? output_size.size() : kernel.size(); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
+};
+
 /// One operation as it travels from client to runner.
 struct OperationIr {
   using Variant = std::variant<FromDataOp, FillOp, RandomOp, UnaryOp, BinaryOp, ScalarOp, ReduceOp, SoftmaxOp, MatmulOp,
-                               CastOp, ViewOp, SliceAssignOp, CatOp, PadOp, IndexOp, WhereOp, DropOp, SeedOp>;
+                               CastOp, ViewOp, SliceAssignOp, CatOp, PadOp, IndexOp, WhereOp, DropOp, SeedOp,
+                               // Appended: a tag is the index, so new ops go last.
+                               ConvOp, PoolOp>;
   Variant op;
 
   OperationIr() = default;
@@ -442,6 +514,17 @@ typename Inspector::result_type inspect(Inspector& f, DropOp& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SeedOp& x) {
   return f(caf::meta::type_name("seed"), x.seed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ConvOp& x) {
+  return f(caf::meta::type_name("conv"), x.input, x.weight, x.bias, x.out, x.stride, x.pad_before, x.pad_after,
+           x.dilation, x.output_padding, x.groups, x.transposed);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PoolOp& x) {
+  return f(caf::meta::type_name("pool"), x.kind, x.in, x.out, x.kernel, x.stride, x.pad_before, x.pad_after, x.dilation,
+           x.output_size, x.ceil_mode, x.count_include_pad, x.divisor_override);
 }
 
 namespace detail {

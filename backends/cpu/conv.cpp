@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+// Convolution on the CPU. Three paths, picked per op:
+//  - 1x1 kernels with stride 1 and no padding are a plain GEMM per image
+//    and group (the input already is the column matrix);
+//  - depthwise-like ops (one input channel per group) run a direct kernel,
+//    parallel over output planes: their GEMMs would be 1 x K x P, all
+//    overhead;
+//  - everything else goes through im2col in tiles of output positions whose
+//    column matrix fits in cache, each tile one OpenBLAS GEMM.
+// Transposed convolution is one GEMM (W^T X) per image and group followed by
+// col2im, a scatter-add parallel over output channels (each thread owns its
+// planes, so no two threads write one element).
+// The im2col/col2im loops run on the device's pool; the GEMMs on OpenBLAS's
+// threads, which the backend limits to the pool's size (see cpu_backend.cpp),
+// so both phases use the same cores and never both at once.
+
+#include <algorithm>
+#include <cblas.h>
+#include <cstring>
+
+#include "backends/common/conv_geometry.hpp"
+#include "backends/cpu/kernels.hpp"
+
+namespace switchyard::backends::cpu {
+namespace {
+
+// Bytes of one im2col tile. Measured on this 2-core EPYC (bench/conv_bench,
+// 3x3 64ch 56x56): 128 KiB tiles made GEMMs too thin (4x slower), 512 KiB to
+// 4 MiB were within noise, so 2 MiB: the two cores' L2 together, few GEMM
+// calls per image, and a bounded scratch buffer for large images.
+constexpr int64_t tile_bytes = int64_t{1} << 21;
+
+template <class T>
+void gemm(bool trans_a, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+          int64_t ldc) {
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto bm = static_cast<blasint>(m), bn = static_cast<blasint>(n), bk = static_cast<blasint>(k);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, CblasNoTrans, bm, bn, bk, 1.0f, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, ta, CblasNoTrans, bm, bn, bk, 1.0, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+// Output positions o in [lo, hi) of one axis whose input position
+// o * stride + offset lies in [0, extent).
+void valid_range(int64_t offset, int64_t stride, int64_t extent, int64_t outs, int64_t& lo, int64_t& hi) {
+  // o * stride + offset >= 0  <=>  o >= ceil(-offset / stride)
+  lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  // o * stride + offset <= extent - 1
+  const int64_t top = extent - 1 - offset;
+  hi = top < 0 ? 0 : top / stride + 1;
+  lo = std::min(lo, outs);
+  hi = std::clamp(hi, lo, outs);
+}
+
+// Fills rows of the column matrix for output positions [p0, p0 + cols):
+// row r = (c, k0, k1, k2) holds x[c, o * stride - pad + k * dilation].
+template <class T>
+void im2col(Context& ctx, const ConvGeometry& g, const T* x, int64_t channels, int64_t p0, int64_t cols, T* col) {
+  const int64_t ksize = g.kernel_size();
+  const int64_t rows = channels * ksize;
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(cols, 1));
+  ctx.pool.parallel_for(rows, grain, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const int64_t c = r / ksize;
+      int64_t k = r % ksize;
+      const int64_t k2 = k % g.kernel[2];
+      k /= g.kernel[2];
+      const int64_t k1 = k % g.kernel[1];
+      const int64_t k0 = k / g.kernel[1];
+      const T* plane = x + c * g.in_plane();
+      T* dst = col + r * cols;
+      const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
+      const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
+      const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
+      int64_t lo2 = 0, hi2 = 0;
+      valid_range(off2, g.stride[2], g.in[2], g.out[2], lo2, hi2);
+      // Walk the tile one output row (fixed o0, o1) at a time.
+      int64_t p = p0;
+      const int64_t end = p0 + cols;
+      while (p < end) {
+        const int64_t o2_first = p % g.out[2];
+        const int64_t row = p / g.out[2];
+        const int64_t o1 = row % g.out[1];
+        const int64_t o0 = row / g.out[1];
+        const int64_t o2_end = std::min(g.out[2], o2_first + (end - p));
+        T* d = dst + (p - p0) - o2_first;  // d[o2] is position (o0, o1, o2)
+        const int64_t i0 = o0 * g.stride[0] + off0;
+        const int64_t i1 = o1 * g.stride[1] + off1;
+        if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+          std::fill(d + o2_first, d + o2_end, T(0));
+        } else {
+          const T* src = plane + (i0 * g.in[1] + i1) * g.in[2] + off2;  // src[o2 * stride]
+          const int64_t a = std::max(o2_first, lo2), b = std::min(o2_end, hi2);
+          if (a >= b) {
+            std::fill(d + o2_first, d + o2_end, T(0));
+          } else {
+            std::fill(d + o2_first, d + a, T(0));
+            if (g.stride[2] == 1)
+              std::memcpy(d + a, src + a, static_cast<size_t>(b - a) * sizeof(T));
+            else
+              for (int64_t o2 = a; o2 < b; ++o2) d[o2] = src[o2 * g.stride[2]];
+            std::fill(d + b, d + o2_end, T(0));
+          }
+        }
+        p += o2_end - o2_first;
+      }
+    }
+  });
+}
+
+// Output channels start at their bias (or zero); the GEMMs then accumulate.
+template <class T>
+void init_output(Context& ctx, T* y, const T* bias, int64_t batch, int64_t channels, int64_t plane) {
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(plane, 1));
+  ctx.pool.parallel_for(batch * channels, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) std::fill(y + i * plane, y + (i + 1) * plane, bias ? bias[i % channels] : T(0));
+  });
+}
+
+// One input channel per group: each output plane is a sum of K shifted,
+// scaled copies of one input plane.
+template <class T>
+void depthwise(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y) {
+  const int64_t cog = g.c_out_group();
+  const int64_t ksize = g.kernel_size();
+  const int64_t planes = g.batch * g.c_out;
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(g.out_plane() * ksize, 1));
+  ctx.pool.parallel_for(planes, grain, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      const int64_t n = pl / g.c_out, co = pl % g.c_out;
+      const T* xin = x + (n * g.c_in + co / cog) * g.in_plane();
+      const T* wk = w + co * ksize;
+      T* out = y + pl * g.out_plane();
+      for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
+        for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
+          const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
+          const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
+          const T* wrow = wk + (k0 * g.kernel[1] + k1) * g.kernel[2];
+          int64_t lo0, hi0, lo1, hi1;
+          valid_range(off0, g.stride[0], g.in[0], g.out[0], lo0, hi0);
+          valid_range(off1, g.stride[1], g.in[1], g.out[1], lo1, hi1);
+          if (g.kernel[2] == 3 && g.stride[2] == 1) {
+            // The common 3-wide row: one pass over each output row adds all
+            // three taps where they all hit the input, the edges tap by tap.
+            int64_t lo[3], hi[3], off[3];
+            for (int k2 = 0; k2 < 3; ++k2) {
+              off[k2] = k2 * g.dilation[2] - g.pad[2];
+              valid_range(off[k2], 1, g.in[2], g.out[2], lo[k2], hi[k2]);
+            }
+            const int64_t a = std::max({lo[0], lo[1], lo[2]});
+            const int64_t b = std::max(a, std::min({hi[0], hi[1], hi[2]}));
+            const T w0 = wrow[0], w1 = wrow[1], w2 = wrow[2];
+            for (int64_t o0 = lo0; o0 < hi0; ++o0)
+              for (int64_t o1 = lo1; o1 < hi1; ++o1) {
+                const T* src = xin + ((o0 * g.stride[0] + off0) * g.in[1] + o1 * g.stride[1] + off1) * g.in[2];
+                T* dst = out + (o0 * g.out[1] + o1) * g.out[2];
+                const T *s0 = src + off[0], *s1 = src + off[1], *s2 = src + off[2];
+                for (int64_t o2 = a; o2 < b; ++o2) dst[o2] += w0 * s0[o2] + w1 * s1[o2] + w2 * s2[o2];
+                for (int k2 = 0; k2 < 3; ++k2) {
+                  const T* sk = src + off[k2];
+                  const T wv = wrow[k2];
+                  for (int64_t o2 = lo[k2]; o2 < std::min(a, hi[k2]); ++o2) dst[o2] += wv * sk[o2];
+                  for (int64_t o2 = std::max(b, lo[k2]); o2 < hi[k2]; ++o2) dst[o2] += wv * sk[o2];
+                }
+              }
+            continue;
+          }
+          for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
+            const T wv = wrow[k2];
+            const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
+            int64_t lo2, hi2;
+            valid_range(off2, g.stride[2], g.in[2], g.out[2], lo2, hi2);
+            for (int64_t o0 = lo0; o0 < hi0; ++o0)
+              for (int64_t o1 = lo1; o1 < hi1; ++o1) {
+                const T* src = xin + ((o0 * g.stride[0] + off0) * g.in[1] + o1 * g.stride[1] + off1) * g.in[2] + off2;
+                T* dst = out + (o0 * g.out[1] + o1) * g.out[2];
+                if (g.stride[2] == 1)
+                  for (int64_t o2 = lo2; o2 < hi2; ++o2) dst[o2] += wv * src[o2];
+                else
+                  for (int64_t o2 = lo2; o2 < hi2; ++o2) dst[o2] += wv * src[o2 * g.stride[2]];
+              }
+          }
+        }
+    }
+  });
+}
+
+template <class T>
+void forward(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y) {
+  const int64_t cig = g.c_in_group(), cog = g.c_out_group();
+  const int64_t ksize = g.kernel_size();
+  const int64_t out_plane = g.out_plane();
+  bool pointwise = ksize == 1;
+  for (int a = 0; a < 3; ++a) pointwise = pointwise && g.stride[a] == 1 && g.pad[a] == 0 && g.in[a] == g.out[a];
+  if (pointwise) {
+    for (int64_t n = 0; n < g.batch; ++n)
+      for (int64_t grp = 0; grp < g.groups; ++grp)
+        gemm<T>(false, cog, out_plane, cig, w + grp * cog * cig, cig, x + (n * g.c_in + grp * cig) * g.in_plane(),
+                out_plane, T(1), y + (n * g.c_out + grp * cog) * out_plane, out_plane);
+    return;
+  }
+  const int64_t rows = cig * ksize;
+  const int64_t tile = std::clamp<int64_t>(tile_bytes / static_cast<int64_t>(sizeof(T)) / std::max<int64_t>(rows, 1),
+                                           std::min<int64_t>(out_plane, 64), out_plane);
+  auto scratch = ctx.buffers.allocate(static_cast<size_t>(rows * tile) * sizeof(T));
+  T* col = writable<T>(scratch);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const T* xg = x + (n * g.c_in + grp * cig) * g.in_plane();
+      const T* wg = w + grp * cog * rows;
+      T* yg = y + (n * g.c_out + grp * cog) * out_plane;
+      for (int64_t p0 = 0; p0 < out_plane; p0 += tile) {
+        const int64_t cols = std::min(tile, out_plane - p0);
+        im2col(ctx, g, xg, cig, p0, cols, col);
+        gemm<T>(false, cog, cols, rows, wg, rows, col, cols, T(1), yg + p0, out_plane);
+      }
+    }
+}
+
+// Adds column rows (co, k) of one image and group into the output planes.
+template <class T>
+void col2im(Context& ctx, const ConvGeometry& g, const T* col, int64_t channels, T* y) {
+  const int64_t ksize = g.kernel_size();
+  const int64_t in_plane = g.in_plane();
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(in_plane * ksize, 1));
+  ctx.pool.parallel_for(channels, grain, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      T* plane = y + c * g.out_plane();
+      for (int64_t k = 0; k < ksize; ++k) {
+        const int64_t k2 = k % g.kernel[2], k1 = (k / g.kernel[2]) % g.kernel[1], k0 = k / g.kernel[2] / g.kernel[1];
+        const T* src = col + (c * ksize + k) * in_plane;
+        const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
+        const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
+        const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
+        // Input position i lands on output i * stride + off.
+        int64_t lo0, hi0, lo1, hi1, lo2, hi2;
+        valid_range(off0, g.stride[0], g.out[0], g.in[0], lo0, hi0);
+        valid_range(off1, g.stride[1], g.out[1], g.in[1], lo1, hi1);
+        valid_range(off2, g.stride[2], g.out[2], g.in[2], lo2, hi2);
+        for (int64_t i0 = lo0; i0 < hi0; ++i0)
+          for (int64_t i1 = lo1; i1 < hi1; ++i1) {
+            const T* s = src + (i0 * g.in[1] + i1) * g.in[2];
+            T* d = plane + ((i0 * g.stride[0] + off0) * g.out[1] + i1 * g.stride[1] + off1) * g.out[2] + off2;
+            if (g.stride[2] == 1)
+              for (int64_t i2 = lo2; i2 < hi2; ++i2) d[i2] += s[i2];
+            else
+              for (int64_t i2 = lo2; i2 < hi2; ++i2) d[i2 * g.stride[2]] += s[i2];
+          }
+      }
+    }
+  });
+}
+
+template <class T>
+void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y) {
+  const int64_t cig = g.c_in_group(), cog = g.c_out_group();
+  const int64_t ksize = g.kernel_size();
+  const int64_t in_plane = g.in_plane();
+  const int64_t rows = cog * ksize;
+  auto scratch = ctx.buffers.allocate(static_cast<size_t>(rows * in_plane) * sizeof(T));
+  T* col = writable<T>(scratch);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      // col (cog*K x P_in) = W_g^T, W_g being (cig x cog*K), times X_g (cig x P_in).
+      gemm<T>(true, rows, in_plane, cig, w + grp * cig * rows, rows, x + (n * g.c_in + grp * cig) * in_plane, in_plane,
+              T(0), col, in_plane);
+      col2im(ctx, g, col, cog, y + (n * g.c_out + grp * cog) * g.out_plane());
+    }
+}
+
+}  // namespace
+
+caf::expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
+  const ConvGeometry g = conv_geometry(op);
+  auto out = ctx.buffers.allocate(op.out.bytes());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = in.bytes[0]->as<const T>();
+    const T* w = in.bytes[1]->as<const T>();
+    const T* bias = op.has_bias() ? in.bytes[2]->as<const T>() : nullptr;
+    T* y = writable<T>(out);
+    init_output<T>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
+    if (op.out.numel() == 0 || g.c_in == 0) return;
+    if (g.transposed)
+      transposed<T>(ctx, g, x, w, y);
+    else if (g.c_in_group() == 1 && g.groups > 1)
+      depthwise<T>(ctx, g, x, w, y);
+    else
+      forward<T>(ctx, g, x, w, y);
+  };
+  if (op.out.dtype == DType::f32)
+    run(float{});
+  else if (op.out.dtype == DType::f64)
+    run(double{});
+  else
+    return make_error(Errc::unsupported, "cpu: " + OperationIr(op).name() + " needs f32 or f64");
+  return out;
+}
+
+}  // namespace switchyard::backends::cpu

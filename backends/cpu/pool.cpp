@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pooling on the CPU: direct loops over each output element's window,
+// parallel over planes (and over output rows when there are few planes).
+// Windows and divisors follow PyTorch 1.13's CPU kernels exactly: a max
+// keeps the first of equal values and lets a NaN win; an average divides by
+// the window clipped to the padded input (count_include_pad), to the input,
+// or by divisor_override.
+
+#include <cmath>
+#include <limits>
+
+#include "backends/common/conv_geometry.hpp"
+#include "backends/cpu/kernels.hpp"
+
+namespace switchyard::backends::cpu {
+namespace {
+
+struct Window {
+  int64_t lo[3], hi[3], step[3];
+  int64_t padded = 1;  // elements of the window inside the padded input
+};
+
+Window window(const PoolOp& op, const PoolGeometry& g, const int64_t (&o)[3]) {
+  Window w{};
+  for (int a = 0; a < 3; ++a) {
+    if (op.adaptive()) {
+      w.lo[a] = adaptive_start(o[a], g.in[a], g.out[a]);
+      w.hi[a] = adaptive_end(o[a], g.in[a], g.out[a]);
+      w.step[a] = 1;
+      w.padded *= w.hi[a] - w.lo[a];
+    } else {
+      const int64_t start = o[a] * g.stride[a] - g.pad[a];
+      w.step[a] = g.dilation[a];
+      w.padded *= std::min(start + g.kernel[a], g.in[a] + g.pad_after[a]) - start;
+      w.lo[a] = start;
+      w.hi[a] = std::min(start + (g.kernel[a] - 1) * g.dilation[a] + 1, g.in[a]);
+      if (w.lo[a] < 0) w.lo[a] += ((-w.lo[a] + g.dilation[a] - 1) / g.dilation[a]) * g.dilation[a];
+    }
+  }
+  return w;
+}
+
+template <class T>
+void pool_typed(Context& ctx, const PoolOp& op, const PoolGeometry& g, const T* x, void* y_raw) {
+  const bool want_index = op.kind == PoolKind::max_indices || op.kind == PoolKind::adaptive_max_indices;
+  const bool is_max = want_index || op.kind == PoolKind::max || op.kind == PoolKind::adaptive_max;
+  const int64_t out_plane = g.out_plane();
+  const int64_t in_plane = g.in_plane();
+  const int64_t work = g.planes * out_plane;
+  int64_t window_size = 1;
+  for (int a = 0; a < 3; ++a)
+    window_size *= op.adaptive() ? (g.in[a] + g.out[a] - 1) / std::max<int64_t>(g.out[a], 1) + 1 : g.kernel[a];
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(window_size, 1));
+  ctx.pool.parallel_for(work, grain, [&](int64_t b, int64_t e) {
+    for (int64_t idx = b; idx < e; ++idx) {
+      const int64_t p = idx / out_plane;
+      int64_t r = idx % out_plane;
+      const int64_t o[3] = {r / (g.out[1] * g.out[2]), (r / g.out[2]) % g.out[1], r % g.out[2]};
+      const Window w = window(op, g, o);
+      const T* plane = x + p * in_plane;
+      if (is_max) {
+        using Acc = std::conditional_t<std::is_floating_point_v<T>, T, double>;
+        Acc best = -std::numeric_limits<Acc>::infinity();
+        int64_t best_at = (w.lo[0] * g.in[1] + w.lo[1]) * g.in[2] + w.lo[2];
+        for (int64_t i0 = w.lo[0]; i0 < w.hi[0]; i0 += w.step[0])
+          for (int64_t i1 = w.lo[1]; i1 < w.hi[1]; i1 += w.step[1]) {
+            const int64_t row = (i0 * g.in[1] + i1) * g.in[2];
+            for (int64_t i2 = w.lo[2]; i2 < w.hi[2]; i2 += w.step[2]) {
+              const Acc v = static_cast<Acc>(plane[row + i2]);
+              if (v > best || std::isnan(v)) {
+                best = v;
+                best_at = row + i2;
+              }
+            }
+          }
+        if (want_index)
+          static_cast<int64_t*>(y_raw)[idx] = best_at;
+        else
+          static_cast<T*>(y_raw)[idx] = static_cast<T>(best);
+        continue;
+      }
+      using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+      Acc sum = 0;
+      int64_t inside = 1;
+      for (int a = 0; a < 3; ++a) inside *= std::max<int64_t>(w.hi[a] - w.lo[a], 0);
+      for (int64_t i0 = w.lo[0]; i0 < w.hi[0]; ++i0)
+        for (int64_t i1 = w.lo[1]; i1 < w.hi[1]; ++i1) {
+          const T* row = plane + (i0 * g.in[1] + i1) * g.in[2];
+          for (int64_t i2 = w.lo[2]; i2 < w.hi[2]; ++i2) {
+            if constexpr (std::is_floating_point_v<T>)
+              sum += row[i2];
+            else  // wraps like PyTorch's int64 sum instead of overflowing
+              sum = static_cast<Acc>(static_cast<uint64_t>(sum) + static_cast<uint64_t>(row[i2]));
+          }
+        }
+      int64_t divisor = op.adaptive() || op.count_include_pad ? w.padded : inside;
+      if (!op.adaptive() && op.divisor_override != 0) divisor = op.divisor_override;
+      T* y = static_cast<T*>(y_raw);
+      if (inside == 0)
+        y[idx] = T(0);
+      else if constexpr (std::is_floating_point_v<T>)
+        y[idx] = static_cast<T>(sum / static_cast<double>(divisor));
+      else
+        y[idx] = static_cast<T>(sum / divisor);
+    }
+  });
+}
+
+}  // namespace
+
+caf::expected<Bytes> pool(Context& ctx, PoolOp& op, const Inputs& in) {
+  const PoolGeometry g = pool_geometry(op);
+  auto out = ctx.buffers.allocate(op.out.bytes());
+  void* y = writable<std::byte>(out);
+  switch (op.in.dtype) {
+    case DType::f32:
+      pool_typed<float>(ctx, op, g, in.bytes[0]->as<const float>(), y);
+      break;
+    case DType::f64:
+      pool_typed<double>(ctx, op, g, in.bytes[0]->as<const double>(), y);
+      break;
+    case DType::i64:
+      pool_typed<int64_t>(ctx, op, g, in.bytes[0]->as<const int64_t>(), y);
+      break;
+    default:
+      return make_error(Errc::unsupported,
+                        "cpu: " + OperationIr(op).name() + " is not defined for " + std::string(name_of(op.in.dtype)));
+  }
+  return out;
+}
+
+}  // namespace switchyard::backends::cpu

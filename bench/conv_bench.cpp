@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// Convolution workloads through Switchyard's cpu device, for bench/conv_compare
+// (which interleaves rounds of this binary with PyTorch and takes medians).
+//
+//     conv_bench ROUNDS_ITERS   -> one JSON line: {"name": [seconds per call, ...], ...}
+//
+// Each call is conv + read (the read waits for the result; on the cpu device
+// it shares the bytes, no copy).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <switchyard/nn.hpp>
+#include <switchyard/switchyard.hpp>
+
+namespace sy = switchyard;
+
+namespace {
+
+struct Workload {
+  const char* name;
+  sy::Shape input, weight;
+  int64_t padding;
+  int64_t groups;
+};
+
+// Mirrored in bench/conv_compare.
+const Workload workloads[] = {
+    {"conv3x3_64ch_56_b1", {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1},
+    {"conv3x3_64ch_56_b8", {8, 64, 56, 56}, {64, 64, 3, 3}, 1, 1},
+    {"conv1x1_256to64_56_b1", {1, 256, 56, 56}, {64, 256, 1, 1}, 0, 1},
+    {"depthwise3x3_128ch_56_b1", {1, 128, 56, 56}, {128, 1, 3, 3}, 1, 128},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 5;
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0"}});
+  auto dev = rt.device("cpu:0");
+  std::string json = "{";
+  for (const auto& w : workloads) {
+    auto x = dev.uniform(w.input, -1, 1);
+    auto k = dev.uniform(w.weight, -1, 1);
+    auto b = dev.uniform({w.weight.dims[0]}, -1, 1);
+    (void)sy::nn::conv2d(x, k, b, 1, w.padding, 1, w.groups).read().get();  // warm-up: buffers, BLAS threads
+    std::vector<double> times;
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto y = sy::nn::conv2d(x, k, b, 1, w.padding, 1, w.groups);
+      (void)y.read().get();
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (json.size() > 1) json += ", ";
+    json += "\"" + std::string(w.name) + "\": [";
+    for (size_t i = 0; i < times.size(); ++i) json += (i ? ", " : "") + std::to_string(times[i]);
+    json += "]";
+  }
+  json += "}";
+  std::printf("%s\n", json.c_str());
+  return 0;
+}

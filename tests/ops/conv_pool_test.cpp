@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: Apache-2.0
+// Convolution and pooling on every device: hand-computed values, the fast
+// CPU paths (1x1 GEMM, im2col tiles, depthwise, transposed col2im) against
+// the reference backend on random shapes and arguments, and errors at the
+// call that name the op, the shapes and the argument.
+
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "ops_common.hpp"
+#include "switchyard/nn.hpp"
+
+using namespace sytest;
+using sy::Device;
+using sy::DType;
+using sy::Tensor;
+namespace nn = sy::nn;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::vector<double> iota(int64_t n, double start = 1) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) x = start++;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("conv1d/2d/3d give hand-computed values", "[ops][conv]") {
+  // 3x3 image 1..9, 2x2 kernel of ones: sums of each 2x2 block, plus bias.
+  expect_all(
+      [](const Device& d) {
+        return nn::conv2d(make(d, DType::f32, {1, 1, 3, 3}, iota(9)), make(d, DType::f32, {1, 1, 2, 2}, {1, 1, 1, 1}),
+                          make(d, DType::f32, {1}, {0.5}));
+      },
+      DType::f32, {1, 1, 2, 2}, {12.5, 16.5, 24.5, 28.5});
+  // Stride 2, padding 1, kernel [1, 0, -1]: x[2o-1] - x[2o+1] over [0,1,2,3,4,5,0].
+  expect_all(
+      [](const Device& d) {
+        return nn::conv1d(make(d, DType::f64, {1, 1, 5}, iota(5)), make(d, DType::f64, {1, 1, 3}, {1, 0, -1}), {}, 2,
+                          1);
+      },
+      DType::f64, {1, 1, 3}, {-2, -2, 4});
+  // Unbatched input, two groups of one channel each (the depthwise path).
+  expect_all(
+      [](const Device& d) {
+        return nn::conv2d(make(d, DType::f32, {2, 2, 2}, iota(8)), make(d, DType::f32, {2, 1, 1, 1}, {2, 3}), {}, 1, 0,
+                          1, 2);
+      },
+      DType::f32, {2, 2, 2}, {2, 4, 6, 8, 15, 18, 21, 24});
+  // Two groups of two channels, 1x1 kernel (the GEMM path per group).
+  expect_all(
+      [](const Device& d) {
+        return nn::conv2d(make(d, DType::f32, {1, 4, 1, 1}, {1, 2, 3, 4}),
+                          make(d, DType::f32, {2, 2, 1, 1}, {1, 10, 100, 1000}), {}, 1, 0, 1, 2);
+      },
+      DType::f32, {1, 2, 1, 1}, {21, 4300});
+  expect_all(
+      [](const Device& d) {
+        return nn::conv3d(d.full({1, 1, 2, 2, 2}, 1.0), d.full({1, 1, 2, 2, 2}, 1.0));
+      },
+      DType::f32, {1, 1, 1, 1, 1}, {8});
+  // padding="same" with an even kernel: the extra zero goes after.
+  expect_all(
+      [](const Device& d) {
+        return nn::conv1d(make(d, DType::f32, {1, 1, 4}, iota(4)), make(d, DType::f32, {1, 1, 2}, {1, 1}), {}, 1,
+                          "same");
+      },
+      DType::f32, {1, 1, 4}, {3, 5, 7, 4});
+  // Explicit asymmetric pads (one before, none after) through the general entry.
+  expect_all(
+      [](const Device& d) {
+        nn::ConvOptions o;
+        o.pad_begin = {1};
+        o.pad_end = {0};
+        return nn::conv(make(d, DType::f32, {1, 1, 4}, iota(4)), make(d, DType::f32, {1, 1, 2}, {1, 1}), {}, o);
+      },
+      DType::f32, {1, 1, 4}, {1, 3, 5, 7});
+}
+
+TEST_CASE("conv_transpose scatters each input over its kernel", "[ops][conv]") {
+  // [1, 2] with kernel [1, 1, 1], stride 2: [1, 1, 1+2, 2, 2].
+  expect_all(
+      [](const Device& d) {
+        return nn::conv_transpose1d(make(d, DType::f32, {1, 1, 2}, {1, 2}), make(d, DType::f32, {1, 1, 3}, {1, 1, 1}),
+                                    {}, 2);
+      },
+      DType::f32, {1, 1, 5}, {1, 1, 3, 2, 2});
+  // output_padding adds one position at the end; bias everywhere.
+  expect_all(
+      [](const Device& d) {
+        return nn::conv_transpose1d(make(d, DType::f64, {1, 2}, {1, 2}), make(d, DType::f64, {1, 1, 3}, {1, 1, 1}),
+                                    make(d, DType::f64, {1}, {10}), 2, 0, 1);
+      },
+      DType::f64, {1, 6}, {11, 11, 13, 12, 12, 10});
+  // Padding crops: padding 1 removes one position at each end.
+  expect_all(
+      [](const Device& d) {
+        return nn::conv_transpose2d(d.full({1, 1, 2, 2}, 1.0), d.full({1, 1, 2, 2}, 1.0), {}, 1, 1);
+      },
+      DType::f32, {1, 1, 1, 1}, {4});
+}
+
+TEST_CASE("max_pool, avg_pool and adaptive pools give hand-computed values", "[ops][pool]") {
+  auto grid = [](const Device& d) { return make(d, DType::f32, {1, 1, 4, 4}, iota(16, 0)); };
+  expect_all([&](const Device& d) { return nn::max_pool2d(grid(d), 2); }, DType::f32, {1, 1, 2, 2}, {5, 7, 13, 15});
+  expect_all([&](const Device& d) { return nn::max_pool2d_with_indices(grid(d), 2).second; }, DType::i64, {1, 1, 2, 2},
+             {5, 7, 13, 15});
+  // ceil_mode keeps a last, partial window that starts inside the input.
+  auto row = [](const Device& d) { return make(d, DType::f32, {1, 5}, {1, 3, 2, 5, 4}); };
+  expect_all([&](const Device& d) { return nn::max_pool1d(row(d), 2, 2, 0, 1, true); }, DType::f32, {1, 3}, {3, 5, 4});
+  expect_all([&](const Device& d) { return nn::max_pool1d_with_indices(row(d), 2, 2, 0, 1, true).second; }, DType::i64,
+             {1, 3}, {1, 3, 4});
+  expect_all([&](const Device& d) { return nn::max_pool1d(row(d), 2, 2); }, DType::f32, {1, 2}, {3, 5});
+  // Dilation 2: windows {0, 2}, {1, 3} and {2, 4}.
+  expect_all([&](const Device& d) { return nn::max_pool1d(row(d), 2, 1, 0, 2); }, DType::f32, {1, 3}, {2, 5, 4});
+  // Padding counts as -inf for max, as 0 for avg (and in the divisor when
+  // count_include_pad).
+  auto four = [](const Device& d) { return make(d, DType::f32, {1, 4}, {1, 2, 3, 4}); };
+  expect_all([&](const Device& d) { return nn::avg_pool1d(four(d), 2, 2, 1); }, DType::f32, {1, 3}, {0.5, 2.5, 2});
+  expect_all([&](const Device& d) { return nn::avg_pool1d(four(d), 2, 2, 1, false, false); }, DType::f32, {1, 3},
+             {1, 2.5, 4});
+  expect_all([&](const Device& d) { return nn::max_pool1d(four(d), 3, 2, 1); }, DType::f32, {1, 2}, {2, 4});
+  expect_all(
+      [&](const Device& d) {
+        return nn::avg_pool2d(d.full({1, 2, 2}, 1.0), 2, {}, 0, false, true, 3);
+      },
+      DType::f32, {1, 1, 1}, {4.0 / 3});
+  // i64 averages truncate toward zero, as PyTorch.
+  expect_all(
+      [](const Device& d) {
+        return nn::avg_pool1d(make(d, DType::i64, {1, 4}, {-7, -1, 5, 2}), 3, 3, 1);
+      },
+      DType::i64, {1, 2}, {-2, 2});
+  // Adaptive windows [floor(i*5/2), ceil((i+1)*5/2)): [0, 3) and [2, 5).
+  expect_all(
+      [](const Device& d) {
+        return nn::adaptive_avg_pool1d(make(d, DType::f64, {1, 5}, iota(5)), 2);
+      },
+      DType::f64, {1, 2}, {2, 4});
+  auto peaks = [](const Device& d) { return make(d, DType::f32, {1, 1, 5}, {1, 5, 3, 4, 2}); };
+  expect_all([&](const Device& d) { return nn::adaptive_max_pool1d(peaks(d), 2); }, DType::f32, {1, 1, 2}, {5, 4});
+  expect_all([&](const Device& d) { return nn::adaptive_max_pool1d_with_indices(peaks(d), 2).second; }, DType::i64,
+             {1, 1, 2}, {1, 3});
+  expect_all([&](const Device& d) { return nn::adaptive_avg_pool2d(grid(d), 1); }, DType::f32, {1, 1, 1, 1}, {7.5});
+  // ONNX-style asymmetric pads through the general entry: one after only.
+  expect_all(
+      [](const Device& d) {
+        nn::PoolOptions o;
+        o.kernel_size = {2};
+        o.pad_end = {1};
+        return nn::max_pool(make(d, DType::f32, {1, 3}, {-1, -2, -3}), o);
+      },
+      DType::f32, {1, 2}, {-1, -3});
+}
+
+TEST_CASE("bad convolution and pooling arguments fail at the call, naming op, shapes and argument",
+          "[ops][conv][pool][errors]") {
+  const auto d = reference();
+  const auto x = d.full({1, 4, 5, 5}, 1.0);
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 2, 3, 3}, 1.0), {}, 1, 0, 1, 3),
+                    Contains("conv2d") && Contains("groups=3") && Contains("[6, 2, 3, 3]"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 3, 3, 3}, 1.0)),
+                    Contains("conv2d") && Contains("[1, 4, 5, 5]") && Contains("channels"));
+  CHECK_THROWS_WITH(nn::conv2d(d.full({1, 4, 2, 2}, 1.0), d.full({6, 4, 3, 3}, 1.0)),
+                    Contains("conv2d") && Contains("smaller than the dilated kernel"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 4, 3, 3}, 1.0), {}, 0), Contains("conv2d: stride"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 4, 3, 3}, 1.0), {}, 1, 0, {1, 0}), Contains("conv2d: dilation"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 4, 3}, 1.0)), Contains("conv2d: weight must have 4 axes"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 4, 3, 3}, 1.0), d.full({5}, 1.0)),
+                    Contains("conv2d") && Contains("bias") && Contains("6 elements"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 4, 3, 3}, 1.0), {}, 2, "same"), Contains("not supported for strided"));
+  CHECK_THROWS_WITH(nn::conv2d(x, d.full({6, 4, 3, 3}, 1.0), {}, {1, 2, 3}), Contains("stride needs 1 or 2 values"));
+  CHECK_THROWS_AS(nn::conv2d(x.cast(DType::i32), d.full({6, 4, 3, 3}, 1, DType::i32)), sy::Error);
+  CHECK_THROWS_WITH(nn::conv_transpose2d(x, d.full({4, 2, 3, 3}, 1.0), {}, 1, 0, 1),
+                    Contains("conv_transpose2d: output_padding"));
+  CHECK_THROWS_WITH(nn::max_pool2d(x, 3, {}, 2), Contains("max_pool2d") && Contains("at most half of kernel_size"));
+  CHECK_THROWS_WITH(nn::avg_pool2d(d.full({1, 1, 2, 2}, 1.0), 3),
+                    Contains("avg_pool2d") && Contains("output size is too small"));
+  CHECK_THROWS_WITH(nn::max_pool2d(x, 2, 0), Contains("max_pool2d: stride"));
+  CHECK_THROWS_WITH(nn::max_pool2d(d.full({5}, 1.0), 2), Contains("max_pool2d: expected a 3-D"));
+  CHECK_THROWS_WITH(nn::max_pool2d(x.cast(DType::i64), 2), Contains("max_pool2d: not defined for i64"));
+  CHECK_THROWS_WITH(nn::avg_pool2d(x, 2, {}, 0, false, true, 0), Contains("divisor_override must not be zero"));
+  // Errors are Errc codes: shape problems, bad arguments, bad dtypes.
+  expect_error(
+      [](const Device& dev) {
+        return nn::conv2d(dev.full({1, 4, 5, 5}, 1.0), dev.full({6, 3, 3, 3}, 1.0));
+      },
+      sy::Errc::shape_mismatch);
+  expect_error(
+      [](const Device& dev) {
+        return nn::max_pool1d(dev.full({1, 5}, 1.0), 2, 0);
+      },
+      sy::Errc::invalid_argument);
+  expect_error(
+      [](const Device& dev) {
+        return nn::conv1d(dev.full({1, 5}, 1.0), dev.full({1, 1, 2}, 1.0, DType::f64));
+      },
+      sy::Errc::dtype_mismatch);
+}
+
+namespace {
+
+using Rng = std::mt19937_64;
+int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+
+Tensor random_tensor(const Device& d, Rng& rng, DType t, sy::Shape s) {
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (auto& x : v) x = static_cast<double>(pick(rng, -300, 300)) / 100;
+  return make(d, t, std::move(s), v);
+}
+
+}  // namespace
+
+TEST_CASE("conv and conv_transpose agree with the reference on random shapes and arguments", "[ops][conv][random]") {
+  Rng rng(20261203);
+  int ran = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t n = pick(rng, 1, 3);
+    const bool transposed = pick(rng, 0, 3) == 0;
+    const int64_t groups = pick(rng, 0, 2) == 0 ? pick(rng, 2, 3) : 1;
+    const bool depthwise = !transposed && groups > 1 && pick(rng, 0, 1) == 0;
+    const int64_t cin = depthwise ? groups : groups * pick(rng, 1, 3);
+    const int64_t cout = groups * pick(rng, 1, 3);
+    const int64_t batch = pick(rng, 0, 3) == 0 ? 0 : pick(rng, 1, 2);  // 0: unbatched
+    const int64_t extent = n == 3 ? pick(rng, 2, 5) : n == 2 ? pick(rng, 3, 9) : pick(rng, 3, 20);
+    nn::ConvOptions o;
+    o.transposed = transposed;
+    o.groups = groups;
+    sy::Shape xs, ws;
+    if (batch) xs.dims.push_back(batch);
+    xs.dims.push_back(cin);
+    ws.dims = transposed ? std::vector<int64_t>{cin, cout / groups} : std::vector<int64_t>{cout, cin / groups};
+    for (int64_t a = 0; a < n; ++a) {
+      const int64_t k = pick(rng, 1, 3);
+      xs.dims.push_back(extent);
+      ws.dims.push_back(k);
+      o.stride.push_back(pick(rng, 1, 3));
+      o.dilation.push_back(pick(rng, 1, 2));
+      o.pad_begin.push_back(pick(rng, 0, 2));
+      o.pad_end.push_back(pick(rng, 0, 2));
+      o.output_padding.push_back(transposed ? pick(rng, 0, std::max(o.stride.back(), o.dilation.back()) - 1) : 0);
+    }
+    const bool with_bias = pick(rng, 0, 1) == 1;
+    const DType t = pick(rng, 0, 3) == 0 ? DType::f64 : DType::f32;
+    const uint64_t seed = rng();
+    auto build = [&](const Device& d) {
+      Rng data(seed);
+      auto x = random_tensor(d, data, t, xs);
+      auto w = random_tensor(d, data, t, ws);
+      Tensor b = with_bias ? random_tensor(d, data, t, {cout}) : Tensor{};
+      return nn::conv(x, w, b, o);
+    };
+    INFO("trial " << trial << ": input " << xs.to_string() << ", weight " << ws.to_string() << ", groups " << groups
+                  << (transposed ? ", transposed" : ""));
+    try {
+      (void)build(reference());
+    } catch (const sy::Error&) {
+      continue;  // e.g. a kernel larger than the padded input: refused at the call
+    }
+    ++ran;
+    agree(build, Tol{1e-4, 1e-4});
+  }
+  CHECK(ran > 30);
+}
+
+TEST_CASE("the fast conv paths agree with the reference on larger shapes", "[ops][conv][random]") {
+  // 3x3 over 32 channels and a 20x20 image: several im2col tiles; the 1x1
+  // GEMM path; depthwise 3x3 with stride 2; a strided transposed conv.
+  struct Case {
+    sy::Shape x, w;
+    nn::ConvOptions o;
+  };
+  std::vector<Case> cases;
+  cases.push_back({{2, 32, 20, 20}, {16, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false}});
+  cases.push_back({{1, 64, 30, 30}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false}});
+  cases.push_back({{2, 32, 9, 9}, {24, 32, 1, 1}, {}});
+  cases.push_back({{2, 16, 11, 11}, {16, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, {}, {}, 16, false}});
+  cases.push_back({{1, 8, 7, 7}, {8, 6, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, {}, {1, 1}, 2, true}});
+  Rng rng(7);
+  for (const auto& c : cases) {
+    const uint64_t seed = rng();
+    INFO("input " << c.x.to_string() << ", weight " << c.w.to_string());
+    agree(
+        [&](const Device& d) {
+          Rng data(seed);
+          auto x = random_tensor(d, data, DType::f32, c.x);
+          auto w = random_tensor(d, data, DType::f32, c.w);
+          return nn::conv(x, w, {}, c.o);
+        },
+        Tol{1e-4, 1e-3});
+  }
+}
+
+TEST_CASE("pools agree with the reference on random shapes and arguments", "[ops][pool][random]") {
+  Rng rng(1203);
+  int ran = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const int64_t n = pick(rng, 1, 3);
+    sy::Shape xs{pick(rng, 1, 2), pick(rng, 1, 3)};
+    if (pick(rng, 0, 2) == 0) xs.dims.erase(xs.dims.begin());
+    nn::PoolOptions o;
+    for (int64_t a = 0; a < n; ++a) {
+      const int64_t k = pick(rng, 1, 3);
+      xs.dims.push_back(pick(rng, 1, n == 1 ? 12 : 6));
+      o.kernel_size.push_back(k);
+      o.stride.push_back(pick(rng, 1, 3));
+      o.dilation.push_back(pick(rng, 1, 2));
+      o.pad_begin.push_back(pick(rng, 0, k / 2));
+      o.pad_end.push_back(pick(rng, 0, k / 2));
+    }
+    o.ceil_mode = pick(rng, 0, 1) == 1;
+    o.count_include_pad = pick(rng, 0, 1) == 1;
+    if (pick(rng, 0, 4) == 0) o.divisor_override = pick(rng, 1, 5);
+    const int which = static_cast<int>(pick(rng, 0, 3));
+    const DType t = which == 3 ? DType::i64 : pick(rng, 0, 2) == 0 ? DType::f64 : DType::f32;
+    const uint64_t seed = rng();
+    auto build = [&](const Device& d) {
+      Rng data(seed);
+      auto x = random_tensor(d, data, t, xs);
+      if (t == DType::i64 || which == 2) {
+        auto avg = o;
+        avg.dilation.clear();
+        return nn::avg_pool(x, avg);
+      }
+      auto mo = o;
+      mo.divisor_override.reset();
+      return which == 0 ? nn::max_pool(x, mo) : nn::max_pool_with_indices(x, mo).second;
+    };
+    INFO("trial " << trial << ": input " << xs.to_string() << ", kind " << which);
+    try {
+      (void)build(reference());
+    } catch (const sy::Error&) {
+      continue;  // output too small: refused at the call
+    }
+    ++ran;
+    agree(build, Tol{1e-5, 1e-5});
+    if (n < 3) {
+      std::vector<int64_t> size;
+      for (int64_t a = 0; a < n; ++a) size.push_back(pick(rng, 1, 4));
+      agree([&](const Device& d) {
+        Rng data(seed);
+        auto x = random_tensor(d, data, t == DType::i64 ? DType::f32 : t, xs);
+        return n == 1 ? nn::adaptive_max_pool1d_with_indices(x, size).second : nn::adaptive_avg_pool2d(x, size);
+      });
+    }
+  }
+  CHECK(ran > 40);
+}
