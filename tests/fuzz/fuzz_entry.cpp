@@ -310,7 +310,7 @@ void consistent_output(OperationIr& op) {
         }
         if constexpr (std::is_same_v<T, IndexOp>) {
           auto axis = o.axis;
-          spec = index_result(o.kind, o.in, o.index, o.kind == IndexKind::scatter_add ? &o.src : nullptr, axis);
+          spec = index_result(o.kind, o.in, o.index, o.has_src() ? &o.src : nullptr, axis);
         }
         if constexpr (std::is_same_v<T, MatmulOp>)
           spec = matmul_result(o.lhs.shape, o.lhs.dtype, o.rhs.shape, o.rhs.dtype, o.transpose_lhs, o.transpose_rhs);
