@@ -43,6 +43,10 @@ caf::expected<Bytes> slice_assign(Context&, SliceAssignOp&, const Inputs&);
 caf::expected<Bytes> cat(Context&, CatOp&, const Inputs&);
 caf::expected<Bytes> pad(Context&, PadOp&, const Inputs&);
 caf::expected<Bytes> index(Context&, IndexOp&, const Inputs&);
+caf::expected<Bytes> norm(Context&, NormOp&, const Inputs&);
+caf::expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
+caf::expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
+caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 
 /// Converts `n` elements from one dtype to another (the cast kernel's core,
 /// also used to bring mixed-dtype operands to their promoted type).

@@ -1134,6 +1134,7 @@ class CudaBackend final : public Backend {
 
   Result run(IndexOp& o, std::span<BufferPtr> in) {
     static constexpr int ops[] = {kern::check_gather, kern::check_scatter_add, kern::check_index_select};
+    if (static_cast<size_t>(o.kind) >= std::size(ops)) return unsupported(to_string(o.kind), o.in.dtype);
     const auto& ind = o.in.shape.dims;
     const int64_t axis_len = ind.empty() ? 1 : ind[o.axis];
     auto check = new_check(ops[static_cast<int>(o.kind)], axis_len, o.axis);
@@ -1183,6 +1184,11 @@ class CudaBackend final : public Backend {
     (*out)->set_check(*check);
     return out;
   }
+
+  Result run(NormOp& o, std::span<BufferPtr>) { return unsupported(to_string(o.kind), o.in.dtype); }
+  Result run(AttentionOp& o, std::span<BufferPtr>) { return unsupported("scaled_dot_product_attention", o.q.dtype); }
+  Result run(ScanOp& o, std::span<BufferPtr>) { return unsupported("cumsum/cumprod", o.in.dtype); }
+  Result run(SortOp& o, std::span<BufferPtr>) { return unsupported("argsort/topk", o.in.dtype); }
 
   Result run(DropOp&, std::span<BufferPtr>) {
     return make_error(Errc::protocol_error, "cuda: drop is handled by the runner");
