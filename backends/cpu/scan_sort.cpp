@@ -94,17 +94,51 @@ void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
     return a.second < b.second;
   };
   const int64_t lines = l.outer * l.inner;
+  const int64_t threads = static_cast<int64_t>(ctx.pool.threads());
+  if (lines == 1 && keep == l.len && l.len >= 65536 && threads > 1) {
+    // One long line: sort one run per thread, then merge the runs. The order
+    // is total (ties by index), so this equals a single sort.
+    std::vector<Item> items(static_cast<size_t>(l.len));
+    for (int64_t i = 0; i < l.len; ++i) items[i] = {x[i], i};
+    auto bound = [&](int64_t r) { return items.begin() + l.len * r / threads; };
+    ctx.pool.parallel_for(threads, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) std::sort(bound(r), bound(r + 1), before);
+    });
+    for (int64_t r = 1; r < threads; ++r) std::inplace_merge(bound(0), bound(r), bound(r + 1), before);
+    for (int64_t i = 0; i < l.len; ++i) y[i] = items[i].second;
+    return;
+  }
   const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(l.len, 1));
   ctx.pool.parallel_for(lines, grain, [&](int64_t lo, int64_t hi) {
-    std::vector<Item> items(static_cast<size_t>(l.len));
+    std::vector<Item> items;
+    items.reserve(static_cast<size_t>(l.len));
     for (int64_t line = lo; line < hi; ++line) {
       const int64_t o = line / l.inner, c = line % l.inner;
       const T* px = x + o * l.len * l.inner + c;
-      for (int64_t i = 0; i < l.len; ++i) items[i] = {px[i * l.inner], i};
-      if (keep == l.len)
-        std::sort(items.begin(), items.end(), before);
-      else if (keep > 0)
-        std::partial_sort(items.begin(), items.begin() + keep, items.end(), before);
+      if (keep > 0 && keep * 8 <= l.len) {
+        // Few wanted: a heap of the best `keep` so far, whose root is the
+        // worst of them; most elements lose one comparison with the root
+        // and are never copied.
+        items.clear();
+        for (int64_t i = 0; i < keep; ++i) items.push_back({px[i * l.inner], i});
+        std::make_heap(items.begin(), items.end(), before);
+        for (int64_t i = keep; i < l.len; ++i) {
+          const Item cand{px[i * l.inner], i};
+          if (before(cand, items.front())) {
+            std::pop_heap(items.begin(), items.end(), before);
+            items.back() = cand;
+            std::push_heap(items.begin(), items.end(), before);
+          }
+        }
+        std::sort_heap(items.begin(), items.end(), before);
+      } else {
+        items.resize(static_cast<size_t>(l.len));
+        for (int64_t i = 0; i < l.len; ++i) items[i] = {px[i * l.inner], i};
+        if (keep == l.len)
+          std::sort(items.begin(), items.end(), before);
+        else if (keep > 0)
+          std::partial_sort(items.begin(), items.begin() + keep, items.end(), before);
+      }
       int64_t* py = y + o * keep * l.inner + c;
       for (int64_t i = 0; i < keep; ++i) py[i * l.inner] = items[i].second;
     }

@@ -295,6 +295,18 @@ TEST_CASE("sort, argsort and topk", "[ops][sort]") {
   CHECK_THROWS_WITH(reference().zeros({2}, DType::boolean).topk(1), Catch::Contains("bool"));
 }
 
+TEST_CASE("one long line sorts in runs and merges; topk keeps a heap", "[ops][sort][random]") {
+  // The cpu splits one long line over its threads and keeps a heap for a
+  // small k: both must give the reference's order, ties by index.
+  for (DType t : {DType::f32, DType::i32}) {
+    INFO(sy::name_of(t));
+    agree([&](const Device& d) { return rnd(d, t, {100000}, 5, 0, 50).argsort(); });
+    agree([&](const Device& d) { return rnd(d, t, {100000}, 6, 0, 50).argsort(0, true); });
+    agree([&](const Device& d) { return rnd(d, t, {100000}, 7, 0, 50).topk(37).indices; });
+    agree([&](const Device& d) { return rnd(d, t, {3, 20000}, 8, 0, 50).topk(5, 1, false).indices; });
+  }
+}
+
 TEST_CASE("sorting agrees with the reference, ties in index order", "[ops][sort][random]") {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 8; ++trial) {
