@@ -108,6 +108,33 @@ void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
     for (int64_t i = 0; i < l.len; ++i) y[i] = items[i].second;
     return;
   }
+  if (lines == 1 && keep > 0 && keep * 8 <= l.len && l.len >= 65536 && threads > 1) {
+    // One long line, few wanted: each thread keeps the best `keep` of its
+    // run in a heap, then the candidates are ordered together.
+    std::vector<std::vector<Item>> best(static_cast<size_t>(threads));
+    ctx.pool.parallel_for(threads, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        auto& h = best[r];
+        const int64_t b = l.len * r / threads, e = l.len * (r + 1) / threads;
+        for (int64_t i = b; i < e; ++i) {
+          const Item cand{x[i], i};
+          if (static_cast<int64_t>(h.size()) < keep) {
+            h.push_back(cand);
+            std::push_heap(h.begin(), h.end(), before);
+          } else if (before(cand, h.front())) {
+            std::pop_heap(h.begin(), h.end(), before);
+            h.back() = cand;
+            std::push_heap(h.begin(), h.end(), before);
+          }
+        }
+      }
+    });
+    std::vector<Item> all;
+    for (auto& h : best) all.insert(all.end(), h.begin(), h.end());
+    std::partial_sort(all.begin(), all.begin() + keep, all.end(), before);
+    for (int64_t i = 0; i < keep; ++i) y[i] = all[i].second;
+    return;
+  }
   const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(l.len, 1));
   ctx.pool.parallel_for(lines, grain, [&](int64_t lo, int64_t hi) {
     std::vector<Item> items;
