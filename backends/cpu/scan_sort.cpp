@@ -93,6 +93,16 @@ void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
     if (desc ? less_nan_last(a.first, b.first) : less_nan_last(b.first, a.first)) return false;
     return a.second < b.second;
   };
+  // Whether a candidate that comes after every element seen so far (larger
+  // index) loses against the heap's worst: one comparison for most elements.
+  auto loses = [desc](T v, T worst) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (desc) return std::isnan(worst) || (!(v > worst) && !std::isnan(v));
+      return std::isnan(worst) ? std::isnan(v) : !(v < worst);
+    } else {
+      return desc ? !(v > worst) : !(v < worst);
+    }
+  };
   const int64_t lines = l.outer * l.inner;
   const int64_t threads = static_cast<int64_t>(ctx.pool.threads());
   if (lines == 1 && keep == l.len && l.len >= 65536 && threads > 1) {
@@ -117,6 +127,7 @@ void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
         auto& h = best[r];
         const int64_t b = l.len * r / threads, e = l.len * (r + 1) / threads;
         for (int64_t i = b; i < e; ++i) {
+          if (static_cast<int64_t>(h.size()) == keep && loses(x[i], h.front().first)) continue;
           const Item cand{x[i], i};
           if (static_cast<int64_t>(h.size()) < keep) {
             h.push_back(cand);
@@ -150,6 +161,7 @@ void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
         for (int64_t i = 0; i < keep; ++i) items.push_back({px[i * l.inner], i});
         std::make_heap(items.begin(), items.end(), before);
         for (int64_t i = keep; i < l.len; ++i) {
+          if (loses(px[i * l.inner], items.front().first)) continue;
           const Item cand{px[i * l.inner], i};
           if (before(cand, items.front())) {
             std::pop_heap(items.begin(), items.end(), before);

@@ -232,7 +232,7 @@ void check_spec(const caf::expected<TensorSpec>& spec) {
 }
 
 OperationIr random_op(Reader& r) {
-  switch (r.u8() % 18) {
+  switch (r.u8() % 22) {
     case 0: {
       FromDataOp o{r.tensor(), {}};
       o.data.shape = r.flag() ? o.out.shape : r.shape();
@@ -279,11 +279,20 @@ OperationIr random_op(Reader& r) {
     case 13:
       return PadOp{r.tensor(), r.tensor(), r.numbers(), r.numbers(), r.real()};
     case 14:
-      return IndexOp{r.kind<IndexKind>(3), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.number()};
+      return IndexOp{r.kind<IndexKind>(7), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.number()};
     case 15:
       return WhereOp{r.tensor(), r.tensor(), r.tensor(), r.tensor()};
     case 16:
       return DropOp{TensorId{r.u8()}};
+    case 17:  // issue 18, part B
+      return NormOp{r.kind<NormKind>(4), r.tensor(), r.tensor(), r.tensor(), r.tensor(),
+                    r.tensor(),          r.tensor(), r.number(), r.real()};
+    case 18:
+      return AttentionOp{r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.flag(), r.real()};
+    case 19:
+      return ScanOp{r.kind<ScanKind>(2), r.tensor(), r.tensor(), r.number()};
+    case 20:
+      return SortOp{r.kind<SortKind>(2), r.tensor(), r.tensor(), r.number(), r.number(), r.flag(), r.flag()};
     default:
       return SeedOp{static_cast<uint64_t>(r.i64())};
   }
@@ -315,6 +324,17 @@ void consistent_output(OperationIr& op) {
         if constexpr (std::is_same_v<T, MatmulOp>)
           spec = matmul_result(o.lhs.shape, o.lhs.dtype, o.rhs.shape, o.rhs.dtype, o.transpose_lhs, o.transpose_rhs);
         if constexpr (std::is_same_v<T, WhereOp>) spec = where_result(o.cond, o.lhs, o.rhs);
+        if constexpr (std::is_same_v<T, NormOp>)
+          spec = norm_result(o.kind, o.in, &o.mean, &o.var, &o.weight, &o.bias, o.count, o.eps);
+        if constexpr (std::is_same_v<T, AttentionOp>) spec = attention_result(o.q, o.k, o.v, &o.mask, o.causal);
+        if constexpr (std::is_same_v<T, ScanOp>) {
+          auto axis = o.axis;
+          spec = scan_result(o.kind, o.in.shape, o.in.dtype, axis, o.out.dtype);
+        }
+        if constexpr (std::is_same_v<T, SortOp>) {
+          auto axis = o.axis;
+          spec = sort_result(o.kind, o.in.shape, o.in.dtype, axis, o.k);
+        }
         if constexpr (requires { o.out; }) {
           if (spec) {
             o.out.shape = spec->shape;

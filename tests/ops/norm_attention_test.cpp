@@ -305,6 +305,15 @@ TEST_CASE("one long line sorts in runs and merges; topk keeps a heap", "[ops][so
     agree([&](const Device& d) { return rnd(d, t, {100000}, 7, 0, 50).topk(37).indices; });
     agree([&](const Device& d) { return rnd(d, t, {3, 20000}, 8, 0, 50).topk(5, 1, false).indices; });
   }
+  // NaN above every number, also on the heap's shortcut: every 97th is NaN.
+  auto v = random_values(9, 100000, 0, 50);
+  for (size_t i = 0; i < v.size(); i += 97) v[i] = kNan;
+  for (bool largest : {true, false}) {
+    INFO("largest " << largest);
+    agree([&](const Device& d) { return make(d, DType::f32, {100000}, v).topk(40, 0, largest).indices; });
+    agree([&](const Device& d) { return make(d, DType::f64, {4, 25000}, v).topk(3, 1, largest).indices; });
+    agree([&](const Device& d) { return make(d, DType::f32, {100000}, v).topk(2000, 0, largest).indices; });
+  }
 }
 
 TEST_CASE("sorting agrees with the reference, ties in index order", "[ops][sort][random]") {
