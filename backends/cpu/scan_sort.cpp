@@ -84,7 +84,8 @@ bool less_nan_last(T a, T b) {
 template <class T>
 void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
   const Lines l = lines_of(op.in.shape, op.axis);
-  const int64_t keep = op.kind == SortKind::topk ? op.k : l.len;
+  // A 0-d input has one position, whatever k (0 or 1) says, as in PyTorch.
+  const int64_t keep = op.kind == SortKind::topk && op.in.shape.rank() > 0 ? op.k : l.len;
   const bool desc = op.descending;
   using Item = std::pair<T, int64_t>;
   // Ties go by index: the order is total, so partial sorts are stable too.

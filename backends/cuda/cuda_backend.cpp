@@ -1345,7 +1345,7 @@ class CudaBackend final : public Backend {
     if (!scratch) return std::move(scratch.error());
     SY_KERNEL_TRY(kern::sort_positions(l, key_t, *keys, n, len, inner, o.descending, (*scratch)->data(), &bytes),
                   "argsort", o.in.dtype);
-    const int64_t keep = o.kind == SortKind::topk ? o.k : len;
+    const int64_t keep = o.kind == SortKind::topk && !d.empty() ? o.k : len;  // 0-d: its one position
     SY_CUDA_TRY(
         kern::sort_ranks(l, (*scratch)->data(), static_cast<int64_t*>((*out)->data()), n / len, len, inner, keep));
     return out;

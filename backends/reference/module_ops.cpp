@@ -197,7 +197,7 @@ caf::expected<Bytes> run_sort(const SortOp& op, const InputBytes& in) {
   int64_t inner = 1, outer = 1;
   for (size_t d = op.axis + 1; d < s.rank(); ++d) inner *= s.dims[d];
   for (int64_t d = 0; d < op.axis && static_cast<size_t>(d) < s.rank(); ++d) outer *= s.dims[d];
-  const int64_t keep = op.kind == SortKind::topk ? op.k : len;
+  const int64_t keep = op.kind == SortKind::topk && s.rank() > 0 ? op.k : len;  // 0-d: its one position
   auto out = Bytes::allocate(op.out.bytes());
   // Ranks by a stable sort of positions: "a before b" when a is smaller
   // (larger when descending), NaN above every number.

@@ -560,6 +560,10 @@ for dt in ALL:
         for part in ("values", "indices"):
             add("topk", [y], {"k": k, "axis": axis, "largest": largest, "part": part},
                 lambda y, k=k, a=axis, l=largest, p=part: getattr(torch.topk(y, k, dim=a, largest=l), p))
+for k in (0, 1, 2):  # a 0-d input: k = 0 still gives its one element, as PyTorch
+    for part in ("values", "indices"):
+        add("topk", [rand("f32", [])], {"k": k, "axis": 0, "largest": True, "part": part},
+            lambda y, k=k, p=part: getattr(torch.topk(y, k), p))
 nan_row = torch.tensor([1.0, float("nan"), 3.0, -1.0, float("inf"), -float("inf")])
 for desc in (False, True):
     add("sort", [nan_row], {"axis": 0, "descending": desc, "part": "indices"},
