@@ -409,7 +409,10 @@ caf::expected<TensorSpec> norm_result(NormKind k, const TensorIr& in, const Tens
     }
     case NormKind::layer:
     case NormKind::rms: {
-      if (count < 0 || static_cast<size_t>(count) > s.rank())
+      if (count < 1)
+        return shape_error(std::string(op) + ": normalized_shape must name at least one axis (as PyTorch), input " +
+                           s.to_string());
+      if (static_cast<size_t>(count) > s.rank())
         return shape_error(std::string(op) + ": normalized_shape of " + std::to_string(count) +
                            " axes does not fit input " + s.to_string());
       param = Shape{std::vector<int64_t>(s.dims.end() - count, s.dims.end())};

@@ -109,6 +109,8 @@ TEST_CASE("normalisation errors name the op, shapes and argument", "[ops][norm][
   CHECK_THROWS_WITH(nn::batch_norm(x, d.zeros({5}), d.ones({5})), Catch::Contains("running_mean"));
   CHECK_THROWS_WITH(nn::layer_norm(d.zeros({2, 3}, DType::i64), {3}), Catch::Contains("floating"));
   CHECK_THROWS_AS(nn::group_norm(x, 0), sy::Error);
+  CHECK_THROWS_WITH(nn::layer_norm(x, {}), Catch::Contains("at least one axis"));
+  CHECK_THROWS_WITH(nn::rms_norm(x, {}), Catch::Contains("at least one axis"));
 }
 
 TEST_CASE("norms agree with the reference on random shapes", "[ops][norm][random]") {

@@ -487,6 +487,9 @@ add("layer_norm", [rand("f32", [2, 3])], {"shape": [2], "eps": 1e-5}, lambda x: 
 add("layer_norm", [rand("f32", [2, 3]), rand("f32", [2])], {"shape": [3], "eps": 1e-5},
     lambda x, w: F.layer_norm(x, [3], w))
 add("group_norm", [rand("f32", [2, 6, 3])], {"groups": 4, "eps": 1e-5}, lambda x: F.group_norm(x, 4))
+add("layer_norm", [rand("f32", [2, 3])], {"shape": [], "eps": 1e-5}, lambda x: F.layer_norm(x, []))
+add("layer_norm", [rand("f32", [0, 3])], {"shape": [3], "eps": 1e-5}, lambda x: F.layer_norm(x, [3]))
+add("group_norm", [rand("f32", [2, 0, 3])], {"groups": 1, "eps": 1e-5}, lambda x: F.group_norm(x, 1))
 add("batch_norm", [rand("f32", [2, 3]), rand("f32", [4]), rand("f32", [4], "pos")], {"eps": 1e-5},
     lambda x, m, v: F.batch_norm(x, m, v))
 
