@@ -681,6 +681,75 @@ Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
   return emit(h, out, IndexOp{IndexKind::index_select, in, idx, TensorIr{}, out, axis});
 }
 
+// --- scans, sorting, scatter (issue 18) ------------------------------------------
+
+namespace {
+Tensor scan(const TensorHandle& h, ScanKind k, int64_t dim, std::optional<DType> dtype) {
+  auto out = new_output(h, unwrap(scan_result(k, h.ir.shape, h.ir.dtype, dim, dtype)));
+  return emit(h, out, ScanOp{k, as_input(h), out, dim});
+}
+}  // namespace
+
+Tensor Tensor::cumsum(int64_t dim, std::optional<DType> dtype) const {
+  return scan(handle("cumsum"), ScanKind::cumsum, dim, dtype);
+}
+
+Tensor Tensor::cumprod(int64_t dim, std::optional<DType> dtype) const {
+  return scan(handle("cumprod"), ScanKind::cumprod, dim, dtype);
+}
+
+Tensor Tensor::argsort(int64_t dim, bool descending, bool /*stable: always*/) const {
+  const auto& h = handle("argsort");
+  auto out = new_output(h, unwrap(sort_result(SortKind::argsort, h.ir.shape, h.ir.dtype, dim, 0)));
+  return emit(h, out, SortOp{SortKind::argsort, as_input(h), out, dim, 0, descending, true});
+}
+
+ValuesIndices Tensor::sort(int64_t dim, bool descending, bool stable) const {
+  Tensor indices = argsort(dim, descending, stable);
+  return {gather(dim, indices), indices};
+}
+
+ValuesIndices Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+  const auto& h = handle("topk");
+  auto out = new_output(h, unwrap(sort_result(SortKind::topk, h.ir.shape, h.ir.dtype, dim, k)));
+  Tensor indices = emit(h, out, SortOp{SortKind::topk, as_input(h), out, dim, k, largest, sorted});
+  return {gather(dim, indices), indices};
+}
+
+Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src) const {
+  return scatter_reduce(dim, index, src, "", true);
+}
+
+Tensor Tensor::scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                              bool include_self) const {
+  IndexKind k = IndexKind::scatter;
+  if (reduce == "sum")
+    k = IndexKind::scatter_add;
+  else if (reduce == "prod")
+    k = IndexKind::scatter_prod;
+  else if (reduce == "amax")
+    k = IndexKind::scatter_amax;
+  else if (reduce == "amin")
+    k = IndexKind::scatter_amin;
+  else if (!reduce.empty())
+    throw Error(Errc::invalid_argument,
+                "scatter_reduce: reduce must be \"sum\", \"prod\", \"amax\" or \"amin\", got \"" + reduce + "\"" +
+                    (reduce == "mean" ? " (mean is not supported)" : ""));
+  const char* name = reduce.empty() ? "scatter" : "scatter_reduce";
+  if (!include_self) throw Error(Errc::invalid_argument, std::string(name) + ": include_self=false is not supported");
+  const auto& h = handle(name);
+  const auto& i = index.handle(name);
+  const auto& s = src.handle(name);
+  same_device(name, h, i);
+  same_device(name, h, s);
+  auto in = as_input(h), idx = as_input(i), sr = as_input(s);
+  auto spec = unwrap(index_result(k, in, idx, &sr, dim));
+  if (h.ir.shape.rank() == 0)  // as gather: through extent-1 vectors
+    return reshape(Shape{1}).scatter_reduce(0, index.reshape(Shape{1}), src.reshape(Shape{1}), reduce).reshape(Shape{});
+  auto out = new_output(h, std::move(spec));
+  return emit(h, out, IndexOp{k, in, idx, sr, out, dim});
+}
+
 Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
   const auto& h = handle("masked_fill");
   const auto& m = mask.handle("masked_fill");

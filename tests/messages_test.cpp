@@ -111,6 +111,12 @@ TEST_CASE("Every op family round-trips through the binary serializer", "[message
              2,
              true},
       PoolOp{PoolKind::adaptive_max_indices, a, ir(20, {2, 2}, DType::i64), {}, {}, {}, {}, {}, {2}, true, false, 3},
+      NormOp{NormKind::batch, a, ir(16, {3}, DType::f32), ir(17, {3}, DType::f32), ir(18, {3}, DType::f32),
+             ir(19, {3}, DType::f32), o, 0, 1e-3},
+      AttentionOp{ir(20, {2, 4, 8}, DType::f32), ir(21, {2, 5, 8}, DType::f32), ir(22, {2, 5, 3}, DType::f32),
+                  ir(23, {4, 5}, DType::boolean), ir(24, {2, 4, 3}, DType::f32), false, 0.25},
+      ScanOp{ScanKind::cumprod, a, ir(25, {2, 3}, DType::f64), 1},
+      SortOp{SortKind::topk, a, ir(26, {2, 2}, DType::i64), 1, 2, true, false},
   };
   REQUIRE(ops.size() == std::variant_size_v<OperationIr::Variant>);
   auto back = round_trip(sys, ops);
@@ -129,6 +135,20 @@ TEST_CASE("Every op family round-trips through the binary serializer", "[message
   REQUIRE(m != nullptr);
   CHECK(m->transpose_lhs);
   CHECK(m->bias.id == TensorId{7});
+  // Found by type, not position: other families may be appended before these.
+  auto find = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (auto& o : back)
+      if (auto* p = std::get_if<T>(&o.op)) return p;
+    return static_cast<T*>(nullptr);
+  };
+  auto* at = find(static_cast<AttentionOp*>(nullptr));
+  REQUIRE(at != nullptr);
+  CHECK(at->scale == 0.25);
+  CHECK(at->mask.id == TensorId{23});
+  auto* so = find(static_cast<SortOp*>(nullptr));
+  REQUIRE(so != nullptr);
+  CHECK((so->k == 2 && so->descending && !so->sorted));
 }
 
 // Found by decode_fuzzer: CAF 0.17's pack754 never returns for +-inf and
@@ -306,6 +326,80 @@ TEST_CASE("validate rejects conv and pool ops that a lying peer sends", "[messag
   adaptive.kind = PoolKind::adaptive_avg;
   adaptive.output_size = {int64_t{1} << 40};
   CHECK(pool_code(adaptive) != Errc{});
+}
+
+// Issue 18, part B: a lying peer cannot get a norm, attention, scan, sort or
+// scatter op past validate with arguments the client-side rules refuse.
+TEST_CASE("validate rejects norm, attention, scan, sort and scatter ops that break the rules", "[messages][rules]") {
+  auto out = [](Shape s, DType t = DType::f32) { return ir(90, std::move(s), t, TensorStatus::not_init); };
+  auto x = ir(1, {2, 6, 3}, DType::f32);
+  struct Bad {
+    const char* what;
+    OperationIr op;
+    Errc code;
+    const char* mentions;
+  };
+  std::vector<Bad> bad{
+      {"channels not divisible", NormOp{NormKind::group, x, {}, {}, {}, {}, out({2, 6, 3}), 4, 1e-5},
+       Errc::shape_mismatch, "num_groups=4"},
+      {"normalized axes beyond the rank", NormOp{NormKind::layer, x, {}, {}, {}, {}, out({2, 6, 3}), 4, 1e-5},
+       Errc::shape_mismatch, "layer_norm"},
+      {"weight of the wrong shape",
+       NormOp{NormKind::layer, x, {}, {}, ir(2, {4}, DType::f32), {}, out({2, 6, 3}), 1, 1e-5}, Errc::shape_mismatch,
+       "[4]"},
+      {"batch norm without statistics", NormOp{NormKind::batch, x, {}, {}, {}, {}, out({2, 6, 3}), 0, 1e-5},
+       Errc::protocol_error, "input without an id"},
+      {"negative eps", NormOp{NormKind::rms, x, {}, {}, {}, {}, out({2, 6, 3}), 1, -1.0}, Errc::invalid_argument,
+       "eps"},
+      {"mask not broadcastable",
+       AttentionOp{ir(3, {2, 4, 8}, DType::f32), ir(4, {2, 5, 8}, DType::f32), ir(5, {2, 5, 3}, DType::f32),
+                   ir(6, {3, 5}, DType::boolean), out({2, 4, 3}), false, 1.0},
+       Errc::shape_mismatch, "attn_mask"},
+      {"infinite scale",
+       AttentionOp{ir(3, {2, 4, 8}, DType::f32),
+                   ir(4, {2, 5, 8}, DType::f32),
+                   ir(5, {2, 5, 3}, DType::f32),
+                   {},
+                   out({2, 4, 3}),
+                   false,
+                   std::numeric_limits<double>::infinity()},
+       Errc::invalid_argument, "scale"},
+      {"lying attention output",
+       AttentionOp{ir(3, {2, 4, 8}, DType::f32),
+                   ir(4, {2, 5, 8}, DType::f32),
+                   ir(5, {2, 5, 3}, DType::f32),
+                   {},
+                   out({2, 4, 8}),
+                   false,
+                   1.0},
+       Errc::protocol_error, "declared output"},
+      {"k beyond the extent", SortOp{SortKind::topk, x, out({2, 6, 4}, DType::i64), 2, 4, true, true},
+       Errc::invalid_argument, "k=4"},
+      {"scan axis out of range", ScanOp{ScanKind::cumsum, x, out({2, 6, 3}), 3}, Errc::shape_mismatch, "axis 3"},
+      {"scan into bool", ScanOp{ScanKind::cumsum, x, out({2, 6, 3}, DType::boolean), 0}, Errc::dtype_mismatch, "bool"},
+      {"scatter source of another dtype",
+       IndexOp{IndexKind::scatter_amax, x, ir(7, {2, 6, 3}, DType::i64), ir(8, {2, 6, 3}, DType::f64), out({2, 6, 3}),
+               0},
+       Errc::dtype_mismatch, "scatter_amax"},
+  };
+  for (auto& b : bad) {
+    INFO(b.what);
+    auto err = validate(b.op);
+    REQUIRE(err);
+    CHECK(describe(err).code == b.code);
+    CHECK_THAT(describe(err).message, Catch::Contains(b.mentions));
+  }
+  // Kinds beyond the enums arrive as raw bytes: protocol errors.
+  NormOp n{NormKind::layer, x, {}, {}, {}, {}, out({2, 6, 3}), 1, 1e-5};
+  n.kind = static_cast<NormKind>(9);
+  OperationIr bad_kind = n;
+  auto err = validate(bad_kind);
+  REQUIRE(err);
+  CHECK(describe(err).code == Errc::protocol_error);
+  IndexOp i{IndexKind::scatter, x, ir(7, {2, 6, 3}, DType::i64), x, out({2, 6, 3}), 0};
+  i.kind = static_cast<IndexKind>(7);
+  OperationIr bad_index = i;
+  REQUIRE(validate(bad_index));
 }
 
 TEST_CASE("Scalars cross the wire exactly by kind (int64, uint64, double)", "[messages]") {

@@ -81,6 +81,10 @@ class CpuBackend final : public HostBackend {
   caf::expected<Bytes> run(WhereOp& o, const Inputs& in) { return where(ctx_, o, in); }
   caf::expected<Bytes> run(ConvOp& o, const Inputs& in) { return conv(ctx_, o, in); }
   caf::expected<Bytes> run(PoolOp& o, const Inputs& in) { return pool(ctx_, o, in); }
+  caf::expected<Bytes> run(NormOp& o, const Inputs& in) { return norm(ctx_, o, in); }
+  caf::expected<Bytes> run(AttentionOp& o, const Inputs& in) { return attention(ctx_, o, in); }
+  caf::expected<Bytes> run(ScanOp& o, const Inputs& in) { return scan(ctx_, o, in); }
+  caf::expected<Bytes> run(SortOp& o, const Inputs& in) { return sort(ctx_, o, in); }
   caf::expected<Bytes> run(DropOp&, const Inputs&) {
     return make_error(Errc::protocol_error, "cpu: drop is handled by the runner");
   }

@@ -45,6 +45,10 @@ caf::expected<Bytes> pad(Context&, PadOp&, const Inputs&);
 caf::expected<Bytes> index(Context&, IndexOp&, const Inputs&);
 caf::expected<Bytes> conv(Context&, ConvOp&, const Inputs&);
 caf::expected<Bytes> pool(Context&, PoolOp&, const Inputs&);
+caf::expected<Bytes> norm(Context&, NormOp&, const Inputs&);
+caf::expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
+caf::expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
+caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 
 /// Converts `n` elements from one dtype to another (the cast kernel's core,
 /// also used to bring mixed-dtype operands to their promoted type).

@@ -2,6 +2,7 @@
 // Layout kernels: strided view copies, slice assignment, cat, pad and the
 // index family (gather, scatter_add, index_select).
 
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/loops.hpp"
@@ -119,6 +120,36 @@ caf::expected<Bytes> pad(Context& ctx, PadOp& op, const Inputs& in) {
   return out;
 }
 
+namespace {
+// What a scatter kind makes of the current element and the incoming one:
+// PyTorch's scatter (last write wins, in index order here), scatter_add and
+// scatter_reduce's prod/amax/amin with include_self (NaN propagates).
+template <class T>
+T scatter_combine(IndexKind k, T cur, T in) {
+  switch (k) {
+    case IndexKind::scatter:
+      return in;
+    case IndexKind::scatter_prod:
+      if constexpr (std::is_same_v<T, bool>)
+        return cur && in;
+      else
+        return static_cast<T>(cur * in);
+    case IndexKind::scatter_amax:
+    case IndexKind::scatter_amin: {
+      if constexpr (std::is_floating_point_v<T>)
+        if (std::isnan(in) || std::isnan(cur)) return std::isnan(in) ? in : cur;
+      const bool mx = k == IndexKind::scatter_amax;
+      return (mx ? in > cur : in < cur) ? in : cur;
+    }
+    default:  // scatter_add
+      if constexpr (std::is_same_v<T, bool>)
+        return cur || in;
+      else
+        return static_cast<T>(cur + in);
+  }
+}
+}  // namespace
+
 caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
   const Bytes& src = *in.bytes[0];
   const Bytes& idx = *in.bytes[1];
@@ -129,8 +160,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
   // still be in range (PyTorch: "index 5 is out of bounds").
   if (op.kind != IndexKind::index_select && op.index.shape.rank() == 0 && op.index.numel() == 1) {
     int64_t v = read_index(idx, op.index.dtype, 0);
-    if (v < -axis_len || v >= axis_len)
-      return index_error(op.kind == IndexKind::gather ? "gather" : "scatter_add", v, axis_len, op.axis);
+    if (v < -axis_len || v >= axis_len) return index_error(to_string(op.kind), v, axis_len, op.axis);
   }
   switch (op.kind) {
     case IndexKind::index_select: {
@@ -187,7 +217,11 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       if (err) return err;
       return out;
     }
-    case IndexKind::scatter_add: {
+    case IndexKind::scatter_add:
+    case IndexKind::scatter:
+    case IndexKind::scatter_prod:
+    case IndexKind::scatter_amax:
+    case IndexKind::scatter_amin: {
       auto out = ctx.buffers.allocate(op.out.bytes());
       if (op.out.bytes() > 0) std::memcpy(writable_data(out), src.data(), op.out.bytes());
       const Bytes& add = *in.bytes[2];
@@ -209,17 +243,14 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
             if (static_cast<int64_t>(d) == op.axis) {
               int64_t v = read_index(idx, op.index.dtype, flat);
               if (v < -axis_len || v >= axis_len) {
-                err = index_error("scatter_add", v, axis_len, op.axis);
+                err = index_error(to_string(op.kind), v, axis_len, op.axis);
                 return;
               }
               c = v < 0 ? v + axis_len : v;
             }
             off += c * out_strides[d];
           }
-          if constexpr (std::is_same_v<T, bool>)
-            o[off] = o[off] || a[soff];
-          else
-            o[off] = static_cast<T>(o[off] + a[soff]);
+          o[off] = scatter_combine(op.kind, o[off], a[soff]);
         }
       });
       if (err) return err;

@@ -1131,8 +1131,51 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // scatter and scatter_reduce(prod/amax/amin): one thread per index column
+  // walking the axis in order (deterministic, last write wins), after
+  // check_indices has recorded the first bad index in index order.
+  Result scatter_kinds(IndexOp& o, std::span<BufferPtr> in) {
+    static_assert(static_cast<int>(IndexKind::scatter) == kern::scatter_assign &&
+                  static_cast<int>(IndexKind::scatter_prod) == kern::scatter_prod &&
+                  static_cast<int>(IndexKind::scatter_amax) == kern::scatter_amax &&
+                  static_cast<int>(IndexKind::scatter_amin) == kern::scatter_amin);
+    const auto& ind = o.in.shape.dims;
+    const int64_t axis_len = ind.empty() ? 1 : ind[o.axis];
+    auto check = new_check(kern::check_scatter_add, axis_len, o.axis);
+    if (!check) return std::move(check.error());
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    const auto l = dev_->launch();
+    if (o.out.bytes() > 0)
+      SY_CUDA_TRY(cudaMemcpyAsync((*out)->data(), ptr(in[0]), o.out.bytes(), cudaMemcpyDeviceToDevice, l.stream));
+    const int64_t count = o.index.numel();
+    SY_CUDA_TRY(kern::check_indices(l, o.index.dtype, ptr(in[1]), count, axis_len, status_of(*check)));
+    if (count > 0) {
+      auto out_strides = o.out.shape.strides();
+      auto src_strides = o.src.shape.strides();
+      auto idx_strides = o.index.shape.strides();
+      auto dims = o.index.shape.dims;
+      int64_t m = 1, out_axis = 0, src_axis = 0, idx_axis = 0;
+      if (!dims.empty()) {
+        m = dims[o.axis];
+        out_axis = out_strides[o.axis];
+        src_axis = src_strides[o.axis];
+        idx_axis = idx_strides[o.axis];
+        dims[o.axis] = 1;
+        out_strides[o.axis] = src_strides[o.axis] = idx_strides[o.axis] = 0;
+      }
+      auto columns = make_layout<3>(dims, {out_strides, src_strides, idx_strides});
+      SY_KERNEL_TRY(kern::scatter_lines(l, static_cast<int>(o.kind), o.in.dtype, o.index.dtype, ptr(in[2]), ptr(in[1]),
+                                        (*out)->data(), columns, count / m, m, out_axis, src_axis, idx_axis, axis_len),
+                    to_string(o.kind), o.in.dtype);
+    }
+    (*out)->set_check(*check);
+    return out;
+  }
+
   Result run(IndexOp& o, std::span<BufferPtr> in) {
     static constexpr int ops[] = {kern::check_gather, kern::check_scatter_add, kern::check_index_select};
+    if (static_cast<size_t>(o.kind) >= std::size(ops)) return scatter_kinds(o, in);
     const auto& ind = o.in.shape.dims;
     const int64_t axis_len = ind.empty() ? 1 : ind[o.axis];
     auto check = new_check(ops[static_cast<int>(o.kind)], axis_len, o.axis);
@@ -1178,6 +1221,8 @@ class CudaBackend final : public Backend {
                                       axis_stride, axis_len, o.index.numel(), status));
         break;
       }
+      default:  // refused above
+        break;
     }
     (*out)->set_check(*check);
     return out;
@@ -1197,6 +1242,128 @@ class CudaBackend final : public Backend {
     if (!out) return out;
     SY_CUDA_TRY(kern::pool(dev_->launch(), o.in.dtype, static_cast<int>(o.kind), pool_geometry(o), o.count_include_pad,
                            o.divisor_override, ptr(in[0]), (*out)->data()));
+    return out;
+  }
+
+  // --- issue 18, part B: norms, attention, scans, sorting (modules.cu) ---
+
+  Result run(NormOp& o, std::span<BufferPtr> in) {
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    size_t next = 1;
+    const void* mean = nullptr;
+    const void* var = nullptr;
+    if (o.kind == NormKind::batch) {
+      mean = ptr(in[next++]);
+      var = ptr(in[next++]);
+    }
+    const void* w = o.has_weight() ? ptr(in[next++]) : nullptr;
+    const void* b = o.has_bias() ? ptr(in[next++]) : nullptr;
+    const auto& d = o.in.shape.dims;
+    const int64_t n = o.in.numel();
+    const auto l = dev_->launch();
+    if (n == 0) return out;
+    int64_t spatial = 1;
+    for (size_t i = 2; i < d.size(); ++i) spatial *= d[i];
+    switch (o.kind) {
+      case NormKind::batch:
+        SY_KERNEL_TRY(
+            kern::batch_norm(l, o.in.dtype, ptr(in[0]), (*out)->data(), mean, var, w, b, n, d[1], spatial, o.eps),
+            "batch_norm", o.in.dtype);
+        break;
+      case NormKind::group: {
+        const int64_t per_group = d[1] / o.count;
+        SY_KERNEL_TRY(kern::norm_rows(l, o.in.dtype, ptr(in[0]), (*out)->data(), w, b, d[0] * o.count,
+                                      per_group * spatial, o.eps, false, o.count, per_group, spatial),
+                      "group_norm", o.in.dtype);
+        break;
+      }
+      case NormKind::layer:
+      case NormKind::rms: {
+        int64_t size = 1;
+        for (size_t i = d.size() - static_cast<size_t>(o.count); i < d.size(); ++i) size *= d[i];
+        SY_KERNEL_TRY(kern::norm_rows(l, o.in.dtype, ptr(in[0]), (*out)->data(), w, b, n / size, size, o.eps,
+                                      o.kind == NormKind::rms, 0, 1, 1),
+                      to_string(o.kind), o.in.dtype);
+        break;
+      }
+    }
+    return out;
+  }
+
+  Result run(AttentionOp& o, std::span<BufferPtr> in) {
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    const size_t r = o.q.shape.rank();
+    const int64_t L = o.q.shape.dims[r - 2], E = o.q.shape.dims[r - 1];
+    const int64_t S = o.k.shape.dims[r - 2], Ev = o.v.shape.dims[r - 1];
+    if (o.out.numel() == 0) return out;
+    const auto l = dev_->launch();
+    if (S == 0) {  // softmax over no keys times an empty V: zeros, as on the CPU
+      SY_CUDA_TRY(cudaMemsetAsync((*out)->data(), 0, o.out.bytes(), l.stream));
+      return out;
+    }
+    std::vector<int64_t> batch_dims(o.q.shape.dims.begin(), o.q.shape.dims.end() - 2);
+    int64_t batches = 1;
+    for (auto x : batch_dims) batches *= x;
+    std::vector<int64_t> mstrides(r, 0);
+    int mask_kind = 0;
+    if (o.has_mask()) {
+      Shape scores = o.q.shape;
+      scores.dims[r - 1] = S;
+      mstrides = broadcast_strides(o.mask.shape, scores);
+      mask_kind = o.mask.dtype == DType::boolean ? 1 : 2;
+    }
+    auto mask_batch = make_layout<1>(batch_dims, {std::vector<int64_t>(mstrides.begin(), mstrides.end() - 2)});
+    SY_KERNEL_TRY(kern::attention(l, o.q.dtype, ptr(in[0]), ptr(in[1]), ptr(in[2]), o.has_mask() ? ptr(in[3]) : nullptr,
+                                  mask_kind, mask_batch, mstrides[r - 2], mstrides[r - 1], (*out)->data(), batches, L,
+                                  S, E, Ev, o.scale, o.causal),
+                  "scaled_dot_product_attention", o.q.dtype);
+    return out;
+  }
+
+  Result run(ScanOp& o, std::span<BufferPtr> in) {
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    const int64_t n = o.in.numel();
+    if (n == 0) return out;
+    const auto& d = o.in.shape.dims;
+    int64_t len = d.empty() ? 1 : d[o.axis], inner = 1;
+    for (size_t i = o.axis + 1; i < d.size(); ++i) inner *= d[i];
+    // The input in the output dtype first (PyTorch's dtype= argument).
+    BlockPtr converted;
+    auto x = as_dtype(in[0], o.in.dtype, o.out.dtype, n, converted);
+    if (!x) return std::move(x.error());
+    SY_KERNEL_TRY(
+        kern::scan(dev_->launch(), o.out.dtype, *x, (*out)->data(), n / len, len, inner, o.kind == ScanKind::cumprod),
+        o.kind == ScanKind::cumprod ? "cumprod" : "cumsum", o.out.dtype);
+    return out;
+  }
+
+  Result run(SortOp& o, std::span<BufferPtr> in) {
+    auto out = new_buffer(o.out);
+    if (!out) return out;
+    const int64_t n = o.in.numel();
+    if (o.out.numel() == 0) return out;
+    const auto& d = o.in.shape.dims;
+    int64_t len = d.empty() ? 1 : d[o.axis], inner = 1;
+    for (size_t i = o.axis + 1; i < d.size(); ++i) inner *= d[i];
+    // Keys in f64 (exact for every dtype but i64, which sorts as itself).
+    const DType key_t = o.in.dtype == DType::i64 ? DType::i64 : DType::f64;
+    BlockPtr converted;
+    auto keys = as_dtype(in[0], o.in.dtype, key_t, n, converted);
+    if (!keys) return std::move(keys.error());
+    const auto l = dev_->launch();
+    size_t bytes = 0;
+    SY_KERNEL_TRY(kern::sort_positions(l, key_t, *keys, n, len, inner, o.descending, nullptr, &bytes), "argsort",
+                  o.in.dtype);
+    auto scratch = new_block(bytes);
+    if (!scratch) return std::move(scratch.error());
+    SY_KERNEL_TRY(kern::sort_positions(l, key_t, *keys, n, len, inner, o.descending, (*scratch)->data(), &bytes),
+                  "argsort", o.in.dtype);
+    const int64_t keep = o.kind == SortKind::topk && !d.empty() ? o.k : len;  // 0-d: its one position
+    SY_CUDA_TRY(
+        kern::sort_ranks(l, (*scratch)->data(), static_cast<int64_t*>((*out)->data()), n / len, len, inner, keep));
     return out;
   }
 

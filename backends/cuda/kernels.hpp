@@ -186,5 +186,43 @@ enum Pool : int { p_max, p_max_indices, p_avg, p_adaptive_avg, p_adaptive_max, p
 /// kinds. `divisor_override` 0 means none.
 cudaError_t pool(Launch l, DType t, int kind, const PoolGeometry& g, bool count_include_pad, int64_t divisor_override,
                  const void* in, void* out);
+// --- norms, attention, scans, sorting (modules.cu) ------------------------------
+/// layer/rms/group norm: `rows` contiguous slices of `size` elements; w/b
+/// (nullptr when absent) indexed by position in the slice, or for groups > 0
+/// by channel (row % groups) * per_group + position / spatial.
+cudaError_t norm_rows(Launch l, DType t, const void* x, void* y, const void* w, const void* b, int64_t rows,
+                      int64_t size, double eps, bool rms, int64_t groups, int64_t per_group, int64_t spatial);
+/// Inference batch norm over channel axis 1 of [N, channels, spatial...].
+cudaError_t batch_norm(Launch l, DType t, const void* x, void* y, const void* mean, const void* var, const void* w,
+                       const void* b, int64_t n, int64_t channels, int64_t spatial, double eps);
+/// Fused attention; mask_kind 0 none, 1 bool (keep where non-zero), 2 added
+/// (dtype t). The mask element of (batch b, query i, key j) is at
+/// offsets(mask_batch, b) + i * ms_l + j * ms_s. cudaErrorNotSupported when
+/// the head dimensions do not fit a tile in shared memory.
+cudaError_t attention(Launch l, DType t, const void* q, const void* k, const void* v, const void* mask, int mask_kind,
+                      const Layout<1>& mask_batch, int64_t ms_l, int64_t ms_s, void* out, int64_t batches, int64_t L,
+                      int64_t S, int64_t E, int64_t Ev, double scale, bool causal);
+/// scatter / scatter_reduce kinds (the values of switchyard::IndexKind from
+/// scatter on; scatter_add's sum is kept for symmetry).
+enum ScatterKind : int { scatter_sum = 1, scatter_assign = 3, scatter_prod = 4, scatter_amax = 5, scatter_amin = 6 };
+/// One thread per column of the index (its coordinates off the axis, laid
+/// out by `columns` with strides {out (axis zeroed), src, index}), walking
+/// the axis in order: out[.., index[..j..], ..] (op)= src[..j..]. Indices out
+/// of range are skipped (check_indices reports the first).
+cudaError_t scatter_lines(Launch l, int kind, DType t, DType index_t, const void* src, const void* index, void* out,
+                          const Layout<3>& columns, int64_t ncols, int64_t m, int64_t out_axis_stride,
+                          int64_t src_axis_stride, int64_t index_axis_stride, int64_t axis_len);
+/// Inclusive cumsum (cumprod) of `lines` lines of `len` elements `inner`
+/// apart, in and out of dtype t (floats accumulate in double).
+cudaError_t scan(Launch l, DType t, const void* x, void* y, int64_t lines, int64_t len, int64_t inner, bool prod);
+/// Stable sort of the n flat positions of `values` (key_t: f64 or i64) by
+/// (line, value with NaN largest, position). With scratch == nullptr only
+/// sets *scratch_bytes; then call again with that much scratch.
+cudaError_t sort_positions(Launch l, DType key_t, const void* values, int64_t n, int64_t len, int64_t inner,
+                           bool descending, void* scratch, size_t* scratch_bytes);
+/// out[o][r][c] = the line position of rank r (r < keep) of line (o, c),
+/// from the sorted positions sort_positions left at the start of scratch.
+cudaError_t sort_ranks(Launch l, const void* scratch, int64_t* out, int64_t lines, int64_t len, int64_t inner,
+                       int64_t keep);
 
 }  // namespace switchyard::backends::cuda::kern

@@ -22,6 +22,7 @@
 #include "backends/common/host_buffer.hpp"
 #include "backends/common/philox.hpp"
 #include "backends/reference/conv_pool.hpp"
+#include "backends/reference/module_ops.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::reference {
@@ -782,20 +783,47 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
       }
       return out;
     }
-    case IndexKind::scatter_add: {
-      // out = in; out[i][index[i][j][k]][k] += src[i][j][k]   (axis 1)
+    case IndexKind::scatter_add:
+    case IndexKind::scatter:
+    case IndexKind::scatter_prod:
+    case IndexKind::scatter_amax:
+    case IndexKind::scatter_amin: {
+      // out = in; out[i][index[i][j][k]][k] (op)= src[i][j][k]   (axis 1),
+      // in the order of the index's elements.
       if (op.out.bytes() > 0) std::memcpy(writable_data(out), in.data(), op.out.bytes());
       const auto src_strides = op.src.shape.strides();
+      const char* name = to_string(op.kind);
       for (int64_t k = 0; k < op.index.numel(); ++k) {
         auto idx = unravel(k, op.index.shape);
         Value add = load(*src, op.src.dtype, dot(idx, src_strides));
-        auto v = resolve_index("scatter_add", load(index, op.index.dtype, k).i, extent, op.axis);
+        auto v = resolve_index(name, load(index, op.index.dtype, k).i, extent, op.axis);
         if (!v) return std::move(v.error());
         if (s.rank() > 0) idx[op.axis] = *v;
         const int64_t o = dot(idx, in_strides);
         Value cur = load(out, op.out.dtype, o);
-        Value sum = cur.floating ? Value::of_float(cur.f + add.f) : Value::of_int(wrap_add(cur.i, add.i));
-        store(out, op.out.dtype, o, sum);
+        Value next = add;
+        switch (op.kind) {
+          case IndexKind::scatter_add:
+            next = cur.floating ? Value::of_float(cur.f + add.f) : Value::of_int(wrap_add(cur.i, add.i));
+            break;
+          case IndexKind::scatter_prod:
+            next = cur.floating ? Value::of_float(cur.f * add.f) : Value::of_int(wrap_mul(cur.i, add.i));
+            break;
+          case IndexKind::scatter_amax:
+          case IndexKind::scatter_amin: {
+            const bool mx = op.kind == IndexKind::scatter_amax;
+            if (cur.floating && (std::isnan(cur.f) || std::isnan(add.f)))
+              next = std::isnan(add.f) ? add : cur;  // NaN propagates
+            else if (cur.floating)
+              next = (mx ? add.f > cur.f : add.f < cur.f) ? add : cur;
+            else
+              next = (mx ? add.i > cur.i : add.i < cur.i) ? add : cur;
+            break;
+          }
+          default:  // scatter: the later write wins
+            break;
+        }
+        store(out, op.out.dtype, o, next);
       }
       return out;
     }
@@ -844,8 +872,12 @@ class ReferenceBackend final : public HostBackend {
   caf::expected<Bytes> run(CatOp& o, const In& in) { return run_cat(o, in); }
   caf::expected<Bytes> run(PadOp& o, const In& in) { return run_pad(o, *in[0]); }
   caf::expected<Bytes> run(IndexOp& o, const In& in) {
-    return run_index(o, *in[0], *in[1], o.kind == IndexKind::scatter_add ? in[2] : nullptr);
+    return run_index(o, *in[0], *in[1], o.has_src() ? in[2] : nullptr);
   }
+  caf::expected<Bytes> run(NormOp& o, const In& in) { return run_norm(o, in); }
+  caf::expected<Bytes> run(AttentionOp& o, const In& in) { return run_attention(o, in); }
+  caf::expected<Bytes> run(ScanOp& o, const In& in) { return run_scan(o, in); }
+  caf::expected<Bytes> run(SortOp& o, const In& in) { return run_sort(o, in); }
   caf::expected<Bytes> run(WhereOp& o, const In& in) { return run_where(o, *in[0], *in[1], *in[2]); }
   caf::expected<Bytes> run(ConvOp& o, const In& in) {
     return run_conv(o, *in[0], *in[1], o.has_bias() ? in[2] : nullptr);

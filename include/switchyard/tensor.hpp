@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "switchyard/device.hpp"
@@ -22,6 +23,8 @@ struct TensorAccess;
 
 // `Scalar` (messages/scalar.hpp): a bool, integer or floating operand held
 // exactly; its C++ type decides promotion as the Python type does in PyTorch.
+
+struct ValuesIndices;
 
 /// One axis of a slice: [start, end) with step (negative indices count
 /// from the end; end is clamped as in Python).
@@ -360,6 +363,29 @@ class Tensor {
   /// dtype's range is invalid_argument (PyTorch's overflow check).
   [[nodiscard]] Tensor masked_fill(const Tensor& mask, Scalar value) const;
 
+  // --- scans, sorting, scatter (issue 18; libtorch names) ---
+  /// Inclusive cumulative sum along `dim`; integer and bool inputs give i64
+  /// unless `dtype` is given (the input is converted to it first).
+  [[nodiscard]] Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  /// Inclusive cumulative product along `dim`, dtype rule as cumsum.
+  [[nodiscard]] Tensor cumprod(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  /// Sorted values and their i64 positions along `dim`. Always stable
+  /// (equal elements keep their order, whatever `stable` says); NaN sorts
+  /// above every number, as in PyTorch.
+  [[nodiscard]] ValuesIndices sort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  /// The positions sort() gives.
+  [[nodiscard]] Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  /// The k largest (smallest) elements along `dim` and their positions;
+  /// ties in index order (PyTorch's CPU order among ties is unspecified).
+  [[nodiscard]] ValuesIndices topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  /// A copy of x with src written at the positions index names along `dim`
+  /// (with repeated positions the last in index order wins).
+  [[nodiscard]] Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
+  /// A copy of x combined with src at the positions index names: reduce is
+  /// "sum", "prod", "amax" or "amin"; include_self = true only.
+  [[nodiscard]] Tensor scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                                      bool include_self = true) const;
+
   // --- operators ---
   /// a + b: `add`.
   friend Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
@@ -459,6 +485,12 @@ class Tensor {
   void check_item() const;
   Tensor& assign(const char* op, Tensor result);
   std::shared_ptr<detail::TensorHandle> h_;
+};
+
+/// What sort() and topk() give: the values and their i64 positions.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;
 };
 
 /// Concatenation along `axis` (dtypes promoted, one device).

@@ -17,6 +17,10 @@ caf::error arg_error(std::string what) { return make_error(Errc::invalid_argumen
 
 constexpr int64_t max_elements = int64_t{1} << 40;
 
+bool in_range_index_kind(IndexKind k) {
+  return static_cast<unsigned>(k) <= static_cast<unsigned>(IndexKind::scatter_amin);
+}
+
 }  // namespace
 
 caf::error check_shape(const Shape& s, const char* what) {
@@ -281,10 +285,8 @@ caf::expected<TensorSpec> pad_result(const Shape& s, DType t, const std::vector<
 
 caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index, const TensorIr* src,
                                        int64_t& axis) {
-  static constexpr const char* names[] = {"gather", "scatter_add", "index_select"};
-  if (static_cast<size_t>(k) >= std::size(names))
-    return arg_error("unknown index op " + std::to_string(static_cast<int>(k)));
-  std::string name = names[static_cast<int>(k)];
+  if (!in_range_index_kind(k)) return arg_error("unknown index op " + std::to_string(static_cast<int>(k)));
+  std::string name = to_string(k);
   if (index.dtype != DType::i64 && index.dtype != DType::i32)
     return dtype_error(name + ": index must be i64 or i32, got " + dt(index.dtype));
   auto n = normalize_axis(axis, std::max<size_t>(in.shape.rank(), 1));
@@ -309,24 +311,171 @@ caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const Te
                              " on axis " + std::to_string(d));
       return TensorSpec{index.shape, in.dtype};
     }
-    case IndexKind::scatter_add: {
-      if (src == nullptr) return arg_error("scatter_add: needs a source tensor");
+    case IndexKind::scatter_add:
+    case IndexKind::scatter:
+    case IndexKind::scatter_prod:
+    case IndexKind::scatter_amax:
+    case IndexKind::scatter_amin: {
+      if (src == nullptr) return arg_error(name + ": needs a source tensor");
       if (src->dtype != in.dtype)
-        return dtype_error("scatter_add: source is " + dt(src->dtype) + ", input is " + dt(in.dtype));
+        return dtype_error(name + ": source is " + dt(src->dtype) + ", input is " + dt(in.dtype));
       if (index.shape.rank() != in.shape.rank() || src->shape.rank() != in.shape.rank())
-        return shape_error("scatter_add: input " + in.shape.to_string() + ", index " + index.shape.to_string() +
+        return shape_error(name + ": input " + in.shape.to_string() + ", index " + index.shape.to_string() +
                            " and source " + src->shape.to_string() + " must share a rank");
       for (size_t d = 0; d < in.shape.rank(); ++d) {
         if (index.shape.dims[d] > src->shape.dims[d] ||
             (static_cast<int64_t>(d) != axis && index.shape.dims[d] > in.shape.dims[d]))
-          return shape_error("scatter_add: index " + index.shape.to_string() + " exceeds source " +
-                             src->shape.to_string() + " or input " + in.shape.to_string() + " on axis " +
-                             std::to_string(d));
+          return shape_error(name + ": index " + index.shape.to_string() + " exceeds source " + src->shape.to_string() +
+                             " or input " + in.shape.to_string() + " on axis " + std::to_string(d));
       }
       return TensorSpec{in.shape, in.dtype};
     }
   }
   return arg_error("unknown index op");
+}
+
+namespace {
+// An optional per-channel (or per-normalised-element) operand: absent, or
+// of `want` shape and the input's dtype.
+caf::error check_param(const char* op, const char* what, const TensorIr* p, const Shape& want, DType t,
+                       const Shape& input) {
+  if (p == nullptr || !p->id) return {};
+  if (p->dtype != t)
+    return dtype_error(std::string(op) + ": " + what + " is " + dt(p->dtype) + ", input is " + dt(t) +
+                       " (they must match)");
+  if (p->shape != want)
+    return shape_error(std::string(op) + ": " + what + " has shape " + p->shape.to_string() + ", expected " +
+                       want.to_string() + " for input " + input.to_string());
+  return {};
+}
+}  // namespace
+
+caf::expected<TensorSpec> norm_result(NormKind k, const TensorIr& in, const TensorIr* mean, const TensorIr* var,
+                                      const TensorIr* weight, const TensorIr* bias, int64_t count, double eps) {
+  if (static_cast<unsigned>(k) > static_cast<unsigned>(NormKind::rms))
+    return arg_error("unknown norm kind " + std::to_string(static_cast<int>(k)));
+  const char* op = to_string(k);
+  const Shape& s = in.shape;
+  if (!is_floating(in.dtype)) return dtype_error(std::string(op) + " needs a floating input, got " + dt(in.dtype));
+  if (!(eps >= 0) || std::isinf(eps))
+    return arg_error(std::string(op) + ": eps must be finite and non-negative, got " + std::to_string(eps));
+  Shape param;  // the shape of weight and bias
+  switch (k) {
+    case NormKind::batch:
+    case NormKind::group: {
+      if (s.rank() < 2)
+        return shape_error(std::string(op) + ": input " + s.to_string() +
+                           " needs at least 2 axes (batch, channels, ...)");
+      const int64_t channels = s.dims[1];
+      param = Shape{channels};
+      if (k == NormKind::group) {
+        if (count <= 0) return arg_error("group_norm: num_groups must be positive, got " + std::to_string(count));
+        if (channels % count != 0)
+          return shape_error("group_norm: channels " + std::to_string(channels) + " of input " + s.to_string() +
+                             " are not divisible by num_groups=" + std::to_string(count));
+      } else {
+        if (mean == nullptr || var == nullptr || !mean->id || !var->id)
+          return arg_error("batch_norm: running_mean and running_var are required (inference only)");
+        if (auto e = check_param(op, "running_mean", mean, param, in.dtype, s)) return e;
+        if (auto e = check_param(op, "running_var", var, param, in.dtype, s)) return e;
+      }
+      break;
+    }
+    case NormKind::layer:
+    case NormKind::rms: {
+      if (count < 1)
+        return shape_error(std::string(op) + ": normalized_shape must name at least one axis (as PyTorch), input " +
+                           s.to_string());
+      if (static_cast<size_t>(count) > s.rank())
+        return shape_error(std::string(op) + ": normalized_shape of " + std::to_string(count) +
+                           " axes does not fit input " + s.to_string());
+      param = Shape{std::vector<int64_t>(s.dims.end() - count, s.dims.end())};
+      break;
+    }
+  }
+  if (k != NormKind::batch && ((mean != nullptr && mean->id) || (var != nullptr && var->id)))
+    return arg_error(std::string(op) + ": takes no running statistics");
+  if (auto e = check_param(op, "weight", weight, param, in.dtype, s)) return e;
+  if (k == NormKind::rms && bias != nullptr && bias->id) return arg_error("rms_norm: takes no bias");
+  if (auto e = check_param(op, "bias", bias, param, in.dtype, s)) return e;
+  return TensorSpec{s, in.dtype};
+}
+
+caf::expected<TensorSpec> attention_result(const TensorIr& q, const TensorIr& k, const TensorIr& v,
+                                           const TensorIr* mask, bool causal) {
+  const char* op = "scaled_dot_product_attention";
+  auto shapes = [&] {
+    return "q " + q.shape.to_string() + ", k " + k.shape.to_string() + ", v " + v.shape.to_string();
+  };
+  if (!is_floating(q.dtype)) return dtype_error(std::string(op) + ": needs floating q, k, v, got q " + dt(q.dtype));
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    return dtype_error(std::string(op) + ": q, k, v must share a dtype, got " + dt(q.dtype) + ", " + dt(k.dtype) +
+                       ", " + dt(v.dtype));
+  const size_t r = q.shape.rank();
+  if (r < 2 || k.shape.rank() != r || v.shape.rank() != r)
+    return shape_error(std::string(op) + ": q, k, v need the same rank >= 2, got " + shapes());
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (k.shape.dims[d] != q.shape.dims[d] || v.shape.dims[d] != q.shape.dims[d])
+      return shape_error(std::string(op) + ": batch axes differ: " + shapes());
+  const int64_t L = q.shape.dims[r - 2], E = q.shape.dims[r - 1];
+  const int64_t S = k.shape.dims[r - 2], Ev = v.shape.dims[r - 1];
+  if (k.shape.dims[r - 1] != E)
+    return shape_error(std::string(op) + ": embedding of k (" + std::to_string(k.shape.dims[r - 1]) +
+                       ") differs from q's (" + std::to_string(E) + "): " + shapes());
+  if (v.shape.dims[r - 2] != S)
+    return shape_error(std::string(op) + ": v has " + std::to_string(v.shape.dims[r - 2]) + " keys, k has " +
+                       std::to_string(S) + ": " + shapes());
+  Shape scores = q.shape;
+  scores.dims[r - 1] = S;
+  if (mask != nullptr && mask->id) {
+    if (causal) return arg_error(std::string(op) + ": attn_mask and is_causal cannot both be set (as PyTorch)");
+    if (mask->dtype != DType::boolean && mask->dtype != q.dtype)
+      return dtype_error(std::string(op) + ": attn_mask must be bool or " + dt(q.dtype) + " (q's dtype), got " +
+                         dt(mask->dtype));
+    auto b = broadcast_shapes(mask->shape, scores);
+    if (!b || *b != scores)
+      return shape_error(std::string(op) + ": attn_mask " + mask->shape.to_string() +
+                         " does not broadcast to the scores " + scores.to_string());
+  }
+  (void)L;
+  Shape out = q.shape;
+  out.dims[r - 1] = Ev;
+  return TensorSpec{std::move(out), q.dtype};
+}
+
+caf::expected<TensorSpec> scan_result(ScanKind k, const Shape& s, DType t, int64_t& axis, std::optional<DType> dtype) {
+  if (static_cast<unsigned>(k) > static_cast<unsigned>(ScanKind::cumprod))
+    return arg_error("unknown scan kind " + std::to_string(static_cast<int>(k)));
+  const char* op = k == ScanKind::cumsum ? "cumsum" : "cumprod";
+  auto n = normalize_axis(axis, std::max<size_t>(s.rank(), 1));
+  if (!n)
+    return shape_error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for shape " +
+                       s.to_string());
+  axis = *n;
+  DType out = dtype ? *dtype : (is_floating(t) ? t : DType::i64);
+  if (!is_valid(out)) return dtype_error(std::string(op) + ": invalid dtype");
+  if (is_bool(out)) return dtype_error(std::string(op) + " cannot compute in bool (PyTorch has no bool kernel)");
+  return TensorSpec{s, out};
+}
+
+caf::expected<TensorSpec> sort_result(SortKind k, const Shape& s, DType t, int64_t& axis, int64_t top_k) {
+  if (static_cast<unsigned>(k) > static_cast<unsigned>(SortKind::topk))
+    return arg_error("unknown sort kind " + std::to_string(static_cast<int>(k)));
+  const char* op = k == SortKind::topk ? "topk" : "argsort";
+  auto n = normalize_axis(axis, std::max<size_t>(s.rank(), 1));
+  if (!n)
+    return shape_error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for shape " +
+                       s.to_string());
+  axis = *n;
+  if (k == SortKind::argsort) return TensorSpec{s, DType::i64};
+  if (is_bool(t)) return dtype_error("topk is not defined for bool tensors (PyTorch has no bool kernel)");
+  const int64_t extent = s.rank() == 0 ? 1 : s.dims[axis];
+  if (top_k < 0 || top_k > extent)
+    return arg_error("topk: k=" + std::to_string(top_k) + " is out of range for extent " + std::to_string(extent) +
+                     " of axis " + std::to_string(axis) + " of " + s.to_string());
+  Shape out = s;
+  if (out.rank() > 0) out.dims[axis] = top_k;
+  return TensorSpec{std::move(out), DType::i64};
 }
 
 caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, const TensorIr& b) {
@@ -609,8 +758,21 @@ struct Validator {
     return expect_out("pad", x.out, pad_result(x.in.shape, x.in.dtype, x.before, x.after));
   }
   caf::error operator()(IndexOp& x) {
-    return expect_out("index", x.out,
-                      index_result(x.kind, x.in, x.index, x.kind == IndexKind::scatter_add ? &x.src : nullptr, x.axis));
+    return expect_out("index", x.out, index_result(x.kind, x.in, x.index, x.has_src() ? &x.src : nullptr, x.axis));
+  }
+  caf::error operator()(NormOp& x) {
+    return expect_out(to_string(x.kind), x.out,
+                      norm_result(x.kind, x.in, &x.mean, &x.var, &x.weight, &x.bias, x.count, x.eps));
+  }
+  caf::error operator()(AttentionOp& x) {
+    if (!std::isfinite(x.scale)) return arg_error("scaled_dot_product_attention: scale must be finite");
+    return expect_out("scaled_dot_product_attention", x.out, attention_result(x.q, x.k, x.v, &x.mask, x.causal));
+  }
+  caf::error operator()(ScanOp& x) {
+    return expect_out("scan", x.out, scan_result(x.kind, x.in.shape, x.in.dtype, x.axis, x.out.dtype));
+  }
+  caf::error operator()(SortOp& x) {
+    return expect_out("sort", x.out, sort_result(x.kind, x.in.shape, x.in.dtype, x.axis, x.k));
   }
   caf::error operator()(WhereOp& x) { return expect_out("where", x.out, where_result(x.cond, x.lhs, x.rhs)); }
   caf::error operator()(DropOp&) { return {}; }
@@ -650,8 +812,11 @@ struct KindChecker {
     return {};
   }
   caf::error operator()(const ReduceOp& x) const { return check(x, "reduce", x.kind, ReduceKind::all); }
-  caf::error operator()(const IndexOp& x) const { return check(x, "index", x.kind, IndexKind::index_select); }
   caf::error operator()(const PoolOp& x) const { return check(x, "pool", x.kind, PoolKind::adaptive_max_indices); }
+  caf::error operator()(const IndexOp& x) const { return check(x, "index", x.kind, IndexKind::scatter_amin); }
+  caf::error operator()(const NormOp& x) const { return check(x, "norm", x.kind, NormKind::rms); }
+  caf::error operator()(const ScanOp& x) const { return check(x, "scan", x.kind, ScanKind::cumprod); }
+  caf::error operator()(const SortOp& x) const { return check(x, "sort", x.kind, SortKind::topk); }
   template <class Op>
   caf::error operator()(const Op&) const {
     return {};

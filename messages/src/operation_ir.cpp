@@ -17,6 +17,19 @@ const char* to_string(PoolKind k) noexcept {
   return i < std::size(names) ? names[i] : "pool?";
 }
 
+const char* to_string(IndexKind k) noexcept {
+  static constexpr const char* names[] = {"gather",       "scatter_add",  "index_select", "scatter",
+                                          "scatter_prod", "scatter_amax", "scatter_amin"};
+  auto i = static_cast<size_t>(k);
+  return i < std::size(names) ? names[i] : "index?";
+}
+
+const char* to_string(NormKind k) noexcept {
+  static constexpr const char* names[] = {"batch_norm", "layer_norm", "group_norm", "rms_norm"};
+  auto i = static_cast<size_t>(k);
+  return i < std::size(names) ? names[i] : "norm?";
+}
+
 namespace {
 struct Namer {
   std::string operator()(const FromDataOp&) const { return "from_data"; }
@@ -39,10 +52,7 @@ struct Namer {
   std::string operator()(const SliceAssignOp&) const { return "slice_assign"; }
   std::string operator()(const CatOp&) const { return "cat"; }
   std::string operator()(const PadOp&) const { return "pad"; }
-  std::string operator()(const IndexOp& x) const {
-    static constexpr const char* n[] = {"gather", "scatter_add", "index_select"};
-    return n[static_cast<int>(x.kind) % 3];
-  }
+  std::string operator()(const IndexOp& x) const { return to_string(x.kind); }
   std::string operator()(const WhereOp&) const { return "where"; }
   std::string operator()(const DropOp&) const { return "drop"; }
   std::string operator()(const SeedOp&) const { return "seed"; }
@@ -59,6 +69,10 @@ struct Namer {
     if (n >= 1 && n <= 3) name += std::to_string(n) + "d";
     return indices ? name + "_indices" : name;
   }
+  std::string operator()(const NormOp& x) const { return to_string(x.kind); }
+  std::string operator()(const AttentionOp&) const { return "scaled_dot_product_attention"; }
+  std::string operator()(const ScanOp& x) const { return x.kind == ScanKind::cumprod ? "cumprod" : "cumsum"; }
+  std::string operator()(const SortOp& x) const { return x.kind == SortKind::topk ? "topk" : "argsort"; }
 };
 }  // namespace
 

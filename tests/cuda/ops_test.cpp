@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 
+#include "switchyard/nn.hpp"
 #include "switchyard/switchyard.hpp"
 #include "tests/cuda/wait.hpp"
 
@@ -620,4 +621,79 @@ TEST_CASE("cuda: contiguous elementwise fast paths match the CPU, tails included
               what + " scalar first");
         }
       }
+}
+
+// --- issue 18, part B: norms, attention, scans, sorting, scatter kinds -----------
+
+TEST_CASE("cuda: norms, attention, scans, sorting and scatter kinds match the CPU", "[cuda][gpu][modules]") {
+  namespace nn = sy::nn;
+  Rig rig;
+  for (auto& gpu : rig.gpus) {
+    for (DType t : {DType::f32, DType::f64}) {
+      const auto x = data({3, 6, 5, 7}, t, 1);
+      same(
+          rig.cpu, gpu, {x, data({5, 7}, t, 2), data({5, 7}, t, 3)},
+          [](auto& in) {
+            return nn::layer_norm(in[0], {5, 7}, in[1], in[2]);
+          },
+          "layer_norm");
+      same(
+          rig.cpu, gpu, {x, data({7}, t, 4)}, [](auto& in) { return nn::rms_norm(in[0], {7}, in[1]); }, "rms_norm");
+      same(
+          rig.cpu, gpu, {x, data({6}, t, 5), data({6}, t, 6)},
+          [](auto& in) { return nn::group_norm(in[0], 3, in[1], in[2]); }, "group_norm");
+      same(
+          rig.cpu, gpu, {x, data({6}, t, 7), data({6}, t, 8, 0.5, 2), data({6}, t, 9), data({6}, t, 10)},
+          [](auto& in) { return nn::batch_norm(in[0], in[1], in[2], in[3], in[4]); }, "batch_norm");
+      // Attention: several key tiles, a query tail, masks of both kinds, causal.
+      const auto q = data({2, 3, 37, 16}, t, 11), k = data({2, 3, 150, 16}, t, 12), v = data({2, 3, 150, 9}, t, 13);
+      same(
+          rig.cpu, gpu, {q, k, v}, [](auto& in) { return nn::scaled_dot_product_attention(in[0], in[1], in[2]); },
+          "attention", 1e-4);
+      same(
+          rig.cpu, gpu, {q, k, v},
+          [](auto& in) { return nn::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0, true); },
+          "causal attention", 1e-4);
+      same(
+          rig.cpu, gpu, {q, k, v, data({37, 150}, DType::boolean, 14)},
+          [](auto& in) { return nn::scaled_dot_product_attention(in[0], in[1], in[2], in[3]); },
+          "bool-masked attention", 1e-4);
+      same(
+          rig.cpu, gpu, {q, k, v, data({3, 1, 150}, t, 15)},
+          [](auto& in) { return nn::scaled_dot_product_attention(in[0], in[1], in[2], in[3]); },
+          "float-masked attention", 1e-4);
+    }
+    for (DType t : every_dtype) {
+      INFO(sy::name_of(t));
+      const auto x = data({4, 300, 3}, t, 20, 0, 5);
+      for (int64_t axis : {0, 1, 2}) {
+        same(
+            rig.cpu, gpu, {x}, [axis](auto& in) { return in[0].cumsum(axis); }, "cumsum", 1e-6);
+        same(
+            rig.cpu, gpu, {x}, [axis](auto& in) { return in[0].argsort(axis); }, "argsort", 0);
+        same(
+            rig.cpu, gpu, {x}, [axis](auto& in) { return in[0].argsort(axis, true); }, "argsort descending", 0);
+        same(
+            rig.cpu, gpu, {x}, [axis](auto& in) { return in[0].topk(2, axis).indices; }, "topk", 0);
+      }
+      same(
+          rig.cpu, gpu, {data({4, 5}, t, 21, 0, 2)}, [](auto& in) { return in[0].cumprod(1); }, "cumprod", 1e-6);
+      const auto base = data({3, 4}, t, 22), src = data({5, 4}, t, 23);
+      const auto idx = data({5, 4}, DType::i64, 24, 0, 2);
+      for (const char* r : {"sum", "prod", "amax", "amin"})
+        same(
+            rig.cpu, gpu, {base, idx, src}, [r](auto& in) { return in[0].scatter_reduce(0, in[1], in[2], r); }, r,
+            1e-6);
+      same(
+          rig.cpu, gpu, {base, idx, src}, [](auto& in) { return in[0].scatter(0, in[1], in[2]); }, "scatter", 0);
+    }
+    // One long line (1M): the merge sort and the block scan's carried prefix.
+    const auto big = data({1 << 20}, DType::f32, 30);
+    same(
+        rig.cpu, gpu, {big}, [](auto& in) { return in[0].argsort(); }, "argsort 1M", 0);
+    same(
+        rig.cpu, gpu, {big}, [](auto& in) { return in[0].topk(100).indices; }, "topk 1M", 0);
+    same(
+        rig.cpu, gpu, {big}, [](auto& in) { return in[0].cumsum(0); }, "cumsum 1M", 1e-5);
+  }
 }

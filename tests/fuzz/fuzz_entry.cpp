@@ -232,7 +232,7 @@ void check_spec(const caf::expected<TensorSpec>& spec) {
 }
 
 OperationIr random_op(Reader& r) {
-  switch (r.u8() % 20) {
+  switch (r.u8() % 24) {
     case 0: {
       FromDataOp o{r.tensor(), {}};
       o.data.shape = r.flag() ? o.out.shape : r.shape();
@@ -279,7 +279,7 @@ OperationIr random_op(Reader& r) {
     case 13:
       return PadOp{r.tensor(), r.tensor(), r.numbers(), r.numbers(), r.real()};
     case 14:
-      return IndexOp{r.kind<IndexKind>(3), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.number()};
+      return IndexOp{r.kind<IndexKind>(7), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.number()};
     case 15:
       return WhereOp{r.tensor(), r.tensor(), r.tensor(), r.tensor()};
     case 16:
@@ -308,6 +308,15 @@ OperationIr random_op(Reader& r) {
       o.divisor_override = r.number();
       return o;
     }
+    case 19:  // issue 18, part B
+      return NormOp{r.kind<NormKind>(4), r.tensor(), r.tensor(), r.tensor(), r.tensor(),
+                    r.tensor(),          r.tensor(), r.number(), r.real()};
+    case 20:
+      return AttentionOp{r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.tensor(), r.flag(), r.real()};
+    case 21:
+      return ScanOp{r.kind<ScanKind>(2), r.tensor(), r.tensor(), r.number()};
+    case 22:
+      return SortOp{r.kind<SortKind>(2), r.tensor(), r.tensor(), r.number(), r.number(), r.flag(), r.flag()};
     default:
       return SeedOp{static_cast<uint64_t>(r.i64())};
   }
@@ -334,7 +343,7 @@ void consistent_output(OperationIr& op) {
         }
         if constexpr (std::is_same_v<T, IndexOp>) {
           auto axis = o.axis;
-          spec = index_result(o.kind, o.in, o.index, o.kind == IndexKind::scatter_add ? &o.src : nullptr, axis);
+          spec = index_result(o.kind, o.in, o.index, o.has_src() ? &o.src : nullptr, axis);
         }
         if constexpr (std::is_same_v<T, MatmulOp>)
           spec = matmul_result(o.lhs.shape, o.lhs.dtype, o.rhs.shape, o.rhs.dtype, o.transpose_lhs, o.transpose_rhs);
@@ -345,6 +354,17 @@ void consistent_output(OperationIr& op) {
             spec = conv_result(o);
         if constexpr (std::is_same_v<T, PoolOp>)
           if (well_formed(o.in)) spec = pool_result(o);
+        if constexpr (std::is_same_v<T, NormOp>)
+          spec = norm_result(o.kind, o.in, &o.mean, &o.var, &o.weight, &o.bias, o.count, o.eps);
+        if constexpr (std::is_same_v<T, AttentionOp>) spec = attention_result(o.q, o.k, o.v, &o.mask, o.causal);
+        if constexpr (std::is_same_v<T, ScanOp>) {
+          auto axis = o.axis;
+          spec = scan_result(o.kind, o.in.shape, o.in.dtype, axis, o.out.dtype);
+        }
+        if constexpr (std::is_same_v<T, SortOp>) {
+          auto axis = o.axis;
+          spec = sort_result(o.kind, o.in.shape, o.in.dtype, axis, o.k);
+        }
         if constexpr (requires { o.out; }) {
           if (spec) {
             o.out.shape = spec->shape;
@@ -445,8 +465,10 @@ int check_rules(const uint8_t* data, size_t size) {
       auto a = r.tensor(), b = r.tensor();
       if (!well_formed(a) || !well_formed(b)) break;
       check_spec(matmul_result(a.shape, a.dtype, b.shape, b.dtype, r.flag(), r.flag()));
-      check_spec(binary_result(r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), a.shape, a.dtype, b.shape, b.dtype));
-      check_spec(scalar_result(r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), a.shape, a.dtype, r.kind<ScalarKind>(3)));
+      check_spec(
+          binary_result(r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), a.shape, a.dtype, b.shape, b.dtype));
+      check_spec(scalar_result(r.kind<BinaryKind>(static_cast<int>(binary_kind_count)), a.shape, a.dtype,
+                               r.kind<ScalarKind>(3)));
       check_spec(unary_result(r.kind<UnaryKind>(static_cast<int>(unary_kind_count)), a.shape, a.dtype));
       int64_t axis = r.number();
       check_spec(softmax_result(a.shape, a.dtype, axis));

@@ -345,13 +345,15 @@ std::string call_error(F&& f) {
 
 TEST_CASE("tril and triu keep a triangle of the last two axes", "[ops][layout]") {
   auto m = [](const Device& d) { return d.arange(1, 13, 1, DType::f32).reshape({3, 4}); };
-  expect_all([&](const Device& d) { return m(d).tril(); }, DType::f32, {3, 4},
-             {1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
+  expect_all([&](const Device& d) { return m(d).tril(); }, DType::f32, {3, 4}, {1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
   expect_all([&](const Device& d) { return m(d).triu(1); }, DType::f32, {3, 4}, {0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12});
   expect_all([&](const Device& d) { return m(d).tril(-1); }, DType::f32, {3, 4}, {0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
   // Batched, bool.
-  expect_all([](const Device& d) { return d.full({2, 2, 2}, 1, DType::boolean).triu(); }, DType::boolean, {2, 2, 2},
-             {1, 1, 0, 1, 1, 1, 0, 1});
+  expect_all(
+      [](const Device& d) {
+        return d.full({2, 2, 2}, 1, DType::boolean).triu();
+      },
+      DType::boolean, {2, 2, 2}, {1, 1, 0, 1, 1, 1, 0, 1});
   auto d = reference();
   CHECK_THAT(call_error([&] { return d.ones({4}).tril(); }),
              Catch::Matchers::Contains("tril: the input needs at least 2 axes, got shape [4]"));
@@ -359,49 +361,94 @@ TEST_CASE("tril and triu keep a triangle of the last two axes", "[ops][layout]")
 
 TEST_CASE("repeat, tile and roll follow PyTorch", "[ops][layout]") {
   auto v = [](const Device& d) { return make(d, DType::i64, {2}, {1, 2}); };
-  expect_all([&](const Device& d) { return v(d).repeat({2, 3}); }, DType::i64, {2, 6},
-             {1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2});
-  expect_all([&](const Device& d) { return cube(d).slice(0, {0, 1}).repeat({1, 1, 2}).slice(1, {0, 1}); }, DType::i64,
-             {1, 1, 8}, {0, 1, 2, 3, 0, 1, 2, 3});
+  expect_all(
+      [&](const Device& d) {
+        return v(d).repeat({2, 3});
+      },
+      DType::i64, {2, 6}, {1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2});
+  expect_all(
+      [&](const Device& d) {
+        return cube(d).slice(0, {0, 1}).repeat({1, 1, 2}).slice(1, {0, 1});
+      },
+      DType::i64, {1, 1, 8}, {0, 1, 2, 3, 0, 1, 2, 3});
   expect_all([&](const Device& d) { return v(d).repeat({0}); }, DType::i64, {0}, {});
-  expect_all([&](const Device& d) { return cube(d).tile({2}).slice(2, {0, 8}).slice(0, {0, 1}).slice(1, {0, 1}); },
-             DType::i64, {1, 1, 8}, {0, 1, 2, 3, 0, 1, 2, 3});
+  expect_all(
+      [&](const Device& d) {
+        return cube(d).tile({2}).slice(2, {0, 8}).slice(0, {0, 1}).slice(1, {0, 1});
+      },
+      DType::i64, {1, 1, 8}, {0, 1, 2, 3, 0, 1, 2, 3});
   expect_all([&](const Device& d) { return d.arange(0, 5).roll(2); }, DType::i64, {5}, {3, 4, 0, 1, 2});
-  expect_all([&](const Device& d) { return d.arange(0, 6).reshape({2, 3}).roll({1, -1}, {0, 1}); }, DType::i64, {2, 3},
-             {4, 5, 3, 1, 2, 0});
-  expect_all([&](const Device& d) { return d.arange(0, 6).reshape({2, 3}).roll(-7); }, DType::i64, {2, 3},
-             {1, 2, 3, 4, 5, 0});
+  expect_all(
+      [&](const Device& d) {
+        return d.arange(0, 6).reshape({2, 3}).roll({1, -1}, {0, 1});
+      },
+      DType::i64, {2, 3}, {4, 5, 3, 1, 2, 0});
+  expect_all(
+      [&](const Device& d) {
+        return d.arange(0, 6).reshape({2, 3}).roll(-7);
+      },
+      DType::i64, {2, 3}, {1, 2, 3, 4, 5, 0});
   auto d = reference();
-  CHECK_THAT(call_error([&] { return cube(d).repeat({2, 2}); }),
+  CHECK_THAT(call_error([&] {
+               return cube(d).repeat({2, 2});
+             }),
              Catch::Matchers::Contains("repeat: 2 repeats for shape [2, 3, 4]"));
   CHECK_THAT(call_error([&] { return v(d).repeat({-1}); }), Catch::Matchers::Contains("must not be negative"));
-  CHECK_THAT(call_error([&] { return cube(d).roll({1, 2}, {0}); }),
+  CHECK_THAT(call_error([&] {
+               return cube(d).roll({1, 2}, {0});
+             }),
              Catch::Matchers::Contains("roll: 2 shifts for 1 dims"));
   CHECK_THAT(call_error([&] { return cube(d).roll(1, 3); }), Catch::Matchers::Contains("roll: axis 3"));
 }
 
 TEST_CASE("pad modes reflect, replicate and circular, negative widths crop", "[ops][layout]") {
   auto row = [](const Device& d) { return make(d, DType::f32, {1, 1, 3}, {1, 2, 3}); };
-  expect_all([&](const Device& d) { return sy::nn::pad(row(d), {2, 1}, "reflect"); }, DType::f32, {1, 1, 6},
-             {3, 2, 1, 2, 3, 2});
-  expect_all([&](const Device& d) { return sy::nn::pad(row(d), {2, 1}, "replicate"); }, DType::f32, {1, 1, 6},
-             {1, 1, 1, 2, 3, 3});
-  expect_all([&](const Device& d) { return sy::nn::pad(row(d), {2, 1}, "circular"); }, DType::f32, {1, 1, 6},
-             {2, 3, 1, 2, 3, 1});
-  expect_all([&](const Device& d) { return sy::nn::pad(row(d), {-1, 2}, "reflect"); }, DType::f32, {1, 1, 4},
-             {2, 3, 2, 1});
-  expect_all([&](const Device& d) { return sy::nn::pad(row(d), {1, 0, 1, 1}, "replicate"); }, DType::f32, {1, 3, 4},
-             {1, 1, 2, 3, 1, 1, 2, 3, 1, 1, 2, 3});
-  expect_all([&](const Device& d) { return sy::nn::pad(row(d), {1, 1}, "constant", 9); }, DType::f32, {1, 1, 5},
-             {9, 1, 2, 3, 9});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::pad(row(d), {2, 1}, "reflect");
+      },
+      DType::f32, {1, 1, 6}, {3, 2, 1, 2, 3, 2});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::pad(row(d), {2, 1}, "replicate");
+      },
+      DType::f32, {1, 1, 6}, {1, 1, 1, 2, 3, 3});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::pad(row(d), {2, 1}, "circular");
+      },
+      DType::f32, {1, 1, 6}, {2, 3, 1, 2, 3, 1});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::pad(row(d), {-1, 2}, "reflect");
+      },
+      DType::f32, {1, 1, 4}, {2, 3, 2, 1});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::pad(row(d), {1, 0, 1, 1}, "replicate");
+      },
+      DType::f32, {1, 3, 4}, {1, 1, 2, 3, 1, 1, 2, 3, 1, 1, 2, 3});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::pad(row(d), {1, 1}, "constant", 9);
+      },
+      DType::f32, {1, 1, 5}, {9, 1, 2, 3, 9});
   auto d = reference();
-  CHECK_THAT(call_error([&] { return sy::nn::pad(row(d), {3, 0}, "reflect"); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::pad(row(d), {3, 0}, "reflect");
+             }),
              Catch::Matchers::Contains("must be below the axis's extent"));
-  CHECK_THAT(call_error([&] { return sy::nn::pad(row(d), {4, 0}, "circular"); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::pad(row(d), {4, 0}, "circular");
+             }),
              Catch::Matchers::Contains("at most the axis's extent"));
-  CHECK_THAT(call_error([&] { return sy::nn::pad(row(d).cast(DType::i64), {1, 1}, "reflect"); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::pad(row(d).cast(DType::i64), {1, 1}, "reflect");
+             }),
              Catch::Matchers::Contains("pad: mode reflect needs a floating tensor, got i64"));
-  CHECK_THAT(call_error([&] { return sy::nn::pad(row(d), {1, 1}, "wrap"); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::pad(row(d), {1, 1}, "wrap");
+             }),
              Catch::Matchers::Contains("pad: unknown mode \"wrap\""));
   CHECK_THAT(call_error([&] { return sy::nn::pad(row(d), {1}, "constant"); }),
              Catch::Matchers::Contains("(before, after) pairs"));
@@ -409,11 +456,17 @@ TEST_CASE("pad modes reflect, replicate and circular, negative widths crop", "[o
 
 TEST_CASE("interpolate: nearest and linear modes as PyTorch", "[ops][layout]") {
   auto img = [](const Device& d) { return make(d, DType::f32, {1, 1, 2, 2}, {1, 2, 3, 4}); };
-  expect_all([&](const Device& d) { return sy::nn::interpolate(img(d), {4, 4}); }, DType::f32, {1, 1, 4, 4},
-             {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::interpolate(img(d), {4, 4});
+      },
+      DType::f32, {1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
   // align_corners: the corners stay, the middle is the average.
-  expect_all([&](const Device& d) { return sy::nn::interpolate(img(d), {3, 3}, {}, "bilinear", true); }, DType::f32,
-             {1, 1, 3, 3}, {1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4});
+  expect_all(
+      [&](const Device& d) {
+        return sy::nn::interpolate(img(d), {3, 3}, {}, "bilinear", true);
+      },
+      DType::f32, {1, 1, 3, 3}, {1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4});
   // Half-pixel centres: output 0 of 4 samples input -0.25, clamped to 0.
   expect_all(
       [&](const Device& d) {
@@ -423,16 +476,24 @@ TEST_CASE("interpolate: nearest and linear modes as PyTorch", "[ops][layout]") {
   expect_all([&](const Device& d) { return sy::nn::interpolate(img(d).cast(DType::u8), {}, {0.5}); }, DType::u8,
              {1, 1, 1, 1}, {1});
   auto d = reference();
-  CHECK_THAT(call_error([&] { return sy::nn::interpolate(img(d), {4, 4}, {}, "bilinear_typo"); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::interpolate(img(d), {4, 4}, {}, "bilinear_typo");
+             }),
              Catch::Matchers::Contains("unknown mode"));
   CHECK_THAT(call_error([&] { return sy::nn::interpolate(img(d), {4}, {}, "linear"); }),
              Catch::Matchers::Contains("linear is for 3-D input"));
-  CHECK_THAT(call_error([&] { return sy::nn::interpolate(img(d), {4, 4}, {}, "nearest", true); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::interpolate(img(d), {4, 4}, {}, "nearest", true);
+             }),
              Catch::Matchers::Contains("align_corners is only for the linear modes"));
   CHECK_THAT(call_error([&] { return sy::nn::interpolate(img(d), {}, {}); }),
              Catch::Matchers::Contains("either size or scale_factor"));
-  CHECK_THAT(call_error([&] { return sy::nn::interpolate(img(d).cast(DType::i32), {4, 4}); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::interpolate(img(d).cast(DType::i32), {4, 4});
+             }),
              Catch::Matchers::Contains("not defined for i32"));
-  CHECK_THAT(call_error([&] { return sy::nn::interpolate(img(d), {4, 4, 4}); }),
+  CHECK_THAT(call_error([&] {
+               return sy::nn::interpolate(img(d), {4, 4, 4});
+             }),
              Catch::Matchers::Contains("size has 3 values for 2 spatial axes"));
 }

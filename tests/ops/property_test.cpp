@@ -13,6 +13,8 @@
 #include <catch2/catch.hpp>
 #include <random>
 
+#include <switchyard/nn.hpp>
+
 #include "ops_common.hpp"
 #include "switchyard/nn.hpp"
 
@@ -61,7 +63,7 @@ Step random_step(Rng& rng, size_t available) {
   const size_t j = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(available) - 1));
   const int64_t axis = pick(rng, -2, 1);
   const auto dt = sy::all_dtypes[pick(rng, 0, 5)];
-  const int64_t which = pick(rng, 0, 26);
+  const int64_t which = pick(rng, 0, 29);
   auto floating = [](const Tensor& t) { return sy::is_floating(t.dtype()); };
   return [=](const std::vector<Tensor>& ts) -> Tensor {
     const Tensor& a = ts[i];
@@ -107,6 +109,14 @@ Step random_step(Rng& rng, size_t available) {
         return a * 0.5 + 1;
       case 18:
         return a.mean({axis}, true);
+      case 27:
+        return a.cumsum(axis);
+      case 28:  // integers only: a rounding difference must not reorder floats
+        if (floating(a)) throw sy::Error(sy::Errc::invalid_argument, "skip");
+        return a.argsort(axis, axis % 2 == 0);
+      case 29:
+        if (!floating(a) || a.rank() == 0) throw sy::Error(sy::Errc::invalid_argument, "skip");
+        return sy::nn::layer_norm(a, {a.shape().dims.back()});
       case 25: {
         // conv1d of a (C, L) or (N, C, L) float tensor with a weight cut from its own values.
         if (!floating(a) || a.rank() < 2) throw sy::Error(sy::Errc::invalid_argument, "skip");

@@ -9,6 +9,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include <switchyard/nn.hpp>
+
 #include "ops_common.hpp"
 #include "switchyard/nn.hpp"
 // ReduceKind: the op IR, no longer reached through the public headers.
@@ -242,6 +244,43 @@ Tensor build(const Device& d, const json& c) {
     if (!a["align_corners"].is_null()) corners = a["align_corners"].get<bool>();
     return sy::nn::interpolate(in[0], ints(a["size"]), a["scale_factor"].get<std::vector<double>>(),
                                a["mode"].get<std::string>(), corners);
+  }
+  // Issue 18, part B: optional operands follow the required ones in order.
+  auto at = [&](size_t i) { return i < in.size() ? in[i] : Tensor{}; };
+  if (op == "layer_norm") return sy::nn::layer_norm(in[0], ints(a["shape"]), at(1), at(2), a["eps"]);
+  if (op == "group_norm") return sy::nn::group_norm(in[0], a["groups"], at(1), at(2), a["eps"]);
+  if (op == "batch_norm") return sy::nn::batch_norm(in[0], in[1], in[2], at(3), at(4), false, 0.1, a["eps"]);
+  if (op == "rms_norm") {
+    std::optional<double> eps;
+    if (!a["eps"].is_null()) eps = a["eps"].get<double>();
+    return sy::nn::rms_norm(in[0], ints(a["shape"]), at(1), eps);
+  }
+  if (op == "sdpa") {
+    std::optional<double> scale;
+    if (!a["scale"].is_null()) scale = a["scale"].get<double>();
+    return sy::nn::scaled_dot_product_attention(in[0], in[1], in[2], at(3), 0, a["causal"], scale);
+  }
+  if (op == "cumsum" || op == "cumprod") {
+    std::optional<DType> t;
+    if (!a["dtype"].is_null()) t = dtype_of(a["dtype"]);
+    return op == "cumsum" ? in[0].cumsum(a["axis"], t) : in[0].cumprod(a["axis"], t);
+  }
+  if (op == "sort") {
+    auto r = in[0].sort(a["axis"], a["descending"], true);
+    return a["part"] == "values" ? r.values : r.indices;
+  }
+  if (op == "argsort") return in[0].argsort(a["axis"], a["descending"], true);
+  if (op == "topk") {
+    auto r = in[0].topk(a["k"], a["axis"], a["largest"]);
+    return a["part"] == "values" ? r.values : r.indices;
+  }
+  if (op == "scatter") return in[0].scatter(a["axis"], in[1], in[2]);
+  if (op == "scatter_reduce") return in[0].scatter_reduce(a["axis"], in[1], in[2], a["reduce"].get<std::string>());
+  if (op == "one_hot") return sy::nn::one_hot(in[0], a["num_classes"]);
+  if (op == "embedding") {
+    std::optional<int64_t> pad;
+    if (!a["padding_idx"].is_null()) pad = a["padding_idx"].get<int64_t>();
+    return sy::nn::embedding(in[0], in[1], pad);
   }
   if (op == "full") return d.full(shape_of(a["shape"]), a["value"], dtype_of(a["dtype"]));
   if (op == "eye") return d.eye(a["n"], a["m"], dtype_of(a["dtype"]));

@@ -628,6 +628,173 @@ pool_case("max_pool", "f32", 2, [1, 1, 5, 5], kernel_size=0)
 pool_case("max_pool", "f32", 2, [5, 5], kernel_size=2, dilation=0)
 pool_case("max_pool", "f32", 2, [5], kernel_size=2)
 pool_case("avg_pool", "f32", 2, [1, 1, 4, 4], kernel_size=2, divisor_override=0)
+# --- normalisation, attention, scans, sort/topk, scatter (issue 18, part B) ----
+def opt(t):
+    return None if t is None else t
+
+
+for dt in ALL:  # PyTorch refuses the integer and bool ones; so do we
+    x = rand(dt, [2, 3, 4])
+    for shape in ([4], [3, 4]):
+        w = rand(dt, shape) if dt in FLOATS else None
+        b = rand(dt, shape) if dt in FLOATS else None
+        add("layer_norm", [x], {"shape": shape, "eps": 1e-5}, lambda x, s=shape: F.layer_norm(x, s))
+        if w is not None:
+            add("layer_norm", [x, w, b], {"shape": shape, "eps": 1e-3},
+                lambda x, w, b, s=shape: F.layer_norm(x, s, w, b, eps=1e-3))
+    for groups in (1, 3):
+        add("group_norm", [rand(dt, [2, 6, 5])], {"groups": groups, "eps": 1e-5},
+            lambda x, g=groups: F.group_norm(x, g))
+    if dt in FLOATS:
+        add("group_norm", [rand(dt, [2, 6, 2, 3]), rand(dt, [6]), rand(dt, [6])], {"groups": 2, "eps": 1e-4},
+            lambda x, w, b: F.group_norm(x, 2, w, b, eps=1e-4))
+    mean = rand(dt, [3]) if dt in FLOATS else torch.zeros(3)
+    var = rand(dt, [3], "pos") if dt in FLOATS else torch.ones(3)
+    add("batch_norm", [rand(dt, [2, 3, 4]), mean, var], {"eps": 1e-5},
+        lambda x, m, v: F.batch_norm(x, m, v))
+    if dt in FLOATS:
+        add("batch_norm", [rand(dt, [2, 3]), mean, var, rand(dt, [3]), rand(dt, [3])], {"eps": 1e-2},
+            lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, eps=1e-2))
+        add("batch_norm", [rand(dt, [2, 3, 2, 2]), mean, var, rand(dt, [3])], {"eps": 1e-5},
+            lambda x, m, v, w: F.batch_norm(x, m, v, w))
+
+
+def rms_norm(x, shape, w=None, eps=None):
+    """torch 2.x's F.rms_norm (not in 1.13): x * rsqrt(mean(x^2) + eps) * w."""
+    if not x.dtype.is_floating_point:
+        raise RuntimeError("rms_norm needs a floating input")
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    dims = tuple(range(-len(shape), 0))
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+for dt in ALL:
+    x = rand(dt, [2, 3, 4])
+    add("rms_norm", [x], {"shape": [4], "eps": None}, lambda x: rms_norm(x, [4]), tol=[1e-5, 1e-6])
+    if dt in FLOATS:
+        add("rms_norm", [x, rand(dt, [3, 4])], {"shape": [3, 4], "eps": 1e-2},
+            lambda x, w: rms_norm(x, [3, 4], w, 1e-2), tol=[1e-5, 1e-6])
+# Bad arguments: a shape that is not a suffix, channels not divisible, a
+# weight of the wrong shape.
+add("layer_norm", [rand("f32", [2, 3])], {"shape": [2], "eps": 1e-5}, lambda x: F.layer_norm(x, [2]))
+add("layer_norm", [rand("f32", [2, 3]), rand("f32", [2])], {"shape": [3], "eps": 1e-5},
+    lambda x, w: F.layer_norm(x, [3], w))
+add("group_norm", [rand("f32", [2, 6, 3])], {"groups": 4, "eps": 1e-5}, lambda x: F.group_norm(x, 4))
+add("layer_norm", [rand("f32", [2, 3])], {"shape": [], "eps": 1e-5}, lambda x: F.layer_norm(x, []))
+add("layer_norm", [rand("f32", [0, 3])], {"shape": [3], "eps": 1e-5}, lambda x: F.layer_norm(x, [3]))
+add("group_norm", [rand("f32", [2, 0, 3])], {"groups": 1, "eps": 1e-5}, lambda x: F.group_norm(x, 1))
+add("batch_norm", [rand("f32", [2, 3]), rand("f32", [4]), rand("f32", [4], "pos")], {"eps": 1e-5},
+    lambda x, m, v: F.batch_norm(x, m, v))
+
+
+def sdpa(q, k, v, mask=None, causal=False, scale=None):
+    """torch 2.x's scaled_dot_product_attention, math path (not in 1.13)."""
+    if not q.dtype.is_floating_point:
+        raise RuntimeError("attention needs floating inputs")
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ k.transpose(-2, -1) * scale
+    if causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        s = s.masked_fill(~keep, -float("inf"))
+    if mask is not None:
+        s = s.masked_fill(~mask, -float("inf")) if mask.dtype == torch.bool else s + mask
+    return torch.softmax(s, -1) @ v
+
+
+for dt in FLOATS + ["i32"]:
+    q, k, v = rand(dt, [2, 3, 4, 8]), rand(dt, [2, 3, 6, 8]), rand(dt, [2, 3, 6, 5])
+    add("sdpa", [q, k, v], {"causal": False, "scale": None}, sdpa, tol=[1e-4, 1e-5])
+    add("sdpa", [q, k, v], {"causal": True, "scale": None}, lambda q, k, v: sdpa(q, k, v, causal=True),
+        tol=[1e-4, 1e-5])
+    add("sdpa", [q, k, v], {"causal": False, "scale": 0.3}, lambda q, k, v: sdpa(q, k, v, scale=0.3),
+        tol=[1e-4, 1e-5])
+    if dt in FLOATS:
+        bool_mask = torch.rand(4, 6) < 0.7
+        bool_mask[:, 0] = True  # no fully masked row (NaN is tested by hand)
+        add("sdpa", [q, k, v, bool_mask], {"causal": False, "scale": None},
+            lambda q, k, v, m: sdpa(q, k, v, m), tol=[1e-4, 1e-5])
+        add("sdpa", [q, k, v, rand(dt, [3, 1, 6])], {"causal": False, "scale": None},
+            lambda q, k, v, m: sdpa(q, k, v, m), tol=[1e-4, 1e-5])
+add("sdpa", [rand("f32", [2, 4, 8]), rand("f32", [2, 6, 8]), rand("f32", [2, 6, 5]), torch.rand(5, 6) < 0.5],
+    {"causal": False, "scale": None}, lambda q, k, v, m: sdpa(q, k, v, m))
+add("sdpa", [rand("f32", [2, 4, 8]), rand("f32", [2, 6, 7]), rand("f32", [2, 6, 5])],
+    {"causal": False, "scale": None}, sdpa)
+
+for dt in ALL:
+    x = rand(dt, [3, 4], "exp" if dt in INTS else "any")
+    for axis in (0, -1):
+        add("cumsum", [x], {"axis": axis, "dtype": None}, lambda x, a=axis: torch.cumsum(x, a))
+        add("cumprod", [x], {"axis": axis, "dtype": None}, lambda x, a=axis: torch.cumprod(x, a))
+    for to in ("f64", "i32", "i64", "bool"):
+        add("cumsum", [x], {"axis": 1, "dtype": to}, lambda x, to=to: torch.cumsum(x, 1, dtype=DT[to]))
+    add("cumsum", [rand(dt, [])], {"axis": 0, "dtype": None}, lambda x: torch.cumsum(x, 0))
+add("cumsum", [rand("f32", [3])], {"axis": 1, "dtype": None}, lambda x: torch.cumsum(x, 1))
+add("cumprod", [torch.tensor([200, 3, 5], dtype=torch.uint8)], {"axis": 0, "dtype": "u8"},
+    lambda x: torch.cumprod(x, 0, dtype=torch.uint8))
+
+
+def distinct(dt, shape):
+    """Values without ties (topk's order among ties is unspecified)."""
+    n = math.prod(shape)
+    x = torch.randperm(n).reshape(shape)
+    if DT[dt].is_floating_point:
+        return (x.to(torch.float64) / 4 - 3).to(DT[dt])
+    return x.to(DT[dt])
+
+
+for dt in ALL:
+    x = rand(dt, [3, 5])
+    for axis in (0, 1):
+        for desc in (False, True):
+            for part in ("values", "indices"):
+                add("sort", [x], {"axis": axis, "descending": desc, "part": part},
+                    lambda x, a=axis, d=desc, p=part: getattr(torch.sort(x, dim=a, descending=d, stable=True), p))
+            add("argsort", [x], {"axis": axis, "descending": desc},
+                lambda x, a=axis, d=desc: torch.sort(x, dim=a, descending=d, stable=True).indices)
+    y = distinct(dt, [3, 6]) if dt != "bool" else x
+    for k, axis, largest in ((2, 1, True), (3, 1, False), (1, 0, True), (0, 1, True), (7, 1, True), (3, 0, False)):
+        for part in ("values", "indices"):
+            add("topk", [y], {"k": k, "axis": axis, "largest": largest, "part": part},
+                lambda y, k=k, a=axis, l=largest, p=part: getattr(torch.topk(y, k, dim=a, largest=l), p))
+for k in (0, 1, 2):  # a 0-d input: k = 0 still gives its one element, as PyTorch
+    for part in ("values", "indices"):
+        add("topk", [rand("f32", [])], {"k": k, "axis": 0, "largest": True, "part": part},
+            lambda y, k=k, p=part: getattr(torch.topk(y, k), p))
+nan_row = torch.tensor([1.0, float("nan"), 3.0, -1.0, float("inf"), -float("inf")])
+for desc in (False, True):
+    add("sort", [nan_row], {"axis": 0, "descending": desc, "part": "indices"},
+        lambda x, d=desc: torch.sort(x, descending=d, stable=True).indices)
+for largest in (False, True):
+    add("topk", [nan_row], {"k": 3, "axis": 0, "largest": largest, "part": "indices"},
+        lambda x, l=largest: torch.topk(x, 3, largest=l).indices)
+
+for dt in ALL:
+    x = rand(dt, [3, 4])
+    perm = torch.stack([torch.randperm(3)[:2] for _ in range(4)], 1)  # distinct rows per column
+    add("scatter", [x, perm, rand(dt, [2, 4])], {"axis": 0}, lambda x, i, s: torch.scatter(x, 0, i, s))
+    perm1 = torch.stack([torch.randperm(4)[:3] for _ in range(2)], 0)
+    add("scatter", [x, perm1, rand(dt, [2, 3])], {"axis": 1}, lambda x, i, s: torch.scatter(x, 1, i, s))
+    for reduce in ("sum", "prod", "amax", "amin"):  # mean: not supported (README)
+        idx = torch.randint(0, 3, (4, 4))
+        add("scatter_reduce", [x, idx, rand(dt, [4, 4])], {"axis": 0, "reduce": reduce},
+            lambda x, i, s, r=reduce: torch.scatter_reduce(x, 0, i, s, r))
+add("scatter", [rand("f32", [3]), torch.tensor([3]), rand("f32", [1])], {"axis": 0},
+    lambda x, i, s: torch.scatter(x, 0, i, s))
+add("scatter", [rand("f32", [3]), torch.tensor([1]), rand("f64", [1])], {"axis": 0},
+    lambda x, i, s: torch.scatter(x, 0, i, s))
+add("scatter_reduce", [torch.tensor([1.0, float("nan"), 2.0]), torch.tensor([0, 2, 2]),
+                       torch.tensor([float("nan"), 5.0, 1.0])], {"axis": 0, "reduce": "amax"},
+    lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "amax"))
+
+for n in (-1, 5):
+    add("one_hot", [torch.tensor([[0, 3], [2, 1]])], {"num_classes": n}, lambda x, n=n: F.one_hot(x, n))
+add("one_hot", [torch.tensor([4])], {"num_classes": 3}, lambda x: F.one_hot(x, 3))
+add("one_hot", [torch.tensor([-1, 1])], {"num_classes": 3}, lambda x: F.one_hot(x, 3))
+for dt in FLOATS:
+    add("embedding", [torch.tensor([[0, 2], [1, 1]]), rand(dt, [3, 4])], {"padding_idx": 1},
+        lambda i, w: F.embedding(i, w, padding_idx=1))
+add("embedding", [torch.tensor([3]), rand("f32", [3, 4])], {"padding_idx": None}, lambda i, w: F.embedding(i, w))
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pytorch_cases.json")
 with open(out, "w") as f:

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <optional>
+
 #include <caf/expected.hpp>
 
 #include "switchyard/messages/operation_ir.hpp"
@@ -42,6 +44,18 @@ struct TensorSpec {
                                                    const std::vector<int64_t>& after);
 [[nodiscard]] caf::expected<TensorSpec> index_result(IndexKind k, const TensorIr& in, const TensorIr& index,
                                                      const TensorIr* src, int64_t& axis);
+/// Normalisation (NormOp): optional operands are nullptr or id 0 when absent.
+[[nodiscard]] caf::expected<TensorSpec> norm_result(NormKind k, const TensorIr& in, const TensorIr* mean,
+                                                    const TensorIr* var, const TensorIr* weight, const TensorIr* bias,
+                                                    int64_t count, double eps);
+[[nodiscard]] caf::expected<TensorSpec> attention_result(const TensorIr& q, const TensorIr& k, const TensorIr& v,
+                                                         const TensorIr* mask, bool causal);
+/// cumsum/cumprod: `dtype` as PyTorch's argument (absent: integer and bool
+/// inputs give i64). Normalises `axis`.
+[[nodiscard]] caf::expected<TensorSpec> scan_result(ScanKind k, const Shape& s, DType t, int64_t& axis,
+                                                    std::optional<DType> dtype);
+/// argsort / topk indices (i64). Normalises `axis`.
+[[nodiscard]] caf::expected<TensorSpec> sort_result(SortKind k, const Shape& s, DType t, int64_t& axis, int64_t top_k);
 [[nodiscard]] caf::expected<TensorSpec> where_result(const TensorIr& cond, const TensorIr& a, const TensorIr& b);
 /// Convolution and its transpose, from the op's input, weight, bias and
 /// arguments (its `out` is not read). Shapes as PyTorch 1.13 computes them;

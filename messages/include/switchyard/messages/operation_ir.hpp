@@ -23,13 +23,21 @@ enum class ReduceKind : uint8_t { sum, mean, prod, max, min, argmax, argmin, var
 
 enum class FillKind : uint8_t { full, arange, eye };
 enum class RandomKind : uint8_t { uniform, normal, bernoulli };
-enum class IndexKind : uint8_t { gather, scatter_add, index_select };
 /// max_indices / adaptive_max_indices give PyTorch's flat index of the
 /// maximum within its input plane (i64); the others give values.
 enum class PoolKind : uint8_t { max, max_indices, avg, adaptive_avg, adaptive_max, adaptive_max_indices };
 
-[[nodiscard]] const char* to_string(ReduceKind k) noexcept;
 [[nodiscard]] const char* to_string(PoolKind k) noexcept;
+// scatter .. scatter_amin were appended after index_select (wire values of
+// the first three stay). scatter_reduce(reduce="sum") is scatter_add.
+enum class IndexKind : uint8_t { gather, scatter_add, index_select, scatter, scatter_prod, scatter_amax, scatter_amin };
+enum class NormKind : uint8_t { batch, layer, group, rms };
+enum class ScanKind : uint8_t { cumsum, cumprod };
+enum class SortKind : uint8_t { argsort, topk };
+
+[[nodiscard]] const char* to_string(ReduceKind k) noexcept;
+[[nodiscard]] const char* to_string(IndexKind k) noexcept;
+[[nodiscard]] const char* to_string(NormKind k) noexcept;
 
 /// Uploads host data into a new tensor.
 struct FromDataOp {
@@ -271,21 +279,24 @@ struct PadOp {
 };
 
 /// gather(in, axis, index), scatter_add(in, axis, index, src),
-/// index_select(in, axis, index) with PyTorch's semantics; indices are i64
+/// index_select(in, axis, index), scatter(in, axis, index, src) and
+/// scatter_reduce(in, axis, index, src, prod|amax|amin, include_self=true)
+/// with PyTorch's semantics; indices are i64
 /// (or i32), and an index out of range fails the op naming it.
 struct IndexOp {
   IndexKind kind = IndexKind::gather;
   TensorIr in;
   TensorIr index;
-  TensorIr src;  ///< scatter_add only (id 0 otherwise)
+  TensorIr src;  ///< the scatter kinds only (id 0 otherwise)
   TensorIr out;
   int64_t axis = 0;
   template <class F>
   void each_input(F&& f) {
     f(in);
     f(index);
-    if (kind == IndexKind::scatter_add) f(src);
+    if (has_src()) f(src);
   }
+  [[nodiscard]] bool has_src() const noexcept { return kind != IndexKind::gather && kind != IndexKind::index_select; }
   template <class F>
   void each_output(F&& f) {
     f(out);
@@ -303,6 +314,109 @@ struct WhereOp {
     f(cond);
     f(lhs);
     f(rhs);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
+};
+
+/// Normalisation of `in` (floating); optional operands have id 0 when absent.
+///   batch: (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c], the
+///          channel axis 1, running statistics (inference);
+///   layer: over the last `count` axes, weight/bias of their shape;
+///   group: `count` groups of the channel axis 1, per-channel weight/bias;
+///   rms:   x / sqrt(mean(x^2 over the last `count` axes) + eps) * weight.
+/// Statistics are biased (divide by n), as PyTorch's.
+struct NormOp {
+  NormKind kind = NormKind::layer;
+  TensorIr in;
+  TensorIr mean;  ///< batch only: running mean [C]
+  TensorIr var;   ///< batch only: running variance [C]
+  TensorIr weight;
+  TensorIr bias;
+  TensorIr out;
+  int64_t count = 1;  ///< layer/rms: normalised trailing axes; group: groups
+  double eps = 1e-5;
+  [[nodiscard]] bool has_weight() const noexcept { return static_cast<bool>(weight.id); }
+  [[nodiscard]] bool has_bias() const noexcept { return static_cast<bool>(bias.id); }
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+    if (kind == NormKind::batch) {
+      f(mean);
+      f(var);
+    }
+    if (has_weight()) f(weight);
+    if (has_bias()) f(bias);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
+};
+
+/// softmax(q k^T * scale + mask) v over the last two axes, batch axes equal:
+/// q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev]. The mask
+/// (id 0 when absent) broadcasts to [..., L, S]: bool keeps where true, a
+/// floating mask (q's dtype) is added to the scores. `causal` keeps key j
+/// for query i when j <= i. A row with every key masked gives NaN (as the
+/// softmax of only -inf does).
+struct AttentionOp {
+  TensorIr q;
+  TensorIr k;
+  TensorIr v;
+  TensorIr mask;
+  TensorIr out;
+  bool causal = false;
+  double scale = 1;
+  [[nodiscard]] bool has_mask() const noexcept { return static_cast<bool>(mask.id); }
+  template <class F>
+  void each_input(F&& f) {
+    f(q);
+    f(k);
+    f(v);
+    if (has_mask()) f(mask);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
+};
+
+/// Inclusive cumulative sum or product along `axis`, computed in out.dtype
+/// (the input converted to it first).
+struct ScanOp {
+  ScanKind kind = ScanKind::cumsum;
+  TensorIr in;
+  TensorIr out;
+  int64_t axis = 0;
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
+  }
+  template <class F>
+  void each_output(F&& f) {
+    f(out);
+  }
+};
+
+/// i64 positions along `axis`: argsort (stable; `descending`) or the
+/// indices of the `k` largest (`descending`) or smallest elements, in sorted
+/// order when `sorted` (otherwise in any order the backend picks). NaN
+/// counts as larger than every number, as in PyTorch; equal elements keep
+/// their index order.
+struct SortOp {
+  SortKind kind = SortKind::argsort;
+  TensorIr in;
+  TensorIr out;
+  int64_t axis = -1;
+  int64_t k = 0;
+  bool descending = false;
+  bool sorted = true;
+  template <class F>
+  void each_input(F&& f) {
+    f(in);
   }
   template <class F>
   void each_output(F&& f) {
@@ -399,7 +513,7 @@ struct OperationIr {
   using Variant = std::variant<FromDataOp, FillOp, RandomOp, UnaryOp, BinaryOp, ScalarOp, ReduceOp, SoftmaxOp, MatmulOp,
                                CastOp, ViewOp, SliceAssignOp, CatOp, PadOp, IndexOp, WhereOp, DropOp, SeedOp,
                                // Appended: a tag is the index, so new ops go last.
-                               ConvOp, PoolOp>;
+                               ConvOp, PoolOp, NormOp, AttentionOp, ScanOp, SortOp>;
   Variant op;
 
   OperationIr() = default;
@@ -525,6 +639,22 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PoolOp& x) {
   return f(caf::meta::type_name("pool"), x.kind, x.in, x.out, x.kernel, x.stride, x.pad_before, x.pad_after, x.dilation,
            x.output_size, x.ceil_mode, x.count_include_pad, x.divisor_override);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NormOp& x) {
+  return f(caf::meta::type_name("norm"), x.kind, x.in, x.mean, x.var, x.weight, x.bias, x.out, x.count, F64Bits{x.eps});
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AttentionOp& x) {
+  return f(caf::meta::type_name("attention"), x.q, x.k, x.v, x.mask, x.out, x.causal, F64Bits{x.scale});
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ScanOp& x) {
+  return f(caf::meta::type_name("scan"), x.kind, x.in, x.out, x.axis);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SortOp& x) {
+  return f(caf::meta::type_name("sort"), x.kind, x.in, x.out, x.axis, x.k, x.descending, x.sorted);
 }
 
 namespace detail {

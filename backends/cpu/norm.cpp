@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// batch_norm (inference), layer_norm, group_norm and rms_norm.
+//
+// Each normalised slice (a row for layer/rms, a group for group_norm) is
+// read twice: once for its statistics, once to write the result. The
+// statistics are two-pass in double (mean, then the sum of squared
+// deviations), so a large mean does not cancel the variance as the
+// textbook sum-of-squares formula would; the slice is usually still in
+// cache for the second pass.
+
+#include <cmath>
+
+#include "backends/cpu/loops.hpp"
+
+namespace switchyard::backends::cpu {
+namespace {
+
+struct Stats {
+  double mean = 0;
+  double inv_std = 0;
+};
+
+template <class T>
+Stats centred_stats(const T* x, int64_t n, double eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
+  const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    sq += d * d;
+  }
+  const double var = n > 0 ? sq / static_cast<double>(n) : 0.0;
+  return {mean, 1.0 / std::sqrt(var + eps)};
+}
+
+template <class T>
+double mean_square(const T* x, int64_t n) {
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return n > 0 ? sq / static_cast<double>(n) : 0.0;
+}
+
+template <class T>
+void run_norm(Context& ctx, const NormOp& op, const Inputs& in, T* y) {
+  size_t next = 1;
+  const T* x = in.bytes[0]->as<const T>();
+  const T* mean = nullptr;
+  const T* var = nullptr;
+  if (op.kind == NormKind::batch) {
+    mean = in.bytes[next++]->as<const T>();
+    var = in.bytes[next++]->as<const T>();
+  }
+  const T* w = op.has_weight() ? in.bytes[next++]->as<const T>() : nullptr;
+  const T* b = op.has_bias() ? in.bytes[next++]->as<const T>() : nullptr;
+  const auto& d = op.in.shape.dims;
+  const int64_t numel = op.in.numel();
+  if (numel == 0) return;
+  const double eps = op.eps;
+  switch (op.kind) {
+    case NormKind::layer:
+    case NormKind::rms: {
+      int64_t inner = 1;
+      for (size_t i = d.size() - static_cast<size_t>(op.count); i < d.size(); ++i) inner *= d[i];
+      const int64_t rows = numel / inner;
+      const bool rms = op.kind == NormKind::rms;
+      const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(inner, 1));
+      ctx.pool.parallel_for(rows, grain, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* px = x + r * inner;
+          T* py = y + r * inner;
+          Stats st = rms ? Stats{0.0, 1.0 / std::sqrt(mean_square(px, inner) + eps)} : centred_stats(px, inner, eps);
+          const T m = static_cast<T>(st.mean), s = static_cast<T>(st.inv_std);
+          for (int64_t i = 0; i < inner; ++i) {
+            T v = (px[i] - m) * s;
+            if (w) v *= w[i];
+            if (b) v += b[i];
+            py[i] = v;
+          }
+        }
+      });
+      break;
+    }
+    case NormKind::group:
+    case NormKind::batch: {
+      const int64_t channels = d[1];
+      int64_t spatial = 1;
+      for (size_t i = 2; i < d.size(); ++i) spatial *= d[i];
+      const int64_t batch = d[0];
+      if (op.kind == NormKind::batch) {
+        // One (sample, channel) plane at a time: scale and shift are per channel.
+        const int64_t planes = batch * channels;
+        const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(spatial, 1));
+        ctx.pool.parallel_for(planes, grain, [&](int64_t lo, int64_t hi) {
+          for (int64_t p = lo; p < hi; ++p) {
+            const int64_t c = p % channels;
+            const double inv = 1.0 / std::sqrt(static_cast<double>(var[c]) + eps);
+            const double scale = inv * (w ? static_cast<double>(w[c]) : 1.0);
+            const double shift = (b ? static_cast<double>(b[c]) : 0.0) - static_cast<double>(mean[c]) * scale;
+            const T sc = static_cast<T>(scale), sh = static_cast<T>(shift);
+            const T* px = x + p * spatial;
+            T* py = y + p * spatial;
+            for (int64_t i = 0; i < spatial; ++i) py[i] = px[i] * sc + sh;
+          }
+        });
+        break;
+      }
+      const int64_t groups = op.count;
+      const int64_t per_group = channels / groups;
+      const int64_t group_size = per_group * spatial;
+      const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(group_size, 1));
+      ctx.pool.parallel_for(batch * groups, grain, [&](int64_t lo, int64_t hi) {
+        for (int64_t g = lo; g < hi; ++g) {
+          const T* px = x + g * group_size;
+          T* py = y + g * group_size;
+          const Stats st = centred_stats(px, group_size, eps);
+          const int64_t c0 = (g % groups) * per_group;
+          for (int64_t c = 0; c < per_group; ++c) {
+            const double scale = st.inv_std * (w ? static_cast<double>(w[c0 + c]) : 1.0);
+            const double shift = (b ? static_cast<double>(b[c0 + c]) : 0.0) - st.mean * scale;
+            const T sc = static_cast<T>(scale), sh = static_cast<T>(shift);
+            for (int64_t i = 0; i < spatial; ++i) py[c * spatial + i] = px[c * spatial + i] * sc + sh;
+          }
+        }
+      });
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+caf::expected<Bytes> norm(Context& ctx, NormOp& op, const Inputs& in) {
+  auto out = ctx.buffers.allocate(op.out.bytes());
+  if (op.in.dtype == DType::f32)
+    run_norm<float>(ctx, op, in, writable<float>(out));
+  else if (op.in.dtype == DType::f64)
+    run_norm<double>(ctx, op, in, writable<double>(out));
+  else
+    return make_error(Errc::unsupported, "cpu: " + std::string(to_string(op.kind)) + " needs a floating input");
+  return out;
+}
+
+}  // namespace switchyard::backends::cpu
