@@ -144,14 +144,58 @@ TEST_CASE("onnx: an op outside the op set fails at load naming the node and the 
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;
   m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
-  m.init("w", std::vector<float>(9, 1.0f), {1, 1, 3, 3});
-  m.node("Conv", {"x", "w"}, {"y"}, "conv1");
+  m.node("LpPool", {"x"}, {"y"}, "pool1");
   m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
   sy::Errc code{};
   std::string what = load_error(m.bytes(), rt.cpu(), &code);
   CHECK(code == sy::Errc::unsupported);
-  CHECK_THAT(what, Catch::Contains("node 'conv1'") && Catch::Contains("Conv") &&
+  CHECK_THAT(what, Catch::Contains("node 'pool1'") && Catch::Contains("LpPool") &&
                        Catch::Contains("not in Switchyard's op set"));
+}
+
+TEST_CASE("onnx: Conv with SAME_UPPER padding and MaxPool run on the native ops", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+  m.init("w", std::vector<float>(4, 1.0f), {1, 1, 2, 2});
+  auto* pad = m.node("Conv", {"x", "w"}, {"c"}, "conv1").add_attribute();
+  pad->set_name("auto_pad");
+  pad->set_type(pb::AttributeProto::STRING);
+  pad->set_s("SAME_UPPER");
+  auto& pool = m.node("MaxPool", {"c"}, {"y"}, "pool1");
+  auto* kernel = pool.add_attribute();
+  kernel->set_name("kernel_shape");
+  kernel->set_type(pb::AttributeProto::INTS);
+  kernel->add_ints(2);
+  kernel->add_ints(2);
+  auto* strides = pool.add_attribute();
+  strides->set_name("strides");
+  strides->set_type(pb::AttributeProto::INTS);
+  strides->add_ints(2);
+  strides->add_ints(2);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  std::vector<float> x(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  auto out = model.run({{"x", rt.cpu().tensor(x, {1, 1, 4, 4})}});
+  // SAME_UPPER with a 2x2 kernel pads one row and column at the end: the
+  // 2x2 sums of x, then the largest of each 2x2 block of those.
+  std::vector<float> sums(16);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) {
+      float s = 0;
+      for (int dr = 0; dr < 2; ++dr)
+        for (int dc = 0; dc < 2; ++dc)
+          if (r + dr < 4 && c + dc < 4) s += x[static_cast<size_t>((r + dr) * 4 + c + dc)];
+      sums[static_cast<size_t>(r * 4 + c)] = s;
+    }
+  std::vector<float> want;
+  for (int r = 0; r < 4; r += 2)
+    for (int c = 0; c < 4; c += 2)
+      want.push_back(
+          std::max({sums[static_cast<size_t>(r * 4 + c)], sums[static_cast<size_t>(r * 4 + c + 1)],
+                    sums[static_cast<size_t>((r + 1) * 4 + c)], sums[static_cast<size_t>((r + 1) * 4 + c + 1)]}));
+  CHECK(read_floats(out.at("y")) == want);
 }
 
 TEST_CASE("onnx: an unsupported attribute or attribute value fails at load naming it", "[onnx]") {

@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "onnx_internal.hpp"
+#include "switchyard/nn.hpp"
 
 namespace switchyard::onnx {
 namespace detail {
@@ -732,6 +734,214 @@ Tensor einsum(Ctx& ctx, const std::string& equation, std::vector<Tensor> operand
   Ints order;
   for (char c : out) order.push_back(static_cast<int64_t>(acc.letters.find(c)));
   return acc.letters == out ? acc.t : acc.t.permute(order);
+}
+
+// --- convolution and pooling (issue 18's native ops) ---
+
+// ONNX's spatial attributes: one entry per spatial axis, defaulting to `fill`.
+Ints spatial_attr(const Ctx& ctx, std::string_view name, size_t spatial, int64_t fill) {
+  auto v = ctx.attr_ints(name);
+  if (!v || v->empty()) return Ints(spatial, fill);
+  if (v->size() != spatial)
+    ctx.fail(Errc::invalid_argument, std::string(name) + " has " + std::to_string(v->size()) + " entries for " +
+                                         std::to_string(spatial) + " spatial axes");
+  return *v;
+}
+
+// Begin and end pads of a windowed op: explicit `pads`, or auto_pad's SAME_*
+// (output extent ceil(in / stride); the odd element goes to the end for
+// SAME_UPPER, to the beginning for SAME_LOWER) or VALID (none).
+std::pair<Ints, Ints> window_pads(const Ctx& ctx, const Shape& x, const Ints& kernel, const Ints& stride,
+                                  const Ints& dilation) {
+  const size_t spatial = kernel.size();
+  const std::string mode = ctx.attr_s("auto_pad", "NOTSET");
+  Ints begin(spatial, 0), end(spatial, 0);
+  if (mode == "NOTSET") {
+    auto pads = ctx.attr_ints("pads");
+    if (pads && !pads->empty()) {
+      if (pads->size() != 2 * spatial)
+        ctx.fail(Errc::invalid_argument, "pads has " + std::to_string(pads->size()) + " entries for " +
+                                             std::to_string(spatial) + " spatial axes (want begins, then ends)");
+      begin.assign(pads->begin(), pads->begin() + static_cast<int64_t>(spatial));
+      end.assign(pads->begin() + static_cast<int64_t>(spatial), pads->end());
+    }
+    return {begin, end};
+  }
+  if (mode == "VALID") return {begin, end};
+  if (mode != "SAME_UPPER" && mode != "SAME_LOWER") ctx.fail(Errc::invalid_argument, "auto_pad '" + mode + "'");
+  for (size_t a = 0; a < spatial; ++a) {
+    const int64_t in = x[a + 2];
+    const int64_t out = (in + stride[a] - 1) / stride[a];
+    const int64_t total = std::max<int64_t>(0, (out - 1) * stride[a] + (kernel[a] - 1) * dilation[a] + 1 - in);
+    const int64_t small = total / 2, large = total - small;
+    begin[a] = mode == "SAME_UPPER" ? small : large;
+    end[a] = mode == "SAME_UPPER" ? large : small;
+  }
+  return {begin, end};
+}
+
+Outs conv_node(Ctx& ctx, bool transposed) {
+  Tensor x = ctx.dev(0), w = ctx.dev(1);
+  Tensor b = ctx.has(2) ? ctx.dev(2) : Tensor();
+  if (w.rank() < 3) ctx.fail(Errc::shape_mismatch, "weight must have at least 3 axes, got " + w.shape().to_string());
+  const size_t spatial = w.rank() - 2;
+  if (x.rank() != spatial + 2)
+    ctx.fail(Errc::shape_mismatch, "input " + x.shape().to_string() + " and weight " + w.shape().to_string() +
+                                       " disagree on the number of spatial axes");
+  nn::ConvOptions o;
+  o.stride = spatial_attr(ctx, "strides", spatial, 1);
+  o.dilation = spatial_attr(ctx, "dilations", spatial, 1);
+  o.groups = ctx.attr_i("group", 1);
+  o.transposed = transposed;
+  Ints kernel(w.shape().dims.begin() + 2, w.shape().dims.end());
+  if (auto k = ctx.attr_ints("kernel_shape"); k && !k->empty() && *k != kernel)
+    ctx.fail(Errc::shape_mismatch, "kernel_shape disagrees with the weight " + w.shape().to_string());
+  if (!transposed) {
+    std::tie(o.pad_begin, o.pad_end) = window_pads(ctx, x.shape(), kernel, o.stride, o.dilation);
+    return Outs{dev_value(nn::conv(x, w, b, o))};
+  }
+  o.output_padding = spatial_attr(ctx, "output_padding", spatial, 0);
+  const std::string mode = ctx.attr_s("auto_pad", "NOTSET");
+  auto output_shape = ctx.attr_ints("output_shape");
+  if ((output_shape && !output_shape->empty()) || mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+    // ONNX: total padding = stride (in - 1) + output_padding + (k - 1) d + 1 - out.
+    Ints out(spatial);
+    for (size_t a = 0; a < spatial; ++a)
+      out[a] = output_shape && !output_shape->empty() ? (*output_shape)[output_shape->size() - spatial + a]
+                                                      : x.shape()[a + 2] * o.stride[a];
+    o.pad_begin.assign(spatial, 0);
+    o.pad_end.assign(spatial, 0);
+    for (size_t a = 0; a < spatial; ++a) {
+      int64_t total =
+          o.stride[a] * (x.shape()[a + 2] - 1) + o.output_padding[a] + (kernel[a] - 1) * o.dilation[a] + 1 - out[a];
+      if (total < 0) {  // the output is wider than the kernel reaches: output padding at the end
+        o.output_padding[a] -= total;
+        total = 0;
+      }
+      const int64_t small = total / 2, large = total - small;
+      o.pad_begin[a] = mode == "SAME_UPPER" ? small : large;
+      o.pad_end[a] = mode == "SAME_UPPER" ? large : small;
+    }
+  } else {
+    std::tie(o.pad_begin, o.pad_end) = window_pads(ctx, x.shape(), kernel, o.stride, o.dilation);
+  }
+  return Outs{dev_value(nn::conv(x, w, b, o))};
+}
+
+nn::PoolOptions pool_options(const Ctx& ctx, const Tensor& x, bool with_dilation) {
+  auto kernel = ctx.attr_ints("kernel_shape");
+  if (!kernel || kernel->empty()) ctx.fail(Errc::invalid_argument, "kernel_shape is required");
+  const size_t spatial = kernel->size();
+  if (x.rank() != spatial + 2)
+    ctx.fail(Errc::shape_mismatch,
+             "input " + x.shape().to_string() + " for a kernel of " + std::to_string(spatial) + " axes");
+  nn::PoolOptions o;
+  o.kernel_size = *kernel;
+  o.stride = spatial_attr(ctx, "strides", spatial, 1);
+  o.dilation = with_dilation ? spatial_attr(ctx, "dilations", spatial, 1) : Ints(spatial, 1);
+  o.ceil_mode = ctx.attr_i("ceil_mode", 0) != 0;
+  std::tie(o.pad_begin, o.pad_end) = window_pads(ctx, x.shape(), o.kernel_size, o.stride, o.dilation);
+  return o;
+}
+
+// PyTorch's pools (and so ours) take pads of at most half the kernel; ONNX
+// takes any. Wider pads are applied to the input first: -inf for max
+// pooling; for average pooling zeros, with the divisor of
+// count_include_pad=0 recovered as the pooled share of real elements.
+bool pads_exceed_half(const nn::PoolOptions& o) {
+  for (size_t a = 0; a < o.kernel_size.size(); ++a)
+    if (o.pad_begin[a] > o.kernel_size[a] / 2 || o.pad_end[a] > o.kernel_size[a] / 2) return true;
+  return false;
+}
+
+Tensor pad_spatial(const Tensor& x, nn::PoolOptions& o, double value) {
+  Ints before(x.rank(), 0), after(x.rank(), 0);
+  for (size_t a = 0; a < o.kernel_size.size(); ++a) {
+    before[a + 2] = o.pad_begin[a];
+    after[a + 2] = o.pad_end[a];
+  }
+  o.pad_begin.assign(o.kernel_size.size(), 0);
+  o.pad_end.assign(o.kernel_size.size(), 0);
+  return x.pad(before, after, value);
+}
+
+Outs max_pool_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  const DType dtype = x.dtype();
+  // ONNX pools integers too; PyTorch 1.13 (and so the op) takes floats: f64
+  // holds every u8/i32 value and i64 up to 2^53 exactly.
+  if (!is_floating(dtype)) x = x.cast(DType::f64);
+  auto o = pool_options(ctx, x, true);
+  const bool wants_indices = ctx.node().output_size() > 1 && !ctx.node().output(1).empty();
+  if (!wants_indices) {
+    if (pads_exceed_half(o)) x = pad_spatial(x, o, -std::numeric_limits<double>::infinity());
+    Tensor y = nn::max_pool(x, o);
+    return Outs{dev_value(is_floating(dtype) ? y : y.cast(dtype))};
+  }
+  if (ctx.attr_i("storage_order", 0) != 0) ctx.fail(Errc::unsupported, "storage_order=1 (column-major indices)");
+  if (pads_exceed_half(o)) ctx.fail(Errc::unsupported, "Indices with pads wider than half the kernel");
+  auto [values, plane_index] = nn::max_pool_with_indices(x, o);
+  // ONNX indexes the whole input (row-major over N, C and the spatial axes);
+  // PyTorch's indices are within each (n, c) plane.
+  const auto& s = x.shape();
+  int64_t plane = 1;
+  for (size_t a = 2; a < s.rank(); ++a) plane *= s[a];
+  Ints base_shape(s.rank(), 1);
+  base_shape[0] = s[0];
+  base_shape[1] = s[1];
+  Tensor base = ctx.device().arange(0, static_cast<double>(s[0] * s[1])).reshape(Shape(base_shape)).mul(Scalar(plane));
+  return Outs{dev_value(is_floating(dtype) ? values : values.cast(dtype)), dev_value(plane_index.add(base))};
+}
+
+Outs avg_pool_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  auto o = pool_options(ctx, x, false);
+  o.count_include_pad = ctx.attr_i("count_include_pad", 0) != 0;
+  if (!pads_exceed_half(o)) return Outs{dev_value(nn::avg_pool(x, o))};
+  const bool include_pad = o.count_include_pad;
+  auto po = o;
+  Tensor padded = pad_spatial(x, po, 0);
+  po.count_include_pad = true;
+  Tensor sum_share = nn::avg_pool(padded, po);
+  if (include_pad) return Outs{dev_value(sum_share)};
+  Tensor ones = ctx.device().full(x.shape(), 1, x.dtype());
+  auto mo = o;
+  Tensor real_share = nn::avg_pool(pad_spatial(ones, mo, 0), po);
+  return Outs{dev_value(sum_share.div(real_share))};
+}
+
+Tensor scatter_nd(Ctx& ctx, const Tensor& data, Tensor idx, const Tensor& updates) {
+  const auto& ds = data.shape();
+  const auto& is = idx.shape();
+  if (is.rank() < 1) ctx.fail(Errc::shape_mismatch, "indices must have at least one axis");
+  const auto k = static_cast<size_t>(is[is.rank() - 1]);
+  if (k > ds.rank())
+    ctx.fail(Errc::shape_mismatch, "index tuples of " + std::to_string(k) + " entries for data " + ds.to_string());
+  if (idx.dtype() != DType::i64) idx = idx.cast(DType::i64);
+  Ints extents(ds.dims.begin(), ds.dims.begin() + static_cast<int64_t>(k));
+  Ints strides(k, 1);
+  for (size_t j = k; j-- > 1;) strides[j - 1] = strides[j] * extents[j];
+  int64_t rows = 1;
+  for (auto e : extents) rows *= e;
+  Tensor ext = ctx.device().from_data(host_ints(extents, Shape{static_cast<int64_t>(k)}));
+  Tensor fixed = where(idx.lt(Scalar(int64_t{0})), idx.add(ext), idx);
+  Tensor bad = fixed.lt(Scalar(int64_t{0})).logical_or(fixed.ge(ext)).any({-1});
+  Tensor lin = fixed.mul(ctx.device().from_data(host_ints(strides, Shape{static_cast<int64_t>(k)}))).sum({-1});
+  // A component out of range makes the row index `rows` (out of range too),
+  // so the scatter fails instead of writing another row.
+  lin = where(bad, ctx.device().full({}, static_cast<double>(rows), DType::i64), lin).flatten();
+  Ints rest(ds.dims.begin() + static_cast<int64_t>(k), ds.dims.end());
+  int64_t row = 1;
+  for (auto e : rest) row *= e;
+  const int64_t m = lin.shape()[0];
+  Tensor flat = data.reshape({rows, row});
+  Tensor upd = updates.reshape({m, row});
+  Tensor index = lin.reshape({m, 1}).expand({m, row});
+  const std::string reduction = ctx.attr_s("reduction", "none");
+  Tensor out = reduction == "none"  ? flat.scatter(0, index, upd)
+               : reduction == "add" ? flat.scatter_add(0, index, upd)
+                                    : flat.scatter_reduce(0, index, upd, "prod");
+  return out.reshape(ds);
 }
 
 std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
@@ -1455,6 +1665,28 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                          Tensor y = x.reshape({n, c, h / b, b, w / b, b}).permute({0, 3, 5, 1, 2, 4});
                          return Outs{dev_value(y.reshape({n, c * b * b, h / b, w / b}))};
                        }};
+  // --- convolution and pooling (native ops) ---
+  t["Conv"] = {{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, nullptr, [](Ctx& ctx) {
+                 return conv_node(ctx, false);
+               }};
+  t["ConvTranspose"] = {
+      {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"},
+      nullptr,
+      [](Ctx& ctx) { return conv_node(ctx, true); }};
+  t["MaxPool"] = {{"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"},
+                  nullptr,
+                  max_pool_node};
+  t["AveragePool"] = {
+      {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}, nullptr, avg_pool_node};
+  t["TopK"] = {{"axis", "largest", "sorted"}, nullptr, [](Ctx& ctx) {
+                 Tensor x = ctx.dev(0);
+                 const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
+                 const auto k = ctx.ints(1);
+                 if (k.size() != 1) ctx.fail(Errc::shape_mismatch, "K must hold one value");
+                 auto [values, indices] =
+                     x.topk(k[0], axis, ctx.attr_i("largest", 1) != 0, ctx.attr_i("sorted", 1) != 0);
+                 return Outs{dev_value(values), dev_value(indices)};
+               }};
   t["GatherND"] = {{"batch_dims"}, nullptr, [](Ctx& ctx) {
                      return Outs{dev_value(gather_nd(ctx, ctx.dev(0), ctx.dev(1), ctx.attr_i("batch_dims", 0)))};
                    }};
@@ -1547,9 +1779,19 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
         const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
         Ints axes;
         for (int64_t a = axis; a < static_cast<int64_t>(x.rank()); ++a) axes.push_back(a);
+        const float eps = ctx.attr_f("epsilon", 1e-5f);
+        // One native op when only Y is wanted and scale/bias have the
+        // normalized shape; the statistics outputs need the composition.
+        const auto& node = ctx.node();
+        const bool stats_wanted =
+            (node.output_size() > 1 && !node.output(1).empty()) || (node.output_size() > 2 && !node.output(2).empty());
+        Ints normalized(x.shape().dims.begin() + axis, x.shape().dims.end());
+        if (!stats_wanted && ctx.in(1).shape().dims == normalized &&
+            (!ctx.has(2) || ctx.in(2).shape().dims == normalized) && is_floating(x.dtype()))
+          return Outs{dev_value(nn::layer_norm(x, normalized, ctx.dev(1), ctx.has(2) ? ctx.dev(2) : Tensor(), eps))};
         Tensor mean = x.mean(axes, true);
         Tensor d = x.sub(mean);
-        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), eps)).rsqrt();
         Tensor y = d.mul(inv).mul(ctx.dev(1));
         if (ctx.has(2)) y = y.add(ctx.dev(2));
         return Outs{dev_value(y), dev_value(mean), dev_value(inv)};
@@ -1558,6 +1800,11 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       {"epsilon", "momentum", "spatial", "training_mode", "is_test"}, no_training_outputs, [](Ctx& ctx) {
         Tensor x = ctx.dev(0);
         const size_t r = x.rank();
+        bool per_channel_stats = r >= 2;
+        for (size_t i = 1; i <= 4; ++i) per_channel_stats = per_channel_stats && ctx.in(i).shape().rank() == 1;
+        if (per_channel_stats)
+          return Outs{dev_value(nn::batch_norm(x, ctx.dev(3), ctx.dev(4), ctx.dev(1), ctx.dev(2), false, 0.1,
+                                               ctx.attr_f("epsilon", 1e-5f)))};
         Tensor scale = per_channel(ctx.dev(1), r), bias = per_channel(ctx.dev(2), r);
         Tensor mean = per_channel(ctx.dev(3), r), var = per_channel(ctx.dev(4), r);
         Tensor inv = var.add(scalar_for(var.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
@@ -1567,6 +1814,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       {"epsilon"}, nullptr, [](Ctx& ctx) {
         Tensor x = ctx.dev(0);
         const size_t r = x.rank();
+        // Instance norm is group norm with one group per channel.
+        if (r >= 3 && is_floating(x.dtype()))
+          return Outs{dev_value(nn::group_norm(x, x.shape()[1], ctx.dev(1), ctx.dev(2), ctx.attr_f("epsilon", 1e-5f)))};
         Ints axes;
         for (size_t a = 2; a < r; ++a) axes.push_back(static_cast<int64_t>(a));
         Tensor d = x.sub(x.mean(axes, true));
@@ -1589,39 +1839,57 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                                     Tensor w = ctx.has(2) ? ctx.dev(2) : Tensor();
                                     return Outs{dev_value(nll_loss(ctx, logp, ctx.dev(1), w)), dev_value(logp)};
                                   }};
-  // CumSum along an axis: a matmul with a triangular 0/1 matrix.
+  // CumSum keeps the input's dtype (ONNX), unlike PyTorch's i64 for
+  // integers; exclusive shifts the input by one along the axis first.
   t["CumSum"] = {{"exclusive", "reverse"}, nullptr, [](Ctx& ctx) {
                    Tensor x = ctx.dev(0);
                    const int64_t axis = axis_of(ctx, ctx.ints(1).at(0), x.rank());
-                   const int64_t n = x.shape()[axis];
-                   Tensor i = ctx.device().arange(0, static_cast<double>(n)).reshape({n, 1});
-                   Tensor j = ctx.device().arange(0, static_cast<double>(n)).reshape({1, n});
                    const bool excl = ctx.attr_i("exclusive", 0) != 0, rev = ctx.attr_i("reverse", 0) != 0;
-                   Tensor tri = rev ? (excl ? i.gt(j) : i.ge(j)) : (excl ? i.lt(j) : i.le(j));
-                   Tensor moved = x.transpose(axis, -1);
-                   Tensor y = moved.matmul(tri.cast(x.dtype())).transpose(axis, -1);
-                   return Outs{dev_value(y)};
+                   if (rev) x = x.flip({axis});
+                   if (excl) {
+                     Ints before(x.rank(), 0), after(x.rank(), 0);
+                     before[static_cast<size_t>(axis)] = 1;
+                     after[static_cast<size_t>(axis)] = -1;
+                     x = x.pad(before, after);
+                   }
+                   Tensor y = x.cumsum(axis, x.dtype());
+                   return Outs{dev_value(rev ? y.flip({axis}) : y)};
                  }};
   // ScatterElements: none (indices assumed unique, as ONNX leaves duplicates
   // undefined) or add.
+  // ScatterElements: none (repeated indices: the last wins, as ONNX's
+  // reference), add, mul, max, min.
   for (const char* op : {"ScatterElements", "Scatter"})
     t[op] = {{"axis", "reduction"},
              [](const ::onnx::NodeProto& n, int64_t) -> std::string {
                for (const auto& a : n.attribute())
-                 if (a.name() == "reduction" && a.s() != "none" && a.s() != "add") return "reduction='" + a.s() + "'";
+                 if (a.name() == "reduction" && a.s() != "none" && a.s() != "add" && a.s() != "mul" && a.s() != "max" &&
+                     a.s() != "min")
+                   return "reduction='" + a.s() + "'";
                return "";
              },
              [](Ctx& ctx) {
                Tensor x = ctx.dev(0), src = ctx.dev(2);
                const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
                Tensor idx = fix_indices(ctx, 1, x.shape()[axis]);
-               if (ctx.attr_s("reduction", "none") == "add") return Outs{dev_value(x.scatter_add(axis, idx, src))};
-               Tensor zero = ctx.device().zeros(x.shape(), x.dtype());
-               Tensor hit = ctx.device()
-                                .zeros(x.shape(), DType::i64)
-                                .scatter_add(axis, idx, ctx.device().ones(idx.shape(), DType::i64));
-               return Outs{dev_value(where(hit.gt(Scalar(int64_t{0})), zero.scatter_add(axis, idx, src), x))};
+               const std::string reduction = ctx.attr_s("reduction", "none");
+               if (reduction == "none") return Outs{dev_value(x.scatter(axis, idx, src))};
+               const char* reduce = reduction == "add"   ? "sum"
+                                    : reduction == "mul" ? "prod"
+                                    : reduction == "max" ? "amax"
+                                                         : "amin";
+               return Outs{dev_value(x.scatter_reduce(axis, idx, src, reduce))};
              }};
+  // ScatterND: index tuples become linear indices into data viewed as
+  // [indexed extents, rest], then one scatter of whole rows.
+  t["ScatterND"] = {{"reduction"},
+                    [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                      for (const auto& a : n.attribute())
+                        if (a.name() == "reduction" && a.s() != "none" && a.s() != "add" && a.s() != "mul")
+                          return "reduction='" + a.s() + "'";
+                      return "";
+                    },
+                    [](Ctx& ctx) { return Outs{dev_value(scatter_nd(ctx, ctx.dev(0), ctx.dev(1), ctx.dev(2)))}; }};
   t["Resize"] = {{"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
                   "extrapolation_value"},
                  resize_check,
