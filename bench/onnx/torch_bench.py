@@ -3,7 +3,7 @@
 """PyTorch 1.13 eager on a model of tests/onnx/models/pytorch (same seeded
 weights as export_models.py): latency per forward call, per input shape.
 
-    /usr/bin/python3 bench/onnx/torch_bench.py mlp|transformer_encoder ITERS THREADS SHAPE...   (SHAPE: 1x64)
+    /usr/bin/python3 bench/onnx/torch_bench.py mlp|transformer_encoder|resnet18 ITERS THREADS SHAPE...   (SHAPE: 1x64)
 """
 import json
 import os
@@ -13,14 +13,21 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "onnx", "pytorch"))
-from export_models import Encoder, Mlp  # noqa: E402
+from export_models import Encoder, Mlp, ResNetMini  # noqa: E402
+
+
+def resnet18():
+    """ResNet-18's layers and widths (export_models.ResNetMini at full width),
+    seeded as bench/onnx/run exports it."""
+    torch.manual_seed(7)
+    return ResNetMini(widths=(64, 128, 256, 512), classes=1000)
 
 
 def main():
     name, iters, threads, shapes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
     torch.set_num_threads(threads)
     torch.manual_seed(0 if name == "mlp" else 1)  # the seeds export_models.py uses
-    model = (Mlp() if name == "mlp" else Encoder()).eval()
+    model = (Mlp() if name == "mlp" else resnet18() if name == "resnet18" else Encoder()).eval()
     with torch.no_grad():
         for spec in shapes:
             dims = [int(d) for d in spec.split("x")]
@@ -45,4 +52,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "export-resnet18":  # export-resnet18 OUT.onnx
+        torch.onnx.export(resnet18().eval(), (torch.randn(1, 3, 224, 224),), sys.argv[2], input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=13)
+    else:
+        main()
