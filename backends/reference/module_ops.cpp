@@ -12,6 +12,7 @@
 
 #include "backends/common/host_buffer.hpp"
 #include "backends/common/number_conversion.hpp"
+#include "backends/reference/indexing.hpp"
 
 namespace switchyard::backends::reference {
 namespace {
@@ -25,21 +26,6 @@ void store_f(const Bytes& b, DType t, int64_t k, double v) {
     using T = decltype(tag);
     writable<T>(b)[k] = convert_element<double, T>(v);
   });
-}
-
-std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.rank());
-  for (size_t d = shape.rank(); d-- > 0;) {
-    idx[d] = flat % shape.dims[d];
-    flat /= shape.dims[d];
-  }
-  return idx;
-}
-
-int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
-  int64_t off = 0;
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * strides[d];
-  return off;
 }
 
 }  // namespace

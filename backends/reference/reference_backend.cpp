@@ -22,6 +22,7 @@
 #include "backends/common/host_buffer.hpp"
 #include "backends/common/philox.hpp"
 #include "backends/reference/conv_pool.hpp"
+#include "backends/reference/indexing.hpp"
 #include "backends/reference/module_ops.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
@@ -113,22 +114,6 @@ int64_t wrap_mul(int64_t a, int64_t b) {
 Bytes allocate(const TensorIr& t) { return Bytes::allocate(t.bytes()); }
 
 // --- index arithmetic -------------------------------------------------------
-
-/// Multi-index of flat position `flat` in row-major `shape`.
-std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.rank());
-  for (size_t d = shape.rank(); d-- > 0;) {
-    idx[d] = flat % shape.dims[d];
-    flat /= shape.dims[d];
-  }
-  return idx;
-}
-
-int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
-  int64_t off = 0;
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * strides[d];
-  return off;
-}
 
 caf::error kernel_error(std::string what) { return make_error(Errc::kernel_failure, std::move(what)); }
 
