@@ -182,28 +182,28 @@ PoolOp general_pool(PoolKind kind, const PoolOptions& o) {
 
 }  // namespace
 
-Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Ints stride, ConvPadding padding,
-              Ints dilation, int64_t groups) {
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
+              const ConvPadding& padding, const Ints& dilation, int64_t groups) {
   return conv_nd(1, input, weight, bias, stride, padding, dilation, groups);
 }
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Ints stride, ConvPadding padding,
-              Ints dilation, int64_t groups) {
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
+              const ConvPadding& padding, const Ints& dilation, int64_t groups) {
   return conv_nd(2, input, weight, bias, stride, padding, dilation, groups);
 }
-Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, Ints stride, ConvPadding padding,
-              Ints dilation, int64_t groups) {
+Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
+              const ConvPadding& padding, const Ints& dilation, int64_t groups) {
   return conv_nd(3, input, weight, bias, stride, padding, dilation, groups);
 }
-Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Ints stride, Ints padding,
-                        Ints output_padding, int64_t groups, Ints dilation) {
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
+                        const Ints& padding, const Ints& output_padding, int64_t groups, const Ints& dilation) {
   return conv_transpose_nd(1, input, weight, bias, stride, padding, output_padding, groups, dilation);
 }
-Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Ints stride, Ints padding,
-                        Ints output_padding, int64_t groups, Ints dilation) {
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
+                        const Ints& padding, const Ints& output_padding, int64_t groups, const Ints& dilation) {
   return conv_transpose_nd(2, input, weight, bias, stride, padding, output_padding, groups, dilation);
 }
-Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias, Ints stride, Ints padding,
-                        Ints output_padding, int64_t groups, Ints dilation) {
+Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
+                        const Ints& padding, const Ints& output_padding, int64_t groups, const Ints& dilation) {
   return conv_transpose_nd(3, input, weight, bias, stride, padding, output_padding, groups, dilation);
 }
 
@@ -223,54 +223,58 @@ Tensor conv(const Tensor& input, const Tensor& weight, const Tensor& bias, const
   return emit_conv(input, weight, bias, std::move(op));
 }
 
-Tensor max_pool1d(const Tensor& input, Ints k, Ints s, Ints p, Ints d, bool ceil_mode) {
+Tensor max_pool1d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, const Ints& d, bool ceil_mode) {
   return max_pool_nd(1, input, k, s, p, d, ceil_mode);
 }
-Tensor max_pool2d(const Tensor& input, Ints k, Ints s, Ints p, Ints d, bool ceil_mode) {
+Tensor max_pool2d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, const Ints& d, bool ceil_mode) {
   return max_pool_nd(2, input, k, s, p, d, ceil_mode);
 }
-Tensor max_pool3d(const Tensor& input, Ints k, Ints s, Ints p, Ints d, bool ceil_mode) {
+Tensor max_pool3d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, const Ints& d, bool ceil_mode) {
   return max_pool_nd(3, input, k, s, p, d, ceil_mode);
 }
-std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, Ints k, Ints s, Ints p, Ints d, bool ceil_mode) {
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, const Ints& k, const Ints& s, const Ints& p,
+                                                  const Ints& d, bool ceil_mode) {
   return with_indices(input, windowed(PoolKind::max, 1, k, s, p, d, ceil_mode), PoolKind::max_indices);
 }
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Ints k, Ints s, Ints p, Ints d, bool ceil_mode) {
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Ints& k, const Ints& s, const Ints& p,
+                                                  const Ints& d, bool ceil_mode) {
   return with_indices(input, windowed(PoolKind::max, 2, k, s, p, d, ceil_mode), PoolKind::max_indices);
 }
-std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& input, Ints k, Ints s, Ints p, Ints d, bool ceil_mode) {
+std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& input, const Ints& k, const Ints& s, const Ints& p,
+                                                  const Ints& d, bool ceil_mode) {
   return with_indices(input, windowed(PoolKind::max, 3, k, s, p, d, ceil_mode), PoolKind::max_indices);
 }
-Tensor avg_pool1d(const Tensor& input, Ints k, Ints s, Ints p, bool ceil_mode, bool count_include_pad) {
+Tensor avg_pool1d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, bool ceil_mode,
+                  bool count_include_pad) {
   return avg_pool_nd(1, input, k, s, p, ceil_mode, count_include_pad, std::nullopt);
 }
-Tensor avg_pool2d(const Tensor& input, Ints k, Ints s, Ints p, bool ceil_mode, bool count_include_pad,
-                  std::optional<int64_t> divisor_override) {
+Tensor avg_pool2d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, bool ceil_mode,
+                  bool count_include_pad, std::optional<int64_t> divisor_override) {
   return avg_pool_nd(2, input, k, s, p, ceil_mode, count_include_pad, divisor_override);
 }
-Tensor avg_pool3d(const Tensor& input, Ints k, Ints s, Ints p, bool ceil_mode, bool count_include_pad,
-                  std::optional<int64_t> divisor_override) {
+Tensor avg_pool3d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, bool ceil_mode,
+                  bool count_include_pad, std::optional<int64_t> divisor_override) {
   return avg_pool_nd(3, input, k, s, p, ceil_mode, count_include_pad, divisor_override);
 }
-Tensor adaptive_avg_pool1d(const Tensor& input, Ints output_size) {
+Tensor adaptive_avg_pool1d(const Tensor& input, const Ints& output_size) {
   return emit_pool(input, adaptive(PoolKind::adaptive_avg, 1, output_size));
 }
-Tensor adaptive_avg_pool2d(const Tensor& input, Ints output_size) {
+Tensor adaptive_avg_pool2d(const Tensor& input, const Ints& output_size) {
   return emit_pool(input, adaptive(PoolKind::adaptive_avg, 2, output_size));
 }
-Tensor adaptive_avg_pool3d(const Tensor& input, Ints output_size) {
+Tensor adaptive_avg_pool3d(const Tensor& input, const Ints& output_size) {
   return emit_pool(input, adaptive(PoolKind::adaptive_avg, 3, output_size));
 }
-Tensor adaptive_max_pool1d(const Tensor& input, Ints output_size) {
+Tensor adaptive_max_pool1d(const Tensor& input, const Ints& output_size) {
   return emit_pool(input, adaptive(PoolKind::adaptive_max, 1, output_size));
 }
-Tensor adaptive_max_pool2d(const Tensor& input, Ints output_size) {
+Tensor adaptive_max_pool2d(const Tensor& input, const Ints& output_size) {
   return emit_pool(input, adaptive(PoolKind::adaptive_max, 2, output_size));
 }
-std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& input, Ints output_size) {
+std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& input, const Ints& output_size) {
   return with_indices(input, adaptive(PoolKind::adaptive_max, 1, output_size), PoolKind::adaptive_max_indices);
 }
-std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, Ints output_size) {
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, const Ints& output_size) {
   return with_indices(input, adaptive(PoolKind::adaptive_max, 2, output_size), PoolKind::adaptive_max_indices);
 }
 

@@ -48,76 +48,76 @@ struct ConvPadding {
 };
 
 /// 1-D convolution: input (N, C_in, L), weight (C_out, C_in / groups, k), bias (C_out).
-[[nodiscard]] Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, Ints stride = 1,
-                            ConvPadding padding = 0, Ints dilation = 1, int64_t groups = 1);
+[[nodiscard]] Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, const Ints& stride = 1,
+                            const ConvPadding& padding = 0, const Ints& dilation = 1, int64_t groups = 1);
 /// 2-D convolution: input (N, C_in, H, W), weight (C_out, C_in / groups, kH, kW).
-[[nodiscard]] Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, Ints stride = 1,
-                            ConvPadding padding = 0, Ints dilation = 1, int64_t groups = 1);
+[[nodiscard]] Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, const Ints& stride = 1,
+                            const ConvPadding& padding = 0, const Ints& dilation = 1, int64_t groups = 1);
 /// 3-D convolution: input (N, C_in, D, H, W), weight (C_out, C_in / groups, kD, kH, kW).
-[[nodiscard]] Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, Ints stride = 1,
-                            ConvPadding padding = 0, Ints dilation = 1, int64_t groups = 1);
+[[nodiscard]] Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, const Ints& stride = 1,
+                            const ConvPadding& padding = 0, const Ints& dilation = 1, int64_t groups = 1);
 /// 1-D transposed convolution: weight (C_in, C_out / groups, k).
 [[nodiscard]] Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
-                                      Ints stride = 1, Ints padding = 0, Ints output_padding = 0, int64_t groups = 1,
-                                      Ints dilation = 1);
+                                      const Ints& stride = 1, const Ints& padding = 0, const Ints& output_padding = 0,
+                                      int64_t groups = 1, const Ints& dilation = 1);
 /// 2-D transposed convolution: weight (C_in, C_out / groups, kH, kW).
 [[nodiscard]] Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
-                                      Ints stride = 1, Ints padding = 0, Ints output_padding = 0, int64_t groups = 1,
-                                      Ints dilation = 1);
+                                      const Ints& stride = 1, const Ints& padding = 0, const Ints& output_padding = 0,
+                                      int64_t groups = 1, const Ints& dilation = 1);
 /// 3-D transposed convolution: weight (C_in, C_out / groups, kD, kH, kW).
 [[nodiscard]] Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
-                                      Ints stride = 1, Ints padding = 0, Ints output_padding = 0, int64_t groups = 1,
-                                      Ints dilation = 1);
+                                      const Ints& stride = 1, const Ints& padding = 0, const Ints& output_padding = 0,
+                                      int64_t groups = 1, const Ints& dilation = 1);
 
 /// Max pooling; `stride` defaults to kernel_size; padding (implicit -inf) is
 /// at most half the kernel; ceil_mode rounds the output extent up.
-[[nodiscard]] Tensor max_pool1d(const Tensor& input, Ints kernel_size, Ints stride = {}, Ints padding = 0,
-                                Ints dilation = 1, bool ceil_mode = false);
+[[nodiscard]] Tensor max_pool1d(const Tensor& input, const Ints& kernel_size, const Ints& stride = {},
+                                const Ints& padding = 0, const Ints& dilation = 1, bool ceil_mode = false);
 /// 2-D max pooling (see max_pool1d).
-[[nodiscard]] Tensor max_pool2d(const Tensor& input, Ints kernel_size, Ints stride = {}, Ints padding = 0,
-                                Ints dilation = 1, bool ceil_mode = false);
+[[nodiscard]] Tensor max_pool2d(const Tensor& input, const Ints& kernel_size, const Ints& stride = {},
+                                const Ints& padding = 0, const Ints& dilation = 1, bool ceil_mode = false);
 /// 3-D max pooling (see max_pool1d).
-[[nodiscard]] Tensor max_pool3d(const Tensor& input, Ints kernel_size, Ints stride = {}, Ints padding = 0,
-                                Ints dilation = 1, bool ceil_mode = false);
+[[nodiscard]] Tensor max_pool3d(const Tensor& input, const Ints& kernel_size, const Ints& stride = {},
+                                const Ints& padding = 0, const Ints& dilation = 1, bool ceil_mode = false);
 /// Max pooling and the index of each maximum within its input plane (i64,
 /// PyTorch's return_indices=True): {values, indices}.
-[[nodiscard]] std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, Ints kernel_size, Ints stride = {},
-                                                                Ints padding = 0, Ints dilation = 1,
-                                                                bool ceil_mode = false);
+[[nodiscard]] std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, const Ints& kernel_size,
+                                                                const Ints& stride = {}, const Ints& padding = 0,
+                                                                const Ints& dilation = 1, bool ceil_mode = false);
 /// 2-D max_pool with indices (see max_pool1d_with_indices).
-[[nodiscard]] std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Ints kernel_size, Ints stride = {},
-                                                                Ints padding = 0, Ints dilation = 1,
-                                                                bool ceil_mode = false);
+[[nodiscard]] std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Ints& kernel_size,
+                                                                const Ints& stride = {}, const Ints& padding = 0,
+                                                                const Ints& dilation = 1, bool ceil_mode = false);
 /// 3-D max_pool with indices (see max_pool1d_with_indices).
-[[nodiscard]] std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& input, Ints kernel_size, Ints stride = {},
-                                                                Ints padding = 0, Ints dilation = 1,
-                                                                bool ceil_mode = false);
+[[nodiscard]] std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& input, const Ints& kernel_size,
+                                                                const Ints& stride = {}, const Ints& padding = 0,
+                                                                const Ints& dilation = 1, bool ceil_mode = false);
 /// Average pooling; count_include_pad counts the zero padding in the
 /// divisor; divisor_override replaces the divisor.
-[[nodiscard]] Tensor avg_pool1d(const Tensor& input, Ints kernel_size, Ints stride = {}, Ints padding = 0,
-                                bool ceil_mode = false, bool count_include_pad = true);
+[[nodiscard]] Tensor avg_pool1d(const Tensor& input, const Ints& kernel_size, const Ints& stride = {},
+                                const Ints& padding = 0, bool ceil_mode = false, bool count_include_pad = true);
 /// 2-D average pooling (see avg_pool1d).
-[[nodiscard]] Tensor avg_pool2d(const Tensor& input, Ints kernel_size, Ints stride = {}, Ints padding = 0,
-                                bool ceil_mode = false, bool count_include_pad = true,
+[[nodiscard]] Tensor avg_pool2d(const Tensor& input, const Ints& kernel_size, const Ints& stride = {},
+                                const Ints& padding = 0, bool ceil_mode = false, bool count_include_pad = true,
                                 std::optional<int64_t> divisor_override = std::nullopt);
 /// 3-D average pooling (see avg_pool1d).
-[[nodiscard]] Tensor avg_pool3d(const Tensor& input, Ints kernel_size, Ints stride = {}, Ints padding = 0,
-                                bool ceil_mode = false, bool count_include_pad = true,
+[[nodiscard]] Tensor avg_pool3d(const Tensor& input, const Ints& kernel_size, const Ints& stride = {},
+                                const Ints& padding = 0, bool ceil_mode = false, bool count_include_pad = true,
                                 std::optional<int64_t> divisor_override = std::nullopt);
 /// Adaptive average pooling to `output_size` (windows [floor(i*L/n), ceil((i+1)*L/n))).
-[[nodiscard]] Tensor adaptive_avg_pool1d(const Tensor& input, Ints output_size);
+[[nodiscard]] Tensor adaptive_avg_pool1d(const Tensor& input, const Ints& output_size);
 /// 2-D adaptive average pooling.
-[[nodiscard]] Tensor adaptive_avg_pool2d(const Tensor& input, Ints output_size);
+[[nodiscard]] Tensor adaptive_avg_pool2d(const Tensor& input, const Ints& output_size);
 /// 3-D adaptive average pooling.
-[[nodiscard]] Tensor adaptive_avg_pool3d(const Tensor& input, Ints output_size);
+[[nodiscard]] Tensor adaptive_avg_pool3d(const Tensor& input, const Ints& output_size);
 /// Adaptive max pooling.
-[[nodiscard]] Tensor adaptive_max_pool1d(const Tensor& input, Ints output_size);
+[[nodiscard]] Tensor adaptive_max_pool1d(const Tensor& input, const Ints& output_size);
 /// 2-D adaptive max pooling.
-[[nodiscard]] Tensor adaptive_max_pool2d(const Tensor& input, Ints output_size);
+[[nodiscard]] Tensor adaptive_max_pool2d(const Tensor& input, const Ints& output_size);
 /// Adaptive max pooling and the indices of the maxima: {values, indices}.
-[[nodiscard]] std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& input, Ints output_size);
+[[nodiscard]] std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& input, const Ints& output_size);
 /// 2-D adaptive max pooling with indices.
-[[nodiscard]] std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, Ints output_size);
+[[nodiscard]] std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, const Ints& output_size);
 
 /// The general convolution behind conv*d and conv_transpose*d, with
 /// explicit pads before and after each axis (ONNX's pads, auto_pad). The
