@@ -1596,13 +1596,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                  Tensor x = ctx.dev(0);
                  Ints reps = ctx.ints(1);
                  if (reps.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "repeats must have one entry per axis");
-                 Ints inter, expanded, out;
-                 for (size_t a = 0; a < x.rank(); ++a) {
-                   inter.insert(inter.end(), {1, x.shape()[a]});
-                   expanded.insert(expanded.end(), {reps[a], x.shape()[a]});
-                   out.push_back(reps[a] * x.shape()[a]);
-                 }
-                 return Outs{dev_value(x.reshape(Shape(inter)).expand(Shape(expanded)).reshape(Shape(out)))};
+                 return Outs{dev_value(x.repeat(reps))};
                }};
   t["Pad"] = {
       {"mode", "pads", "value"}, pad_mode, [](Ctx& ctx) {
@@ -1698,13 +1692,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Trilu"] = {{"upper"}, nullptr, [](Ctx& ctx) {
                   Tensor x = ctx.dev(0);
                   const int64_t k = ctx.has(1) ? ctx.ints(1).at(0) : 0;
-                  const auto& s = x.shape();
-                  const int64_t n = s[s.rank() - 2], m = s[s.rank() - 1];
-                  Tensor i = ctx.device().arange(0, static_cast<double>(n)).reshape({n, 1});
-                  Tensor j = ctx.device().arange(0, static_cast<double>(m)).reshape({1, m});
-                  Tensor d = j.sub(i);
-                  Tensor keep = ctx.attr_i("upper", 1) != 0 ? d.ge(Scalar(k)) : d.le(Scalar(k));
-                  return Outs{dev_value(where(keep, x, zeros_like_scalar(x)))};
+                  return Outs{dev_value(ctx.attr_i("upper", 1) != 0 ? x.triu(k) : x.tril(k))};
                 }};
   t["OneHot"] = {{"axis"}, nullptr, [](Ctx& ctx) {
                    Tensor idx = ctx.dev(0).cast(DType::i64);
