@@ -2,6 +2,7 @@
 #include "actors/router.hpp"
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include <caf/all.hpp>
 
@@ -26,6 +27,9 @@ struct RouterState {
   std::unordered_map<DeviceId, std::string> lost;
   RouterOptions options;
   uint64_t next_token = 1;
+  // Local runners told to stop and not yet seen down, and who waits for it.
+  std::unordered_set<caf::actor_addr> stopping;
+  caf::typed_response_promise<done_atom> stopped;
   static inline const char* name = "switchyard.router";
 };
 
@@ -125,6 +129,9 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
           self->quit(msg.reason);
         });
         self->set_down_handler([self](caf::down_msg& msg) {
+          auto& st = self->state;
+          if (st.stopping.erase(msg.source) > 0 && st.stopping.empty() && st.stopped.pending())
+            st.stopped.deliver(done_atom::value);
           for (auto& [id, dev] : self->state.devices)
             if (dev.runner.address() == msg.source) {
               lose_device(self, id,
@@ -206,6 +213,19 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
               return done_atom::value;
             },
             [self](detach_atom, DeviceId id) { lose_device(self, id, "detached"); },
+            [self](stop_atom) -> caf::result<done_atom> {
+              // The router monitors each runner from its attach on, before any
+              // peer can hold a reference to it, so CAF (which notifies the
+              // newest monitor first) has already queued every other monitor's
+              // down message when this one arrives. Core::shut_down relies on it.
+              auto& st = self->state;
+              for (auto& [id, dev] : st.devices)
+                if (dev.runner.node() == self->node() && st.stopping.insert(dev.runner.address()).second)
+                  self->send_exit(dev.runner, caf::exit_reason::user_shutdown);
+              if (st.stopping.empty()) return done_atom::value;
+              st.stopped = self->make_response_promise<done_atom>();
+              return st.stopped;
+            },
         };
       },
       std::move(options));

@@ -802,11 +802,22 @@ void Core::shut_down() {
     for (const auto& entry : entries)
       self->request(entry, std::chrono::seconds(1), bye_atom::value, caf::actor_cast<caf::actor>(router_))
           .receive([](done_atom) {}, [](caf::error&) {});
+    // Our runners are detached actors, and ~actor_system waits for each
+    // one's object to be destroyed. A worker that ever saw a runner (as a
+    // bridge's target or a message's sender) made CAF's BASP broker monitor
+    // it; the runner's down message then sits in the broker's mailbox,
+    // holding a reference to the runner, and a broker stopped before it
+    // reads that message keeps the reference forever: ~actor_system hung
+    // (about 1 run in 30 of a bridge test on two loaded cores). So the
+    // runners stop while the broker runs: the router answers once it has
+    // seen every local runner's down message, which CAF sends after the
+    // broker's (newest monitor first; the router's is the oldest), and a
+    // request through the broker's mailbox then returns only after the
+    // broker has read everything queued before it.
+    self->request(router_, std::chrono::seconds(10), stop_atom::value).receive([](done_atom) {}, [](caf::error&) {});
+    self->request(system_->middleman().actor_handle(), std::chrono::seconds(2), caf::get_atom::value, system_->node())
+        .receive([](const caf::node_id&, const std::string&, uint16_t) {}, [](caf::error&) {});
   }
-  // Remote runners belong to their worker; it frees our tensors when it
-  // sees our router go.
-  for (DeviceId d = 0; d < device_count(); ++d)
-    if (slots_[d].local) caf::anon_send_exit(slots_[d].runner, caf::exit_reason::user_shutdown);
   for (DeviceId d = 0; d < device_count(); ++d) slots_[d].runner = nullptr;
   {
     std::lock_guard lock(add_mutex_);

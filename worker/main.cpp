@@ -153,12 +153,11 @@ void print_counters(const worker::GuardCounters& c) {
             << "\n";
 }
 
-// The last step of a stop is CAF's own teardown (~actor_system). Everything
-// of ours has stopped by then (connections closed, runners and entry
-// terminated and awaited, the middleman actor stopped), yet CAF 0.17 can
-// still wait forever in await_detached_threads for a reference it holds
-// itself (seen once in 100 SIGTERM runs after the ordered stop). The worker
-// then exits without waiting for it rather than hang.
+// The last step of a stop is CAF's own teardown (~actor_system), which waits
+// for every detached actor's object to be destroyed. The ordered stop below
+// leaves no reference behind (see the BASP note in run()); should a CAF
+// path we do not know of still keep one, the worker exits after a bound
+// instead of hanging.
 class TeardownWatchdog {
  public:
   TeardownWatchdog() = default;
@@ -178,6 +177,8 @@ class TeardownWatchdog {
       if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
       std::cerr << "switchyard-worker: CAF teardown still waiting after " << limit.count()
                 << " ms (a detached actor thread in await_detached_threads); exiting without it\n";
+      // Also on the status stream, where scripts and tests read the stop.
+      std::cout << "teardown cut short after " << limit.count() << " ms" << std::endl;
       std::cout.flush();
       std::cerr.flush();
       std::_Exit(rc);
@@ -191,22 +192,16 @@ class TeardownWatchdog {
   std::thread thread_;
 };
 
-// Waits (up to `limit`) until every actor in `actors` has terminated.
-bool await_terminated(caf::scoped_actor& self, const std::vector<caf::actor>& actors, std::chrono::milliseconds limit) {
-  size_t left = 0;
-  for (const auto& a : actors)
-    if (a) {
-      self->monitor(a);
-      ++left;
-    }
+// Waits (up to `limit`) for `count` down messages of actors `self` monitors.
+bool await_downs(caf::scoped_actor& self, size_t count, std::chrono::milliseconds limit) {
   auto deadline = std::chrono::steady_clock::now() + limit;
   bool timed_out = false;
-  while (left > 0 && !timed_out) {
+  while (count > 0 && !timed_out) {
     auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (remaining.count() <= 0) break;
-    self->receive([&](caf::down_msg&) { --left; }, caf::after(remaining) >> [&] { timed_out = true; });
+    self->receive([&](caf::down_msg&) { --count; }, caf::after(remaining) >> [&] { timed_out = true; });
   }
-  return left == 0;
+  return count == 0;
 }
 
 int run(WorkerConfig& cfg, const std::string& bind_address) {
@@ -248,6 +243,8 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
     actors.push_back(entry);
     devices.clear();
     caf::scoped_actor self{sys};
+    // Monitored now, before any peer can reach them: see the stop below.
+    for (const auto& a : actors) self->monitor(a);
     caf::expected<uint16_t> port{caf::sec::cannot_open_port};
     self->request(connector, caf::infinite, caf::publish_atom::value, cfg.port,
                   caf::actor_cast<caf::strong_actor_ptr>(entry), std::set<std::string>{}, bind_address, true)
@@ -272,16 +269,26 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
       self->send(connector, caf::close_atom::value, *port);
       guard->expire_all();
     }
-    // Runners and entry first, while the middleman still runs: messages
-    // they hold for or from peers are delivered or dropped by a live
-    // broker. Only then the connector, then the system.
+    // Runners and entry first, while the middleman still runs. A runner a
+    // client ever referenced is monitored by CAF's BASP broker, and its down
+    // message, queued in the broker's mailbox, holds a reference to the
+    // runner; a broker stopped before reading it keeps that reference, and
+    // ~actor_system then waits forever for the detached runner's object
+    // (seen about once in 100 SIGTERM runs). CAF sends down messages newest
+    // monitor first, and ours are the oldest, so when all of ours have
+    // arrived the broker's are queued; a request through the broker then
+    // returns only after it has read them. Only then the connector, then
+    // the system.
     for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    if (!await_terminated(self, actors, std::chrono::seconds(3)))
+    if (!await_downs(self, actors.size(), std::chrono::seconds(3)))
       std::cerr << "switchyard-worker: runners did not stop within 3 s\n";
+    self->request(sys.middleman().actor_handle(), std::chrono::seconds(2), caf::get_atom::value, sys.node())
+        .receive([](const caf::node_id&, const std::string&, uint16_t) {}, [](caf::error&) {});
     actors.clear();
     entry = nullptr;
+    self->monitor(connector);
     self->send_exit(connector, caf::exit_reason::kill);
-    if (!await_terminated(self, {caf::actor_cast<caf::actor>(connector)}, std::chrono::seconds(3)))
+    if (!await_downs(self, 1, std::chrono::seconds(3)))
       std::cerr << "switchyard-worker: connection manager did not stop within 3 s\n";
     connector = nullptr;
     print_counters(guard->counters());

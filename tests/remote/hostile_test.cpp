@@ -562,7 +562,13 @@ TEST_CASE("SIGTERM stops a worker with busy clients within 5 s every time", "[re
     int status = w.stop(SIGTERM);  // SIGKILL after 10 s
     double took = std::chrono::duration<double>(Clock::now() - t0).count();
     worst = std::max(worst, took);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && took < 5.0)
+    // What it printed while stopping; a teardown its watchdog had to cut
+    // short (CAF still holding a runner) is not a clean stop either.
+    std::string said;
+    for (auto line = w.read_line(200ms); !line.empty(); line = w.read_line(200ms)) said += line + "\n";
+    const bool cut_short = said.find("teardown cut short") != std::string::npos;
+    if (cut_short) std::printf("figure: SIGTERM run %d: %s", i, said.c_str());
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && took < 5.0 && !cut_short)
       ++clean;
     else {
       // Printed at once as well: a cut log still shows how the run ended.

@@ -39,6 +39,7 @@ using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using peer_atom = caf::atom_constant<caf::atom("peer")>;
 using bye_atom = caf::atom_constant<caf::atom("bye")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
@@ -118,7 +119,10 @@ using router_actor =
                      // Register a device's runner under an id and a name.
                      caf::replies_to<attach_atom, DeviceId, std::string, runner_actor>::with<done_atom>,
                      // Remove a device: its outstanding requests fail with device_lost.
-                     caf::reacts_to<detach_atom, DeviceId>>;
+                     caf::reacts_to<detach_atom, DeviceId>,
+                     // Stop every runner of this node; answered once the down
+                     // message of each has arrived (see Core::shut_down).
+                     caf::replies_to<stop_atom>::with<done_atom>>;
 
 /// A worker's entry actor (dynamically typed, so a client of another
 /// protocol version still gets a readable answer instead of an interface
