@@ -14,8 +14,8 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "switchyard/messages/protocol.hpp"
 #include "support/watchdog.hpp"
+#include "switchyard/messages/protocol.hpp"
 #include "switchyard/switchyard.hpp"
 #include "worker_process.hpp"
 
