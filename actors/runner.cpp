@@ -337,6 +337,10 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
   } else if (auto err = validate_data(*data, meta.shape, meta.dtype)) {
     resolve(st, id, nullptr,
             make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + ": " + describe(err).message));
+  } else if (!st.backend->supports(meta.dtype)) {
+    resolve(st, id, nullptr,
+            make_error(Errc::unsupported, st.name + ": import of " + id_str(id) + ": " +
+                                              std::string(name_of(meta.dtype)) + " is not supported on this device"));
   } else {
     if (bridged) st.stats.bytes_bridged_in += data->bytes.size();
     if (st.tracer) {

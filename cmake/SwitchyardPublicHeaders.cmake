@@ -3,7 +3,7 @@
 # therefore installed: value types only, none may include a CAF header
 # (tests/package checks it).
 set(SWITCHYARD_PUBLIC_MESSAGE_HEADERS "")
-foreach(header bytes device_stats dtype op_kinds scalar shape tensor_data tensor_id)
+foreach(header bytes device_stats dtype dtype_support half op_kinds scalar shape tensor_data tensor_id)
   list(APPEND SWITCHYARD_PUBLIC_MESSAGE_HEADERS
     "${PROJECT_SOURCE_DIR}/messages/include/switchyard/messages/${header}.hpp")
 endforeach()

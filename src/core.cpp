@@ -12,6 +12,7 @@
 #include "actors/runner.hpp"
 #include "actors/trace.hpp"
 #include "backends/backend.hpp"
+#include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
@@ -171,6 +172,35 @@ void Core::on_lost(DeviceId id, const std::string& why) {
 
 void Core::check_usable(DeviceId id) const {
   if (auto why = lost(id)) throw Error(Errc::device_lost, *why);
+}
+
+void Core::check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const {
+  // Every backend runs the original six dtypes fully; only the narrow ones
+  // differ, so the common case costs one comparison.
+  if (!is_half(t) && t != DType::i8 && t != DType::i16) return;
+  const auto& info = slot(id).info;
+  const auto support = dtype_support(info.kind, t);
+  const char* missing = !support.storage                    ? "storage"
+                        : arithmetic && !support.arithmetic ? "arithmetic"
+                        : matmul && !support.matmul         ? "matrix products"
+                                                            : nullptr;
+  if (missing == nullptr) return;
+  throw Error(Errc::unsupported, info.name + ": " + std::string(what) + ": " + std::string(name_of(t)) +
+                                     " is not supported on this device (" + missing + "; " + support.how + ")");
+}
+
+void Core::check_dtypes(DeviceId id, OperationIr& op) const {
+  std::visit(
+      [&](auto& o) {
+        using Op = std::decay_t<decltype(o)>;
+        auto check = [&](const TensorIr& t) {
+          if (!is_half(t.dtype) && t.dtype != DType::i8 && t.dtype != DType::i16) return;
+          check_dtype(id, t.dtype, op.name(), computes_v<Op>, multiplies_v<Op>);
+        };
+        o.each_input(check);
+        o.each_output(check);
+      },
+      op.op);
 }
 
 DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner, bool local) {
@@ -580,6 +610,7 @@ void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
 
 Tensor Core::emit(DeviceId device, const TensorIr& ir, OperationIr op) {
   check_usable(device);
+  check_dtypes(device, op);
   submit(device, std::move(op));
   TensorIr meta{ir.id, ir.shape, ir.dtype, TensorStatus::read_only};
   return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(meta)));
@@ -735,6 +766,7 @@ void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& d
   // source, and the expect must precede ops on the result.
   check_usable(src);
   check_usable(dst);
+  check_dtype(dst, dst_ir.dtype, "to", false, false);
   auto& qs = slot(src).queue;
   auto& qd = slot(dst).queue;
   {

@@ -629,7 +629,10 @@ Tensor interpolate(const Tensor& input, const std::vector<int64_t>& size, const 
                                               " and output extent " + std::to_string(out_size[k]) +
                                               " of spatial axis " + std::to_string(k) + " must both be positive");
   auto device = input.device();
-  Tensor out = input;
+  // The 16-bit floats blend in f32 and round once at the end (PyTorch's
+  // opmath), instead of rounding every weight and partial sum.
+  const bool widen = !nearest && is_half(t);
+  Tensor out = widen ? input.cast(DType::f32) : input;
   // The innermost axis first, each one as gathers (and, for the linear
   // modes, one weighted sum), which is PyTorch's separable order of sums.
   for (size_t k = spatial; k-- > 0;) {
@@ -653,7 +656,7 @@ Tensor interpolate(const Tensor& input, const std::vector<int64_t>& size, const 
     out = t == DType::f64 ? blend(linear_taps<double>(in_extent, out_extent, factors[k], corners))
                           : blend(linear_taps<float>(in_extent, out_extent, factors[k], corners));
   }
-  return out;
+  return widen ? out.cast(t) : out;
 }
 
 }  // namespace switchyard::nn

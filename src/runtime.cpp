@@ -104,6 +104,8 @@ std::string Device::kind() const {
   return core_->info(id_).kind;
 }
 
+DTypeSupport Device::dtype_support(DType t) const { return switchyard::dtype_support(kind(), t); }
+
 namespace {
 detail::Core& core_of(const std::shared_ptr<detail::Core>& c) {
   if (!c) throw Error(Errc::unknown_device, "use of an empty Device");

@@ -870,7 +870,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     else
       v = data.to_vector<double>();
     std::ostringstream body;
-    body.precision(data.dtype == DType::f32 ? 7 : 15);
+    // Enough significant digits to tell neighbouring values apart.
+    body.precision(data.dtype == DType::f64 ? 15 : data.dtype == DType::f32 ? 7 : data.dtype == DType::f16 ? 5 : 4);
     print_values(body, v, ints, data.dtype, data.shape, 0, 0, data.shape.numel() > print_threshold);
     os << body.str();
   } catch (const Error& e) {

@@ -8,9 +8,12 @@
 //
 //   to bool            v != 0
 //   to f32 / f64       the C++ conversion (round to nearest)
+//   to f16 / bf16      through float, round to nearest even (half.hpp)
 //   float to integer   truncation toward zero through int64, then wrapping
 //                      to the width (-1.0 -> u8 255); NaN, infinities and
-//                      values outside [-2^63, 2^63) become INT64_MIN wrapped
+//                      values outside [-2^63, 2^63) become INT64_MIN wrapped;
+//                      to i8 and i16 through int32 instead (INT32_MIN), as
+//                      PyTorch's casts do
 //                      (a plain static_cast is undefined there; the same
 //                      rule as switchyard::float_to_int64 in scalar.hpp)
 //   integer to integer wrapping (two's complement)
@@ -26,6 +29,8 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+
+#include "switchyard/messages/half.hpp"
 
 #ifndef SY_HOST_DEVICE  // also defined (identically) by philox.hpp
 #if defined(__CUDACC__)
@@ -49,13 +54,28 @@ SY_HOST_DEVICE inline int64_t float_to_int64(F v) {
   return (v >= F(-int64_limit) && v < F(int64_limit)) ? static_cast<int64_t>(v) : int64_lowest;
 }
 
+/// A floating value as int32: truncation toward zero, or INT32_MIN for NaN,
+/// infinities and values outside [-2^31, 2^31) (x86's cvttss2si, which
+/// PyTorch's casts to i8 and i16 go through: 1e10 -> i16 gives 0).
+template <class F>
+SY_HOST_DEVICE inline int32_t float_to_int32(F v) {
+  return (v >= F(-2147483648.0) && v < F(2147483648.0)) ? static_cast<int32_t>(v) : int32_t(-2147483647 - 1);
+}
+
+template <class D>
+inline constexpr bool narrow_int_v = std::is_same_v<D, int8_t> || std::is_same_v<D, int16_t>;
+
 /// Element S converted to element D with the runtime's cast rule.
 template <class S, class D>
 SY_HOST_DEVICE inline D convert_element(S v) {
   if constexpr (std::is_same_v<D, bool>)
     return v != S(0);
+  else if constexpr (std::is_floating_point_v<S> && narrow_int_v<D>)
+    return static_cast<D>(float_to_int32(v));
   else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>)
     return static_cast<D>(float_to_int64(v));
+  else if constexpr (is_half_v<S> && std::is_integral_v<D>)  // host only, as Half is
+    return convert_element<float, D>(static_cast<float>(v));
   else
     return static_cast<D>(v);
 }

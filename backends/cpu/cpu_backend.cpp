@@ -47,9 +47,17 @@ class CpuBackend final : public HostBackend {
       ++i;
     });
     if (err) return err;
+    std::vector<Bytes> widened;
+    const auto narrow_to = widen_halves(ctx_, op, std::span<const Bytes*>(bytes, inputs.size()),
+                                        std::span<bool>(consumable, inputs.size()), widened);
     Inputs in{std::span<const Bytes* const>(bytes, inputs.size()), std::span<const bool>(consumable, inputs.size())};
     auto result = std::visit([&](auto& o) { return run(o, in); }, op.op);
     if (!result) return std::move(result.error());
+    if (narrow_to) {
+      int64_t n = 0;
+      op.each_output([&](const TensorIr& t) { n = t.numel(); });
+      *result = as_dtype(ctx_, *result, DType::f32, *narrow_to, n);
+    }
     outputs[0] = std::make_shared<HostBuffer>(std::move(*result));
     return {};
   }

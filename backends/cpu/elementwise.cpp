@@ -425,7 +425,7 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
   Bytes src = as_dtype(ctx, *in.bytes[0], op.in.dtype, compute, op.in.numel());
   Bytes out = (!predicate && compute == op.in.dtype) ? output_for(ctx, op.out, in, {&op.in})
                                                      : ctx.buffers.allocate(op.out.bytes());
-  bool ok = visit_dtype(compute, [&](auto tag) {
+  bool ok = visit_compute_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
     return with_unary<T>(op.kind, op.a, op.b, [&](auto fn) {
       using R = decltype(fn(T{}));
@@ -456,7 +456,7 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   Bytes b = as_dtype(ctx, *in.bytes[1], op.rhs.dtype, compute, op.rhs.numel());
   if (divides(op.kind) && !is_floating(compute)) {
-    bool zero = visit_dtype(compute, [&](auto tag) {
+    bool zero = visit_compute_dtype(compute, [&](auto tag) {
       using T = decltype(tag);
       return has_zero(ctx, b.as<const T>(), op.rhs.numel());
     });
@@ -464,7 +464,7 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
   }
   Bytes out =
       compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs, &op.rhs}) : ctx.buffers.allocate(op.out.bytes());
-  bool ok = visit_dtype(compute, [&](auto tag) {
+  bool ok = visit_compute_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
     return with_binary<T>(op.kind, [&](auto fn) {
       using R = decltype(fn(T{}, T{}));
@@ -483,18 +483,18 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
 caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   const DType compute = scalar_compute_dtype(op);
   if (divides(op.kind) && !is_floating(compute) && !op.scalar_first &&
-      visit_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); }))
+      visit_compute_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); }))
     return division_by_zero(op.kind);
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   if (divides(op.kind) && !is_floating(compute) && op.scalar_first) {
-    bool zero = visit_dtype(compute, [&](auto tag) {
+    bool zero = visit_compute_dtype(compute, [&](auto tag) {
       using T = decltype(tag);
       return has_zero(ctx, a.as<const T>(), op.lhs.numel());
     });
     if (zero) return division_by_zero(op.kind);
   }
   Bytes out = compute == op.out.dtype ? output_for(ctx, op.out, in, {&op.lhs}) : ctx.buffers.allocate(op.out.bytes());
-  bool ok = visit_dtype(compute, [&](auto tag) {
+  bool ok = visit_compute_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
     const T s = op.scalar.as<T>();  // exact for integers of any width
     return with_binary<T>(op.kind, [&](auto fn) {

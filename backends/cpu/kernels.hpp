@@ -4,6 +4,9 @@
 // Kernels of the CPU backend, one function per op family. Each takes the
 // op, its input bytes (in each_input order) and returns the output bytes.
 
+#include <optional>
+#include <vector>
+
 #include "backends/common/host_buffer.hpp"
 #include "backends/cpu/buffer_pool.hpp"
 #include "backends/cpu/thread_pool.hpp"
@@ -49,6 +52,48 @@ caf::expected<Bytes> norm(Context&, NormOp&, const Inputs&);
 caf::expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
 caf::expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
 caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
+
+/// Aborts: a 16-bit float reached a kernel without being widened (a bug of
+/// this backend, never of the input).
+[[noreturn]] void half_reached_kernel(DType t);
+
+/// Calls `f(T{})` with the C++ type a kernel computes in for `t`. The
+/// 16-bit floats never get here: execute() runs their ops as f32 ops and
+/// rounds once at the end (widen_halves), as PyTorch's CPU does.
+template <class F>
+decltype(auto) visit_compute_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i8:
+      return f(int8_t{});
+    case DType::i16:
+      return f(int16_t{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    case DType::boolean:
+      return f(bool{});
+    case DType::f16:
+    case DType::bf16:
+      break;
+  }
+  half_reached_kernel(t);
+}
+
+/// The ops whose kernels compute run as f32 when an operand or the result is
+/// f16 or bf16: operands are widened here (an operand promoted to a 16-bit
+/// compute type is first rounded to it, as PyTorch's type promotion does),
+/// `op`'s dtypes are rewritten, and `widened` owns the new input bytes
+/// (pointed to by `bytes`). Returns the dtype the f32 result must be
+/// narrowed to, or nothing when the op needs no widening.
+std::optional<DType> widen_halves(Context& ctx, OperationIr& op, std::span<const Bytes*> bytes,
+                                  std::span<bool> consumable, std::vector<Bytes>& widened);
 
 /// Converts `n` elements from one dtype to another (the cast kernel's core,
 /// also used to bring mixed-dtype operands to their promoted type).

@@ -3,6 +3,7 @@
 // index family (gather, scatter_add, index_select).
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/loops.hpp"
@@ -18,12 +19,17 @@ void by_width(size_t elem, F&& f) {
     case 1:
       f(uint8_t{});
       break;
+    case 2:
+      f(uint16_t{});
+      break;
     case 4:
       f(uint32_t{});
       break;
-    default:
+    case 8:
       f(uint64_t{});
       break;
+    default:  // every dtype has one of the widths above
+      std::abort();
   }
 }
 

@@ -34,6 +34,7 @@
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/layout_plan.hpp"
+#include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::cuda {
@@ -462,7 +463,9 @@ class CudaBackend final : public Backend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cuda"; }
-  [[nodiscard]] bool supports(DType) const noexcept override { return true; }
+  // The narrow dtypes have no CUDA kernels yet: the runner refuses their ops
+  // (clients already do, at the call), so no kernel reads the wrong width.
+  [[nodiscard]] bool supports(DType t) const noexcept override { return dtype_support("cuda", t).storage; }
 
   caf::expected<BufferPtr> from_data(const TensorIr& t, TensorData data) override {
     if (init_error_) return init_error_;

@@ -89,12 +89,28 @@ struct Bits<8> {
   using type = uint64_t;
 };
 
-/// visit_dtype for kernel dispatch: an invalid dtype (from a lying peer) is
-/// a CUDA-style error instead of falling through to bool.
+/// visit_dtype for kernel dispatch over the dtypes this backend has kernels
+/// for: any other (f16, bf16, i8, i16 until they get kernels, which
+/// supports() refuses before a kernel is asked for, or an invalid one from
+/// a lying peer) is a CUDA-style error instead of a kernel of another width.
 template <class F>
 cudaError_t by_dtype(DType t, F&& f) {
-  if (!is_valid(t)) return cudaErrorInvalidValue;
-  return visit_dtype(t, std::forward<F>(f));
+  switch (t) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    case DType::boolean:
+      return f(bool{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 template <class F>

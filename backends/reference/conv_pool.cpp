@@ -10,19 +10,21 @@
 #include <limits>
 
 #include "backends/common/conv_geometry.hpp"
+#include "backends/common/number_conversion.hpp"
 
 namespace switchyard::backends::reference {
 namespace {
 
 double load_float(const Bytes& b, DType t, int64_t k) {
-  return t == DType::f32 ? static_cast<double>(b.as<const float>()[k]) : b.as<const double>()[k];
+  return visit_dtype(t, [&](auto tag) { return static_cast<double>(b.as<const decltype(tag)>()[k]); });
 }
 
+// Rounded as a cast would (f16/bf16 through float).
 void store_float(const Bytes& b, DType t, int64_t k, double v) {
-  if (t == DType::f32)
-    writable<float>(b)[k] = static_cast<float>(v);
-  else
-    writable<double>(b)[k] = v;
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    writable<T>(b)[k] = convert_element<double, T>(v);
+  });
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "backends/common/host_buffer.hpp"
+#include "backends/common/number_conversion.hpp"
 #include "backends/common/philox.hpp"
 #include "backends/reference/conv_pool.hpp"
 #include "backends/reference/indexing.hpp"
@@ -57,6 +58,14 @@ Value load(const Bytes& b, DType t, int64_t k) {
       return Value::of_int(b.as<const uint8_t>()[k]);
     case DType::boolean:
       return Value::of_int(b.as<const uint8_t>()[k] != 0);
+    case DType::f16:
+      return Value::of_float(static_cast<float>(b.as<const Half>()[k]));
+    case DType::bf16:
+      return Value::of_float(static_cast<float>(b.as<const BFloat16>()[k]));
+    case DType::i8:
+      return Value::of_int(b.as<const int8_t>()[k]);
+    case DType::i16:
+      return Value::of_int(b.as<const int16_t>()[k]);
   }
   return {};
 }
@@ -88,6 +97,20 @@ void store(const Bytes& b, DType t, int64_t k, Value v) {
       break;
     case DType::boolean:
       writable<uint8_t>(b)[k] = v.truthy() ? 1 : 0;
+      break;
+    // The 16-bit floats round from float, as c10 converts (a double is
+    // rounded twice, an int64 once to float first).
+    case DType::f16:
+      writable<Half>(b)[k] = Half(v.floating ? static_cast<float>(v.f) : static_cast<float>(v.i));
+      break;
+    case DType::bf16:
+      writable<BFloat16>(b)[k] = BFloat16(v.floating ? static_cast<float>(v.f) : static_cast<float>(v.i));
+      break;
+    case DType::i8:  // from a float through int32, as PyTorch (1e10 -> 0)
+      writable<int8_t>(b)[k] = static_cast<int8_t>(v.floating ? float_to_int32(v.f) : v.i);
+      break;
+    case DType::i16:
+      writable<int16_t>(b)[k] = static_cast<int16_t>(v.floating ? float_to_int32(v.f) : v.i);
       break;
   }
 }
@@ -156,6 +179,10 @@ int64_t integer_bound(double v, DType t) {
       return float_to_int(std::clamp(v, -2147483648.0, 2147483647.0));
     case DType::u8:
       return float_to_int(std::clamp(v, 0.0, 255.0));
+    case DType::i8:
+      return float_to_int(std::clamp(v, -128.0, 127.0));
+    case DType::i16:
+      return float_to_int(std::clamp(v, -32768.0, 32767.0));
     case DType::boolean:
       return float_to_int(std::clamp(v, 0.0, 1.0));
     default:  // i64: its max is 2^63 - 1, which no double holds

@@ -69,7 +69,11 @@ bool fill(const json& v, std::vector<T>& out, sy::DType t, std::string& err) {
   }
   if (sy::is_floating(t)) {
     double d = v.get<double>();
-    if (!std::isfinite(d) || (t == sy::DType::f32 && std::abs(d) > 3.4028234663852886e38)) {
+    const double max = t == sy::DType::f32    ? 3.4028234663852886e38
+                       : t == sy::DType::f16  ? 65504.0
+                       : t == sy::DType::bf16 ? 3.3895313892515355e38
+                                              : 1.7976931348623157e308;
+    if (!std::isfinite(d) || std::abs(d) > max) {
       err = "holds a value outside " + std::string(sy::name_of(t));
       return false;
     }
@@ -82,7 +86,8 @@ bool fill(const json& v, std::vector<T>& out, sy::DType t, std::string& err) {
   }
   const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
   const bool fits = t == sy::DType::i64 || (t == sy::DType::i32 && i >= INT32_MIN && i <= INT32_MAX) ||
-                    (t == sy::DType::u8 && i >= 0 && i <= 255);
+                    (t == sy::DType::u8 && i >= 0 && i <= 255) || (t == sy::DType::i8 && i >= -128 && i <= 127) ||
+                    (t == sy::DType::i16 && i >= -32768 && i <= 32767);
   if (!fits) {
     err = "holds " + std::to_string(i) + ", outside " + std::string(sy::name_of(t));
     return false;
@@ -121,6 +126,14 @@ std::string to_data(const json& v, const sox::ValueInfo& info, sy::TensorData& o
       return finish(std::vector<uint8_t>{});
     case sy::DType::boolean:
       return finish(std::vector<bool>{});
+    case sy::DType::f16:
+      return finish(std::vector<sy::Half>{});
+    case sy::DType::bf16:
+      return finish(std::vector<sy::BFloat16>{});
+    case sy::DType::i8:
+      return finish(std::vector<int8_t>{});
+    case sy::DType::i16:
+      return finish(std::vector<int16_t>{});
   }
   return "has an unknown dtype";
 }

@@ -8,6 +8,7 @@
 
 #include "switchyard/future.hpp"
 #include "switchyard/messages/device_stats.hpp"
+#include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/tensor_data.hpp"
 #include "switchyard/messages/tensor_id.hpp"
 
@@ -29,6 +30,11 @@ class Device {
   [[nodiscard]] const std::string& name() const;
   /// The backend kind, the part of the name before the colon.
   [[nodiscard]] std::string kind() const;
+  /// What this device does with tensors of `t`: whether it can hold them,
+  /// compute with them and multiply matrices of them, and how (the type the
+  /// arithmetic happens in). An op the device cannot run for a dtype throws
+  /// Errc::unsupported at the call, naming device, op and dtype.
+  [[nodiscard]] DTypeSupport dtype_support(DType t) const;
   /// Its index in the runtime's device table.
   [[nodiscard]] DeviceId id() const noexcept { return id_; }
   /// False for a default-constructed Device.

@@ -201,10 +201,22 @@ bool Scalar::fits(DType t) const noexcept {
         return f >= -9223372036854775808.0 && f < 9223372036854775808.0;
       case DType::u8:
         return f >= 0 && f <= 255;
+      case DType::i8:
+        return f >= -128.0 && f <= 127.0;
+      case DType::i16:
+        return f >= -32768.0 && f <= 32767.0;
+      case DType::f16:  // c10 refuses finite values beyond the type's range
+        return std::fabs(f) <= 65504.0;
+      case DType::bf16:
+        return std::fabs(f) <= 3.3895313892515355e38;
       case DType::boolean:
         return true;
     }
     return false;
+  }
+  if (t == DType::f16) {  // the only float type whose range an int64 exceeds
+    if (is_unsigned) return static_cast<uint64_t>(i) <= 65504u;
+    return i >= -65504 && i <= 65504;
   }
   if (is_floating(t)) return true;
   if (is_unsigned) {
@@ -216,6 +228,10 @@ bool Scalar::fits(DType t) const noexcept {
         return u <= 9223372036854775807u;
       case DType::u8:
         return u <= 255u;
+      case DType::i8:
+        return u <= 127u;
+      case DType::i16:
+        return u <= 32767u;
       default:
         return true;
     }
@@ -225,6 +241,10 @@ bool Scalar::fits(DType t) const noexcept {
       return i >= std::numeric_limits<int32_t>::min() && i <= std::numeric_limits<int32_t>::max();
     case DType::u8:  // c10 lets negative values down to -255 wrap
       return i >= -255 && i <= 255;
+    case DType::i8:
+      return i >= -128 && i <= 127;
+    case DType::i16:
+      return i >= -32768 && i <= 32767;
     default:
       return true;
   }

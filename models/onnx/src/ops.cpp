@@ -70,6 +70,14 @@ TensorData host_ints(const Ints& v, Shape s, DType t = DType::i64) {
       return TensorData::from(std::vector<int32_t>(v.begin(), v.end()), std::move(s));
     case DType::u8:
       return TensorData::from(std::vector<uint8_t>(v.begin(), v.end()), std::move(s));
+    case DType::i8:
+      return TensorData::from(std::vector<int8_t>(v.begin(), v.end()), std::move(s));
+    case DType::i16:
+      return TensorData::from(std::vector<int16_t>(v.begin(), v.end()), std::move(s));
+    case DType::f16:
+      return TensorData::from(std::vector<Half>(v.begin(), v.end()), std::move(s));
+    case DType::bf16:
+      return TensorData::from(std::vector<BFloat16>(v.begin(), v.end()), std::move(s));
     case DType::boolean: {
       std::vector<bool> b;
       for (auto x : v) b.push_back(x != 0);
@@ -86,6 +94,8 @@ TensorData host_ints(const Ints& v, Shape s, DType t = DType::i64) {
 TensorData host_doubles(const std::vector<double>& v, Shape s, DType t) {
   if (t == DType::f32) return TensorData::from(std::vector<float>(v.begin(), v.end()), std::move(s));
   if (t == DType::f64) return TensorData::from(v, std::move(s));
+  if (t == DType::f16) return TensorData::from(std::vector<Half>(v.begin(), v.end()), std::move(s));
+  if (t == DType::bf16) return TensorData::from(std::vector<BFloat16>(v.begin(), v.end()), std::move(s));
   Ints i;
   for (double x : v) i.push_back(static_cast<int64_t>(x));
   return host_ints(i, std::move(s), t);

@@ -24,6 +24,14 @@ std::optional<DType> to_dtype(int32_t t) {
       return DType::u8;
     case ::onnx::TensorProto::BOOL:
       return DType::boolean;
+    case ::onnx::TensorProto::FLOAT16:
+      return DType::f16;
+    case ::onnx::TensorProto::BFLOAT16:
+      return DType::bf16;
+    case ::onnx::TensorProto::INT8:
+      return DType::i8;
+    case ::onnx::TensorProto::INT16:
+      return DType::i16;
     default:
       return std::nullopt;
   }
@@ -110,6 +118,22 @@ TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir) {
     case DType::u8:
       d = from_field<uint8_t>(t.int32_data(), shape);
       break;
+    case DType::i8:
+      d = from_field<int8_t>(t.int32_data(), shape);
+      break;
+    case DType::i16:
+      d = from_field<int16_t>(t.int32_data(), shape);
+      break;
+    case DType::f16:
+    case DType::bf16: {  // int32_data holds each element's 16 bits
+      std::vector<uint16_t> bits(t.int32_data().begin(), t.int32_data().end());
+      if (static_cast<int64_t>(bits.size()) != shape.numel())
+        throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "' holds " + std::to_string(bits.size()) +
+                                                " values, its shape " + shape.to_string() + " needs " +
+                                                std::to_string(shape.numel()));
+      d = TensorData(shape, *dt, Bytes::copy_of(bits.data(), bits.size() * sizeof(uint16_t)));
+      break;
+    }
     case DType::boolean: {
       std::vector<bool> v;
       for (auto x : t.int32_data()) v.push_back(x != 0);

@@ -532,6 +532,19 @@ struct OperationIr {
   [[nodiscard]] std::string name() const;
 };
 
+/// Ops that compute with their elements (the rest create, move, select or
+/// convert them): what a dtype's `arithmetic` support covers.
+template <class Op>
+inline constexpr bool computes_v =
+    std::is_same_v<Op, UnaryOp> || std::is_same_v<Op, BinaryOp> || std::is_same_v<Op, ScalarOp> ||
+    std::is_same_v<Op, ReduceOp> || std::is_same_v<Op, SoftmaxOp> || std::is_same_v<Op, MatmulOp> ||
+    std::is_same_v<Op, ConvOp> || std::is_same_v<Op, PoolOp> || std::is_same_v<Op, NormOp> ||
+    std::is_same_v<Op, AttentionOp> || std::is_same_v<Op, ScanOp> || std::is_same_v<Op, SortOp>;
+/// Ops built on matrix products: what a dtype's `matmul` support covers.
+template <class Op>
+inline constexpr bool multiplies_v =
+    std::is_same_v<Op, MatmulOp> || std::is_same_v<Op, ConvOp> || std::is_same_v<Op, AttentionOp>;
+
 // --- inspection ---------------------------------------------------------
 
 /// CAF 0.17 encodes a double with pack754, whose normalising loop never ends

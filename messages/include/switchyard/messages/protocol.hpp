@@ -20,7 +20,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 6;  // 6: the NN op families and floor_divide (issue 18)
+inline constexpr uint32_t protocol_version = 7;  // 7: dtypes f16, bf16, i8, i16 (issue 17)
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;

@@ -57,7 +57,7 @@ struct Scalar {
   [[nodiscard]] T as() const noexcept {
     if constexpr (std::is_same_v<T, bool>) {
       return kind == ScalarKind::floating ? f != 0 : i != 0;
-    } else if constexpr (std::is_floating_point_v<T>) {
+    } else if constexpr (is_float_like_v<T>) {  // f16/bf16: through float, as c10
       if (kind == ScalarKind::floating) return static_cast<T>(f);
       return is_unsigned ? static_cast<T>(static_cast<uint64_t>(i)) : static_cast<T>(i);
     } else {

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "switchyard/messages/dtype_support.hpp"
+
+namespace switchyard {
+
+DTypeSupport dtype_support(std::string_view kind, DType t) {
+  if (!is_valid(t)) return {};
+  const bool narrow = is_half(t) || t == DType::i8 || t == DType::i16;
+  if (kind == "cpu") {
+    if (is_half(t))
+      return {true, true, true,
+              "stored in 2 bytes; computed in f32 with one rounding to " + std::string(name_of(t)) +
+                  " per op (reductions accumulate in f32), as PyTorch's CPU"};
+    return {true, true, true, "native"};
+  }
+  if (kind == "reference") {
+    if (is_floating(t) || is_integral(t) || is_bool(t))
+      return {true, true, true,
+              is_half(t) ? "computed in double, rounded to " + std::string(name_of(t)) + " after each op"
+                         : "computed in double or int64, stored as " + std::string(name_of(t))};
+  }
+  if (kind == "cuda") {
+    if (narrow) return {false, false, false, "not supported on this device yet (issue 17: cuda kernels)"};
+    return {true, true, true, "native"};
+  }
+  return {};
+}
+
+}  // namespace switchyard
