@@ -219,18 +219,36 @@ TEST_CASE("onnx: an unsupported attribute or attribute value fails at load namin
 TEST_CASE("onnx: a dtype Switchyard lacks fails at load naming the value or node", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder in;
-  in.input("x", pb::TensorProto::FLOAT16, {int64_t{4}});
+  in.input("x", pb::TensorProto::UINT16, {int64_t{4}});
   in.node("Relu", {"x"}, {"y"});
-  in.output("y", pb::TensorProto::FLOAT16, {int64_t{4}});
-  CHECK_THAT(load_error(in.bytes(), rt.cpu()), Catch::Contains("input 'x'") && Catch::Contains("FLOAT16"));
+  in.output("y", pb::TensorProto::UINT16, {int64_t{4}});
+  CHECK_THAT(load_error(in.bytes(), rt.cpu()), Catch::Contains("input 'x'") && Catch::Contains("UINT16"));
 
   // An intermediate value typed only by ONNX's shape inference.
   Builder mid;
   mid.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
-  attr_i(mid.node("Cast", {"x"}, {"h"}, "to_int8"), "to", pb::TensorProto::INT8);
+  attr_i(mid.node("Cast", {"x"}, {"h"}, "to_uint32"), "to", pb::TensorProto::UINT32);
   attr_i(mid.node("Cast", {"h"}, {"y"}, "back"), "to", pb::TensorProto::FLOAT);
   mid.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
-  CHECK_THAT(load_error(mid.bytes(), rt.cpu()), Catch::Contains("node 'to_int8' (Cast)") && Catch::Contains("INT8"));
+  CHECK_THAT(load_error(mid.bytes(), rt.cpu()),
+             Catch::Contains("node 'to_uint32' (Cast)") && Catch::Contains("UINT32"));
+}
+
+TEST_CASE("onnx: FLOAT16, BFLOAT16, INT8 and INT16 values load and run", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT16, {int64_t{4}});
+  m.node("Relu", {"x"}, {"r"});
+  attr_i(m.node("Cast", {"r"}, {"b"}, "to_bf16"), "to", pb::TensorProto::BFLOAT16);
+  attr_i(m.node("Cast", {"b"}, {"i"}, "to_int8"), "to", pb::TensorProto::INT8);
+  attr_i(m.node("Cast", {"i"}, {"y"}, "to_int16"), "to", pb::TensorProto::INT16);
+  m.output("y", pb::TensorProto::INT16, {int64_t{4}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = rt.cpu().tensor(std::vector<float>{-1.5f, 2.75f, 300.5f, 0.1f}, {4}).cast(sy::DType::f16);
+  auto y = model.run({{"x", x}}).at("y");
+  CHECK(y.dtype() == sy::DType::i16);
+  // 300.5 is 300.5 in f16, 300 in bf16, 44 in i8 (wrapped).
+  CHECK(y.to_vector<int64_t>() == std::vector<int64_t>{0, 2, 44, 0});
 }
 
 TEST_CASE("onnx: an opset outside 7-17 fails at load", "[onnx]") {

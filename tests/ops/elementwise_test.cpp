@@ -356,12 +356,17 @@ TEST_CASE("broadcasting follows NumPy rules", "[ops][binary][broadcast]") {
 
 TEST_CASE("tensor-tensor promotion matches PyTorch's table", "[ops][promotion]") {
   using enum sy::DType;
-  // Rows and columns in the order f32, f64, i32, i64, u8, bool (torch.promote_types).
-  const DType table[6][6] = {{f32, f64, f32, f32, f32, f32}, {f64, f64, f64, f64, f64, f64},
-                             {f32, f64, i32, i64, i32, i32}, {f32, f64, i64, i64, i64, i64},
-                             {f32, f64, i32, i64, u8, u8},   {f32, f64, i32, i64, u8, boolean}};
-  for (int i = 0; i < 6; ++i)
-    for (int j = 0; j < 6; ++j) {
+  // Rows and columns in all_dtypes order (f32, f64, i32, i64, u8, bool, f16,
+  // bf16, i8, i16), printed by torch.promote_types in PyTorch 1.13.
+  const DType table[10][10] = {
+      {f32, f64, f32, f32, f32, f32, f32, f32, f32, f32},  {f64, f64, f64, f64, f64, f64, f64, f64, f64, f64},
+      {f32, f64, i32, i64, i32, i32, f16, bf16, i32, i32}, {f32, f64, i64, i64, i64, i64, f16, bf16, i64, i64},
+      {f32, f64, i32, i64, u8, u8, f16, bf16, i16, i16},   {f32, f64, i32, i64, u8, boolean, f16, bf16, i8, i16},
+      {f32, f64, f16, f16, f16, f16, f16, f32, f16, f16},  {f32, f64, bf16, bf16, bf16, bf16, f32, bf16, bf16, bf16},
+      {f32, f64, i32, i64, i16, i8, f16, bf16, i8, i16},   {f32, f64, i32, i64, i16, i16, f16, bf16, i16, i16}};
+  static_assert(std::size(sy::all_dtypes) == 10);
+  for (int i = 0; i < 10; ++i)
+    for (int j = 0; j < 10; ++j) {
       INFO(sy::name_of(sy::all_dtypes[i]) << " + " << sy::name_of(sy::all_dtypes[j]));
       CHECK(sy::promote(sy::all_dtypes[i], sy::all_dtypes[j]) == table[i][j]);
       auto a = make(reference(), sy::all_dtypes[i], {1}, {1});

@@ -46,6 +46,11 @@ void expect_all(const Build& build, const sy::TensorData& want, Tol tol);
 void expect_all(const Build& build, sy::DType t, sy::Shape s, const std::vector<double>& want);
 /// Runs `build` on every device and checks each against the reference device.
 sy::TensorData agree(const Build& build, std::optional<Tol> tol = std::nullopt);
+/// Whether `d` documents f16, bf16, i8 or i16 as unsupported (cuda for now).
+bool lacks_narrow_dtypes(const sy::Device& d);
+/// build(d) read back; nothing (and a warning, once per device) when `d`
+/// refuses a dtype it documents as unsupported. Other errors propagate.
+std::optional<sy::TensorData> run_on(const Build& build, const sy::Device& d);
 /// `build` fails on every device with `code`: at the call or when read.
 void expect_error(const Build& build, sy::Errc code);
 

@@ -62,7 +62,7 @@ Step random_step(Rng& rng, size_t available) {
   const size_t i = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(available) - 1));
   const size_t j = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(available) - 1));
   const int64_t axis = pick(rng, -2, 1);
-  const auto dt = sy::all_dtypes[pick(rng, 0, 5)];
+  const auto dt = sy::all_dtypes[pick(rng, 0, static_cast<int64_t>(std::size(sy::all_dtypes)) - 1)];
   const int64_t which = pick(rng, 0, 29);
   auto floating = [](const Tensor& t) { return sy::is_floating(t.dtype()); };
   return [=](const std::vector<Tensor>& ts) -> Tensor {
@@ -159,7 +159,8 @@ TEST_CASE("random op graphs agree with the reference backend on every device", "
       const int64_t mode = pick(rng, 0, 2);
       if (mode == 1 && s.rank() > 0) s.dims.erase(s.dims.begin());
       if (mode == 2 && s.rank() > 0) s.dims[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(s.rank()) - 1))] = 1;
-      leaves.push_back(leaf_data(rng, sy::all_dtypes[pick(rng, 0, 5)], s));
+      leaves.push_back(
+          leaf_data(rng, sy::all_dtypes[pick(rng, 0, static_cast<int64_t>(std::size(sy::all_dtypes)) - 1)], s));
     }
     // Generate on the reference device: keep the steps the rules accept.
     std::vector<Step> steps;
@@ -173,15 +174,26 @@ TEST_CASE("random op graphs agree with the reference backend on every device", "
       } catch (const sy::Error&) {
       }
     }
+    const bool narrow = std::any_of(ref.begin(), ref.end(), [](const Tensor& t) {
+      return sy::is_half(t.dtype()) || t.dtype() == DType::i8 || t.dtype() == DType::i16;
+    });
     for (const auto& d : devices()) {
       if (d == reference()) continue;
+      if (narrow && lacks_narrow_dtypes(d)) continue;  // cuda: documented as unsupported, refused at the call
       std::vector<Tensor> ts;
       for (const auto& l : leaves) ts.push_back(d.from_data(l));
       for (const auto& s : steps) ts.push_back(s(ts));
       for (size_t k = leaves.size(); k < ts.size(); ++k) {
         auto want = ref[k].read().get();
         auto got = ts[k].read().get();
-        Tol tol = want.dtype == DType::f32 ? Tol{1e-4, 1e-4} : want.dtype == DType::f64 ? Tol{1e-9, 1e-9} : Tol{};
+        // The 16-bit floats: cpu rounds once from f32, the reference from
+        // double through float, so steps may differ by an ulp, which later
+        // steps (a difference of near-equal values) can magnify.
+        Tol tol = want.dtype == DType::f32    ? Tol{1e-4, 1e-4}
+                  : want.dtype == DType::f64  ? Tol{1e-9, 1e-9}
+                  : want.dtype == DType::f16  ? Tol{1e-2, 5e-2}
+                  : want.dtype == DType::bf16 ? Tol{5e-2, 0.25}
+                                              : Tol{};
         INFO("graph " << graph << " step " << k - leaves.size() << " on " << d.name() << ": " << want.shape.to_string()
                       << " " << sy::name_of(want.dtype));
         CHECK(compare(got, want, tol) == "");
