@@ -94,6 +94,41 @@ void chain_large(benchmark::State& state, bool reuse) {
   state.counters["per_iter"] = 2.0 * bench::large_elems * sizeof(float);
 }
 
+// 16-bit floats: 16M-element adds (2-byte storage, f32 arithmetic) and a
+// bf16 matmul (widened to f32 for sgemm, rounded once).
+void half_add(benchmark::State& state, sy::DType t) {
+  sy::Runtime rt(one_cpu());
+  auto dev = rt.device("cpu:0");
+  auto a = dev.uniform({bench::large_elems}).cast(t);
+  auto b = dev.uniform({bench::large_elems}).cast(t);
+  {
+    auto c = a + b;
+    dev.sync().get();
+  }  // warm-up, as above
+  for (auto _ : state) {
+    auto c = a + b;
+    dev.sync().get();
+  }
+  state.counters["per_iter"] = 3.0 * bench::large_elems * 2;
+}
+
+void half_matmul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  sy::Runtime rt(one_cpu());
+  auto dev = rt.device("cpu:0");
+  auto a = dev.uniform({n, n}).cast(sy::DType::bf16);
+  auto b = dev.uniform({n, n}).cast(sy::DType::bf16);
+  {
+    auto c = a.matmul(b);
+    dev.sync().get();
+  }  // warm-up, as above
+  for (auto _ : state) {
+    auto c = a.matmul(b);
+    dev.sync().get();
+  }
+  state.counters["per_iter"] = 2.0 * static_cast<double>(n * n * n);
+}
+
 // 4. Matmul n x n f32.
 void matmul(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -175,6 +210,9 @@ BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1
 BENCHMARK_CAPTURE(chain_large, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
 BENCHMARK_CAPTURE(chain_large, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
 BENCHMARK(matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->MinTime(0.2);
+BENCHMARK_CAPTURE(half_add, f16, sy::DType::f16)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK_CAPTURE(half_add, bf16, sy::DType::bf16)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK(half_matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(1024)->Arg(2048)->MinTime(0.2);
 BENCHMARK(mlp)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
 BENCHMARK(bridge)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
 BENCHMARK(churn)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);

@@ -96,6 +96,20 @@ def main():
         iters = max(3, int(3e9 / (2 * n ** 3)))
         add("matmul/%d" % n, timed(lambda: ma @ mb, min(iters, 300)), 2 * n ** 3)
 
+    # 16-bit floats: the add PyTorch 1.13's CPU has kernels for (f16 and
+    # bf16), and bf16 matmul (f32 accumulation; f16 matmul has no CPU kernel).
+    for name, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        if want("half_add/" + name):
+            a = torch.rand(LARGE).to(dt)
+            b = torch.rand(LARGE).to(dt)
+            add("half_add/" + name, timed(lambda: a + b, 9), 3 * LARGE * 2)
+    for n in (1024, 2048):
+        if not want("half_matmul/%d" % n):
+            continue
+        ma = torch.rand(n, n).to(torch.bfloat16)
+        mb = torch.rand(n, n).to(torch.bfloat16)
+        add("half_matmul/%d" % n, timed(lambda: ma @ mb, max(3, int(1e9 / (2 * n ** 3)))), 2 * n ** 3)
+
     lin = [torch.nn.Linear(784, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 10)]
     inp = torch.rand(64, 784)
 
