@@ -9,6 +9,7 @@
 
 #include "backends/common/number_conversion.hpp"
 #include "backends/common/philox.hpp"
+#include "backends/cpu/half_convert.hpp"
 #include "backends/cpu/loops.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
@@ -350,6 +351,18 @@ caf::error unsupported(const std::string& what, DType t) {
 }  // namespace
 
 void convert(Context& ctx, const void* src, DType from, void* dst, DType to, int64_t n) {
+  // The widening and narrowing of every 16-bit float op: vectorised.
+  auto chunked = [&](auto convert_range, auto* s, auto* d) {
+    ctx.pool.parallel_for(n, parallel_grain, [&](int64_t b, int64_t e) { convert_range(s + b, d + b, e - b); });
+  };
+  if (from == DType::f16 && to == DType::f32)
+    return chunked(f16_to_f32, static_cast<const Half*>(src), static_cast<float*>(dst));
+  if (from == DType::f32 && to == DType::f16)
+    return chunked(f32_to_f16, static_cast<const float*>(src), static_cast<Half*>(dst));
+  if (from == DType::bf16 && to == DType::f32)
+    return chunked(bf16_to_f32, static_cast<const BFloat16*>(src), static_cast<float*>(dst));
+  if (from == DType::f32 && to == DType::bf16)
+    return chunked(f32_to_bf16, static_cast<const float*>(src), static_cast<BFloat16*>(dst));
   visit_dtype(from, [&](auto f) {
     using S = decltype(f);
     visit_dtype(to, [&](auto t) {

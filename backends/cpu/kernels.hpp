@@ -62,28 +62,7 @@ caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 /// rounds once at the end (widen_halves), as PyTorch's CPU does.
 template <class F>
 decltype(auto) visit_compute_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::i8:
-      return f(int8_t{});
-    case DType::i16:
-      return f(int16_t{});
-    case DType::i32:
-      return f(int32_t{});
-    case DType::i64:
-      return f(int64_t{});
-    case DType::u8:
-      return f(uint8_t{});
-    case DType::boolean:
-      return f(bool{});
-    case DType::f16:
-    case DType::bf16:
-      break;
-  }
-  half_reached_kernel(t);
+  return visit_arithmetic_dtype(t, f, [&](DType other) -> decltype(f(float{})) { half_reached_kernel(other); });
 }
 
 /// The ops whose kernels compute run as f32 when an operand or the result is

@@ -95,22 +95,16 @@ struct Bits<8> {
 /// a lying peer) is a CUDA-style error instead of a kernel of another width.
 template <class F>
 cudaError_t by_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::i32:
-      return f(int32_t{});
-    case DType::i64:
-      return f(int64_t{});
-    case DType::u8:
-      return f(uint8_t{});
-    case DType::boolean:
-      return f(bool{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return visit_arithmetic_dtype(
+      t,
+      [&](auto tag) -> cudaError_t {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t>)
+          return cudaErrorInvalidValue;
+        else
+          return f(tag);
+      },
+      [](DType) { return cudaErrorInvalidValue; });
 }
 
 template <class F>

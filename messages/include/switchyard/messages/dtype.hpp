@@ -159,23 +159,20 @@ struct dtype_of<int16_t> {
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
-/// Calls `f(T{})` with the C++ type stored for `t` (bool for boolean,
-/// Half and BFloat16 for the 16-bit floats).
-template <class F>
-decltype(auto) visit_dtype(DType t, F&& f) {
+/// Calls `f(T{})` for the dtypes whose C++ type has arithmetic of its own
+/// (all but f16 and bf16), and `other(t)` for the rest (and invalid values).
+/// What a kernel that computes in its element type dispatches on.
+template <class F, class Other>
+decltype(auto) visit_arithmetic_dtype(DType t, F&& f, Other&& other) {
   switch (t) {
-    case DType::f16:
-      return f(Half{});
-    case DType::bf16:
-      return f(BFloat16{});
-    case DType::i8:
-      return f(int8_t{});
-    case DType::i16:
-      return f(int16_t{});
     case DType::f32:
       return f(float{});
     case DType::f64:
       return f(double{});
+    case DType::i8:
+      return f(int8_t{});
+    case DType::i16:
+      return f(int16_t{});
     case DType::i32:
       return f(int32_t{});
     case DType::i64:
@@ -183,9 +180,19 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::u8:
       return f(uint8_t{});
     case DType::boolean:
-      break;
+      return f(bool{});
+    default:
+      return other(t);
   }
-  return f(bool{});
+}
+
+/// Calls `f(T{})` with the C++ type stored for `t` (bool for boolean,
+/// Half and BFloat16 for the 16-bit floats; bool for an invalid value).
+template <class F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  if (t == DType::f16) return f(Half{});
+  if (t == DType::bf16) return f(BFloat16{});
+  return visit_arithmetic_dtype(t, f, [&](DType) { return f(bool{}); });
 }
 
 }  // namespace switchyard
