@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <dirent.h>
 #include <filesystem>
 #include <linux/tcp.h>
@@ -141,6 +142,36 @@ TEST_CASE("bridges move tensors local to worker and back", "[remote]") {
   for (int r = 0; r < 10; ++r) CHECK(v[r] == Approx(0.5 * (100 * (100 * r) + 4950 + 100)));
   CHECK(remote.stats().get().bytes_bridged_in == 1000 * sizeof(float));
   CHECK(remote.stats().get().bytes_bridged_out == 10 * sizeof(float));
+}
+
+TEST_CASE("every dtype crosses to a worker and back bit for bit and computes there", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  auto local = rt.device("cpu:0"), remote = rt.device(w.address() + "/cpu:0");
+  const std::vector<double> v = {-2.5, 0.1, 127, -128, 65504, 3, 0, 1};
+  for (auto t : sy::all_dtypes) {
+    INFO(sy::name_of(t));
+    CHECK(remote.dtype_support(t).storage);
+    auto x = local.tensor(v, {8}).cast(t);
+    auto want = x.read().get();
+    // Uploaded as data, bridged, computed on the worker, bridged back.
+    auto uploaded = remote.from_data(want);
+    auto bridged = x.to(remote);
+    auto got = bridged.to(local).read();
+    REQUIRE(got.wait_for(30s));
+    auto back = got.get();
+    CHECK(back.dtype == t);
+    CHECK(std::memcmp(back.bytes.data(), want.bytes.data(), want.bytes.size()) == 0);
+    auto up = uploaded.read();
+    REQUIRE(up.wait_for(30s));
+    CHECK(std::memcmp(up.get().bytes.data(), want.bytes.data(), want.bytes.size()) == 0);
+    if (t != sy::DType::boolean) {
+      auto sum_there = bridged.sum().read();
+      REQUIRE(sum_there.wait_for(30s));
+      CHECK(sum_there.get().at(0) == x.sum().item<double>());
+    }
+  }
 }
 
 // A worker that saw a local runner (a bridge's target or a message's sender)
