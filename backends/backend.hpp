@@ -97,6 +97,8 @@ struct DeviceOptions {
   uint64_t memory_limit = 0;
   /// Most bytes of freed buffers kept for reuse (0: no cache).
   uint64_t cache_limit = uint64_t{256} << 20;
+  /// cuda: f32 GEMMs may use TF32 tensor cores (RuntimeOptions::cuda_allow_tf32).
+  bool allow_tf32 = false;
 };
 
 /// One compiled-in backend kind in the device registry.

@@ -266,7 +266,10 @@ void Core::start() {
       backends::DeviceOptions opts;
       opts.threads =
           options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
-      if (where.first->name == "cuda") opts.memory_limit = options_.cuda_memory_limit;
+      if (where.first->name == "cuda") {
+        opts.memory_limit = options_.cuda_memory_limit;
+        opts.allow_tf32 = options_.cuda_allow_tf32;
+      }
       opts.cache_limit = options_.cpu_cache_limit;
       std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));

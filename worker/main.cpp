@@ -53,6 +53,7 @@ struct WorkerConfig : caf::actor_system_config {
   std::string ca;
   bool insecure_listen_any = false;
   size_t threads = 0;
+  bool cuda_allow_tf32 = false;
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
   std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
@@ -73,6 +74,8 @@ struct WorkerConfig : caf::actor_system_config {
         .add(insecure_listen_any, "insecure-listen-any", "allow a non-loopback --host without TLS")
         .add(log_level, "log-level", "stderr log: trace, debug, info (default), warn, error, critical or off")
         .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
+        .add(cuda_allow_tf32, "cuda-allow-tf32",
+             "f32 matmul on cuda devices may use TF32 tensor cores (off: f32-exact, as RuntimeOptions)")
         .add(max_message_bytes, "max-message-bytes",
              "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
         .add(transfer_chunk_bytes, "transfer-chunk-bytes",
@@ -110,6 +113,7 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   auto hw = static_cast<unsigned>(available_cpus());
   backends::DeviceOptions opts;
   opts.threads = cfg.threads != 0 ? cfg.threads : std::max<size_t>(1, hw / names.size());
+  opts.allow_tf32 = cfg.cuda_allow_tf32;
   for (const auto& name : names) {
     auto colon = name.find(':');
     auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) {

@@ -117,7 +117,7 @@ bool is_sticky(cudaStream_t stream, cudaError_t first) {
 /// the last buffer (whoever drops it) can still free its memory.
 class DeviceState {
  public:
-  explicit DeviceState(int index, uint64_t limit) : index_(index), limit_(limit) {}
+  DeviceState(int index, uint64_t limit, bool allow_tf32) : index_(index), limit_(limit), allow_tf32_(allow_tf32) {}
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 
@@ -146,6 +146,8 @@ class DeviceState {
     SY_CUDA_TRY(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
     SY_CUBLAS_TRY(cublasCreate(&blas_));
     SY_CUBLAS_TRY(cublasSetStream(blas_, compute_));
+    // cuBLAS's default math keeps f32 GEMMs in f32; TF32 only when asked.
+    SY_CUBLAS_TRY(cublasSetMathMode(blas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     return {};
   }
 
@@ -269,6 +271,7 @@ class DeviceState {
  private:
   int index_;
   uint64_t limit_;
+  bool allow_tf32_;
   std::atomic<uint64_t> in_use_{0};
   std::atomic<int> lost_{cudaSuccess};  // the sticky cudaError_t once lost
   cudaStream_t compute_ = nullptr;
@@ -433,7 +436,8 @@ caf::error unsupported(const std::string& what, DType t) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int index, const DeviceOptions& options)
-      : dev_(std::make_shared<DeviceState>(index, options.memory_limit)), inbox_(std::make_unique<Inbox>()) {
+      : dev_(std::make_shared<DeviceState>(index, options.memory_limit, options.allow_tf32)),
+        inbox_(std::make_unique<Inbox>()) {
     init_error_ = dev_->init();
     if (!init_error_) watchdog_ = std::thread([this] { watch(); });
   }

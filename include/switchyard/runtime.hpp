@@ -39,6 +39,12 @@ struct RuntimeOptions {
   /// memory is the limit). An op that would exceed it fails with
   /// out_of_memory; the device keeps working.
   uint64_t cuda_memory_limit = 0;
+  /// Let f32 matmul (and linear, addmm) on CUDA devices use TF32 tensor
+  /// cores: several times faster on Ampere and later, with products rounded
+  /// to 10 mantissa bits (PyTorch's torch.backends.cuda.matmul.allow_tf32).
+  /// Off by default, so f32 results stay f32-exact. The 16-bit dtypes'
+  /// own matmul does not depend on it.
+  bool cuda_allow_tf32 = false;
   /// Most bytes of freed tensor buffers each CPU device keeps for reuse
   /// (large tensors then skip page faults in loops); beyond it, freed
   /// memory goes back to the system at once. 0: no cache.

@@ -697,3 +697,26 @@ TEST_CASE("cuda: norms, attention, scans, sorting and scatter kinds match the CP
         rig.cpu, gpu, {big}, [](auto& in) { return in[0].cumsum(0); }, "cumsum 1M", 1e-5);
   }
 }
+
+TEST_CASE("cuda: f32 matmul is f32-exact by default and uses TF32 only when asked", "[cuda][gpu]") {
+  // Off (the default) a 256-long dot product of values with full 24-bit
+  // mantissas matches the CPU to f32 rounding; with cuda_allow_tf32 the
+  // products keep 10 mantissa bits (on GPUs with TF32 tensor cores the
+  // error is then far above f32's, below TF32's bound).
+  for (bool tf32 : {false, true}) {
+    sy::Runtime rt{sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}, .cuda_allow_tf32 = tf32}};
+    for (auto& gpu : rt.devices()) {
+      if (gpu.kind() != "cuda") continue;
+      INFO(gpu.name() << (tf32 ? " with TF32" : " without TF32"));
+      auto a = rt.device("cpu:0").uniform({64, 256}, -1, 1, DType::f32);
+      auto b = rt.device("cpu:0").uniform({256, 64}, -1, 1, DType::f32);
+      auto want = a.matmul(b).to_vector<double>();
+      auto got = a.to(gpu).matmul(b.to(gpu)).to_vector<double>();
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(want[i] - got[i]));
+      if (!tf32) CHECK(worst < 1e-4);
+      if (tf32) CHECK(worst < 5e-2);  // 256 products, each within 2^-11 relative
+      WARN(gpu.name() << (tf32 ? " TF32" : " f32") << ": largest difference from the CPU " << worst);
+    }
+  }
+}
