@@ -175,8 +175,10 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
               auto d = devs.find(dst);
               if (d == devs.end()) return;
               auto target = d->second.runner;
-              // Expect first: ops on the new tensor, forwarded after this, wait for it.
-              self->send(target, expect_atom::value, dst_ir);
+              // Expect first: ops on the new tensor, forwarded after this, wait
+              // for it. A local runner had it from the client, which sends
+              // that runner its batches itself.
+              if (target.node() != self->node()) self->send(target, expect_atom::value, dst_ir);
               auto s = devs.find(src);
               if (s == devs.end()) {
                 self->send(target, import_atom::value, dst_ir.id, unknown_device(self, src));

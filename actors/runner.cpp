@@ -57,7 +57,9 @@ struct RunnerState {
   std::unordered_map<TensorId, ReadSnapshot> read_snapshots;
   size_t transfer_chunk_bytes = 0;
   std::chrono::milliseconds transfer_timeout{120000};
-  std::vector<caf::typed_response_promise<done_atom>> syncs;
+  // Waiting syncs, answered once nothing is deferred (a request's response
+  // promise, or a local client's reply).
+  std::vector<std::function<void(const caf::error&)>> syncs;
   DeviceStats stats;
   uint64_t live_bytes = 0;
   std::shared_ptr<Tracer> tracer;  // null: tracing off
@@ -233,13 +235,10 @@ void complete_syncs(Self self) {
   auto& st = self->state;
   if (!st.deferred.empty() || st.syncs.empty()) return;
   auto err = st.backend->synchronize();
-  for (auto& p : st.syncs) {
-    if (err)
-      p.deliver(on_device(st, err));
-    else
-      p.deliver(done_atom::value);
-  }
+  if (err) err = on_device(st, err);
+  auto syncs = std::move(st.syncs);
   st.syncs.clear();
+  for (auto& done : syncs) done(err);
 }
 
 // Runs deferred ops whose inputs have all arrived, keeping their order.
@@ -321,6 +320,14 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
     return;
   }
   self->state.backend->to_data(e.meta, e.buffer, std::move(done));
+}
+
+// Reads tensor `id` once it is ready or failed, answering `done` with its
+// contents or its error.
+void read_when_resolved(Self self, TensorId id, std::function<void(caf::expected<TensorData>)> done) {
+  when_resolved(
+      self, id, [self, done](Entry& e) { read_entry(self, e, done); },
+      [done](caf::error err) { done(std::move(err)); });
 }
 
 void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged = true) {
@@ -430,14 +437,21 @@ struct OutgoingParts {
   TensorData data;
   uint64_t next = 0;
   int in_flight = 0;
-  caf::typed_response_promise<done_atom> done;
+  std::function<void(const caf::error&)> done;  // called once, then emptied
+
+  void finish(const caf::error& err) {
+    if (!done) return;
+    auto d = std::move(done);
+    done = nullptr;
+    d(err);
+  }
 };
 
 void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
   constexpr int window = 4;
   const auto chunk = self->state.transfer_chunk_bytes;
   const auto total = out->data.bytes.size();
-  while (out->in_flight < window && out->next < total && out->done.pending()) {
+  while (out->in_flight < window && out->next < total && out->done) {
     auto part = part_of(out->dst, out->data, out->next, chunk);
     out->next += part.bytes.size();
     ++out->in_flight;
@@ -446,19 +460,47 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
             [self, out](done_atom) {
               --out->in_flight;
               if (out->next >= out->data.bytes.size() && out->in_flight == 0) {
-                if (out->done.pending()) out->done.deliver(done_atom::value);
+                out->finish({});
                 return;
               }
               pump_parts(self, out);
             },
             [self, out](caf::error& e) {
               --out->in_flight;
-              if (out->done.pending())
-                out->done.deliver(make_error(Errc::device_lost, self->state.name + ": sending tensor #" +
-                                                                    std::to_string(out->dst.value) +
-                                                                    " in parts failed: " + describe(e).message));
+              out->finish(make_error(Errc::device_lost, self->state.name + ": sending tensor #" +
+                                                            std::to_string(out->dst.value) +
+                                                            " in parts failed: " + describe(e).message));
             });
   }
+}
+
+// Bridge, source side: sends tensor `id`, once resolved, to `target` as its
+// import `dst`; `done` hears when it left, or why it could not.
+void export_tensor(Self self, TensorId id, runner_actor target, TensorId dst,
+                   std::function<void(const caf::error&)> done) {
+  auto send = [self, target, dst, done](caf::expected<TensorData> r) {
+    if (!r) {
+      done(r.error());
+      return;
+    }
+    auto& st = self->state;
+    st.stats.bytes_bridged_out += r->bytes.size();
+    if (st.tracer) {
+      auto now = Tracer::Clock::now();
+      st.tracer->slice(st.track, "export", now, now + std::chrono::microseconds(1),
+                       "\"bytes\":" + std::to_string(r->bytes.size()));
+      st.tracer->flow_begin(st.track, dst.value, now);
+    }
+    if (st.transfer_chunk_bytes > 0 && target.node() != self->node() && r->bytes.size() > st.transfer_chunk_bytes) {
+      pump_parts(self, std::make_shared<OutgoingParts>(OutgoingParts{target, dst, std::move(*r), 0, 0, done}));
+      return;
+    }
+    self->send(target, import_atom::value, dst, std::move(*r));
+    done({});
+  };
+  when_resolved(
+      self, id, [self, send](Entry& e) { read_entry(self, e, send); },
+      [send](caf::error err) { send(std::move(err)); });
 }
 
 runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<backends::Backend> backend,
@@ -514,16 +556,16 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](read_atom, TensorId id) -> caf::result<TensorData> {
         auto rp = self->make_response_promise<TensorData>();
-        auto deliver = [rp](caf::expected<TensorData> r) mutable {
+        read_when_resolved(self, id, [rp](caf::expected<TensorData> r) mutable {
           if (r)
             rp.deliver(std::move(*r));
           else
             rp.deliver(std::move(r.error()));
-        };
-        when_resolved(
-            self, id, [self, deliver](Entry& e) { read_entry(self, e, deliver); },
-            [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
+        });
         return rp;
+      },
+      [self](read_atom, TensorId id, LocalReply<TensorData>& reply) {
+        read_when_resolved(self, id, std::move(reply.deliver));
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
         auto& st = self->state;
@@ -564,9 +606,23 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](sync_atom) -> caf::result<done_atom> {
         auto rp = self->make_response_promise<done_atom>();
-        self->state.syncs.push_back(rp);
+        self->state.syncs.emplace_back([rp](const caf::error& err) mutable {
+          if (err)
+            rp.deliver(err);
+          else
+            rp.deliver(done_atom::value);
+        });
         complete_syncs(self);
         return rp;
+      },
+      [self](sync_atom, LocalReply<done_atom>& reply) {
+        self->state.syncs.emplace_back([deliver = std::move(reply.deliver)](const caf::error& err) {
+          if (err)
+            deliver(err);
+          else
+            deliver(done_atom::value);
+        });
+        complete_syncs(self);
       },
       [self](stats_atom) {
         auto& st = self->state;
@@ -598,35 +654,25 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return done_atom::value;
       },
       [self](export_atom, TensorId id, caf::actor& target, TensorId dst) -> caf::result<done_atom> {
-        auto rp = self->make_response_promise<done_atom>();
         // A failure goes back to the requester (the client's router), which
         // names the device as its client knows it and fails the import.
-        auto send = [self, target, dst, rp](caf::expected<TensorData> r) mutable {
-          if (!r) {
-            rp.deliver(std::move(r.error()));
-            return;
-          }
-          auto& st = self->state;
-          st.stats.bytes_bridged_out += r->bytes.size();
-          if (st.tracer) {
-            auto now = Tracer::Clock::now();
-            st.tracer->slice(st.track, "export", now, now + std::chrono::microseconds(1),
-                             "\"bytes\":" + std::to_string(r->bytes.size()));
-            st.tracer->flow_begin(st.track, dst.value, now);
-          }
-          auto to = caf::actor_cast<runner_actor>(target);
-          if (st.transfer_chunk_bytes > 0 && to.node() != self->node() && r->bytes.size() > st.transfer_chunk_bytes) {
-            auto out = std::make_shared<OutgoingParts>(OutgoingParts{to, dst, std::move(*r), 0, 0, rp});
-            pump_parts(self, out);
-            return;
-          }
-          self->send(to, import_atom::value, dst, std::move(*r));
-          rp.deliver(done_atom::value);
-        };
-        when_resolved(
-            self, id, [self, send](Entry& e) { read_entry(self, e, send); },
-            [send](caf::error err) mutable { send(std::move(err)); });
+        auto rp = self->make_response_promise<done_atom>();
+        export_tensor(self, id, caf::actor_cast<runner_actor>(target), dst, [rp](const caf::error& err) mutable {
+          if (err)
+            rp.deliver(err);
+          else
+            rp.deliver(done_atom::value);
+        });
         return rp;
+      },
+      [self](export_atom, TensorId id, caf::actor& target, TensorId dst, LocalReply<done_atom>& reply) {
+        export_tensor(self, id, caf::actor_cast<runner_actor>(target), dst,
+                      [deliver = std::move(reply.deliver)](const caf::error& err) {
+                        if (err)
+                          deliver(err);
+                        else
+                          deliver(done_atom::value);
+                      });
       },
       [self](poll_atom) { self->state.backend->poll(); },
       [self](detach_atom, const caf::node_id& client) {

@@ -489,8 +489,13 @@ bool Core::send_locked(DeviceId device, Queue& q) {
   // reallocations and page faults on the submitting thread (profiled).
   batch.reserve(options_.max_batch);
   batch.swap(q.ops);
-  // Sent under the lock, so batches of one device leave in queue order.
-  caf::anon_send(router_, submit_atom::value, device, std::move(batch));
+  // Sent under the lock, so batches of one device leave in queue order. A
+  // local runner takes them straight from us: the router would only
+  // forward them, one scheduler hop per batch.
+  if (slots_[device].local)
+    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value, std::move(batch));
+  else
+    caf::anon_send(router_, submit_atom::value, device, std::move(batch));
   q.batches_sent.fetch_add(1, std::memory_order_release);
   return true;
 }
@@ -555,12 +560,12 @@ void Core::submit(DeviceId device, OperationIr op) {
       arm = q.ops.size() == 1;
   }
   if (sent) wait_for_room(device, q);
-  if (arm) {
+  // The flusher is woken only from its parked state: a client doing op +
+  // read round trips flushes itself, and waking the flusher for each would
+  // cost two context switches per round trip.
+  if (arm && !flush_pending_.exchange(true) && flusher_parked_.load()) {
     std::lock_guard lock(flusher_mutex_);
-    if (!flusher_armed_) {
-      flusher_armed_ = true;
-      flusher_wake_.notify_one();
-    }
+    flusher_wake_.notify_one();
   }
 }
 
@@ -578,17 +583,32 @@ void Core::flush_all() {
   for (DeviceId d = 0; d < device_count(); ++d) flush(d, false);
 }
 
+// Sends what waited a flush interval in any queue. While ops keep coming it
+// ticks once per interval, so submitting never has to wake it; after
+// `idle_ticks` intervals without a new op it parks until the next one.
+// (Parking and submitting form a Dekker pair on flusher_parked_ and
+// flush_pending_, both sequentially consistent: either the submitter sees
+// the flusher parked and wakes it, or the flusher sees the op and stays.)
 void Core::flusher_loop() {
+  constexpr int idle_ticks = 50;
+  int idle = 0;
   std::unique_lock lock(flusher_mutex_);
   for (;;) {
-    flusher_wake_.wait(lock, [&] { return flusher_stop_ || flusher_armed_; });
-    if (flusher_stop_) return;
-    // Let the batch fill for one interval, then send whatever is queued.
     flusher_wake_.wait_for(lock, options_.flush_interval, [&] { return flusher_stop_; });
-    flusher_armed_ = false;
-    lock.unlock();
-    flush_all();
-    lock.lock();
+    if (flusher_stop_) return;
+    if (flush_pending_.exchange(false)) {
+      idle = 0;
+      lock.unlock();
+      flush_all();
+      lock.lock();
+      continue;
+    }
+    if (++idle < idle_ticks) continue;
+    flusher_parked_.store(true);
+    flusher_wake_.wait(lock, [&] { return flusher_stop_ || flush_pending_.load(); });
+    flusher_parked_.store(false);
+    idle = 0;
+    if (flusher_stop_) return;
   }
 }
 
@@ -619,6 +639,37 @@ Tensor Core::emit(DeviceId device, const TensorIr& ir, OperationIr op) {
   return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(meta)));
 }
 
+namespace {
+// What a failed request's future holds: a device lost because the runtime
+// is closing reads as the runtime's shutdown.
+std::exception_ptr reply_failure(const std::weak_ptr<Core>& weak, const caf::error& e) {
+  auto core = weak.lock();
+  if (core && core->closed() && describe(e).code == Errc::device_lost)
+    return std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply"));
+  return to_exception(e);
+}
+}  // namespace
+
+template <class Reply, class Value, class Convert>
+LocalReply<Reply> Core::local_reply(Promise<Value> promise, std::shared_ptr<const void> keep, Convert convert) {
+  // Runs on the runner's thread, where nothing may throw out of it. One box
+  // for `keep` however often the runner copies the reply, emptied by the
+  // copy that runs.
+  auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
+  return LocalReply<Reply>{[promise, convert, box, weak = weak_from_this()](caf::expected<Reply> r) mutable {
+    RuntimeThreadScope scope;
+    try {
+      box->reset();  // queue the drop before the caller sees the value
+      if (r)
+        convert(promise, *r);
+      else
+        promise.set_error(reply_failure(weak, r.error()));
+    } catch (...) {
+      promise.set_error(std::current_exception());
+    }
+  }};
+}
+
 template <class Reply, class Value, class Convert, class... Ts>
 Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs) {
   Promise<Value> promise;
@@ -645,12 +696,7 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
                 [promise, weak, box](caf::error& e) mutable {
                   RuntimeThreadScope scope;
                   box->reset();
-                  auto core = weak.lock();
-                  if (core && core->closed() && describe(e).code == Errc::device_lost)
-                    promise.set_error(
-                        std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
-                  else
-                    promise.set_error(to_exception(e));
+                  promise.set_error(reply_failure(weak, e));
                 });
       },
       router_);
@@ -668,6 +714,17 @@ Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_p
     else
       p.set_value(std::move(d));
   };
+  if (slots_[device].local) {
+    Promise<TensorData> promise;
+    auto fut = promise.future();
+    if (closed()) {
+      promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime is shut down")));
+      return fut;
+    }
+    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), read_atom::value, ir.id,
+                   local_reply<TensorData>(std::move(promise), std::move(keep), std::move(check)));
+    return fut;
+  }
   return ask<TensorData, TensorData>(std::move(keep), std::move(check), read_atom::value, device, ir.id);
 }
 
@@ -702,12 +759,7 @@ Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std:
         auto fail = [t, weak](const caf::error& e) {
           RuntimeThreadScope scope;
           t->keep.reset();
-          auto core = weak.lock();
-          if (core && core->closed() && describe(e).code == Errc::device_lost)
-            t->promise.set_error(
-                std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime shut down before the reply")));
-          else
-            t->promise.set_error(to_exception(e));
+          t->promise.set_error(reply_failure(weak, e));
         };
         auto ask_next = std::make_shared<std::function<void()>>();
         *ask_next = [self, router, t, chunk, name, device, ir, fail, ask_next] {
@@ -748,8 +800,19 @@ Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std:
 
 Future<void> Core::sync(DeviceId device) {
   flush(device);
-  return ask<done_atom, void>(
-      nullptr, [](Promise<void>& p, done_atom) { p.set_value(); }, sync_atom::value, device);
+  auto done = [](Promise<void>& p, done_atom) { p.set_value(); };
+  if (slots_[device].local) {
+    Promise<void> promise;
+    auto fut = promise.future();
+    if (closed()) {
+      promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime is shut down")));
+      return fut;
+    }
+    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), sync_atom::value,
+                   local_reply<done_atom>(std::move(promise), nullptr, done));
+    return fut;
+  }
+  return ask<done_atom, void>(nullptr, done, sync_atom::value, device);
 }
 
 Future<DeviceStats> Core::stats(DeviceId device) {
@@ -777,7 +840,27 @@ void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& d
     if (closed()) return;
     send_locked(src, qs);
     if (dst != src) send_locked(dst, qd);
-    caf::anon_send(router_, bridge_atom::value, src, src_id, dst, dst_ir);
+    // Local runners take their batches from us directly, not through the
+    // router, so what must be ordered with those batches goes the same
+    // way: the expect before ops on the result, and the export before the
+    // drop of the source that may follow in the next batch.
+    if (!slots_[src].local) {
+      if (slots_[dst].local)
+        caf::anon_send(caf::actor_cast<runner_actor>(slots_[dst].runner), expect_atom::value, dst_ir);
+      caf::anon_send(router_, bridge_atom::value, src, src_id, dst, dst_ir);
+    } else {
+      const auto& target = slots_[dst].runner;
+      if (slots_[dst].local)
+        caf::anon_send(caf::actor_cast<runner_actor>(target), expect_atom::value, dst_ir);
+      else
+        caf::anon_send(router_, expect_atom::value, dst, dst_ir);
+      // The runner names its device as we do; its failure fails the import.
+      LocalReply<done_atom> failed{[target, id = dst_ir.id](caf::expected<done_atom> r) {
+        if (!r) caf::anon_send(caf::actor_cast<runner_actor>(target), import_atom::value, id, r.error());
+      }};
+      caf::anon_send(caf::actor_cast<runner_actor>(slots_[src].runner), export_atom::value, src_id, target, dst_ir.id,
+                     std::move(failed));
+    }
   }
   wait_for_room(src, qs);
   if (dst != src) wait_for_room(dst, qd);

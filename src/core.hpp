@@ -180,6 +180,9 @@ class Core : public std::enable_shared_from_this<Core> {
   void wait_for_room(DeviceId device, Queue& q);
   void shut_down();
   void flusher_loop();
+  // The reply a local runner calls on its own thread to complete `promise`.
+  template <class Reply, class Value, class Convert>
+  LocalReply<Reply> local_reply(Promise<Value> promise, std::shared_ptr<const void> keep, Convert convert);
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs);
   void send_in_parts(DeviceId device, FromDataOp upload, size_t chunk);
@@ -201,7 +204,8 @@ class Core : public std::enable_shared_from_this<Core> {
   std::mutex flusher_mutex_;
   std::condition_variable flusher_wake_;
   bool flusher_stop_ = false;
-  bool flusher_armed_ = false;
+  std::atomic<bool> flush_pending_{false};  // a queue got its first op since the last tick
+  std::atomic<bool> flusher_parked_{false};
   std::thread flusher_;
 };
 

@@ -2,14 +2,18 @@
 #pragma once
 
 // The actor protocol: atoms and the typed interfaces of runner and router.
-// Every type named here is registered in `register_message_types`.
+// Every type named here is registered in `register_message_types`, except
+// LocalReply, which must never be.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <caf/actor_system_config.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/expected.hpp>
 #include <caf/node_id.hpp>
 #include <caf/typed_actor.hpp>
 
@@ -69,6 +73,18 @@ typename Inspector::result_type inspect(Inspector& f, DataPart& x) {
   return f(caf::meta::type_name("data_part"), x.id, x.shape, x.dtype, x.total, x.offset, x.bytes, x.bridge);
 }
 
+/// How a runner answers a client of its own process: it calls `deliver` on
+/// its own thread, where a request would send a response message to a
+/// requesting actor. A local read or sync then crosses two threads (client,
+/// runner, client) instead of five (a spawned request actor and the router
+/// on CAF's scheduler, both ways). Deliberately not registered for
+/// serialization: a message holding one cannot be decoded from another
+/// node, so only code in the runner's own process can send it.
+template <class T>
+struct LocalReply {
+  std::function<void(caf::expected<T>)> deliver;
+};
+
 /// One device's executor: owns the device's tensor handles and runs the ops
 /// it receives in order.
 using runner_actor = caf::typed_actor<
@@ -76,12 +92,15 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<submit_atom, std::vector<OperationIr>>,
     // A tensor's contents; waits while the tensor is pending.
     caf::replies_to<read_atom, TensorId>::with<TensorData>,
+    // The same for a client in this process, answered through LocalReply.
+    caf::reacts_to<read_atom, TensorId, LocalReply<TensorData>>,
     // Bytes [offset, offset + max) of a tensor, for reads too large for one
     // message; the runner keeps a snapshot from the part at offset 0 until
     // the last part is served or the tensor is dropped.
     caf::replies_to<read_atom, TensorId, uint64_t, uint64_t>::with<DataPart>,
     // Completes once every op received before it has run.
-    caf::replies_to<sync_atom>::with<done_atom>, caf::replies_to<stats_atom>::with<DeviceStats>,
+    caf::replies_to<sync_atom>::with<done_atom>, caf::reacts_to<sync_atom, LocalReply<done_atom>>,
+    caf::replies_to<stats_atom>::with<DeviceStats>,
     // Bridge, target side: `TensorIr` will arrive by import; ops on it wait.
     caf::reacts_to<expect_atom, TensorIr>, caf::reacts_to<import_atom, TensorId, TensorData>,
     caf::reacts_to<import_atom, TensorId, caf::error>,
@@ -92,6 +111,11 @@ using runner_actor = caf::typed_actor<
     // the second id; replies once sent, or with the failure (the requester
     // then fails the import, naming the source as its client knows it).
     caf::replies_to<export_atom, TensorId, caf::actor, TensorId>::with<done_atom>,
+    // The same for a client in this process (it sends the runners of its
+    // own process their batches itself, so it must order their exports
+    // too: an export relayed by the router could arrive after the drop
+    // that the client sent behind it).
+    caf::reacts_to<export_atom, TensorId, caf::actor, TensorId, LocalReply<done_atom>>,
     // An async backend has completions ready (sent by its waker).
     caf::reacts_to<poll_atom>,
     // Gives the backend's cached memory back to the system, after the ops
@@ -143,3 +167,6 @@ using router_actor =
 void register_message_types(caf::actor_system_config& cfg);
 
 }  // namespace switchyard
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalReply<switchyard::TensorData>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalReply<switchyard::done_atom>)
