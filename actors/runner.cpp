@@ -474,6 +474,28 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
   }
 }
 
+// A batch of ops from a client, in order. Counted as one batch taken in
+// (the client's backpressure), whether it came alone or with a request.
+void take_in(Self self, std::vector<OperationIr>& ops) {
+  auto& st = self->state;
+  st.sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+  for (auto& op : ops) {
+    try {
+      submit_one(self, op);
+    } catch (const std::exception& ex) {
+      // A runner must outlive any op: report and keep serving.
+      fail_outputs(st, op, make_error(Errc::kernel_failure, st.name + ": " + ex.what()));
+    }
+  }
+  complete_syncs(self);
+  if (st.batches_done) st.batches_done->fetch_add(1, std::memory_order_release);
+  st.busy_since_idle_check = true;
+  if (st.idle_trim_after.count() > 0 && !st.idle_timer_armed) {
+    st.idle_timer_armed = true;
+    self->delayed_send(self, st.idle_trim_after, idle_atom::value);
+  }
+}
+
 // Bridge, source side: sends tensor `id`, once resolved, to `target` as its
 // import `dst`; `done` hears when it left, or why it could not.
 void export_tensor(Self self, TensorId id, runner_actor target, TensorId dst,
@@ -518,25 +540,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   // The backend wakes us from its own threads; poll runs its completions here.
   self->state.backend->set_waker([handle = runner_actor{self}] { caf::anon_send(handle, poll_atom::value); });
   return {
-      [self](submit_atom, std::vector<OperationIr>& ops) {
-        self->state.sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
-        for (auto& op : ops) {
-          try {
-            submit_one(self, op);
-          } catch (const std::exception& ex) {
-            // A runner must outlive any op: report and keep serving.
-            fail_outputs(self->state, op, make_error(Errc::kernel_failure, self->state.name + ": " + ex.what()));
-          }
-        }
-        complete_syncs(self);
-        if (self->state.batches_done) self->state.batches_done->fetch_add(1, std::memory_order_release);
-        auto& st = self->state;
-        st.busy_since_idle_check = true;
-        if (st.idle_trim_after.count() > 0 && !st.idle_timer_armed) {
-          st.idle_timer_armed = true;
-          self->delayed_send(self, st.idle_trim_after, idle_atom::value);
-        }
-      },
+      [self](submit_atom, std::vector<OperationIr>& ops) { take_in(self, ops); },
       [self](idle_atom) {
         // One timer at a time, re-armed while ops keep coming: an idle
         // period of at least idle_trim_after (and under twice that) trims.
@@ -564,7 +568,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         });
         return rp;
       },
-      [self](read_atom, TensorId id, LocalReply<TensorData>& reply) {
+      [self](read_atom, TensorId id, std::vector<OperationIr>& ops, LocalReply<TensorData>& reply) {
+        if (!ops.empty()) take_in(self, ops);
         read_when_resolved(self, id, std::move(reply.deliver));
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
@@ -615,7 +620,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         complete_syncs(self);
         return rp;
       },
-      [self](sync_atom, LocalReply<done_atom>& reply) {
+      [self](sync_atom, std::vector<OperationIr>& ops, LocalReply<done_atom>& reply) {
+        if (!ops.empty()) take_in(self, ops);
         self->state.syncs.emplace_back([deliver = std::move(reply.deliver)](const caf::error& err) {
           if (err)
             deliver(err);

@@ -4,6 +4,8 @@
 //   op_cost chain N      N dependent tiny ops (x = x + 1 on f32[1]), one read
 //   op_cost roundtrip N  N blocking round trips (x + 1).read().get() on f32[4],
 //                        printing p50/p99 in microseconds
+//   op_cost threads N T  the same from T client threads at once (default 8),
+//                        printing round trips per second, p50 and p99
 // Both start a runtime with one cpu device and warm it up first, so the
 // difference between two runs of different N is the per-op cost alone.
 
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "switchyard/switchyard.hpp"
@@ -55,6 +58,33 @@ int main(int argc, char** argv) {
     }
     std::sort(us.begin(), us.end());
     std::printf("p50 %.1f us  p99 %.1f us  (%ld round trips)\n", us[us.size() / 2], us[us.size() * 99 / 100], n);
+    return 0;
+  }
+  if (mode == "threads") {
+    // `threads` client threads on the one runtime, each doing n round trips
+    // on its own tensor: aggregate round trips per second and the p99.
+    const long threads = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 8;
+    std::vector<std::vector<double>> per_thread(static_cast<size_t>(threads));
+    std::vector<std::thread> clients;
+    const auto begin = std::chrono::steady_clock::now();
+    for (long t = 0; t < threads; ++t)
+      clients.emplace_back([&, t] {
+        auto y = cpu.ones({4});
+        auto& us = per_thread[static_cast<size_t>(t)];
+        us.reserve(static_cast<size_t>(n));
+        for (long i = 0; i < n; ++i) {
+          auto t0 = std::chrono::steady_clock::now();
+          auto v = (y + 1).read().get();
+          us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        }
+      });
+    for (auto& c : clients) c.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    std::vector<double> us;
+    for (auto& v : per_thread) us.insert(us.end(), v.begin(), v.end());
+    std::sort(us.begin(), us.end());
+    std::printf("rate %.0f /s  p50 %.1f us  p99 %.1f us  (%ld threads x %ld round trips)\n",
+                static_cast<double>(us.size()) / seconds, us[us.size() / 2], us[us.size() * 99 / 100], threads, n);
     return 0;
   }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

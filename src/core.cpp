@@ -459,11 +459,14 @@ void Core::LastUseTable::reset(size_t keys) {
   size_t capacity = 16;
   while (capacity < 2 * keys) capacity *= 2;  // load factor at most 1/2
   if (slots_.size() < capacity) slots_.resize(capacity);
-  std::fill(slots_.begin(), slots_.end(), Slot{});
+  // Only the part this batch uses: after one large batch, clearing the
+  // whole array for each one-op batch of a round trip showed in profiles.
+  std::fill_n(slots_.begin(), capacity, Slot{});
+  mask_ = capacity - 1;
 }
 
 uint32_t& Core::LastUseTable::find_or_insert(TensorId id, uint32_t fresh, bool& inserted) {
-  const size_t mask = slots_.size() - 1;
+  const size_t mask = mask_;
   // Ids are sequential: a multiplicative hash spreads neighbours apart.
   for (size_t i = (id.value * 0x9E3779B97F4A7C15ull) >> 32 & mask;; i = (i + 1) & mask) {
     auto& slot = slots_[i];
@@ -480,15 +483,31 @@ uint32_t& Core::LastUseTable::find_or_insert(TensorId id, uint32_t fresh, bool& 
   }
 }
 
-bool Core::send_locked(DeviceId device, Queue& q) {
-  if (q.ops.empty()) return false;
+std::vector<OperationIr> Core::take_batch_locked(Queue& q) {
+  if (q.has_late_drops.load(std::memory_order_acquire)) {
+    std::lock_guard lock(q.late_drops_mutex);
+    for (auto id : q.late_drops) q.ops.emplace_back(DropOp{id});
+    q.late_drops.clear();
+    q.has_late_drops.store(false, std::memory_order_relaxed);
+  }
+  if (q.ops.empty()) return {};
   q.upload_bytes = 0;
   if (options_.reuse_last_use) mark_last_uses(q.ops, q.next_use);
   std::vector<OperationIr> batch;
-  // The next batch starts at full capacity: growing it op by op cost
-  // reallocations and page faults on the submitting thread (profiled).
-  batch.reserve(options_.max_batch);
+  // The next batch starts as large as this one: growing it op by op cost
+  // reallocations and page faults on the submitting thread, and reserving
+  // max_batch each time (~78 KB) made every one-op round trip allocate a
+  // block that the runner's thread frees and glibc then gives back to the
+  // system (madvise, page faults; both profiled).
+  batch.reserve(std::clamp<size_t>(q.ops.size(), 8, options_.max_batch));
   batch.swap(q.ops);
+  q.batches_sent.fetch_add(1, std::memory_order_release);
+  return batch;
+}
+
+bool Core::send_locked(DeviceId device, Queue& q) {
+  auto batch = take_batch_locked(q);
+  if (batch.empty()) return false;
   // Sent under the lock, so batches of one device leave in queue order. A
   // local runner takes them straight from us: the router would only
   // forward them, one scheduler hop per batch.
@@ -496,7 +515,6 @@ bool Core::send_locked(DeviceId device, Queue& q) {
     caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value, std::move(batch));
   else
     caf::anon_send(router_, submit_atom::value, device, std::move(batch));
-  q.batches_sent.fetch_add(1, std::memory_order_release);
   return true;
 }
 
@@ -543,6 +561,21 @@ void Core::submit(DeviceId device, OperationIr op) {
   const size_t chunk = slots_[device].local ? 0 : options_.transfer_chunk_bytes;
   const auto* upload = std::get_if<FromDataOp>(&op.op);
   const size_t upload_bytes = upload != nullptr ? upload->data.bytes.size() : 0;
+  if (const auto* drop = std::get_if<DropOp>(&op.op); drop != nullptr && on_runtime_thread()) {
+    // A drop from a reply (the runner's own thread, for a local device) or
+    // a continuation: it must not contend for the queue's lock with client
+    // threads, which hold it across sends; a client preempted there would
+    // stall the runner. Ops that use the tensor were queued before this
+    // drop, so the drop may wait at the end of the next batch.
+    {
+      std::lock_guard lock(q.late_drops_mutex);
+      if (closed()) return;
+      q.late_drops.push_back(drop->id);
+    }
+    q.has_late_drops.store(true, std::memory_order_release);
+    arm_flusher();
+    return;
+  }
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
@@ -560,10 +593,14 @@ void Core::submit(DeviceId device, OperationIr op) {
       arm = q.ops.size() == 1;
   }
   if (sent) wait_for_room(device, q);
-  // The flusher is woken only from its parked state: a client doing op +
-  // read round trips flushes itself, and waking the flusher for each would
-  // cost two context switches per round trip.
-  if (arm && !flush_pending_.exchange(true) && flusher_parked_.load()) {
+  if (arm) arm_flusher();
+}
+
+// The flusher is woken only from its parked state: a client doing op + read
+// round trips flushes itself, and waking the flusher for each would cost two
+// context switches per round trip.
+void Core::arm_flusher() {
+  if (!flush_pending_.exchange(true) && flusher_parked_.load()) {
     std::lock_guard lock(flusher_mutex_);
     flusher_wake_.notify_one();
   }
@@ -670,6 +707,31 @@ LocalReply<Reply> Core::local_reply(Promise<Value> promise, std::shared_ptr<cons
   }};
 }
 
+// A request to a runner of this process: the queued ops travel in the same
+// message (the runner takes them in first), and the runner answers through
+// a LocalReply on its own thread. One message and two threads per round
+// trip; a flush and a request were two messages.
+template <class Reply, class Value, class Convert, class... Ts>
+Future<Value> Core::ask_local(DeviceId device, std::shared_ptr<const void> keep, Convert convert, Ts... xs) {
+  Promise<Value> promise;
+  auto fut = promise.future();
+  auto& q = slot(device).queue;
+  bool sent = false;
+  {
+    std::lock_guard lock(q.mutex);
+    if (closed()) {
+      promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime is shut down")));
+      return fut;
+    }
+    auto batch = take_batch_locked(q);
+    sent = !batch.empty();
+    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), xs..., std::move(batch),
+                   local_reply<Reply>(std::move(promise), std::move(keep), std::move(convert)));
+  }
+  if (sent) wait_for_room(device, q);
+  return fut;
+}
+
 template <class Reply, class Value, class Convert, class... Ts>
 Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs) {
   Promise<Value> promise;
@@ -704,7 +766,7 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
 }
 
 Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
-  flush(device);
+  if (!slots_[device].local) flush(device);
   if (!slots_[device].local && options_.transfer_chunk_bytes > 0 && ir.bytes() > options_.transfer_chunk_bytes)
     return read_in_parts(device, ir, std::move(keep));
   auto check = [device = info(device).name, ir](Promise<TensorData>& p, TensorData& d) {
@@ -714,17 +776,8 @@ Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_p
     else
       p.set_value(std::move(d));
   };
-  if (slots_[device].local) {
-    Promise<TensorData> promise;
-    auto fut = promise.future();
-    if (closed()) {
-      promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime is shut down")));
-      return fut;
-    }
-    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), read_atom::value, ir.id,
-                   local_reply<TensorData>(std::move(promise), std::move(keep), std::move(check)));
-    return fut;
-  }
+  if (slots_[device].local)
+    return ask_local<TensorData, TensorData>(device, std::move(keep), std::move(check), read_atom::value, ir.id);
   return ask<TensorData, TensorData>(std::move(keep), std::move(check), read_atom::value, device, ir.id);
 }
 
@@ -799,19 +852,9 @@ Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std:
 }
 
 Future<void> Core::sync(DeviceId device) {
-  flush(device);
   auto done = [](Promise<void>& p, done_atom) { p.set_value(); };
-  if (slots_[device].local) {
-    Promise<void> promise;
-    auto fut = promise.future();
-    if (closed()) {
-      promise.set_error(std::make_exception_ptr(Error(Errc::runtime_closed, "the runtime is shut down")));
-      return fut;
-    }
-    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), sync_atom::value,
-                   local_reply<done_atom>(std::move(promise), nullptr, done));
-    return fut;
-  }
+  if (slots_[device].local) return ask_local<done_atom, void>(device, nullptr, done, sync_atom::value);
+  flush(device);
   return ask<done_atom, void>(nullptr, done, sync_atom::value, device);
 }
 

@@ -131,6 +131,7 @@ class Core : public std::enable_shared_from_this<Core> {
       uint32_t value = 0;
     };
     std::vector<Slot> slots_;
+    size_t mask_ = 0;  // slots in use by the current batch, minus one
   };
   struct Queue {
     std::mutex mutex;
@@ -143,6 +144,11 @@ class Core : public std::enable_shared_from_this<Core> {
     // without it), and batches the runner has taken in.
     std::atomic<uint64_t> batches_sent{0};
     std::shared_ptr<std::atomic<uint64_t>> batches_done = std::make_shared<std::atomic<uint64_t>>(0);
+    // Drops from runtime threads, appended to the next batch. Their own
+    // lock is held only to push or take, never across a send.
+    std::mutex late_drops_mutex;
+    std::vector<TensorId> late_drops;
+    std::atomic<bool> has_late_drops{false};
   };
   // Written once before `count_` publishes it, except `lost*` (router thread).
   struct Slot {
@@ -173,16 +179,22 @@ class Core : public std::enable_shared_from_this<Core> {
   DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local);
   void on_lost(DeviceId id, const std::string& why);
 
+  // The queued ops as one batch (marked for last uses, counted as sent),
+  // leaving the queue empty; empty when nothing was queued.
+  std::vector<OperationIr> take_batch_locked(Queue& q);
   // Sends the queued ops as one batch; true when one was sent. Never waits:
   // the queue lock is held, and a drop on a runtime thread may need it.
   bool send_locked(DeviceId device, Queue& q);
   // Backpressure, after a send and outside the lock, on client threads only.
   void wait_for_room(DeviceId device, Queue& q);
   void shut_down();
+  void arm_flusher();
   void flusher_loop();
   // The reply a local runner calls on its own thread to complete `promise`.
   template <class Reply, class Value, class Convert>
   LocalReply<Reply> local_reply(Promise<Value> promise, std::shared_ptr<const void> keep, Convert convert);
+  template <class Reply, class Value, class Convert, class... Ts>
+  Future<Value> ask_local(DeviceId device, std::shared_ptr<const void> keep, Convert convert, Ts... xs);
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs);
   void send_in_parts(DeviceId device, FromDataOp upload, size_t chunk);

@@ -92,14 +92,16 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<submit_atom, std::vector<OperationIr>>,
     // A tensor's contents; waits while the tensor is pending.
     caf::replies_to<read_atom, TensorId>::with<TensorData>,
-    // The same for a client in this process, answered through LocalReply.
-    caf::reacts_to<read_atom, TensorId, LocalReply<TensorData>>,
+    // The same for a client in this process, answered through LocalReply,
+    // with the ops it queued before the read (taken in first; may be empty).
+    caf::reacts_to<read_atom, TensorId, std::vector<OperationIr>, LocalReply<TensorData>>,
     // Bytes [offset, offset + max) of a tensor, for reads too large for one
     // message; the runner keeps a snapshot from the part at offset 0 until
     // the last part is served or the tensor is dropped.
     caf::replies_to<read_atom, TensorId, uint64_t, uint64_t>::with<DataPart>,
     // Completes once every op received before it has run.
-    caf::replies_to<sync_atom>::with<done_atom>, caf::reacts_to<sync_atom, LocalReply<done_atom>>,
+    caf::replies_to<sync_atom>::with<done_atom>,
+    caf::reacts_to<sync_atom, std::vector<OperationIr>, LocalReply<done_atom>>,
     caf::replies_to<stats_atom>::with<DeviceStats>,
     // Bridge, target side: `TensorIr` will arrive by import; ops on it wait.
     caf::reacts_to<expect_atom, TensorIr>, caf::reacts_to<import_atom, TensorId, TensorData>,
