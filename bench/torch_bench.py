@@ -17,6 +17,7 @@ TINY_CHAIN_OPS = 100000
 CLIENT_THREADS = 8
 OPS_PER_CLIENT = 20000
 LARGE = 1 << 24
+ROUNDTRIPS = 10000  # per thread, as bench/compare runs bench/op_cost
 CHURN = 1000000
 CHURN_WARMUP = 100000
 
@@ -140,6 +141,35 @@ def main():
         t0 = time.perf_counter()
         growth = churn()
         add("churn", time.perf_counter() - t0, CHURN + CHURN_WARMUP, rss_growth_mib=growth / (1 << 20))
+
+    # Blocking round trips, as bench/op_cost's roundtrip and threads modes:
+    # (x + 1).numpy() on float32[4], from one thread and from 8 at once.
+    def roundtrips(n, threads):
+        lat = [[] for _ in range(threads)]
+
+        def client(k):
+            x = torch.ones(4)
+            for _ in range(200):
+                (x + 1).numpy()
+            for _ in range(n):
+                t0 = time.perf_counter_ns()
+                (x + 1).numpy()
+                lat[k].append((time.perf_counter_ns() - t0) / 1e9)
+        workers = [threading.Thread(target=client, args=(k,)) for k in range(threads)]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        return sorted(sum(lat, [])), elapsed
+    if want("roundtrip"):
+        torch.set_num_threads(1)
+        us, _ = roundtrips(ROUNDTRIPS, 1)
+        add("roundtrip/p50", us[len(us) // 2], 1)
+        add("roundtrip/p99", us[len(us) * 99 // 100], 1)
+        us, elapsed = roundtrips(ROUNDTRIPS, 8)
+        add("roundtrip/threads8", elapsed / len(us), 1)
 
     json.dump({"context": {"torch": torch.__version__, "threads": torch.get_num_threads()}, "benchmarks": out},
               sys.stdout, indent=1)
