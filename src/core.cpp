@@ -505,7 +505,11 @@ std::vector<OperationIr> Core::take_batch_locked(Queue& q) {
   return batch;
 }
 
-bool Core::send_locked(DeviceId device, Queue& q) {
+bool Core::send_locked(DeviceId device, Queue& q, bool last) {
+  // After close() sent the queues for the last time, nothing more goes out:
+  // shut_down() is about to let go of the runners (late drops may still
+  // arrive, and a flush would otherwise read a runner handle it resets).
+  if (closed() && !last) return false;
   auto batch = take_batch_locked(q);
   if (batch.empty()) return false;
   // Sent under the lock, so batches of one device leave in queue order. A
@@ -915,7 +919,7 @@ void Core::close() {
   // Send what is queued (submit refuses new work now that closed_ is set).
   for (DeviceId d = 0; d < device_count(); ++d) {
     std::lock_guard lock(slots_[d].queue.mutex);
-    send_locked(d, slots_[d].queue);
+    send_locked(d, slots_[d].queue, true);
   }
   if (on_runtime_thread()) {
     // ~actor_system below waits for every scheduler thread, this one too:

@@ -184,7 +184,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<OperationIr> take_batch_locked(Queue& q);
   // Sends the queued ops as one batch; true when one was sent. Never waits:
   // the queue lock is held, and a drop on a runtime thread may need it.
-  bool send_locked(DeviceId device, Queue& q);
+  bool send_locked(DeviceId device, Queue& q, bool last = false);
   // Backpressure, after a send and outside the lock, on client threads only.
   void wait_for_room(DeviceId device, Queue& q);
   void shut_down();
