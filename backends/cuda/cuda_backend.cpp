@@ -893,8 +893,12 @@ class CudaBackend final : public Backend {
     bool scalar_zero = false;
     visit_dtype(compute, [&](auto tag) {
       using T = decltype(tag);
-      const T v = o.scalar.as<T>();
-      scalar_zero = v == T(0);
+      T v;
+      if constexpr (is_half_v<T>)
+        v = backends::from_double<T>(o.scalar.to_double());  // as the CPU rounds it: through double and float
+      else
+        v = o.scalar.as<T>();
+      scalar_zero = static_cast<double>(v) == 0;
       std::memcpy(&scalar_bits, &v, sizeof(T));
     });
     const bool int_division = divides(o.kind) && !is_floating(compute);
