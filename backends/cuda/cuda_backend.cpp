@@ -472,8 +472,8 @@ class CudaBackend final : public Backend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cuda"; }
-  // The narrow dtypes have no CUDA kernels yet: the runner refuses their ops
-  // (clients already do, at the call), so no kernel reads the wrong width.
+  // Every dtype has kernels (f16/bf16 as __half/__nv_bfloat16); the table
+  // stays the one source, so a dtype it withdraws is refused here too.
   [[nodiscard]] bool supports(DType t) const noexcept override { return dtype_support("cuda", t).storage; }
 
   caf::expected<BufferPtr> from_data(const TensorIr& t, TensorData data) override {

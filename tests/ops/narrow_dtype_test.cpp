@@ -241,7 +241,7 @@ TEST_CASE("TensorData, item and printing hold the narrow dtypes", "[dtype]") {
 TEST_CASE("dtype_support says what each backend does with each dtype", "[dtype]") {
   for (auto t : sy::all_dtypes) {
     INFO(sy::name_of(t));
-    for (const char* kind : {"cpu", "reference"}) {
+    for (const char* kind : {"cpu", "reference", "cuda"}) {
       auto s = sy::dtype_support(kind, t);
       CHECK(s.storage);
       CHECK(s.arithmetic);
@@ -250,7 +250,10 @@ TEST_CASE("dtype_support says what each backend does with each dtype", "[dtype]"
     }
   }
   CHECK(sy::dtype_support("cpu", DType::f16).how.find("f32") != std::string::npos);
-  CHECK(!sy::dtype_support("cuda", DType::bf16).storage);
+  // cuda: native 16-bit storage, f32 arithmetic with one rounding, cuBLAS on tensor cores.
+  CHECK(sy::dtype_support("cuda", DType::bf16).how.find("__nv_bfloat16") != std::string::npos);
+  CHECK(sy::dtype_support("cuda", DType::f16).how.find("f32") != std::string::npos);
+  CHECK(sy::dtype_support("cuda", DType::i8).how == "native");
   CHECK(sy::dtype_support("cuda", DType::f32).matmul);
   CHECK(!sy::dtype_support("tpu", DType::f32).storage);
   auto cpu = runtime().device("cpu:0");
