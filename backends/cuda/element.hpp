@@ -43,6 +43,12 @@ SY_HOST_DEVICE inline Opmath<T> widen(T v) {
     return v;
 }
 
+/// T's value as a double (exact): what accumulations in double read.
+template <class T>
+SY_HOST_DEVICE inline double to_double(T v) {
+  return static_cast<double>(widen(v));
+}
+
 /// A float rounded to nearest even into a 16-bit type: overflow gives
 /// infinity, subnormals are kept, and NaN becomes the quiet NaN that
 /// sy::Half writes (sign | 0x7e00) or, for bf16, keeps its sign and upper

@@ -25,14 +25,6 @@ namespace {
 
 // --- block reduction in double -------------------------------------------------
 
-// An element of storage type T as a double (exact), and back with the
-// runtime's rounding (a 16-bit type rounds through float, as the CPU's f32
-// kernel followed by its one narrowing).
-template <class T>
-__device__ inline double to_double(T v) {
-  return static_cast<double>(widen(v));
-}
-
 __device__ double block_sum(double v, double* sh) {
   sh[threadIdx.x] = v;
   __syncthreads();

@@ -18,12 +18,6 @@ namespace {
 template <class T>
 inline constexpr bool is_f = is_float_v<T>;
 
-// An element of storage type T as a double (exact).
-template <class T>
-__device__ inline double to_double(T v) {
-  return static_cast<double>(widen(v));
-}
-
 // Tree reduction over the G threads of each group; every lane gets the result.
 template <class Acc, class Op>
 __device__ inline Acc group_reduce(Acc v, Acc* sh, int G, const Op& op) {
