@@ -142,8 +142,10 @@ T scatter_combine(IndexKind k, T cur, T in) {
         return static_cast<T>(cur * in);
     case IndexKind::scatter_amax:
     case IndexKind::scatter_amin: {
-      if constexpr (std::is_floating_point_v<T>)
-        if (std::isnan(in) || std::isnan(cur)) return std::isnan(in) ? in : cur;
+      // f16 and bf16 included: their NaN propagates too, as in PyTorch.
+      if constexpr (is_float_like_v<T>)
+        if (std::isnan(static_cast<float>(in)) || std::isnan(static_cast<float>(cur)))
+          return std::isnan(static_cast<float>(in)) ? in : cur;
       const bool mx = k == IndexKind::scatter_amax;
       return (mx ? in > cur : in < cur) ? in : cur;
     }

@@ -4,14 +4,18 @@
 // output element collects the inputs that land on it, so no atomics).
 // Direct kernels keep the CUDA backend free of cuDNN; a GEMM path is future
 // work (see README, "Neural-network ops").
+//
+// Storage type S, arithmetic in Opmath<S>: f16 and bf16 accumulate in
+// float and round once per output element, as the CPU's widened f32 path.
 
 #include "backends/cuda/device_util.cuh"
 
 namespace switchyard::backends::cuda::kern {
 namespace {
 
-template <class T>
-__global__ void conv_kernel(ConvGeometry g, const T* x, const T* w, const T* bias, T* y, int64_t n) {
+template <class S>
+__global__ void conv_kernel(ConvGeometry g, const S* x, const S* w, const S* bias, S* y, int64_t n) {
+  using T = Opmath<S>;
   const int64_t cig = g.c_in_group(), cog = g.c_out_group();
   SY_GRID_STRIDE(idx, n) {
     int64_t r = idx;
@@ -25,7 +29,7 @@ __global__ void conv_kernel(ConvGeometry g, const T* x, const T* w, const T* bia
     const int64_t b = r / g.c_out;
     const int64_t grp = co / cog;
     const int64_t o[3] = {o0, o1, o2};
-    T sum = bias != nullptr ? bias[co] : T(0);
+    T sum = bias != nullptr ? widen(bias[co]) : T(0);
     for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
       for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
         for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
@@ -48,16 +52,17 @@ __global__ void conv_kernel(ConvGeometry g, const T* x, const T* w, const T* bia
           for (int64_t c = 0; c < cig; ++c) {
             const int64_t ci = grp * cig + c;
             const int64_t w_row = g.transposed ? ci * cog + (co - grp * cog) : co * cig + c;
-            sum += x[(b * g.c_in + ci) * g.in_plane() + spatial] * w[w_row * g.kernel_size() + kat];
+            sum += widen(x[(b * g.c_in + ci) * g.in_plane() + spatial]) * widen(w[w_row * g.kernel_size() + kat]);
           }
         }
-    y[idx] = sum;
+    y[idx] = convert<T, S>(sum);
   }
 }
 
-template <class T>
-__global__ void pool_kernel(PoolGeometry g, int kind, bool count_include_pad, int64_t divisor_override, const T* x,
+template <class S>
+__global__ void pool_kernel(PoolGeometry g, int kind, bool count_include_pad, int64_t divisor_override, const S* x,
                             void* out, int64_t n) {
+  using T = Opmath<S>;
   const bool adaptive = kind == p_adaptive_avg || kind == p_adaptive_max || kind == p_adaptive_max_indices;
   const bool want_index = kind == p_max_indices || kind == p_adaptive_max_indices;
   const bool is_max = want_index || kind == p_max || kind == p_adaptive_max;
@@ -84,7 +89,7 @@ __global__ void pool_kernel(PoolGeometry g, int kind, bool count_include_pad, in
         if (lo[a] < 0) lo[a] += ((-lo[a] + g.dilation[a] - 1) / g.dilation[a]) * g.dilation[a];
       }
     }
-    const T* plane = x + p * g.in_plane();
+    const S* plane = x + p * g.in_plane();
     if (is_max) {
       T best = -infinity<T>();
       int64_t best_at = (lo[0] * g.in[1] + lo[1]) * g.in[2] + lo[2];
@@ -92,7 +97,7 @@ __global__ void pool_kernel(PoolGeometry g, int kind, bool count_include_pad, in
         for (int64_t i1 = lo[1]; i1 < hi[1]; i1 += step[1])
           for (int64_t i2 = lo[2]; i2 < hi[2]; i2 += step[2]) {
             const int64_t at = (i0 * g.in[1] + i1) * g.in[2] + i2;
-            const T v = plane[at];
+            const T v = widen(plane[at]);
             if (v > best || isnan(v)) {
               best = v;
               best_at = at;
@@ -101,7 +106,7 @@ __global__ void pool_kernel(PoolGeometry g, int kind, bool count_include_pad, in
       if (want_index)
         static_cast<int64_t*>(out)[idx] = best_at;
       else
-        static_cast<T*>(out)[idx] = best;
+        static_cast<S*>(out)[idx] = convert<T, S>(best);
       continue;
     }
     int64_t inside = 1;
@@ -109,10 +114,10 @@ __global__ void pool_kernel(PoolGeometry g, int kind, bool count_include_pad, in
     double sum = 0;
     for (int64_t i0 = lo[0]; i0 < hi[0]; ++i0)
       for (int64_t i1 = lo[1]; i1 < hi[1]; ++i1)
-        for (int64_t i2 = lo[2]; i2 < hi[2]; ++i2) sum += plane[(i0 * g.in[1] + i1) * g.in[2] + i2];
+        for (int64_t i2 = lo[2]; i2 < hi[2]; ++i2) sum += widen(plane[(i0 * g.in[1] + i1) * g.in[2] + i2]);
     int64_t divisor = adaptive || count_include_pad ? padded : inside;
     if (!adaptive && divisor_override != 0) divisor = divisor_override;
-    static_cast<T*>(out)[idx] = inside == 0 ? T(0) : static_cast<T>(sum / static_cast<double>(divisor));
+    static_cast<S*>(out)[idx] = inside == 0 ? S{} : convert<double, S>(sum / static_cast<double>(divisor));
   }
 }
 
@@ -151,28 +156,24 @@ __global__ void pool_i64_kernel(PoolGeometry g, bool count_include_pad, int64_t 
 cudaError_t conv(Launch l, DType t, const ConvGeometry& g, const void* in, const void* weight, const void* bias,
                  void* out) {
   const int64_t n = g.batch * g.c_out * g.out_plane();
-  if (t == DType::f32)
-    return launch(l, n, conv_kernel<float>, g, static_cast<const float*>(in), static_cast<const float*>(weight),
-                  static_cast<const float*>(bias), static_cast<float*>(out), n);
-  if (t == DType::f64)
-    return launch(l, n, conv_kernel<double>, g, static_cast<const double*>(in), static_cast<const double*>(weight),
-                  static_cast<const double*>(bias), static_cast<double*>(out), n);
-  return cudaErrorInvalidValue;
+  return by_float_dtype(t, [&](auto tag) {
+    using S = decltype(tag);
+    return launch(l, n, conv_kernel<S>, g, static_cast<const S*>(in), static_cast<const S*>(weight),
+                  static_cast<const S*>(bias), static_cast<S*>(out), n);
+  });
 }
 
 cudaError_t pool(Launch l, DType t, int kind, const PoolGeometry& g, bool count_include_pad, int64_t divisor_override,
                  const void* in, void* out) {
   const int64_t n = g.planes * g.out_plane();
-  if (t == DType::f32)
-    return launch(l, n, pool_kernel<float>, g, kind, count_include_pad, divisor_override, static_cast<const float*>(in),
-                  out, n);
-  if (t == DType::f64)
-    return launch(l, n, pool_kernel<double>, g, kind, count_include_pad, divisor_override,
-                  static_cast<const double*>(in), out, n);
   if (t == DType::i64 && kind == p_avg)
     return launch(l, n, pool_i64_kernel, g, count_include_pad, divisor_override, static_cast<const int64_t*>(in),
                   static_cast<int64_t*>(out), n);
-  return cudaErrorInvalidValue;
+  return by_float_dtype(t, [&](auto tag) {
+    using S = decltype(tag);
+    return launch(l, n, pool_kernel<S>, g, kind, count_include_pad, divisor_override, static_cast<const S*>(in), out,
+                  n);
+  });
 }
 
 }  // namespace switchyard::backends::cuda::kern

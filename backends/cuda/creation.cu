@@ -19,7 +19,7 @@ __global__ void fill_kernel(W* out, W value, int64_t n) {
 template <class T>
 __global__ void arange_kernel(T* out, int64_t n, double start, double step) {
   // The shared rule, as on the CPU: arange(-3, 3, 1, u8) wraps to 253, 254, 255, 0, 1, 2.
-  SY_GRID_STRIDE(i, n) out[i] = from_double<T>(start + step * static_cast<double>(i));
+  SY_GRID_STRIDE(i, n) out[i] = kern::from_double<T>(start + step * static_cast<double>(i));
 }
 
 template <class W>
@@ -33,7 +33,8 @@ __global__ void eye_kernel(W* out, W one, int64_t diag, int64_t rows, int64_t co
 template <class T>
 __global__ void random_kernel(T* out, int64_t n, RandomDraw draw, uint64_t seed, uint64_t op_index, double a,
                               double b) {
-  SY_GRID_STRIDE(i, n) out[i] = static_cast<T>(random_value(draw, seed, op_index, static_cast<uint64_t>(i), a, b));
+  // The cast rule (f16/bf16 through float, as the CPU's Half(double)).
+  SY_GRID_STRIDE(i, n) out[i] = convert<double, T>(random_value(draw, seed, op_index, static_cast<uint64_t>(i), a, b));
 }
 
 }  // namespace

@@ -147,7 +147,12 @@ class DeviceState {
     SY_CUBLAS_TRY(cublasCreate(&blas_));
     SY_CUBLAS_TRY(cublasSetStream(blas_, compute_));
     // cuBLAS's default math keeps f32 GEMMs in f32; TF32 only when asked.
-    SY_CUBLAS_TRY(cublasSetMathMode(blas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    // f16/bf16 GEMMs run on tensor cores with f32 accumulation, and never
+    // with the reduced-precision (16-bit) split-K reductions cuBLAS may
+    // otherwise pick: their sums stay f32 up to the one final rounding.
+    const auto math = static_cast<cublasMath_t>((allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    SY_CUBLAS_TRY(cublasSetMathMode(blas_, math));
     return {};
   }
 
@@ -467,8 +472,8 @@ class CudaBackend final : public Backend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cuda"; }
-  // The narrow dtypes have no CUDA kernels yet: the runner refuses their ops
-  // (clients already do, at the call), so no kernel reads the wrong width.
+  // Every dtype has kernels (f16/bf16 as __half/__nv_bfloat16); the table
+  // stays the one source, so a dtype it withdraws is refused here too.
   [[nodiscard]] bool supports(DType t) const noexcept override { return dtype_support("cuda", t).storage; }
 
   caf::expected<BufferPtr> from_data(const TensorIr& t, TensorData data) override {
@@ -893,8 +898,12 @@ class CudaBackend final : public Backend {
     bool scalar_zero = false;
     visit_dtype(compute, [&](auto tag) {
       using T = decltype(tag);
-      const T v = o.scalar.as<T>();
-      scalar_zero = v == T(0);
+      T v;
+      if constexpr (is_half_v<T>)
+        v = backends::from_double<T>(o.scalar.to_double());  // as the CPU rounds it: through double and float
+      else
+        v = o.scalar.as<T>();
+      scalar_zero = static_cast<double>(v) == 0;
       std::memcpy(&scalar_bits, &v, sizeof(T));
     });
     const bool int_division = divides(o.kind) && !is_floating(compute);
@@ -1007,6 +1016,17 @@ class CudaBackend final : public Backend {
       // empty result: nothing to compute
     } else if (k == 0) {
       SY_CUDA_TRY(cudaMemsetAsync(c, 0, o.out.bytes(), l.stream));
+    } else if (is_half(o.out.dtype)) {
+      // The bias goes into C first and the GEMM adds to it (beta = 1), so the
+      // f32 sum of products plus bias is rounded to f16/bf16 once, as on the
+      // CPU (which adds the bias in f32 before narrowing).
+      const bool with_bias = o.has_bias();
+      if (with_bias) {
+        auto bl = make_layout<2>(od, {broadcast_strides(o.bias.shape, o.out.shape), o.out.shape.strides()});
+        SY_CUDA_TRY(kern::copy_strided(l, size_of(o.out.dtype), ptr(in[2]), 0, c, 0, bl, o.out.numel()));
+      }
+      if (auto err = gemm(o, ptr(in[0]), ptr(in[1]), c, m, n, k, layout, batches, with_bias)) return err;
+      return out;
     } else if (is_floating(o.out.dtype)) {
       if (auto err = gemm(o, ptr(in[0]), ptr(in[1]), c, m, n, k, layout, batches)) return err;
     } else {
@@ -1025,9 +1045,11 @@ class CudaBackend final : public Backend {
   }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so
-  // cuBLAS gets B first with the row-major leading dimensions.
+  // cuBLAS gets B first with the row-major leading dimensions. f32 and f64
+  // use the typed GEMMs; f16 and bf16 the Ex ones with 16-bit A, B and C and
+  // f32 compute (tensor cores). `accumulate`: C += A B (16-bit types only).
   caf::error gemm(const MatmulOp& o, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
-                  const kern::Layout<2>& layout, int64_t batches) {
+                  const kern::Layout<2>& layout, int64_t batches, bool accumulate = false) {
     constexpr int64_t imax = INT_MAX;
     if (m > imax || n > imax || k > imax || batches > imax)
       return make_error(Errc::unsupported, "cuda: matmul extents beyond 2^31 are not supported by this backend");
@@ -1038,13 +1060,20 @@ class CudaBackend final : public Backend {
     const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
     const int64_t a_mat = m * k, b_mat = k * n, c_mat = m * n;
     const bool f64 = o.out.dtype == DType::f64;
+    const bool half = is_half(o.out.dtype);
+    const cudaDataType_t half_type = o.out.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float ex_alpha = 1, ex_beta = accumulate ? 1.0f : 0.0f;  // f32: the compute type scales
     cublasHandle_t h = dev_->blas();
     // Regular batches (no batch axes, or one merged axis): strided batched.
     if (layout.rank <= 1) {
       const int64_t sa = layout.rank ? layout.strides[0][0] * a_mat : 0;
       const int64_t sb = layout.rank ? layout.strides[1][0] * b_mat : 0;
       const int count = static_cast<int>(batches);
-      if (f64) {
+      if (half) {
+        SY_CUBLAS_TRY(cublasGemmStridedBatchedEx(h, op_b, op_a, M, N, K, &ex_alpha, b, half_type, ldb, sb, a, half_type,
+                                                 lda, sa, &ex_beta, c, half_type, M, c_mat, count, CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT));
+      } else if (f64) {
         const double one = 1, zero = 0;
         SY_CUBLAS_TRY(cublasDgemmStridedBatched(h, op_b, op_a, M, N, K, &one, static_cast<const double*>(b), ldb, sb,
                                                 static_cast<const double*>(a), lda, sa, &zero, static_cast<double*>(c),
@@ -1067,7 +1096,11 @@ class CudaBackend final : public Backend {
     void** pb = p + batches;
     void** pc = p + 2 * batches;
     const int count = static_cast<int>(batches);
-    if (f64) {
+    if (half) {
+      SY_CUBLAS_TRY(cublasGemmBatchedEx(h, op_b, op_a, M, N, K, &ex_alpha, const_cast<const void* const*>(pb),
+                                        half_type, ldb, const_cast<const void* const*>(pa), half_type, lda, &ex_beta,
+                                        pc, half_type, M, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else if (f64) {
       const double one = 1, zero = 0;
       SY_CUBLAS_TRY(cublasDgemmBatched(h, op_b, op_a, M, N, K, &one, reinterpret_cast<const double* const*>(pb), ldb,
                                        reinterpret_cast<const double* const*>(pa), lda, &zero,

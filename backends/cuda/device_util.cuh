@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/element.hpp"
 #include "backends/cuda/kernels.hpp"
 
 namespace switchyard::backends::cuda::kern {
@@ -81,6 +82,10 @@ struct Bits<1> {
   using type = uint8_t;
 };
 template <>
+struct Bits<2> {
+  using type = uint16_t;
+};
+template <>
 struct Bits<4> {
   using type = uint32_t;
 };
@@ -89,22 +94,33 @@ struct Bits<8> {
   using type = uint64_t;
 };
 
-/// visit_dtype for kernel dispatch over the dtypes this backend has kernels
-/// for: any other (f16, bf16, i8, i16 until they get kernels, which
-/// supports() refuses before a kernel is asked for, or an invalid one from
-/// a lying peer) is a CUDA-style error instead of a kernel of another width.
+/// visit_dtype for kernel dispatch: `f(T{})` with the storage type of `t`
+/// (__half and __nv_bfloat16 for the 16-bit floats, which kernels compute
+/// in Opmath<T>). An invalid dtype (a lying peer) is a CUDA-style error
+/// instead of a kernel of another width.
 template <class F>
 cudaError_t by_dtype(DType t, F&& f) {
-  return visit_arithmetic_dtype(
-      t,
-      [&](auto tag) -> cudaError_t {
-        using T = decltype(tag);
-        if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t>)
-          return cudaErrorInvalidValue;
-        else
-          return f(tag);
-      },
-      [](DType) { return cudaErrorInvalidValue; });
+  if (t == DType::f16) return f(__half{});
+  if (t == DType::bf16) return f(__nv_bfloat16{});
+  return visit_arithmetic_dtype(t, f, [](DType) { return cudaErrorInvalidValue; });
+}
+
+/// by_dtype over the floating dtypes only (the nn kernels); the rest are
+/// refused with cudaErrorNotSupported before anything is instantiated.
+template <class F>
+cudaError_t by_float_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::f16:
+      return f(__half{});
+    case DType::bf16:
+      return f(__nv_bfloat16{});
+    default:
+      return cudaErrorNotSupported;
+  }
 }
 
 template <class F>
@@ -112,6 +128,8 @@ cudaError_t by_width(size_t width, F&& f) {
   switch (width) {
     case 1:
       return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
     case 4:
       return f(uint32_t{});
     case 8:

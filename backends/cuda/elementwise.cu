@@ -3,6 +3,11 @@
 // family; the element operation is a template parameter (K), and the
 // dtype x kind combinations the op rules forbid are never instantiated
 // (the `valid` tables below mirror backends/cpu/elementwise.cpp).
+//
+// Kernels are templates over the storage type S and compute in Opmath<S>
+// (element.hpp): f16 and bf16 load as float, compute in float and round
+// once on the store, as the CPU backend does; every other type computes
+// in itself.
 
 #include <cmath>
 #include <cstring>
@@ -15,8 +20,6 @@ namespace switchyard::backends::cuda::kern {
 namespace {
 
 using backends::clamp_bound;
-using backends::convert_element;
-using backends::from_double;
 
 template <class T>
 inline constexpr bool is_f = std::is_floating_point_v<T>;
@@ -27,7 +30,7 @@ inline constexpr bool is_b = std::is_same_v<T, bool>;
 
 template <class S, class D>
 __global__ void cast_kernel(const S* src, D* dst, int64_t n) {
-  SY_GRID_STRIDE(i, n) dst[i] = convert_element<S, D>(src[i]);
+  SY_GRID_STRIDE(i, n) dst[i] = convert<S, D>(src[i]);
 }
 
 // --- unary ------------------------------------------------------------
@@ -150,30 +153,36 @@ struct UnaryFn {
   }
 };
 
-template <class T, int K>
-__global__ void unary_kernel(const T* in, typename UnaryFn<T, K>::R* out, int64_t n, UnaryFn<T, K> fn) {
-  SY_GRID_STRIDE(i, n) out[i] = fn(in[i]);
+// The stored result of a unary op on storage type S: bool for predicates.
+template <class S, int K>
+using UnaryOut = std::conditional_t<unary_predicate(K), bool, S>;
+
+template <class S, int K>
+__global__ void unary_kernel(const S* in, UnaryOut<S, K>* out, int64_t n, UnaryFn<Opmath<S>, K> fn) {
+  using R = typename UnaryFn<Opmath<S>, K>::R;
+  SY_GRID_STRIDE(i, n) out[i] = convert<R, UnaryOut<S, K>>(fn(widen(in[i])));
 }
 
-template <class T, int K = 0>
-cudaError_t dispatch_unary(const Launch& l, int kind, const T* in, void* out, int64_t n, double a, double b) {
+template <class S, int K = 0>
+cudaError_t dispatch_unary(const Launch& l, int kind, const S* in, void* out, int64_t n, double a, double b) {
+  using T = Opmath<S>;
   if constexpr (K >= u_count) {
     return cudaErrorNotSupported;
   } else {
-    if (kind != K) return dispatch_unary<T, K + 1>(l, kind, in, out, n, a, b);
+    if (kind != K) return dispatch_unary<S, K + 1>(l, kind, in, out, n, a, b);
     if constexpr (!unary_valid<T>(K)) {
       return cudaErrorNotSupported;
     } else {
-      using Fn = UnaryFn<T, K>;
-      Fn fn{};
+      UnaryFn<T, K> fn{};
       if constexpr (K == u_clamp) {
         fn.has_lo = !std::isnan(a);
         fn.has_hi = !std::isnan(b);
         // Limited to T's range first, as on the CPU: u8 clamp(-1, 2) is [0, 2].
+        // A 16-bit float clamps with float bounds, as the CPU's f32 kernel.
         fn.lo = fn.has_lo ? clamp_bound<T>(a) : T(0);
         fn.hi = fn.has_hi ? clamp_bound<T>(b) : T(0);
       }
-      return launch(l, n, unary_kernel<T, K>, in, static_cast<typename Fn::R*>(out), n, fn);
+      return launch(l, n, unary_kernel<S, K>, in, static_cast<UnaryOut<S, K>*>(out), n, fn);
     }
   }
 }
@@ -338,19 +347,32 @@ struct BinaryFn {
   }
 };
 
-// A null operand pointer stands for its scalar (uniform branch per launch).
-template <class T, int K>
-__global__ void binary_kernel(const T* a, const T* b, T sa, T sb, typename BinaryFn<T, K>::R* out, Layout<2> layout,
-                              int64_t n, int64_t* status) {
+// The stored result of a binary op on storage type S: bool for
+// comparisons and logical ops.
+template <class S, int K>
+using BinaryOut = std::conditional_t<binary_bool_result(K), bool, S>;
+
+// One element: operands widened to the compute type (a null operand
+// pointer stands for its scalar, already in the compute type; a uniform
+// branch per launch), the result rounded once into the output type.
+template <class S, int K>
+__device__ inline BinaryOut<S, K> binary_element(const BinaryFn<Opmath<S>, K>& fn, Opmath<S> x, Opmath<S> y) {
+  return convert<typename BinaryFn<Opmath<S>, K>::R, BinaryOut<S, K>>(fn(x, y));
+}
+
+template <class S, int K>
+__global__ void binary_kernel(const S* a, const S* b, Opmath<S> sa, Opmath<S> sb, BinaryOut<S, K>* out,
+                              Layout<2> layout, int64_t n, int64_t* status) {
+  using T = Opmath<S>;
   BinaryFn<T, K> fn;
   SY_GRID_STRIDE(i, n) {
     int64_t off[2];
     offsets(layout, i, off);
-    const T x = a ? a[off[0]] : sa;
-    const T y = b ? b[off[1]] : sb;
+    const T x = a ? widen(a[off[0]]) : sa;
+    const T y = b ? widen(b[off[1]]) : sb;
     if constexpr (int_division<K> && !is_f<T>)
       if (y == T(0) && status) flag(status, 0);
-    out[i] = fn(x, y);
+    out[i] = binary_element<S, K>(fn, x, y);
   }
 }
 
@@ -363,16 +385,17 @@ __device__ inline void binary_check(T y, int64_t* status) {
     if (y == T(0) && status) flag(status, 0);
 }
 
-template <class T, int K, class Index>
-__global__ void binary_contiguous_kernel(const T* a, const T* b, T sa, T sb, typename BinaryFn<T, K>::R* out, Index n,
-                                         int64_t* status) {
+template <class S, int K, class Index>
+__global__ void binary_contiguous_kernel(const S* a, const S* b, Opmath<S> sa, Opmath<S> sb, BinaryOut<S, K>* out,
+                                         Index n, int64_t* status) {
+  using T = Opmath<S>;
   BinaryFn<T, K> fn;
   const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const T x = a ? a[i] : sa;
-    const T y = b ? b[i] : sb;
+    const T x = a ? widen(a[i]) : sa;
+    const T y = b ? widen(b[i]) : sb;
     binary_check<T, K>(y, status);
-    out[i] = fn(x, y);
+    out[i] = binary_element<S, K>(fn, x, y);
   }
 }
 
@@ -382,35 +405,34 @@ struct alignas(16) Vec16 {
   T v[width];
 };
 
-template <class T, int K>
-__global__ void binary_vector_kernel(const T* a, const T* b, T sa, T sb, T* out, int64_t n, int64_t* status) {
-  using V = Vec16<T>;
+// The output has the operands' storage type S (2, 4 or 8 bytes).
+template <class S, int K>
+__global__ void binary_vector_kernel(const S* a, const S* b, Opmath<S> sa, Opmath<S> sb, S* out, int64_t n,
+                                     int64_t* status) {
+  using T = Opmath<S>;
+  using V = Vec16<S>;
   BinaryFn<T, K> fn;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t vectors = n / V::width;
   for (int64_t i = first; i < vectors; i += stride) {
     V x, y, r;
-    if (a)
-      x = reinterpret_cast<const V*>(a)[i];
-    else
-      for (int k = 0; k < V::width; ++k) x.v[k] = sa;
-    if (b)
-      y = reinterpret_cast<const V*>(b)[i];
-    else
-      for (int k = 0; k < V::width; ++k) y.v[k] = sb;
+    if (a) x = reinterpret_cast<const V*>(a)[i];
+    if (b) y = reinterpret_cast<const V*>(b)[i];
 #pragma unroll
     for (int k = 0; k < V::width; ++k) {
-      binary_check<T, K>(y.v[k], status);
-      r.v[k] = fn(x.v[k], y.v[k]);
+      const T xv = a ? widen(x.v[k]) : sa;
+      const T yv = b ? widen(y.v[k]) : sb;
+      binary_check<T, K>(yv, status);
+      r.v[k] = binary_element<S, K>(fn, xv, yv);
     }
     reinterpret_cast<V*>(out)[i] = r;
   }
   for (int64_t i = vectors * V::width + first; i < n; i += stride) {
-    const T x = a ? a[i] : sa;
-    const T y = b ? b[i] : sb;
+    const T x = a ? widen(a[i]) : sa;
+    const T y = b ? widen(b[i]) : sb;
     binary_check<T, K>(y, status);
-    out[i] = fn(x, y);
+    out[i] = binary_element<S, K>(fn, x, y);
   }
 }
 
@@ -422,28 +444,29 @@ inline bool flat_operand(const void* p, const Layout<2>& layout, int k) {
   return !p || layout.rank == 0 || (layout.rank == 1 && layout.strides[k][0] == 1);
 }
 
-template <class T, int K = 0>
-cudaError_t dispatch_binary(const Launch& l, int kind, const T* a, const T* b, T sa, T sb, void* out,
+// `sa` and `sb` are the scalars already in the compute type.
+template <class S, int K = 0>
+cudaError_t dispatch_binary(const Launch& l, int kind, const S* a, const S* b, Opmath<S> sa, Opmath<S> sb, void* out,
                             const Layout<2>& layout, int64_t n, int64_t* status) {
   if constexpr (K >= b_count) {
     return cudaErrorNotSupported;
   } else {
-    if (kind != K) return dispatch_binary<T, K + 1>(l, kind, a, b, sa, sb, out, layout, n, status);
-    if constexpr (!binary_valid<T>(K)) {
+    if (kind != K) return dispatch_binary<S, K + 1>(l, kind, a, b, sa, sb, out, layout, n, status);
+    if constexpr (!binary_valid<Opmath<S>>(K)) {
       return cudaErrorNotSupported;
     } else {
-      using R = typename BinaryFn<T, K>::R;
+      using R = BinaryOut<S, K>;
       if (flat_operand(a, layout, 0) && flat_operand(b, layout, 1)) {
-        if constexpr (std::is_same_v<R, T> && (sizeof(T) == 4 || sizeof(T) == 8))
+        if constexpr (std::is_same_v<R, S> && (sizeof(S) == 2 || sizeof(S) == 4 || sizeof(S) == 8))
           if ((!a || aligned16(a)) && (!b || aligned16(b)) && aligned16(out))
-            return launch(l, (n + Vec16<T>::width - 1) / Vec16<T>::width, binary_vector_kernel<T, K>, a, b, sa, sb,
+            return launch(l, (n + Vec16<S>::width - 1) / Vec16<S>::width, binary_vector_kernel<S, K>, a, b, sa, sb,
                           static_cast<R*>(out), n, status);
         if (n <= INT32_MAX)  // 32-bit index math where the tensor allows
-          return launch(l, n, binary_contiguous_kernel<T, K, uint32_t>, a, b, sa, sb, static_cast<R*>(out),
+          return launch(l, n, binary_contiguous_kernel<S, K, uint32_t>, a, b, sa, sb, static_cast<R*>(out),
                         static_cast<uint32_t>(n), status);
-        return launch(l, n, binary_contiguous_kernel<T, K, int64_t>, a, b, sa, sb, static_cast<R*>(out), n, status);
+        return launch(l, n, binary_contiguous_kernel<S, K, int64_t>, a, b, sa, sb, static_cast<R*>(out), n, status);
       }
-      return launch(l, n, binary_kernel<T, K>, a, b, sa, sb, static_cast<R*>(out), layout, n, status);
+      return launch(l, n, binary_kernel<S, K>, a, b, sa, sb, static_cast<R*>(out), layout, n, status);
     }
   }
 }
@@ -473,29 +496,31 @@ cudaError_t cast(Launch l, const void* src, DType from, void* dst, DType to, int
 
 cudaError_t unary(Launch l, int kind, DType t, const void* in, void* out, int64_t n, double a, double b) {
   return by_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    return dispatch_unary<T>(l, kind, static_cast<const T*>(in), out, n, a, b);
+    using S = decltype(tag);
+    return dispatch_unary<S>(l, kind, static_cast<const S*>(in), out, n, a, b);
   });
 }
 
 cudaError_t binary(Launch l, int kind, DType t, const void* lhs, const void* rhs, double lhs_scalar, double rhs_scalar,
                    void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
   return by_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    return dispatch_binary<T>(l, kind, static_cast<const T*>(lhs), static_cast<const T*>(rhs),
-                              from_double<T>(lhs_scalar), from_double<T>(rhs_scalar), out, layout, n, status);
+    using S = decltype(tag);
+    // A scalar is rounded to the storage type first, as the CPU does.
+    return dispatch_binary<S>(l, kind, static_cast<const S*>(lhs), static_cast<const S*>(rhs),
+                              widen(from_double<S>(lhs_scalar)), widen(from_double<S>(rhs_scalar)), out, layout, n,
+                              status);
   });
 }
 
 cudaError_t binary_scalar(Launch l, int kind, DType t, const void* tensor, const void* scalar_value, bool scalar_first,
                           void* out, const Layout<2>& layout, int64_t n, int64_t* status) {
   return by_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    T s;
-    std::memcpy(&s, scalar_value, sizeof(T));
-    const T* x = static_cast<const T*>(tensor);
-    return dispatch_binary<T>(l, kind, scalar_first ? nullptr : x, scalar_first ? x : nullptr, s, s, out, layout, n,
-                              status);
+    using S = decltype(tag);
+    S s;
+    std::memcpy(&s, scalar_value, sizeof(S));
+    const S* x = static_cast<const S*>(tensor);
+    return dispatch_binary<S>(l, kind, scalar_first ? nullptr : x, scalar_first ? x : nullptr, widen(s), widen(s), out,
+                              layout, n, status);
   });
 }
 

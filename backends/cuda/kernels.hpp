@@ -10,6 +10,10 @@
 // Entries that can find bad data on the device (an index out of range, an
 // integer division by zero) take a `status` word pair in device memory:
 // status[0] becomes non-zero and status[1] records the offending value.
+//
+// Every dtype has kernels: f16 and bf16 are stored as __half and
+// __nv_bfloat16 and computed in float with one rounding per element
+// written (element.hpp), as the CPU backend computes them.
 
 #include <cstddef>
 #include <cstdint>
@@ -86,7 +90,7 @@ cudaError_t random(Launch l, DType t, void* out, int64_t n, int draw, uint64_t s
                    double b);
 
 // --- elementwise (elementwise.cu) ----------------------------------------
-/// Converts n contiguous elements (C++ conversion rules of the CPU backend).
+/// Converts n contiguous elements (the CPU backend's cast rule, element.hpp).
 cudaError_t cast(Launch l, const void* src, DType from, void* dst, DType to, int64_t n);
 /// out[i] = op(in[i]) computed in `t`; cudaErrorNotSupported for kinds the
 /// rules do not allow on `t`. `a`/`b` are clamp's bounds (NaN: absent).
@@ -176,8 +180,9 @@ size_t reduce_scratch_bytes(Launch l, const Layout<1>& kept, int64_t n_out, int6
 cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer, int64_t len, int64_t inner, bool log);
 
 // --- convolution and pooling (conv_pool.cu) ---------------------------------
-/// Convolution or its transpose (g.transposed), f32 or f64, one thread per
-/// output element summing its receptive field; bias may be null.
+/// Convolution or its transpose (g.transposed), of a floating dtype, one
+/// thread per output element summing its receptive field (f16/bf16 in f32);
+/// bias may be null.
 cudaError_t conv(Launch l, DType t, const ConvGeometry& g, const void* in, const void* weight, const void* bias,
                  void* out);
 /// Pool kinds, in the order of switchyard::PoolKind.

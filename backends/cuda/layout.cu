@@ -90,12 +90,15 @@ __global__ void gather_kernel(const W* src, const I* index, W* out, Layout<1> la
   }
 }
 
-// Atomic accumulation for every dtype: native atomics where they exist, a
-// compare-and-swap on the enclosing aligned 32-bit word for bytes (the pool
-// rounds every allocation to 16 bytes, so that word is always inside it).
+// Atomic accumulation for every dtype: native atomics where they exist
+// (f16 and bf16 round each addition to their type, as the CPU's Half +=
+// does; bf16's needs sm_80, the oldest architecture built), a
+// compare-and-swap on the enclosing aligned 32-bit word for 1- and 2-byte
+// integers (the pool rounds every allocation to 16 bytes, so that word is
+// always inside it; a 2-byte element never straddles two words).
 template <class T>
 __device__ inline void atomic_accumulate(T* p, T v) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || is_half16_v<T>) {
     atomicAdd(p, v);
   } else if constexpr (std::is_same_v<T, int32_t>) {
     atomicAdd(reinterpret_cast<unsigned int*>(p), static_cast<unsigned int>(v));
@@ -108,11 +111,12 @@ __device__ inline void atomic_accumulate(T* p, T v) {
     if constexpr (std::is_same_v<T, bool>) {
       if (v) atomicOr(word, 1u << shift);
     } else {
+      constexpr unsigned mask = sizeof(T) == 1 ? 0xFFu : 0xFFFFu;
       unsigned old = *word, assumed;
       do {
         assumed = old;
-        const unsigned byte = ((assumed >> shift) + static_cast<unsigned>(v)) & 0xFFu;
-        old = atomicCAS(word, assumed, (assumed & ~(0xFFu << shift)) | (byte << shift));
+        const unsigned sum = ((assumed >> shift) + static_cast<unsigned>(v)) & mask;  // wraps like T
+        old = atomicCAS(word, assumed, (assumed & ~(mask << shift)) | (sum << shift));
       } while (old != assumed);
     }
   }
@@ -130,7 +134,9 @@ __global__ void scatter_add_kernel(const T* add, const I* index, T* out, Layout<
 }
 
 // One thread per output element; integer matmuls are rare and small, so
-// clarity wins over tiling here.
+// clarity wins over tiling here. Accumulation wraps at T's width, which
+// gives the same bits as accumulating wider and wrapping once (PyTorch's
+// integer matmul keeps T too).
 template <class T>
 __global__ void int_matmul_kernel(const T* a, const T* b, T* c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                   Layout<2> batch, int64_t total) {
@@ -254,6 +260,10 @@ cudaError_t int_matmul(Launch l, DType t, const void* a, const void* b, void* c,
       return run(int64_t{});
     case DType::u8:
       return run(uint8_t{});
+    case DType::i8:
+      return run(int8_t{});
+    case DType::i16:
+      return run(int16_t{});
     default:
       return cudaErrorNotSupported;
   }

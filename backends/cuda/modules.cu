@@ -11,6 +11,9 @@
 //   sort/topk  one stable cub::DeviceMergeSort of all flat positions with a
 //              comparator ordering by line, then value (NaN largest), then
 //              position: every line sorted at once, ties in index order.
+//
+// f16 and bf16 are read as float and written with one rounding: norms and
+// scans accumulate in double (as for f32), attention computes in float.
 
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_merge_sort.cuh>
@@ -49,22 +52,22 @@ __global__ void norm_rows_kernel(const T* x, T* y, const T* w, const T* b, int64
     double mean = 0;
     if (!rms) {
       double s = 0;
-      for (int64_t i = threadIdx.x; i < size; i += blockDim.x) s += static_cast<double>(px[i]);
+      for (int64_t i = threadIdx.x; i < size; i += blockDim.x) s += to_double(px[i]);
       mean = block_sum(s, sh) / static_cast<double>(size);
     }
     double q = 0;
     for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
-      const double d = static_cast<double>(px[i]) - mean;
+      const double d = to_double(px[i]) - mean;
       q += d * d;
     }
     const double inv = 1.0 / sqrt(block_sum(q, sh) / static_cast<double>(size) + eps);
     const int64_t c0 = groups > 0 ? (row % groups) * per_group : 0;
     for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
       const int64_t p = groups > 0 ? c0 + i / spatial : i;
-      double v = (static_cast<double>(px[i]) - mean) * inv;
-      if (w) v *= static_cast<double>(w[p]);
-      if (b) v += static_cast<double>(b[p]);
-      py[i] = static_cast<T>(v);
+      double v = (to_double(px[i]) - mean) * inv;
+      if (w) v *= to_double(w[p]);
+      if (b) v += to_double(b[p]);
+      py[i] = convert<double, T>(v);
     }
   }
 }
@@ -74,10 +77,10 @@ __global__ void batch_norm_kernel(const T* x, T* y, const T* mean, const T* var,
                                   int64_t channels, int64_t spatial, double eps) {
   SY_GRID_STRIDE(i, n) {
     const int64_t c = (i / spatial) % channels;
-    double v = (static_cast<double>(x[i]) - static_cast<double>(mean[c])) / sqrt(static_cast<double>(var[c]) + eps);
-    if (w) v *= static_cast<double>(w[c]);
-    if (b) v += static_cast<double>(b[c]);
-    y[i] = static_cast<T>(v);
+    double v = (to_double(x[i]) - to_double(mean[c])) / sqrt(to_double(var[c]) + eps);
+    if (w) v *= to_double(w[c]);
+    if (b) v += to_double(b[c]);
+    y[i] = convert<double, T>(v);
   }
 }
 
@@ -90,10 +93,13 @@ size_t attn_shared_bytes(size_t elem, int64_t kt, int64_t E, int64_t Ev) {
   return elem * static_cast<size_t>(kt * (E + Ev) + attn_warps * (E + Ev) + attn_warps * kt);
 }
 
-template <class T>
-__global__ void attention_kernel(const T* q, const T* k, const T* v, const void* mask, int mask_kind,
-                                 Layout<1> mask_batch, int64_t ms_l, int64_t ms_s, T* out, int64_t batches, int64_t L,
-                                 int64_t S, int64_t E, int64_t Ev, T scale, bool causal, int64_t KT) {
+// Storage type D; tiles and arithmetic in T = Opmath<D> (float for the
+// 16-bit types, so shared memory holds widened values).
+template <class D>
+__global__ void attention_kernel(const D* q, const D* k, const D* v, const void* mask, int mask_kind,
+                                 Layout<1> mask_batch, int64_t ms_l, int64_t ms_s, D* out, int64_t batches, int64_t L,
+                                 int64_t S, int64_t E, int64_t Ev, Opmath<D> scale, bool causal, int64_t KT) {
+  using T = Opmath<D>;
   extern __shared__ unsigned char smem_raw[];
   T* ktile = reinterpret_cast<T*>(smem_raw);
   T* vtile = ktile + KT * E;
@@ -114,7 +120,7 @@ __global__ void attention_kernel(const T* q, const T* k, const T* v, const void*
     int64_t moff[1] = {0};
     if (mask_kind != 0) offsets(mask_batch, bt, moff);
     if (active) {
-      for (int64_t e = lane; e < E; e += 32) qrow[e] = q[(bt * L + i) * E + e];
+      for (int64_t e = lane; e < E; e += 32) qrow[e] = widen(q[(bt * L + i) * E + e]);
       for (int64_t e = lane; e < Ev; e += 32) acc[e] = T(0);
     }
     T m = neg_inf, l = T(0);
@@ -123,8 +129,8 @@ __global__ void attention_kernel(const T* q, const T* k, const T* v, const void*
     for (int64_t j0 = 0; j0 < s_end; j0 += KT) {
       const int64_t kt = s_end - j0 < KT ? s_end - j0 : KT;
       __syncthreads();  // the previous tile is no longer read
-      for (int64_t t = threadIdx.x; t < kt * E; t += blockDim.x) ktile[t] = k[(bt * S + j0) * E + t];
-      for (int64_t t = threadIdx.x; t < kt * Ev; t += blockDim.x) vtile[t] = v[(bt * S + j0) * Ev + t];
+      for (int64_t t = threadIdx.x; t < kt * E; t += blockDim.x) ktile[t] = widen(k[(bt * S + j0) * E + t]);
+      for (int64_t t = threadIdx.x; t < kt * Ev; t += blockDim.x) vtile[t] = widen(v[(bt * S + j0) * Ev + t]);
       __syncthreads();
       if (!active) continue;
       T tmax = neg_inf;
@@ -137,7 +143,7 @@ __global__ void attention_kernel(const T* q, const T* k, const T* v, const void*
         if (mask_kind == 1) {
           if (static_cast<const uint8_t*>(mask)[moff[0] + i * ms_l + key * ms_s] == 0) s = neg_inf;
         } else if (mask_kind == 2) {
-          s += static_cast<const T*>(mask)[moff[0] + i * ms_l + key * ms_s];
+          s += widen(static_cast<const D*>(mask)[moff[0] + i * ms_l + key * ms_s]);
         }
         p[j] = s;
         tmax = s > tmax ? s : tmax;
@@ -170,7 +176,7 @@ __global__ void attention_kernel(const T* q, const T* k, const T* v, const void*
     if (active) {
       // Every key masked: NaN, as the softmax of only -inf.
       const T inv = l > T(0) ? T(1) / l : quiet_nan<T>();
-      for (int64_t e = lane; e < Ev; e += 32) out[(bt * L + i) * Ev + e] = acc[e] * inv;
+      for (int64_t e = lane; e < Ev; e += 32) out[(bt * L + i) * Ev + e] = convert<T, D>(acc[e] * inv);
     }
   }
 }
@@ -178,7 +184,7 @@ __global__ void attention_kernel(const T* q, const T* k, const T* v, const void*
 // --- scans -------------------------------------------------------------------------
 
 template <class O>
-using ScanAcc = std::conditional_t<std::is_floating_point_v<O>, double, unsigned long long>;
+using ScanAcc = std::conditional_t<is_float_v<O>, double, unsigned long long>;
 
 struct ScanOpFn {
   bool prod;
@@ -201,8 +207,8 @@ __global__ void scan_kernel(const O* x, O* y, int64_t lines, int64_t len, int64_
       const int64_t i = c0 + threadIdx.x;
       A v = prod ? A(1) : A(0);
       if (i < len) {
-        if constexpr (std::is_floating_point_v<O>)
-          v = static_cast<A>(x[base + i * inner]);
+        if constexpr (is_float_v<O>)
+          v = to_double(x[base + i * inner]);
         else
           v = static_cast<A>(static_cast<int64_t>(x[base + i * inner]));
       }
@@ -211,8 +217,8 @@ __global__ void scan_kernel(const O* x, O* y, int64_t lines, int64_t len, int64_
       __syncthreads();  // temp is reused by the next chunk
       incl = op(carry, incl);
       if (i < len) {
-        if constexpr (std::is_floating_point_v<O>)
-          y[base + i * inner] = static_cast<O>(incl);
+        if constexpr (is_float_v<O>)
+          y[base + i * inner] = convert<double, O>(incl);
         else
           y[base + i * inner] = static_cast<O>(static_cast<int64_t>(incl));
       }
@@ -282,26 +288,35 @@ cudaError_t merge_sort(Launch l, const V* values, int64_t n, int64_t len, int64_
 // One thread per column of the index (all its coordinates but the axis),
 // walking the axis in order: columns write disjoint output elements, so
 // the result is deterministic and "the last in index order wins" holds.
+// Sums and products of f16/bf16 compute in float and round at every step,
+// as the CPU's Half arithmetic does; amax/amin pick one of the two stored
+// values (bits unchanged).
 template <class T>
 __device__ T scatter_combine(int kind, T cur, T in) {
+  using C = Opmath<T>;
   switch (kind) {
     case scatter_assign:
       return in;
     case scatter_sum:
       if constexpr (std::is_same_v<T, bool>)
         return cur || in;
+      else if constexpr (is_half16_v<T>)
+        return convert<C, T>(widen(cur) + widen(in));
       else
         return static_cast<T>(static_cast<Wide<T>>(cur) + static_cast<Wide<T>>(in));
     case scatter_prod:
       if constexpr (std::is_same_v<T, bool>)
         return cur && in;
+      else if constexpr (is_half16_v<T>)
+        return convert<C, T>(widen(cur) * widen(in));
       else
         return static_cast<T>(static_cast<Wide<T>>(cur) * static_cast<Wide<T>>(in));
-    default: {  // amax, amin: NaN propagates
-      if constexpr (std::is_floating_point_v<T>)
-        if (isnan(in) || isnan(cur)) return isnan(in) ? in : cur;
+    default: {  // amax, amin: NaN propagates (PyTorch)
+      const C c = widen(cur), x = widen(in);
+      if constexpr (is_float_v<T>)
+        if (isnan(x) || isnan(c)) return isnan(x) ? in : cur;
       const bool mx = kind == scatter_amax;
-      return (mx ? in > cur : in < cur) ? in : cur;
+      return (mx ? x > c : x < c) ? in : cur;
     }
   }
 }
@@ -345,85 +360,59 @@ cudaError_t norm_rows(Launch l, DType t, const void* x, void* y, const void* w, 
                       int64_t size, double eps, bool rms, int64_t groups, int64_t per_group, int64_t spatial) {
   if (rows <= 0 || size <= 0) return cudaSuccess;
   const unsigned grid = static_cast<unsigned>(rows < l.max_blocks ? rows : l.max_blocks);
-  if (t == DType::f32)
-    norm_rows_kernel<float><<<grid, block_threads, 0, l.stream>>>(
-        static_cast<const float*>(x), static_cast<float*>(y), static_cast<const float*>(w),
-        static_cast<const float*>(b), rows, size, eps, rms, groups, per_group, spatial);
-  else if (t == DType::f64)
-    norm_rows_kernel<double><<<grid, block_threads, 0, l.stream>>>(
-        static_cast<const double*>(x), static_cast<double*>(y), static_cast<const double*>(w),
-        static_cast<const double*>(b), rows, size, eps, rms, groups, per_group, spatial);
-  else
-    return cudaErrorNotSupported;
-  return cudaGetLastError();
+  return by_float_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    norm_rows_kernel<T><<<grid, block_threads, 0, l.stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                              static_cast<const T*>(w), static_cast<const T*>(b), rows,
+                                                              size, eps, rms, groups, per_group, spatial);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t batch_norm(Launch l, DType t, const void* x, void* y, const void* mean, const void* var, const void* w,
                        const void* b, int64_t n, int64_t channels, int64_t spatial, double eps) {
-  if (t == DType::f32)
-    return launch(l, n, batch_norm_kernel<float>, static_cast<const float*>(x), static_cast<float*>(y),
-                  static_cast<const float*>(mean), static_cast<const float*>(var), static_cast<const float*>(w),
-                  static_cast<const float*>(b), n, channels, spatial, eps);
-  if (t == DType::f64)
-    return launch(l, n, batch_norm_kernel<double>, static_cast<const double*>(x), static_cast<double*>(y),
-                  static_cast<const double*>(mean), static_cast<const double*>(var), static_cast<const double*>(w),
-                  static_cast<const double*>(b), n, channels, spatial, eps);
-  return cudaErrorNotSupported;
+  return by_float_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    return launch(l, n, batch_norm_kernel<T>, static_cast<const T*>(x), static_cast<T*>(y), static_cast<const T*>(mean),
+                  static_cast<const T*>(var), static_cast<const T*>(w), static_cast<const T*>(b), n, channels, spatial,
+                  eps);
+  });
 }
 
 cudaError_t attention(Launch l, DType t, const void* q, const void* k, const void* v, const void* mask, int mask_kind,
                       const Layout<1>& mask_batch, int64_t ms_l, int64_t ms_s, void* out, int64_t batches, int64_t L,
                       int64_t S, int64_t E, int64_t Ev, double scale, bool causal) {
   if (batches <= 0 || L <= 0) return cudaSuccess;
-  const size_t elem = t == DType::f64 ? 8 : 4;
-  int64_t kt = 64;
-  while (kt > 1 && attn_shared_bytes(elem, kt, E, Ev) > attn_shared_limit) kt /= 2;
-  const size_t shared = attn_shared_bytes(elem, kt, E, Ev);
-  if (shared > attn_shared_limit) return cudaErrorNotSupported;  // head dims beyond a few thousand
-  const int64_t tasks = batches * ((L + attn_warps - 1) / attn_warps);
-  const unsigned grid = static_cast<unsigned>(tasks < l.max_blocks ? tasks : l.max_blocks);
-  const unsigned threads = attn_warps * 32;
-  if (t == DType::f32)
-    attention_kernel<float><<<grid, threads, shared, l.stream>>>(
-        static_cast<const float*>(q), static_cast<const float*>(k), static_cast<const float*>(v), mask, mask_kind,
-        mask_batch, ms_l, ms_s, static_cast<float*>(out), batches, L, S, E, Ev, static_cast<float>(scale), causal, kt);
-  else if (t == DType::f64)
-    attention_kernel<double><<<grid, threads, shared, l.stream>>>(
-        static_cast<const double*>(q), static_cast<const double*>(k), static_cast<const double*>(v), mask, mask_kind,
-        mask_batch, ms_l, ms_s, static_cast<double*>(out), batches, L, S, E, Ev, scale, causal, kt);
-  else
-    return cudaErrorNotSupported;
-  return cudaGetLastError();
+  return by_float_dtype(t, [&](auto tag) {
+    using D = decltype(tag);
+    using T = Opmath<D>;  // what the shared tiles hold
+    int64_t kt = 64;
+    while (kt > 1 && attn_shared_bytes(sizeof(T), kt, E, Ev) > attn_shared_limit) kt /= 2;
+    const size_t shared = attn_shared_bytes(sizeof(T), kt, E, Ev);
+    if (shared > attn_shared_limit) return cudaErrorNotSupported;  // head dims beyond a few thousand
+    const int64_t tasks = batches * ((L + attn_warps - 1) / attn_warps);
+    const unsigned grid = static_cast<unsigned>(tasks < l.max_blocks ? tasks : l.max_blocks);
+    const unsigned threads = attn_warps * 32;
+    attention_kernel<D><<<grid, threads, shared, l.stream>>>(
+        static_cast<const D*>(q), static_cast<const D*>(k), static_cast<const D*>(v), mask, mask_kind, mask_batch, ms_l,
+        ms_s, static_cast<D*>(out), batches, L, S, E, Ev, static_cast<T>(scale), causal, kt);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t scan(Launch l, DType t, const void* x, void* y, int64_t lines, int64_t len, int64_t inner, bool prod) {
   if (lines <= 0 || len <= 0) return cudaSuccess;
   const unsigned grid = static_cast<unsigned>(lines < l.max_blocks ? lines : l.max_blocks);
-  switch (t) {
-    case DType::f32:
-      scan_kernel<float><<<grid, block_threads, 0, l.stream>>>(static_cast<const float*>(x), static_cast<float*>(y),
-                                                               lines, len, inner, prod);
-      break;
-    case DType::f64:
-      scan_kernel<double><<<grid, block_threads, 0, l.stream>>>(static_cast<const double*>(x), static_cast<double*>(y),
-                                                                lines, len, inner, prod);
-      break;
-    case DType::i32:
-      scan_kernel<int32_t><<<grid, block_threads, 0, l.stream>>>(static_cast<const int32_t*>(x),
-                                                                 static_cast<int32_t*>(y), lines, len, inner, prod);
-      break;
-    case DType::i64:
-      scan_kernel<int64_t><<<grid, block_threads, 0, l.stream>>>(static_cast<const int64_t*>(x),
-                                                                 static_cast<int64_t*>(y), lines, len, inner, prod);
-      break;
-    case DType::u8:
-      scan_kernel<uint8_t><<<grid, block_threads, 0, l.stream>>>(static_cast<const uint8_t*>(x),
-                                                                 static_cast<uint8_t*>(y), lines, len, inner, prod);
-      break;
-    default:
-      return cudaErrorNotSupported;
-  }
-  return cudaGetLastError();
+  return by_dtype(t, [&](auto tag) -> cudaError_t {
+    using O = decltype(tag);
+    if constexpr (std::is_same_v<O, bool>) {
+      return cudaErrorNotSupported;  // the rules scan bools as i64
+    } else {
+      scan_kernel<O>
+          <<<grid, block_threads, 0, l.stream>>>(static_cast<const O*>(x), static_cast<O*>(y), lines, len, inner, prod);
+      return cudaGetLastError();
+    }
+  });
 }
 
 cudaError_t sort_positions(Launch l, DType key_t, const void* values, int64_t n, int64_t len, int64_t inner,

@@ -3,6 +3,10 @@
 // and (log_)softmax along one axis (one group per row). A group is a warp
 // for short reductions and the whole block for long ones, so neither case
 // leaves most threads idle.
+//
+// f16 and bf16 load as float and accumulate as the f32 kernels do (in
+// double, as the CPU backend's f32 kernels), then round once: to float and
+// from there to the 16-bit type, the CPU's "f32 result, rounded once".
 
 #include <cstring>
 
@@ -12,7 +16,7 @@ namespace switchyard::backends::cuda::kern {
 namespace {
 
 template <class T>
-inline constexpr bool is_f = std::is_floating_point_v<T>;
+inline constexpr bool is_f = is_float_v<T>;
 
 // Tree reduction over the G threads of each group; every lane gets the result.
 template <class Acc, class Op>
@@ -47,16 +51,16 @@ struct Accumulate {
   __device__ Acc identity() const { return Prod ? Acc(1) : Acc(0); }
   __device__ Acc load(T v, int64_t) const {
     if constexpr (is_f<T>)
-      return static_cast<double>(v);
+      return to_double(v);
     else
       return static_cast<uint64_t>(static_cast<int64_t>(v));
   }
   __device__ Acc combine(Acc a, Acc b) const { return Prod ? static_cast<Acc>(a * b) : static_cast<Acc>(a + b); }
   __device__ R finish(Acc a, int64_t count) const {
     if constexpr (Mean)
-      return static_cast<R>(static_cast<double>(a) / static_cast<double>(count));
+      return convert<double, R>(static_cast<double>(a) / static_cast<double>(count));
     else if constexpr (is_f<T>)
-      return static_cast<R>(a);
+      return convert<double, R>(a);
     else
       return static_cast<R>(static_cast<int64_t>(a));
   }
@@ -69,7 +73,8 @@ struct Valued {
 };
 
 // max/min propagate NaN; argmax/argmin give the first NaN, else the first
-// extreme element (lowest index on ties), like the CPU backend.
+// extreme element (lowest index on ties), like the CPU backend. Values are
+// kept in their storage type and compared in the compute type.
 template <class T, bool Max, bool Arg>
 struct Extreme {
   using Acc = Valued<T>;
@@ -80,21 +85,22 @@ struct Extreme {
     if (a.i < 0) return b;
     if (b.i < 0) return a;
     const Acc& first = a.i <= b.i ? a : b;
+    const Opmath<T> av = widen(a.v), bv = widen(b.v);
     if constexpr (is_f<T>) {
-      const bool an = isnan(a.v), bn = isnan(b.v);
+      const bool an = isnan(av), bn = isnan(bv);
       if (an && bn) return first;
       if (an) return a;
       if (bn) return b;
     }
-    if (Max ? a.v > b.v : a.v < b.v) return a;
-    if (Max ? b.v > a.v : b.v < a.v) return b;
+    if (Max ? av > bv : av < bv) return a;
+    if (Max ? bv > av : bv < av) return b;
     return first;
   }
   __device__ Out finish(Acc a, int64_t) const {
     if constexpr (Arg)
       return a.i < 0 ? 0 : a.i;
-    else
-      return a.v;
+    else  // through the compute type: a 16-bit NaN leaves as the CPU's quiet NaN
+      return convert<Opmath<T>, T>(widen(a.v));
   }
 };
 
@@ -103,7 +109,7 @@ struct Logical {
   using Acc = bool;
   using Out = bool;
   __device__ bool identity() const { return !Any; }
-  __device__ bool load(T v, int64_t) const { return v != T(0); }
+  __device__ bool load(T v, int64_t) const { return widen(v) != Opmath<T>(0); }
   __device__ bool combine(bool a, bool b) const { return Any ? (a || b) : (a && b); }
   __device__ bool finish(bool a, int64_t) const { return a; }
 };
@@ -268,7 +274,7 @@ __global__ void var_kernel(const T* in, T* out, Layout<1> kept, int64_t n_out, L
       for (int64_t j = lane; j < count; j += G) {
         int64_t r[1];
         offsets(red, j, r);
-        s += static_cast<double>(in[base[0] + r[0]]);
+        s += to_double(in[base[0] + r[0]]);
       }
     const double mean = group_reduce(s, sh, G, AddD{}) / static_cast<double>(count);
     double q = 0;
@@ -276,20 +282,23 @@ __global__ void var_kernel(const T* in, T* out, Layout<1> kept, int64_t n_out, L
       for (int64_t j = lane; j < count; j += G) {
         int64_t r[1];
         offsets(red, j, r);
-        const double d = static_cast<double>(in[base[0] + r[0]]) - mean;
+        const double d = to_double(in[base[0] + r[0]]) - mean;
         q += d * d;
       }
     const double sq = group_reduce(q, sh, G, AddD{});
     if (o < n_out && lane == 0) {
       const double denom = static_cast<double>(count - correction);
       const double var = sq / fmax(0.0, denom);  // PyTorch: inf for n <= correction unless 0 / 0
-      out[o] = static_cast<T>(sd ? sqrt(var) : var);
+      out[o] = convert<double, T>(sd ? sqrt(var) : var);
     }
   }
 }
 
-template <class T>
-__global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t len, int64_t inner, bool log_out, int G) {
+// Storage S, computed in T = Opmath<S> (float for f16/bf16, as the CPU's
+// f32 kernel), one rounding per output element.
+template <class S>
+__global__ void softmax_kernel(const S* x, S* y, int64_t rows, int64_t len, int64_t inner, bool log_out, int G) {
+  using T = Opmath<S>;
   __shared__ double sh[block_threads];
   const int gpb = block_threads / G;
   const int g = static_cast<int>(threadIdx.x) / G, lane = static_cast<int>(threadIdx.x) % G;
@@ -300,23 +309,23 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t len, int6
     T mx = -infinity<T>();
     if (active)
       for (int64_t i = lane; i < len; i += G) {
-        const T v = x[base + i * inner];
+        const T v = widen(x[base + i * inner]);
         mx = mx < v ? v : mx;  // std::max's rule: NaN never wins
       }
     T m = static_cast<T>(group_reduce(static_cast<double>(mx), sh, G, MaxD{}));
     if (isinf(m) && m < T(0)) m = T(0);  // all -inf: avoid inf - inf
     double s = 0;
     if (active)
-      for (int64_t i = lane; i < len; i += G) s += exp(static_cast<double>(x[base + i * inner] - m));
+      for (int64_t i = lane; i < len; i += G) s += exp(static_cast<double>(widen(x[base + i * inner]) - m));
     const double sum = group_reduce(s, sh, G, AddD{});
     if (!active) continue;
     if (log_out) {
       const T lse = static_cast<T>(log(sum));
-      for (int64_t i = lane; i < len; i += G) y[base + i * inner] = x[base + i * inner] - m - lse;
+      for (int64_t i = lane; i < len; i += G) y[base + i * inner] = convert<T, S>(widen(x[base + i * inner]) - m - lse);
     } else {
       const double inv = 1.0 / sum;
       for (int64_t i = lane; i < len; i += G)
-        y[base + i * inner] = static_cast<T>(exp(static_cast<double>(x[base + i * inner] - m)) * inv);
+        y[base + i * inner] = convert<double, S>(exp(static_cast<double>(widen(x[base + i * inner]) - m)) * inv);
     }
   }
 }
@@ -426,15 +435,12 @@ cudaError_t softmax(Launch l, DType t, const void* in, void* out, int64_t outer,
   const int64_t rows = outer * inner;
   if (rows <= 0 || len <= 0) return cudaSuccess;
   const int G = group_size(len);
-  auto run = [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    softmax_kernel<T><<<groups_grid(l, rows, G), block_threads, 0, l.stream>>>(
-        static_cast<const T*>(in), static_cast<T*>(out), rows, len, inner, log, G);
+  return by_float_dtype(t, [&](auto tag) -> cudaError_t {
+    using S = decltype(tag);
+    softmax_kernel<S><<<groups_grid(l, rows, G), block_threads, 0, l.stream>>>(
+        static_cast<const S*>(in), static_cast<S*>(out), rows, len, inner, log, G);
     return cudaGetLastError();
-  };
-  if (t == DType::f32) return run(float{});
-  if (t == DType::f64) return run(double{});
-  return cudaErrorNotSupported;
+  });
 }
 
 }  // namespace switchyard::backends::cuda::kern

@@ -2,7 +2,9 @@
 // GPU benchmarks: each line compares Switchyard on cuda:0 with the direct
 // CUDA/cuBLAS call doing the same work, and the table comes last.
 //
-//   matmul          Tensor::matmul vs cublasSgemm (TFLOP/s)
+//   matmul          Tensor::matmul vs cublasGemmEx (TFLOP/s): f32, and f16/bf16
+//                   on tensor cores with f32 accumulation (the backend's own
+//                   math mode on both sides: no reduced-precision reductions)
 //   elementwise     x * x and x + 1 vs cudaMemcpy device-to-device (GB/s, bytes read + written)
 //   reductions      x.sum(), row and column sums vs cudaMemcpy device-to-device (GB/s read)
 //   launch          a chain of tiny ops vs empty kernel launches (us per op)
@@ -73,27 +75,32 @@ double time_switchyard(const sy::Device& d, int reps, const std::function<void()
   return seconds_since(t0) / reps;
 }
 
-bool bench_matmul(const sy::Device& gpu, int64_t n, std::vector<Row>& rows) {
-  auto a = gpu.uniform({n, n});
-  auto b = gpu.uniform({n, n});
+// An n x n x n product in dtype t (f32, f16 or bf16): Switchyard's matmul
+// against cublasGemmEx on buffers of the same type, f32 compute.
+bool bench_matmul(const sy::Device& gpu, int64_t n, sy::DType t, std::vector<Row>& rows) {
+  auto a = gpu.uniform({n, n}, 0, 1, t);
+  auto b = gpu.uniform({n, n}, 0, 1, t);
   const int reps = n >= 4096 ? 10 : 50;
   const double flop = 2.0 * n * n * n;
   double t_sy = time_switchyard(gpu, reps, [&] { (void)a.matmul(b); });
+  const size_t bytes = static_cast<size_t>(n * n) * sy::size_of(t);
+  const cudaDataType_t type = t == sy::DType::f16 ? CUDA_R_16F : t == sy::DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   void *da, *db, *dc;
-  BENCH_CHECK(cudaMalloc(&da, n * n * 4));
-  BENCH_CHECK(cudaMalloc(&db, n * n * 4));
-  BENCH_CHECK(cudaMalloc(&dc, n * n * 4));
+  BENCH_CHECK(cudaMalloc(&da, bytes));
+  BENCH_CHECK(cudaMalloc(&db, bytes));
+  BENCH_CHECK(cudaMalloc(&dc, bytes));
   cublasHandle_t h;
   BENCH_CHECK(cublasCreate(&h));
+  BENCH_CHECK(cublasSetMathMode(
+      h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   const float one = 1, zero = 0;
   const int ni = static_cast<int>(n);
   double t_raw = 0;
   bool ok = time_direct(
       nullptr, reps,
       [&] {
-        return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(db), ni,
-                           static_cast<const float*>(da), ni, &zero, static_cast<float*>(dc),
-                           ni) == CUBLAS_STATUS_SUCCESS;
+        return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, db, type, ni, da, type, ni, &zero, dc, type,
+                            ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
       },
       t_raw);
   cublasDestroy(h);
@@ -101,7 +108,8 @@ bool bench_matmul(const sy::Device& gpu, int64_t n, std::vector<Row>& rows) {
   cudaFree(db);
   cudaFree(dc);
   if (!ok) return false;
-  rows.push_back({"matmul f32 " + std::to_string(n), "TFLOP/s", flop / t_sy / 1e12, flop / t_raw / 1e12});
+  rows.push_back({"matmul " + std::string(sy::name_of(t)) + " " + std::to_string(n), "TFLOP/s", flop / t_sy / 1e12,
+                  flop / t_raw / 1e12});
   return true;
 }
 
@@ -259,9 +267,13 @@ int main() {
     std::fflush(stdout);
     return done;
   };
-  bool ok = step(bench_matmul(gpus[0], 1024, rows)) && step(bench_matmul(gpus[0], 4096, rows)) &&
-            step(bench_elementwise(gpus[0], rows)) && step(bench_reduce(gpus[0], rows)) &&
-            step(bench_launch(gpus[0], rows)) && step(bench_host(rt.device("cpu:0"), gpus[0], rows));
+  using sy::DType;
+  bool ok =
+      step(bench_matmul(gpus[0], 1024, DType::f32, rows)) && step(bench_matmul(gpus[0], 4096, DType::f32, rows)) &&
+      step(bench_matmul(gpus[0], 4096, DType::f16, rows)) && step(bench_matmul(gpus[0], 4096, DType::bf16, rows)) &&
+      step(bench_matmul(gpus[0], 8192, DType::f16, rows)) && step(bench_matmul(gpus[0], 8192, DType::bf16, rows)) &&
+      step(bench_elementwise(gpus[0], rows)) && step(bench_reduce(gpus[0], rows)) &&
+      step(bench_launch(gpus[0], rows)) && step(bench_host(rt.device("cpu:0"), gpus[0], rows));
   if (ok && gpus.size() >= 2) ok = step(bench_peer(gpus, rows));
   std::printf("\n%-28s %-8s %12s %12s %7s\n", "benchmark", "unit", "switchyard", "direct", "ratio");
   for (const auto& r : rows)

@@ -5,7 +5,6 @@ namespace switchyard {
 
 DTypeSupport dtype_support(std::string_view kind, DType t) {
   if (!is_valid(t)) return {};
-  const bool narrow = is_half(t) || t == DType::i8 || t == DType::i16;
   if (kind == "cpu") {
     if (is_half(t))
       return {true, true, true,
@@ -20,7 +19,12 @@ DTypeSupport dtype_support(std::string_view kind, DType t) {
                          : "computed in double or int64, stored as " + std::string(name_of(t))};
   }
   if (kind == "cuda") {
-    if (narrow) return {false, false, false, "not supported on this device yet (issue 17: cuda kernels)"};
+    if (is_half(t))
+      return {true, true, true,
+              "stored as " + std::string(t == DType::f16 ? "__half" : "__nv_bfloat16") +
+                  " in 2 bytes; computed in f32 with one rounding to " + std::string(name_of(t)) +
+                  " per op (reductions, scans, norms and softmax accumulate in f32 or wider), as the cpu; "
+                  "matmul on tensor cores through cuBLAS with f32 accumulation"};
     return {true, true, true, "native"};
   }
   return {};

@@ -10,6 +10,7 @@
 
 #include "switchyard/nn.hpp"
 #include "switchyard/switchyard.hpp"
+#include "tests/cuda/rig.hpp"
 #include "tests/cuda/wait.hpp"
 
 namespace sy = switchyard;
@@ -19,6 +20,7 @@ using sy::Shape;
 using sy::Tensor;
 using sy::TensorData;
 using sytest_cuda::read;
+using sytest_cuda::Rig;
 
 namespace {
 
@@ -43,17 +45,6 @@ void expect_close(const TensorData& cpu, const TensorData& gpu, double tol) {
     CHECK(std::abs(cpu.at(i) - gpu.at(i)) <= tol * (1 + std::abs(cpu.at(i))));
   }
 }
-
-struct Rig {
-  sy::Runtime rt{sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}}};
-  sy::Device cpu = rt.device("cpu:0");
-  std::vector<sy::Device> gpus;
-  Rig() {
-    for (auto& d : rt.devices())
-      if (d.kind() == "cuda") gpus.push_back(d);
-    if (gpus.empty()) WARN("no CUDA device: " << (rt.unavailable().empty() ? "?" : rt.unavailable().front()));
-  }
-};
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include "switchyard/nn.hpp"
 #include "switchyard/switchyard.hpp"
+#include "tests/cuda/rig.hpp"
 #include "tests/cuda/wait.hpp"
 
 namespace sy = switchyard;
@@ -22,6 +23,7 @@ using sy::Tensor;
 using sy::TensorData;
 using sytest_cuda::got;
 using sytest_cuda::read;
+using sytest_cuda::Rig;
 
 namespace {
 
@@ -66,19 +68,6 @@ void expect_same(const TensorData& cpu, const TensorData& gpu, double rtol) {
     }
   }
 }
-
-/// The CUDA devices of a runtime with cpu:0 and cuda:*, or none with a
-/// warning naming why.
-struct Rig {
-  sy::Runtime rt{sy::RuntimeOptions{.devices = {"cpu:0", "cuda:*"}}};
-  sy::Device cpu = rt.device("cpu:0");
-  std::vector<sy::Device> gpus;
-  Rig() {
-    for (auto& d : rt.devices())
-      if (d.kind() == "cuda") gpus.push_back(d);
-    if (gpus.empty()) WARN("no CUDA device: " << (rt.unavailable().empty() ? "?" : rt.unavailable().front()));
-  }
-};
 
 /// Runs `f` on the same inputs on cpu:0 and on `gpu` and compares. Ops the
 /// rules reject for these inputs (the call throws) are skipped; returns

@@ -188,6 +188,22 @@ TEST_CASE("i8 and i16 wrap and promote as PyTorch", "[ops][dtype]") {
       data(DType::i64, {4}, {1, 3, 2, 0}), exact);
 }
 
+TEST_CASE("scatter_reduce amax/amin propagate a 16-bit NaN, as PyTorch", "[ops][dtype][half]") {
+  // torch.tensor([1., 2, 3], dtype=torch.half).scatter_reduce(0, torch.tensor([0, 0, 2]),
+  //     torch.tensor([nan, 5, 1], dtype=torch.half), "amax") -> [nan, 2, 3] (amin: [nan, 2, 1])
+  for (DType t : {DType::f16, DType::bf16}) {
+    INFO(sy::name_of(t));
+    auto build = [t](const char* reduce) {
+      return [t, reduce](const Device& d) {
+        return make(d, t, {3}, {1, 2, 3})
+            .scatter_reduce(0, make(d, DType::i64, {3}, {0, 0, 2}), make(d, t, {3}, {kNan, 5, 1}), reduce);
+      };
+    };
+    expect_all(build("amax"), t, {3}, {kNan, 2, 3});
+    expect_all(build("amin"), t, {3}, {kNan, 2, 1});
+  }
+}
+
 TEST_CASE("a scalar that overflows a narrow dtype fails at the call, as in PyTorch", "[ops][dtype]") {
   auto cpu = runtime().device("cpu:0");
   auto i8 = make(cpu, DType::i8, {1}, {1});
@@ -225,7 +241,7 @@ TEST_CASE("TensorData, item and printing hold the narrow dtypes", "[dtype]") {
 TEST_CASE("dtype_support says what each backend does with each dtype", "[dtype]") {
   for (auto t : sy::all_dtypes) {
     INFO(sy::name_of(t));
-    for (const char* kind : {"cpu", "reference"}) {
+    for (const char* kind : {"cpu", "reference", "cuda"}) {
       auto s = sy::dtype_support(kind, t);
       CHECK(s.storage);
       CHECK(s.arithmetic);
@@ -234,7 +250,10 @@ TEST_CASE("dtype_support says what each backend does with each dtype", "[dtype]"
     }
   }
   CHECK(sy::dtype_support("cpu", DType::f16).how.find("f32") != std::string::npos);
-  CHECK(!sy::dtype_support("cuda", DType::bf16).storage);
+  // cuda: native 16-bit storage, f32 arithmetic with one rounding, cuBLAS on tensor cores.
+  CHECK(sy::dtype_support("cuda", DType::bf16).how.find("__nv_bfloat16") != std::string::npos);
+  CHECK(sy::dtype_support("cuda", DType::f16).how.find("f32") != std::string::npos);
+  CHECK(sy::dtype_support("cuda", DType::i8).how == "native");
   CHECK(sy::dtype_support("cuda", DType::f32).matmul);
   CHECK(!sy::dtype_support("tpu", DType::f32).storage);
   auto cpu = runtime().device("cpu:0");

@@ -118,8 +118,8 @@ std::optional<sy::TensorData> run_on(const Build& build, const sy::Device& d) {
   try {
     return build(d).read().get();
   } catch (const sy::Error& e) {
-    // A device that documents a dtype as unsupported (cuda, for the narrow
-    // ones) refuses it at the call: skipped there, with the reason once.
+    // A device that documents a dtype as unsupported (none of the built-in
+    // backends today) refuses it at the call: skipped there, with the reason once.
     if (e.code() != sy::Errc::unsupported || !lacks_narrow_dtypes(d)) throw;
     static std::set<std::string> told;
     if (told.insert(d.name()).second)

@@ -179,7 +179,7 @@ TEST_CASE("random op graphs agree with the reference backend on every device", "
     });
     for (const auto& d : devices()) {
       if (d == reference()) continue;
-      if (narrow && lacks_narrow_dtypes(d)) continue;  // cuda: documented as unsupported, refused at the call
+      if (narrow && lacks_narrow_dtypes(d)) continue;  // documented as unsupported, refused at the call
       std::vector<Tensor> ts;
       for (const auto& l : leaves) ts.push_back(d.from_data(l));
       for (const auto& s : steps) ts.push_back(s(ts));

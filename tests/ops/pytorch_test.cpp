@@ -372,7 +372,7 @@ TEST_CASE("every op matches PyTorch 1.13 on every device", "[ops][pytorch]") {
         }
       } catch (const sy::Error& e) {
         if (!c.contains("error")) {
-          // A device without f16/bf16/i8/i16 (cuda, for now) skips the cases
+          // A device without f16/bf16/i8/i16 (none built in today) skips the cases
           // that use them; a refusal of any other case is a failure.
           if (refuses_dtype(d, e) && uses_narrow(c)) {
             ++skipped;
