@@ -53,6 +53,16 @@ caf::expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
 caf::expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
 caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 
+/// Whether `op` can run inside a fused chain (Backend::fusible): the
+/// element-wise families (unary, binary and scalar ops, casts, where) with
+/// inputs broadcast in a way the tile loop handles, except integer
+/// divisions whose divisor may be zero.
+bool fusible_elementwise(const OperationIr& op);
+/// Runs a chain of fusible ops as one pass (Backend::execute_fused):
+/// `inputs` describes the chain's external inputs, whose bytes are `in`.
+caf::expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
+                                       const Inputs& in);
+
 /// Aborts: a 16-bit float reached a kernel without being widened (a bug of
 /// this backend, never of the input).
 [[noreturn]] void half_reached_kernel(DType t);
