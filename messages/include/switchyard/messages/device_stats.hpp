@@ -12,6 +12,8 @@ namespace switchyard {
 struct DeviceStats {
   std::string device;
   uint64_t ops_executed = 0;
+  /// Of ops_executed, those run inside fused element-wise chains.
+  uint64_t ops_fused = 0;
   uint64_t ops_failed = 0;
   /// Ops waiting on a pending (in-flight) input.
   uint64_t queue_depth = 0;
