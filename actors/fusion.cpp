@@ -2,6 +2,7 @@
 #include "actors/fusion.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "switchyard/messages/op_rules.hpp"
 
@@ -10,14 +11,15 @@ namespace {
 
 /// A tensor the chain mentions, as far as the scan has gone.
 struct Mention {
-  TensorIr tensor;        // as first mentioned (status: read_write once any mention is)
-  bool produced = false;  // an output of an op of the chain (else an external input)
-  bool consumed = false;  // used for the last time: no later op may mention it
+  const TensorIr* tensor = nullptr;  // as first mentioned (the ops outlive the scan)
+  bool produced = false;             // an output of an op of the chain (else an external input)
+  bool consumed = false;             // used for the last time: no later op may mention it
+  bool read_write = false;           // some mention is a last use
 };
 
 class Scan {
  public:
-  explicit Scan(const Shape& shape) : shape_(shape) {}
+  explicit Scan(const Shape& shape) : shape_(shape) { mentions_.reserve(max_chain_ops + max_inputs); }
 
   /// Adds `op` to the chain if it can follow the ops before it; false
   /// (changing nothing) otherwise.
@@ -32,7 +34,7 @@ class Scan {
       if (m == nullptr)
         ++fresh_inputs;
       else  // an intermediate as produced (unfused, anything else fails the op)
-        ok = ok && !m->consumed && (!m->produced || (t.shape == m->tensor.shape && t.dtype == m->tensor.dtype));
+        ok = ok && !m->consumed && (!m->produced || (t.shape == m->tensor->shape && t.dtype == m->tensor->dtype));
     });
     if (!ok || externals_ + fresh_inputs > max_inputs) return false;
     // Liveness after the op: intermediates it consumes die (each once, even
@@ -54,16 +56,15 @@ class Scan {
     op.each_input([&](const TensorIr& t) {
       Mention* m = find(t.id);
       if (m == nullptr) {
-        mentions_.push_back({t, false, false});
+        m = &remember({&t, false, false, false});
         ++externals_;
-        m = &mentions_.back();
       }
       if (t.status == TensorStatus::read_write) {
         m->consumed = true;
-        m->tensor.status = TensorStatus::read_write;
+        m->read_write = true;
       }
     });
-    op.each_output([&](const TensorIr& t) { mentions_.push_back({t, true, false}); });
+    op.each_output([&](const TensorIr& t) { remember({&t, true, false, false}); });
     live_ = live;
     return true;
   }
@@ -80,23 +81,44 @@ class Scan {
   [[nodiscard]] std::vector<TensorIr> inputs() const {
     std::vector<TensorIr> out;
     out.reserve(externals_);
-    for (const auto& m : mentions_)
-      if (!m.produced) out.push_back(m.tensor);
+    for (const auto& m : mentions_) {
+      if (m.produced) continue;
+      out.push_back(*m.tensor);
+      if (m.read_write) out.back().status = TensorStatus::read_write;
+    }
     return out;
   }
 
  private:
   static constexpr size_t max_inputs = 16;
 
+  // Mentions by id: open addressing in a fixed table, so a scan costs the
+  // same per op however long the chain grows (a linear search made the
+  // planning of 64-op chains of tiny adds cost more than it saved).
+  static constexpr size_t table_size = 256;  // > 3 x (max_chain_ops + max_inputs)
+  [[nodiscard]] static size_t slot_of(TensorId id) { return (id.value * 0x9E3779B97F4A7C15ull) >> 56; }
+
   [[nodiscard]] const Mention* find(TensorId id) const {
-    for (const auto& m : mentions_)
-      if (m.tensor.id == id) return &m;
-    return nullptr;
+    for (size_t i = slot_of(id);; i = (i + 1) % table_size) {
+      if (keys_[i] == 0) return nullptr;  // id 0 is never valid: validation refuses it
+      if (keys_[i] == id.value) return &mentions_[index_[i]];
+    }
+  }
+
+  Mention& remember(const Mention& m) {
+    size_t i = slot_of(m.tensor->id);
+    while (keys_[i] != 0) i = (i + 1) % table_size;
+    keys_[i] = m.tensor->id.value;
+    index_[i] = static_cast<uint8_t>(mentions_.size());
+    mentions_.push_back(m);
+    return mentions_.back();
   }
   [[nodiscard]] Mention* find(TensorId id) { return const_cast<Mention*>(static_cast<const Scan&>(*this).find(id)); }
 
   const Shape& shape_;
   std::vector<Mention> mentions_;
+  std::array<uint64_t, table_size> keys_{};  // 0: free
+  std::array<uint8_t, table_size> index_{};  // into mentions_
   size_t externals_ = 0;
   size_t live_ = 0;  // intermediates not yet consumed, the last output included
 };
