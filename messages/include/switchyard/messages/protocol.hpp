@@ -43,8 +43,8 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
-  return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_fused, x.ops_failed, x.queue_depth,
-           x.live_handles, x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out, x.bytes_staged);
+  return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_failed, x.queue_depth, x.live_handles,
+           x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out, x.bytes_staged, x.ops_fused);
 }
 
 /// One part of a tensor's bytes crossing a connection. A tensor larger than
