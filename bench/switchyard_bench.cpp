@@ -20,9 +20,12 @@ sy::RuntimeOptions one_cpu() { return sy::RuntimeOptions{.devices = {"cpu:0"}}; 
 
 // 1. Per-op overhead: dependent tiny ops from one thread, then one read.
 // `client_ns`: the submitting thread's share (the runner works in parallel).
-void tiny_op_chain(benchmark::State& state, bool reuse) {
+// With fusion on (the default) the dependent adds run as fused chains of up
+// to 64 ops; `fuse` off gives the request path's cost per op alone.
+void tiny_op_chain(benchmark::State& state, bool reuse, bool fuse) {
   auto options = one_cpu();
   options.reuse_last_use = reuse;
+  options.fuse_elementwise = fuse;
   sy::Runtime rt(options);
   auto dev = rt.device("cpu:0");
   auto y = dev.full({4}, 1.0);
@@ -220,8 +223,9 @@ void churn(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(tiny_op_chain, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
-BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, , true, true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, no_fusion, true, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 BENCHMARK(tiny_op_threads)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 BENCHMARK_CAPTURE(chain_large, , true, true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
