@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/fusion.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::actors {
@@ -65,6 +66,7 @@ struct RunnerState {
   std::shared_ptr<Tracer> tracer;  // null: tracing off
   uint32_t track = 0;
   std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
+  bool fuse_elementwise = true;
   std::chrono::milliseconds idle_trim_after{0};
   bool busy_since_idle_check = false;  // an op came in since the last idle timer
   bool idle_timer_armed = false;
@@ -143,8 +145,8 @@ void release_last_uses(RunnerState& st, OperationIr& op) {
 }
 
 // One slice per op: name, operand shapes and dtypes, output bytes.
-void trace_op(RunnerState& st, OperationIr& op, Tracer::Clock::time_point begin, const caf::error& err) {
-  auto end = Tracer::Clock::now();
+void trace_op(RunnerState& st, OperationIr& op, Tracer::Clock::time_point begin, Tracer::Clock::time_point end,
+              const caf::error& err, std::string_view extra_args = {}) {
   std::string ins, outs;
   size_t bytes = 0;
   op.each_input([&](const TensorIr& t) {
@@ -158,7 +160,20 @@ void trace_op(RunnerState& st, OperationIr& op, Tracer::Clock::time_point begin,
   std::string args = "\"inputs\":\"" + json_escape(ins) + "\",\"outputs\":\"" + json_escape(outs) +
                      "\",\"bytes\":" + std::to_string(bytes);
   if (err) args += ",\"error\":\"" + json_escape(describe(err).message) + "\"";
+  args += extra_args;
   st.tracer->slice(st.track, op.name(), begin, end, args);
+}
+
+// A backend call, its exceptions turned into errors naming `what`.
+template <class F>
+caf::error guarded(const std::string& what, F&& call) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return make_error(Errc::out_of_memory, what + ": out of host memory");
+  } catch (const std::exception& ex) {
+    return make_error(Errc::kernel_failure, what + ": " + ex.what());
+  }
 }
 
 void run(RunnerState& st, OperationIr& op) {
@@ -204,15 +219,9 @@ void run(RunnerState& st, OperationIr& op) {
   std::array<BufferPtr, 1> outs;
   Tracer::Clock::time_point begin;
   if (st.tracer) begin = Tracer::Clock::now();
-  try {
-    err = st.backend->execute(op, ins, outs);
-  } catch (const std::bad_alloc&) {
-    err = make_error(Errc::out_of_memory, op.name() + ": out of host memory");
-  } catch (const std::exception& ex) {
-    err = make_error(Errc::kernel_failure, op.name() + ": " + ex.what());
-  }
+  err = guarded(op.name(), [&] { return st.backend->execute(op, ins, outs); });
   if (!err && !outs[0]) err = make_error(Errc::kernel_failure, op.name() + ": backend produced no output");
-  if (st.tracer) trace_op(st, op, begin, err);
+  if (st.tracer) trace_op(st, op, begin, Tracer::Clock::now(), err);
   if (err) {
     fail_outputs(st, op, on_device(st, err));
     return;
@@ -295,6 +304,51 @@ void submit_one(Self self, OperationIr& op) {
     return;
   }
   run(st, op);
+}
+
+// Runs ops[first, ...) as one fused chain when the fusion pass finds one
+// there (actors/fusion.hpp); returns how many ops it ran (0: none). The
+// chain's intermediates never enter the table: nobody but the chain can
+// name them. Each op still counts, and traces, as run.
+size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first) {
+  auto find = [&st](TensorId id) { return st.table.find(id); };
+  ChainContext ctx{*st.backend,
+                   [&](const TensorIr& t) {
+                     auto it = find(t.id);
+                     return it != st.table.end() && it->second.state == Entry::State::ready &&
+                            it->second.meta.shape == t.shape && it->second.meta.dtype == t.dtype;
+                   },
+                   [&](TensorId id) { return find(id) == st.table.end(); }};
+  auto chain = find_chain(ops, first, ctx);
+  if (!chain) return 0;
+  auto chain_ops = ops.subspan(first, chain->size);
+  std::vector<BufferPtr> ins;
+  ins.reserve(chain->inputs.size());
+  for (const auto& t : chain->inputs) ins.push_back(find(t.id)->second.buffer);
+  // The table's references go first, so a last-use buffer can be reused.
+  for (auto& op : chain_ops) release_last_uses(st, op);
+  declare_outputs(st, chain_ops.back(), false);
+  BufferPtr out;
+  const auto begin = st.tracer ? Tracer::Clock::now() : Tracer::Clock::time_point{};
+  auto err = guarded(chain_ops.back().name() + " (fused chain of " + std::to_string(chain_ops.size()) + " ops)",
+                     [&] { return st.backend->execute_fused(chain_ops, chain->inputs, ins, out); });
+  if (!err && !out) err = make_error(Errc::kernel_failure, "fused chain: backend produced no output");
+  if (st.tracer) {
+    // The chain's time, shared evenly: one slice per op, as unfused.
+    const auto step = (Tracer::Clock::now() - begin) / static_cast<int64_t>(chain_ops.size());
+    for (size_t k = 0; k < chain_ops.size(); ++k)
+      trace_op(st, chain_ops[k], begin + step * static_cast<int64_t>(k), begin + step * static_cast<int64_t>(k + 1),
+               err, ",\"fused\":\"" + std::to_string(k + 1) + " of " + std::to_string(chain_ops.size()) + "\"");
+  }
+  if (err) {
+    err = on_device(st, err);
+    for (auto& op : chain_ops) fail_outputs(st, op, err);  // counts each; only the last output exists
+    return chain_ops.size();
+  }
+  st.stats.ops_executed += chain_ops.size();
+  st.stats.ops_fused += chain_ops.size();
+  chain_ops.back().each_output([&](const TensorIr& t) { resolve(st, t.id, std::move(out), {}); });
+  return chain_ops.size();
 }
 
 // Calls `f(entry)` once the tensor is ready or failed (now, if it is).
@@ -479,13 +533,20 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
 void take_in(Self self, std::vector<OperationIr>& ops) {
   auto& st = self->state;
   st.sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
-  for (auto& op : ops) {
+  for (size_t i = 0; i < ops.size();) {
+    size_t ran = 0;
     try {
-      submit_one(self, op);
+      if (st.fuse_elementwise) ran = run_chain(st, ops, i);
+      if (ran == 0) {
+        submit_one(self, ops[i]);
+        ran = 1;
+      }
     } catch (const std::exception& ex) {
       // A runner must outlive any op: report and keep serving.
-      fail_outputs(st, op, make_error(Errc::kernel_failure, st.name + ": " + ex.what()));
+      fail_outputs(st, ops[i], make_error(Errc::kernel_failure, st.name + ": " + ex.what()));
+      ran = std::max<size_t>(ran, 1);
     }
+    i += ran;
   }
   complete_syncs(self);
   if (st.batches_done) st.batches_done->fetch_add(1, std::memory_order_release);
@@ -531,6 +592,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.tracer = std::move(hooks.tracer);
   self->state.track = hooks.track;
   self->state.batches_done = std::move(hooks.batches_done);
+  self->state.fuse_elementwise = hooks.fuse_elementwise;
   self->state.idle_trim_after = hooks.idle_trim_after;
   self->state.transfer_chunk_bytes = hooks.transfer_chunk_bytes;
   self->state.transfer_timeout = hooks.transfer_timeout;

@@ -34,6 +34,9 @@ struct RunnerHooks {
   size_t transfer_chunk_bytes = size_t{16} << 20;
   /// Deadline for each part's acknowledgement (the peer may die silently).
   std::chrono::milliseconds transfer_timeout{120000};
+  /// Runs chains of element-wise ops within a batch as one pass when the
+  /// backend can (actors/fusion.hpp); results are the same either way.
+  bool fuse_elementwise = true;
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

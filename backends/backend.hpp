@@ -67,6 +67,25 @@ class Backend {
   [[nodiscard]] virtual caf::error execute(OperationIr& op, std::span<BufferPtr> inputs,
                                            std::span<BufferPtr> outputs) = 0;
 
+  // (optional) Whether `op` may run inside a fused element-wise chain
+  // (execute_fused). The runner asks before it plans a chain, so what a
+  // backend cannot fuse (an op family, a broadcast it has no loop for, an op
+  // whose failure depends on the data) simply ends the chain there. The
+  // default: no op, so a backend without fusion runs every op alone.
+  [[nodiscard]] virtual bool fusible(const OperationIr& /*op*/) const { return false; }
+
+  // (optional) Runs `chain`, adjacent ops each accepted by fusible(), as one
+  // pass, with exactly the bits running them one by one with execute()
+  // gives. All ops have the same output shape; each op's output except the
+  // last is read only by later ops of the chain (the last of those reads
+  // marks it read_write), so only the last op's output is materialised, in
+  // `output`. `tensors` are the chain's other inputs, each once, in order of
+  // first mention (read_write if any mention is), and `inputs` their
+  // buffers; read_write ones may be consumed as in execute(). An error fails
+  // the chain's output.
+  [[nodiscard]] virtual caf::error execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors,
+                                                 std::span<BufferPtr> inputs, BufferPtr& output);
+
   // Restarts the random stream: the n-th random op after seed(s) gives the
   // same values on every backend for the same s.
   virtual void seed(uint64_t s) = 0;

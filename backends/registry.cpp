@@ -17,6 +17,14 @@ bool Backend::supports(OperationIr& op) const {
   return ok;
 }
 
+caf::error Backend::execute_fused(std::span<OperationIr> chain, std::span<const TensorIr>, std::span<BufferPtr>,
+                                  BufferPtr&) {
+  // Only reached when fusible() accepted ops that this backend cannot run
+  // fused: a bug of the backend, reported rather than guessed around.
+  return make_error(Errc::unsupported,
+                    std::string(kind()) + ": no fused chains (" + std::to_string(chain.size()) + " ops offered)");
+}
+
 std::vector<BackendKind> backend_kinds() {
   std::vector<BackendKind> kinds;
   kinds.push_back(cpu::backend_kind());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -12,31 +13,12 @@
 #include <vector>
 
 #include "common.hpp"
+#include "direct.hpp"
 
 namespace {
 
-const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-
-// Aligned, touched (page-faulted) memory, as the runtime's pool provides.
-struct Buffer {
-  explicit Buffer(size_t n) : p(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)))), n(n) {
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000) * 0.001f - 0.5f;
-  }
-  ~Buffer() { std::free(p); }
-  float* p;
-  size_t n;
-};
-
-// f(begin, end) over [0, n) on every core.
-template <class F>
-void parallel(int64_t n, F f) {
-  std::vector<std::thread> ts;
-  const int64_t step = (n + cores - 1) / cores;
-  for (unsigned t = 1; t < cores; ++t)
-    ts.emplace_back([&, t] { f(std::min(n, t * step), std::min(n, (t + 1) * step)); });
-  f(0, std::min(n, step));
-  for (auto& t : ts) t.join();
-}
+using bench::Buffer;
+using bench::parallel;
 
 void tiny_op_chain(benchmark::State& state) {
   float x[4] = {0, 0, 0, 0}, y[4] = {1, 1, 1, 1};
@@ -100,13 +82,20 @@ void add_large(benchmark::State& state) {
   state.counters["per_iter"] = 3.0 * bench::large_elems * sizeof(float);
 }
 
-// Fused by hand: one pass, what any runtime could at best do.
+// Element-wise chains fused by hand (direct.hpp).
 void chain_large(benchmark::State& state) {
   Buffer x(bench::large_elems), r(bench::large_elems);
   for (auto _ : state) {
-    parallel(bench::large_elems, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) r.p[i] = std::max(x.p[i] * 2.0f + 1.0f, 0.0f);
-    });
+    parallel(bench::large_elems, [&](int64_t s, int64_t e) { bench::relu_chain_by_hand(x.p, r.p, s, e); });
+    benchmark::ClobberMemory();
+  }
+  state.counters["per_iter"] = 2.0 * bench::large_elems * sizeof(float);
+}
+
+void gelu_large(benchmark::State& state) {
+  Buffer x(bench::large_elems), r(bench::large_elems);
+  for (auto _ : state) {
+    parallel(bench::large_elems, [&](int64_t s, int64_t e) { bench::gelu_chain_by_hand(x.p, r.p, s, e); });
     benchmark::ClobberMemory();
   }
   state.counters["per_iter"] = 2.0 * bench::large_elems * sizeof(float);
@@ -182,6 +171,7 @@ BENCHMARK_CAPTURE(copy_bandwidth, memcpy, true)->Unit(benchmark::kMillisecond)->
 BENCHMARK_CAPTURE(copy_bandwidth, loop, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 BENCHMARK(chain_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK(gelu_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 BENCHMARK(matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->MinTime(0.2);
 BENCHMARK(mlp)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
 BENCHMARK(bridge)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);

@@ -20,9 +20,12 @@ sy::RuntimeOptions one_cpu() { return sy::RuntimeOptions{.devices = {"cpu:0"}}; 
 
 // 1. Per-op overhead: dependent tiny ops from one thread, then one read.
 // `client_ns`: the submitting thread's share (the runner works in parallel).
-void tiny_op_chain(benchmark::State& state, bool reuse) {
+// With fusion on (the default) the dependent adds run as fused chains of up
+// to 64 ops; `fuse` off gives the request path's cost per op alone.
+void tiny_op_chain(benchmark::State& state, bool reuse, bool fuse) {
   auto options = one_cpu();
   options.reuse_last_use = reuse;
+  options.fuse_elementwise = fuse;
   sy::Runtime rt(options);
   auto dev = rt.device("cpu:0");
   auto y = dev.full({4}, 1.0);
@@ -77,22 +80,39 @@ void add_large(benchmark::State& state) {
   state.counters["per_iter"] = 3.0 * bench::large_elems * sizeof(float);
 }
 
-void chain_large(benchmark::State& state, bool reuse) {
+// Element-wise chains on 16M f32 (issue 20 item 3): relu(x*2+1), and GELU
+// written by hand. With fusion each runs as one pass; `fuse` off runs them
+// op by op (reuse off implies no fusion: nothing is a last use then).
+template <class Chain>
+void element_chain(benchmark::State& state, bool reuse, bool fuse, Chain chain) {
   auto options = one_cpu();
   options.reuse_last_use = reuse;
+  options.fuse_elementwise = fuse;
   sy::Runtime rt(options);
   auto dev = rt.device("cpu:0");
   auto x = dev.uniform({bench::large_elems}, -1, 1);
   {
-    auto r = (x * 2.0 + 1.0).relu();
+    auto r = chain(x);
     dev.sync().get();
   }  // warm-up, as above
+  const auto fused_before = dev.stats().get().ops_fused;
   for (auto _ : state) {
-    auto r = (x * 2.0 + 1.0).relu();
+    auto r = chain(x);
     dev.sync().get();
   }
   state.counters["per_iter"] = 2.0 * bench::large_elems * sizeof(float);
+  // Shows that the "fused" rows did fuse (ops per iteration run in chains).
+  state.counters["fused_ops"] =
+      static_cast<double>(dev.stats().get().ops_fused - fused_before) / static_cast<double>(state.iterations());
 }
+
+sy::Tensor relu_chain(const sy::Tensor& x) { return (x * 2.0 + 1.0).relu(); }
+sy::Tensor gelu_chain(const sy::Tensor& x) {
+  return 0.5f * x * (1.0f + (0.79788456f * (x + 0.044715f * x * x * x)).tanh());
+}
+
+void chain_large(benchmark::State& state, bool reuse, bool fuse) { element_chain(state, reuse, fuse, relu_chain); }
+void gelu_large(benchmark::State& state, bool fuse) { element_chain(state, true, fuse, gelu_chain); }
 
 // 16-bit floats: 16M-element adds (2-byte storage, f32 arithmetic) and a
 // bf16 matmul (widened to f32 for sgemm, rounded once).
@@ -203,12 +223,16 @@ void churn(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(tiny_op_chain, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
-BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, , true, true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, no_fusion, true, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK_CAPTURE(tiny_op_chain, no_reuse, false, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 BENCHMARK(tiny_op_threads)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 BENCHMARK(add_large)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
-BENCHMARK_CAPTURE(chain_large, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
-BENCHMARK_CAPTURE(chain_large, no_reuse, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK_CAPTURE(chain_large, , true, true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK_CAPTURE(chain_large, no_fusion, true, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK_CAPTURE(chain_large, no_reuse, false, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK_CAPTURE(gelu_large, , true)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+BENCHMARK_CAPTURE(gelu_large, no_fusion, false)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 BENCHMARK(matmul)->Unit(benchmark::kMillisecond)->UseRealTime()->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->MinTime(0.2);
 BENCHMARK_CAPTURE(half_add, f16, sy::DType::f16)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 BENCHMARK_CAPTURE(half_add, bf16, sy::DType::bf16)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);

@@ -88,6 +88,10 @@ def main():
     if want("chain_large"):
         x = torch.rand(LARGE) * 2 - 1
         add("chain_large", timed(lambda: (x * 2 + 1).relu(), 6), 2 * LARGE * 4)
+    if want("gelu_large"):
+        x = torch.rand(LARGE) * 2 - 1
+        add("gelu_large", timed(lambda: 0.5 * x * (1 + torch.tanh(0.79788456 * (x + 0.044715 * x * x * x))), 5),
+            2 * LARGE * 4)
 
     for n in (256, 512, 1024, 2048):
         if not want("matmul/%d" % n):

@@ -275,10 +275,10 @@ void Core::start() {
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
-      auto runner =
-          actors::spawn_runner(*system_, name, std::move(backend),
-                               actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
-                                                   options_.transfer_chunk_bytes, options_.remote_timeout});
+      auto runner = actors::spawn_runner(
+          *system_, name, std::move(backend),
+          actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
+                              options_.transfer_chunk_bytes, options_.remote_timeout, options_.fuse_elementwise});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
     }
   }

@@ -54,6 +54,7 @@ struct WorkerConfig : caf::actor_system_config {
   bool insecure_listen_any = false;
   size_t threads = 0;
   bool cuda_allow_tf32 = false;
+  bool no_fuse_elementwise = false;
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
   std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
@@ -76,6 +77,8 @@ struct WorkerConfig : caf::actor_system_config {
         .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
         .add(cuda_allow_tf32, "cuda-allow-tf32",
              "f32 matmul on cuda devices may use TF32 tensor cores (off: f32-exact, as RuntimeOptions)")
+        .add(no_fuse_elementwise, "no-fuse-elementwise",
+             "run element-wise chains op by op (RuntimeOptions::fuse_elementwise = false; results are the same)")
         .add(max_message_bytes, "max-message-bytes",
              "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
         .add(transfer_chunk_bytes, "transfer-chunk-bytes",
@@ -233,6 +236,7 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
       std::shared_ptr<backends::Backend> shared = std::move(backend);
       actors::RunnerHooks hooks;
       hooks.transfer_chunk_bytes = cfg.transfer_chunk_bytes;
+      hooks.fuse_elementwise = !cfg.no_fuse_elementwise;
       devices.push_back({name, name.substr(0, name.find(':')),
                          caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared), hooks))});
       actors.push_back(devices.back().runner);

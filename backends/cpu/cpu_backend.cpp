@@ -10,6 +10,46 @@
 namespace switchyard::backends::cpu {
 namespace {
 
+/// An op's input buffers as the kernels take them (Inputs): their bytes and
+/// whether each may be overwritten in place. Held inline for the usual few.
+class HostInputs {
+ public:
+  explicit HostInputs(size_t count) {
+    if (count > small_bytes_.size()) {
+      many_bytes_.resize(count);
+      many_consumable_.resize(count);
+      bytes_ = many_bytes_.data();
+      consumable_ = reinterpret_cast<bool*>(many_consumable_.data());
+    }
+  }
+  HostInputs(const HostInputs&) = delete;
+  HostInputs& operator=(const HostInputs&) = delete;
+
+  void add(const TensorIr& t, const BufferPtr& buffer) {
+    bytes_[count_] = host_bytes(buffer);
+    if (bytes_[count_] == nullptr && !error)
+      error = make_error(Errc::invalid_tensor, "cpu: input buffer of another backend");
+    consumable_[count_] = bytes_[count_] != nullptr && reusable(t, buffer);
+    ++count_;
+  }
+  [[nodiscard]] std::span<const Bytes*> bytes() { return {bytes_, count_}; }
+  [[nodiscard]] std::span<bool> consumable() { return {consumable_, count_}; }
+  [[nodiscard]] Inputs view() const {
+    return {std::span<const Bytes* const>(bytes_, count_), std::span<const bool>(consumable_, count_)};
+  }
+
+  caf::error error;  // the first input that is no host buffer
+
+ private:
+  std::array<const Bytes*, 8> small_bytes_{};
+  std::array<bool, 8> small_consumable_{};
+  std::vector<const Bytes*> many_bytes_;
+  std::vector<char> many_consumable_;  // not vector<bool>: its elements have no address
+  const Bytes** bytes_ = small_bytes_.data();
+  bool* consumable_ = small_consumable_.data();
+  size_t count_ = 0;
+};
+
 class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(const DeviceOptions& options)
@@ -26,32 +66,13 @@ class CpuBackend final : public HostBackend {
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
   caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
-    std::array<const Bytes*, 8> small{};
-    std::array<bool, 8> small_consumable{};
-    std::vector<const Bytes*> many;
-    std::vector<char> many_consumable;
-    const Bytes** bytes = small.data();
-    bool* consumable = small_consumable.data();
-    if (inputs.size() > small.size()) {
-      many.resize(inputs.size());
-      many_consumable.resize(inputs.size());
-      bytes = many.data();
-      consumable = reinterpret_cast<bool*>(many_consumable.data());
-    }
+    HostInputs host(inputs.size());
     size_t i = 0;
-    caf::error err;
-    op.each_input([&](const TensorIr& t) {
-      bytes[i] = host_bytes(inputs[i]);
-      if (bytes[i] == nullptr && !err) err = make_error(Errc::invalid_tensor, "cpu: input buffer of another backend");
-      consumable[i] = bytes[i] != nullptr && reusable(t, inputs[i]);
-      ++i;
-    });
-    if (err) return err;
+    op.each_input([&](const TensorIr& t) { host.add(t, inputs[i++]); });
+    if (host.error) return std::move(host.error);
     std::vector<Bytes> widened;
-    const auto narrow_to = widen_halves(ctx_, op, std::span<const Bytes*>(bytes, inputs.size()),
-                                        std::span<bool>(consumable, inputs.size()), widened);
-    Inputs in{std::span<const Bytes* const>(bytes, inputs.size()), std::span<const bool>(consumable, inputs.size())};
-    auto result = std::visit([&](auto& o) { return run(o, in); }, op.op);
+    const auto narrow_to = widen_halves(ctx_, op, host.bytes(), host.consumable(), widened);
+    auto result = std::visit([&](auto& o) { return run(o, host.view()); }, op.op);
     if (!result) return std::move(result.error());
     if (narrow_to) {
       int64_t n = 0;
@@ -59,6 +80,19 @@ class CpuBackend final : public HostBackend {
       *result = as_dtype(ctx_, *result, DType::f32, *narrow_to, n);
     }
     outputs[0] = std::make_shared<HostBuffer>(std::move(*result));
+    return {};
+  }
+
+  [[nodiscard]] bool fusible(const OperationIr& op) const override { return fusible_elementwise(op); }
+
+  caf::error execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors, std::span<BufferPtr> inputs,
+                           BufferPtr& output) override {
+    HostInputs host(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) host.add(tensors[i], inputs[i]);
+    if (host.error) return std::move(host.error);
+    auto result = fused_elementwise(ctx_, chain, tensors, host.view());
+    if (!result) return std::move(result.error());
+    output = std::make_shared<HostBuffer>(std::move(*result));
     return {};
   }
 

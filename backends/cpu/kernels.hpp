@@ -53,6 +53,16 @@ caf::expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
 caf::expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
 caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 
+/// Whether `op` can run inside a fused chain (Backend::fusible): the
+/// element-wise families (unary, binary and scalar ops, casts, where) with
+/// inputs broadcast in a way the tile loop handles, except integer
+/// divisions whose divisor may be zero.
+bool fusible_elementwise(const OperationIr& op);
+/// Runs a chain of fusible ops as one pass (Backend::execute_fused):
+/// `inputs` describes the chain's external inputs, whose bytes are `in`.
+caf::expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
+                                       const Inputs& in);
+
 /// Aborts: a 16-bit float reached a kernel without being widened (a bug of
 /// this backend, never of the input).
 [[noreturn]] void half_reached_kernel(DType t);
@@ -74,9 +84,24 @@ decltype(auto) visit_compute_dtype(DType t, F&& f) {
 std::optional<DType> widen_halves(Context& ctx, OperationIr& op, std::span<const Bytes*> bytes,
                                   std::span<bool> consumable, std::vector<Bytes>& widened);
 
+/// What widen_halves does to one input's data: converted from `from` to
+/// `through` first when set (an operand promoted to a 16-bit compute type),
+/// then to f32; untouched unless `widened`.
+struct InputWidening {
+  DType from = DType::f32;
+  std::optional<DType> through;
+  bool widened = false;
+};
+/// widen_halves without the data: rewrites `op` the same way and fills
+/// `inputs` (one per input, each_input order, value-initialised by the
+/// caller). Fused chains apply the same conversions tile by tile.
+std::optional<DType> plan_widening(OperationIr& op, std::span<InputWidening> inputs);
+
 /// Converts `n` elements from one dtype to another (the cast kernel's core,
 /// also used to bring mixed-dtype operands to their promoted type).
 void convert(Context& ctx, const void* src, DType from, void* dst, DType to, int64_t n);
+/// convert() on the calling thread: what each of its chunks runs.
+void convert_range(const void* src, DType from, void* dst, DType to, int64_t n);
 /// `src` as dtype `to` (shares the bytes when no conversion is needed).
 Bytes as_dtype(Context& ctx, const Bytes& src, DType from, DType to, int64_t n);
 

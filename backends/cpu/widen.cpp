@@ -4,6 +4,8 @@
 // computing kernel thus exists once, for f32, and a 16-bit op costs two
 // conversion passes on top of it.
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
@@ -41,29 +43,20 @@ DType promoted_compute(const Op& op) {
 }
 
 template <class Op>
-std::optional<DType> widen(Context& ctx, Op& op, std::span<const Bytes*> bytes, std::span<bool> consumable,
-                           std::vector<Bytes>& widened) {
+std::optional<DType> plan(Op& op, std::span<InputWidening> inputs) {
   bool any = false;
   op.each_input([&](const TensorIr& t) { any = any || is_half(t.dtype); });
   op.each_output([&](const TensorIr& t) { any = any || is_half(t.dtype); });
   if (!any) return std::nullopt;
   const DType compute = promoted_compute(op);
-  widened.reserve(2 * bytes.size());  // pointers into it must stay valid
   size_t i = 0;
   op.each_input([&](TensorIr& t) {
-    const size_t k = i++;
+    auto& w = inputs[i++];
     const bool promoted_to_half = is_half(compute) && t.dtype != compute;
     if (!is_half(t.dtype) && !promoted_to_half) return;
-    const Bytes* src = bytes[k];
-    DType from = t.dtype;
-    if (promoted_to_half) {
-      widened.push_back(as_dtype(ctx, *src, from, compute, t.numel()));
-      src = &widened.back();
-      from = compute;
-    }
-    widened.push_back(as_dtype(ctx, *src, from, DType::f32, t.numel()));
-    bytes[k] = &widened.back();
-    consumable[k] = true;  // ours alone
+    w.from = t.dtype;
+    if (promoted_to_half) w.through = compute;
+    w.widened = true;
     t.dtype = DType::f32;
   });
   if constexpr (std::is_same_v<Op, ScalarOp>) {
@@ -84,17 +77,45 @@ std::optional<DType> widen(Context& ctx, Op& op, std::span<const Bytes*> bytes, 
 
 }  // namespace
 
-std::optional<DType> widen_halves(Context& ctx, OperationIr& op, std::span<const Bytes*> bytes,
-                                  std::span<bool> consumable, std::vector<Bytes>& widened) {
+std::optional<DType> plan_widening(OperationIr& op, std::span<InputWidening> inputs) {
   return std::visit(
       [&](auto& o) -> std::optional<DType> {
         using Op = std::decay_t<decltype(o)>;
         if constexpr (computes_v<Op>)
-          return widen(ctx, o, bytes, consumable, widened);
+          return plan(o, inputs);
         else
           return std::nullopt;
       },
       op.op);
+}
+
+std::optional<DType> widen_halves(Context& ctx, OperationIr& op, std::span<const Bytes*> bytes,
+                                  std::span<bool> consumable, std::vector<Bytes>& widened) {
+  std::array<InputWidening, 8> small;
+  std::vector<InputWidening> many;
+  std::span<InputWidening> inputs(small.data(), bytes.size());
+  if (bytes.size() > small.size())
+    inputs = std::span<InputWidening>((many.resize(bytes.size()), many.data()), many.size());
+  const auto narrow = plan_widening(op, inputs);
+  if (std::none_of(inputs.begin(), inputs.end(), [](const InputWidening& w) { return w.widened; })) return narrow;
+  widened.reserve(2 * bytes.size());  // pointers into it must stay valid
+  size_t i = 0;
+  op.each_input([&](const TensorIr& t) {
+    const size_t k = i++;
+    const auto& w = inputs[k];
+    if (!w.widened) return;
+    const Bytes* src = bytes[k];
+    DType from = w.from;
+    if (w.through) {
+      widened.push_back(as_dtype(ctx, *src, from, *w.through, t.numel()));
+      src = &widened.back();
+      from = *w.through;
+    }
+    widened.push_back(as_dtype(ctx, *src, from, DType::f32, t.numel()));
+    bytes[k] = &widened.back();
+    consumable[k] = true;  // ours alone
+  });
+  return narrow;
 }
 
 }  // namespace switchyard::backends::cpu

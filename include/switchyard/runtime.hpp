@@ -61,6 +61,12 @@ struct RuntimeOptions {
   /// read_write, so the device may write the result into its buffer (off:
   /// for measuring the effect; results are the same either way).
   bool reuse_last_use = true;
+  /// Run chains of element-wise ops (unary, binary with broadcasting,
+  /// scalar ops, casts, comparisons, where, clamp) sent in one batch as one
+  /// pass over memory on devices that can (cpu): relu(x * 2 + 1) reads x
+  /// and writes the result once instead of three times. Results are bit for
+  /// bit those of op-by-op execution; off: for measuring the effect.
+  bool fuse_elementwise = true;
   /// Write a Chrome/Perfetto trace (JSON trace events: a track per device,
   /// a slice per op, bridges as flows) to this path when the runtime shuts
   /// down. Empty: the SWITCHYARD_TRACE environment variable, if set.

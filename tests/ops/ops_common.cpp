@@ -16,6 +16,10 @@ std::unique_ptr<sy::Runtime>& runtime_slot() {
   static std::unique_ptr<sy::Runtime> rt;
   return rt;
 }
+std::unique_ptr<sy::Runtime>& unfused_runtime_slot() {
+  static std::unique_ptr<sy::Runtime> rt;
+  return rt;
+}
 }  // namespace
 
 sy::Runtime& runtime() {
@@ -24,10 +28,27 @@ sy::Runtime& runtime() {
   return *rt;
 }
 
-void close_runtime() { runtime_slot().reset(); }
+void close_runtime() {
+  unfused_runtime_slot().reset();
+  runtime_slot().reset();
+}
 
 std::vector<sy::Device> devices() { return runtime().devices(); }
 sy::Device reference() { return runtime().device("reference:0"); }
+
+sy::Device unfused_cpu() {
+  auto& rt = unfused_runtime_slot();
+  if (!rt) rt = std::make_unique<sy::Runtime>(sy::RuntimeOptions{.devices = {"cpu:0"}, .fuse_elementwise = false});
+  return rt->device("cpu:0");
+}
+
+std::vector<sy::Device> devices_fused_and_unfused() {
+  auto all = devices();
+  all.push_back(unfused_cpu());
+  return all;
+}
+
+std::string label(const sy::Device& d) { return d == unfused_cpu() ? d.name() + " (fusion off)" : d.name(); }
 
 Tol tol_for(sy::DType t) {
   switch (t) {

@@ -22,6 +22,14 @@ void close_runtime();
 /// Every device of it: cpu:0, reference:0 and any GPUs.
 std::vector<sy::Device> devices();
 sy::Device reference();
+/// cpu:0 of a second runtime with RuntimeOptions::fuse_elementwise off:
+/// the property and PyTorch tests run there too, so fused chains and
+/// op-by-op execution are both held to the same results.
+sy::Device unfused_cpu();
+/// devices(), then unfused_cpu().
+std::vector<sy::Device> devices_fused_and_unfused();
+/// The device's name in messages ("cpu:0 (fusion off)" for unfused_cpu()).
+std::string label(const sy::Device& d);
 
 /// Allowed difference between floating results: |got - want| <= atol + rtol * |want|.
 struct Tol {

@@ -345,19 +345,19 @@ json load_cases() {
 
 }  // namespace
 
-TEST_CASE("every op matches PyTorch 1.13 on every device", "[ops][pytorch]") {
+TEST_CASE("every op matches PyTorch 1.13 on every device with fusion on and off", "[ops][pytorch]") {
   const json all = load_cases();
   const auto& cases = all["cases"];
   REQUIRE(cases.size() > 1000);
   size_t failed = 0;
-  for (const auto& d : devices()) {
+  for (const auto& d : devices_fused_and_unfused()) {
     size_t skipped = 0;
     std::map<std::string, size_t> skipped_ops;  // op -> cases, for the summary line
     std::string reason;                         // the first refusal, as the device worded it
     for (size_t i = 0; i < cases.size(); ++i) {
       const auto& c = cases[i];
-      std::string label =
-          d.name() + " case " + std::to_string(i) + ": " + c["op"].get<std::string>() + " " + c["args"].dump() + " on";
+      std::string label = sytest::label(d) + " case " + std::to_string(i) + ": " + c["op"].get<std::string>() + " " +
+                          c["args"].dump() + " on";
       for (const auto& t : c["inputs"]) label += " " + t["dtype"].get<std::string>() + t["shape"].dump();
       if (c.value("emulated", false)) label += " (emulated: PyTorch's f32 result rounded once)";
       std::string problem;
@@ -391,9 +391,9 @@ TEST_CASE("every op matches PyTorch 1.13 on every device", "[ops][pytorch]") {
     if (skipped > 0) {
       std::string ops;
       for (const auto& [op, n] : skipped_ops) ops += (ops.empty() ? "" : ", ") + op + " " + std::to_string(n);
-      WARN(d.name() << ": skipped " << skipped << " of " << cases.size()
-                    << " PyTorch cases that use f16/bf16/i8/i16, which it does not support (" << ops
-                    << "); first refusal: " << reason);
+      WARN(sytest::label(d) << ": skipped " << skipped << " of " << cases.size()
+                            << " PyTorch cases that use f16/bf16/i8/i16, which it does not support (" << ops
+                            << "); first refusal: " << reason);
     }
   }
   CHECK(failed == 0);

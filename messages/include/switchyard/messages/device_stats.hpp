@@ -23,6 +23,9 @@ struct DeviceStats {
   uint64_t bytes_bridged_out = 0;
   /// Bytes of tensors arriving in parts whose last part has not come yet.
   uint64_t bytes_staged = 0;
+  /// Of ops_executed, those run inside fused element-wise chains (last, so
+  /// positional initialisers of the fields above keep their meaning).
+  uint64_t ops_fused = 0;
 };
 
 }  // namespace switchyard

@@ -24,7 +24,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 7;  // 7: dtypes f16, bf16, i8, i16 (issue 17)
+inline constexpr uint32_t protocol_version = 8;  // 8: DeviceStats::ops_fused (issue 20)
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
@@ -48,7 +48,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
   return f(caf::meta::type_name("device_stats"), x.device, x.ops_executed, x.ops_failed, x.queue_depth, x.live_handles,
-           x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out, x.bytes_staged);
+           x.live_bytes, x.cached_bytes, x.bytes_bridged_in, x.bytes_bridged_out, x.bytes_staged, x.ops_fused);
 }
 
 /// One part of a tensor's bytes crossing a connection. A tensor larger than

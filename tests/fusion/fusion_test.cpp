@@ -1,0 +1,511 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fusion of element-wise chains (issue 20 item 3): the planner's decisions
+// on hand-built batches, and fused execution against op-by-op execution,
+// bit for bit, through the client API (two runtimes, fusion on and off).
+
+#include "actors/fusion.hpp"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include <switchyard/switchyard.hpp>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "support/watchdog.hpp"
+
+namespace sy = switchyard;
+using namespace std::chrono_literals;
+using sy::DType;
+using sy::Shape;
+using sy::Tensor;
+
+namespace {
+
+// --- the planner on hand-built batches ----------------------------------------
+
+sy::TensorIr ir(uint64_t id, Shape s = {4, 8}, DType t = DType::f32,
+                sy::TensorStatus status = sy::TensorStatus::read_only) {
+  return sy::TensorIr{sy::TensorId{id}, std::move(s), t, status};
+}
+sy::TensorIr last_use(uint64_t id, Shape s = {4, 8}, DType t = DType::f32) {
+  return ir(id, std::move(s), t, sy::TensorStatus::read_write);
+}
+sy::TensorIr out(uint64_t id, Shape s = {4, 8}, DType t = DType::f32) {
+  return ir(id, std::move(s), t, sy::TensorStatus::not_init);
+}
+sy::OperationIr scalar(sy::BinaryKind k, sy::TensorIr in, double v, sy::TensorIr o) {
+  return sy::ScalarOp{k, std::move(in), sy::Scalar(v), false, std::move(o)};
+}
+sy::OperationIr unary(sy::UnaryKind k, sy::TensorIr in, sy::TensorIr o) {
+  return sy::UnaryOp{k, std::move(in), std::move(o), 0, 0};
+}
+sy::OperationIr binary(sy::BinaryKind k, sy::TensorIr a, sy::TensorIr b, sy::TensorIr o) {
+  return sy::BinaryOp{k, std::move(a), std::move(b), std::move(o)};
+}
+
+/// A tensor the device holds, as the planner's context reports it.
+struct Held {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+/// The planner against a real cpu backend and a device holding the ready
+/// tensors `existing` (1..3: [4, 8] f32, 20: [8] f32); `pending` ids are in
+/// flight.
+struct Planner {
+  std::unique_ptr<sy::backends::Backend> cpu = sy::backends::cpu::backend_kind().create(0, {});
+  std::vector<uint64_t> pending;
+  std::map<uint64_t, Held> existing = {{1, {{4, 8}}}, {2, {{4, 8}}}, {3, {{4, 8}}}, {20, {{8}}}};
+
+  std::optional<sy::actors::FusedChain> find(std::vector<sy::OperationIr>& ops, size_t first = 0) {
+    sy::actors::ChainContext ctx{*cpu,
+                                 [&](const sy::TensorIr& t) {
+                                   if (std::find(pending.begin(), pending.end(), t.id.value) != pending.end())
+                                     return false;
+                                   auto it = existing.find(t.id.value);
+                                   return it != existing.end() && t.dtype == it->second.dtype &&
+                                          t.shape == it->second.shape;
+                                 },
+                                 [&](sy::TensorId id) { return !existing.contains(id.value); }};
+    return sy::actors::find_chain(ops, first, ctx);
+  }
+};
+
+size_t chain_size(const std::optional<sy::actors::FusedChain>& c) { return c ? c->size : 0; }
+
+using sy::BinaryKind;
+using sy::UnaryKind;
+
+TEST_CASE("planner fuses relu of x times 2 plus 1 into one chain", "[fusion][planner]") {
+  Planner p;
+  std::vector<sy::OperationIr> ops = {scalar(BinaryKind::mul, ir(1), 2, out(100)),
+                                      scalar(BinaryKind::add, last_use(100), 1, out(101)),
+                                      unary(UnaryKind::relu, last_use(101), out(102))};
+  auto chain = p.find(ops);
+  REQUIRE(chain_size(chain) == 3);
+  REQUIRE(chain->inputs.size() == 1);
+  CHECK(chain->inputs[0].id.value == 1);
+  CHECK(chain->inputs[0].status == sy::TensorStatus::read_only);
+}
+
+TEST_CASE("planner fuses a GELU written by hand with an intermediate used at the end", "[fusion][planner]") {
+  // 0.5*x*(1+tanh(0.79788456*(x+0.044715*x*x*x))): `half` lives across the chain.
+  Planner p;
+  std::vector<sy::OperationIr> ops = {
+      scalar(BinaryKind::mul, ir(1), 0.5, out(100)),            // half = 0.5 * x
+      scalar(BinaryKind::mul, ir(1), 0.044715, out(101)),       // c = 0.044715 * x
+      binary(BinaryKind::mul, last_use(101), ir(1), out(102)),  // c * x
+      binary(BinaryKind::mul, last_use(102), ir(1), out(103)),  // c * x * x
+      binary(BinaryKind::add, ir(1), last_use(103), out(104)),  // x + ...
+      scalar(BinaryKind::mul, last_use(104), 0.79788456, out(105)),
+      unary(UnaryKind::tanh, last_use(105), out(106)),
+      scalar(BinaryKind::add, last_use(106), 1, out(107)),
+      binary(BinaryKind::mul, last_use(100), last_use(107), out(108)),
+  };
+  auto chain = p.find(ops);
+  REQUIRE(chain_size(chain) == 9);
+  CHECK(chain->inputs.size() == 1);
+}
+
+TEST_CASE("planner leaves an intermediate the client still holds unfused", "[fusion][planner]") {
+  Planner p;
+  // t100 is read by the add without being its last use: the client holds it.
+  std::vector<sy::OperationIr> ops = {scalar(BinaryKind::mul, ir(1), 2, out(100)),
+                                      scalar(BinaryKind::add, ir(100), 1, out(101)),
+                                      unary(UnaryKind::relu, last_use(101), out(102))};
+  CHECK(chain_size(p.find(ops, 0)) == 0);
+  p.existing[100] = {{4, 8}};  // the mul ran alone
+  CHECK(chain_size(p.find(ops, 1)) == 2);
+}
+
+TEST_CASE("planner does not fuse past a pending input", "[fusion][planner]") {
+  Planner p;
+  p.pending = {2};
+  std::vector<sy::OperationIr> ops = {scalar(BinaryKind::mul, ir(1), 2, out(100)),
+                                      binary(BinaryKind::add, last_use(100), ir(2), out(101)),
+                                      unary(UnaryKind::relu, last_use(101), out(102))};
+  CHECK(chain_size(p.find(ops)) == 0);
+  p.pending = {1};
+  CHECK(chain_size(p.find(ops)) == 0);
+  p.pending.clear();
+  CHECK(chain_size(p.find(ops)) == 3);
+}
+
+TEST_CASE("planner cuts a chain before an op that fails validation", "[fusion][planner]") {
+  Planner p;
+  // The third op claims an i32 output for an f32 relu: invalid, so it must
+  // run alone (and fail there, as unfused).
+  std::vector<sy::OperationIr> ops = {scalar(BinaryKind::mul, ir(1), 2, out(100)),
+                                      scalar(BinaryKind::add, last_use(100), 1, out(101)),
+                                      unary(UnaryKind::relu, last_use(101), out(102, {4, 8}, DType::i32))};
+  CHECK(chain_size(p.find(ops)) == 2);
+}
+
+TEST_CASE("planner cuts a chain at a change of shape and at an existing output id", "[fusion][planner]") {
+  Planner p;
+  // A [8] bias computed first and broadcast later: its chain would have two shapes.
+  std::vector<sy::OperationIr> broadcast = {scalar(BinaryKind::mul, ir(20, {8}), 2, out(100, {8})),
+                                            binary(BinaryKind::add, ir(1), last_use(100, {8}), out(101)),
+                                            unary(UnaryKind::relu, last_use(101), out(102))};
+  CHECK(chain_size(p.find(broadcast)) == 0);
+  p.existing[100] = {{8}};  // the mul ran alone
+  CHECK(chain_size(p.find(broadcast, 1)) == 2);
+  // A broadcast external input is fine.
+  std::vector<sy::OperationIr> bias = {binary(BinaryKind::add, ir(1), ir(20, {8}), out(200)),
+                                       unary(UnaryKind::relu, last_use(200), out(201))};
+  CHECK(chain_size(p.find(bias)) == 2);
+  // An output id that exists already fails unfused (a misbehaving client).
+  std::vector<sy::OperationIr> reused = {scalar(BinaryKind::mul, ir(1), 2, out(100)),
+                                         unary(UnaryKind::relu, last_use(100), out(3))};
+  CHECK(chain_size(p.find(reused)) == 0);
+}
+
+TEST_CASE("planner does not fuse an integer division nor past a tensor used after its last use", "[fusion][planner]") {
+  Planner p;
+  std::vector<sy::OperationIr> divide = {sy::CastOp{ir(1), out(100, {4, 8}, DType::i32)},
+                                         binary(BinaryKind::remainder, last_use(100, {4, 8}, DType::i32),
+                                                ir(200, {4, 8}, DType::i32), out(101, {4, 8}, DType::i32))};
+  p.existing[200] = {{4, 8}, DType::i32};
+  CHECK(chain_size(p.find(divide)) == 0);
+  std::get<sy::BinaryOp>(divide[1].op).kind = BinaryKind::mul;  // the same chain without the division fuses
+  CHECK(chain_size(p.find(divide)) == 2);
+  // x's last use is the first op: a later mention must fail unfused (unknown tensor).
+  std::vector<sy::OperationIr> stale = {scalar(BinaryKind::mul, last_use(1), 2, out(100)),
+                                        binary(BinaryKind::add, last_use(100), ir(1), out(101)),
+                                        unary(UnaryKind::relu, last_use(101), out(102))};
+  CHECK(chain_size(p.find(stale)) == 0);
+}
+
+// --- fused against unfused through the client API ----------------------------
+
+/// Two runtimes with one cpu device each, fusion on and off. Batches leave
+/// on reads only (a long flush interval), so a chain is never split by the
+/// flush timer and the counts below are exact.
+struct Pair {
+  sy::Runtime fused{options(true)};
+  sy::Runtime unfused{options(false)};
+  sy::Device on = fused.device("cpu:0");
+  sy::Device off = unfused.device("cpu:0");
+
+  static sy::RuntimeOptions options(bool fuse) {
+    sy::RuntimeOptions o;
+    o.devices = {"cpu:0"};
+    o.flush_interval = std::chrono::seconds(30);
+    o.fuse_elementwise = fuse;
+    return o;
+  }
+};
+
+sy::TensorData read(const Tensor& t) {
+  auto f = t.read();
+  REQUIRE(f.wait_for(60s));
+  return f.get();
+}
+
+sy::DeviceStats stats(const sy::Device& d) {
+  auto f = d.stats();
+  REQUIRE(f.wait_for(60s));
+  return f.get();
+}
+
+/// The result or the error of reading `t`, as text that differs whenever
+/// the bits, the shape, the dtype or the error differ.
+std::string outcome(const Tensor& t) {
+  try {
+    auto d = read(t);
+    std::ostringstream s;
+    s << d.shape.to_string() << " " << sy::name_of(d.dtype) << " ";
+    for (size_t i = 0; i < d.bytes.size(); ++i) s << std::hex << static_cast<int>(d.bytes.data()[i]) << ".";
+    return s.str();
+  } catch (const sy::Error& e) {
+    return "error " + std::to_string(static_cast<int>(e.code())) + ": " + e.what();
+  }
+}
+
+TEST_CASE("relu of x times 2 plus 1 runs fused with the unfused bits", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "relu chain");
+  Pair p;
+  std::vector<float> v(50000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 97) * 0.37f - 17.0f;
+  auto run = [&](const sy::Device& d) {
+    auto x = d.tensor(v, Shape{250, 200});
+    // A named result: temporaries die at the end of this statement, before
+    // the read, so the batch carries their last uses.
+    auto y = (x * 2.0f + 1.0f).relu();
+    return outcome(y);
+  };
+  const auto before = stats(p.on);
+  const auto fused = run(p.on);
+  CHECK(fused == run(p.off));
+  const auto after = stats(p.on);
+  CHECK(after.ops_fused - before.ops_fused == 3);
+  CHECK(after.ops_executed - before.ops_executed == 4);  // the upload, then three ops, each counted
+  CHECK(stats(p.off).ops_fused == 0);
+}
+
+TEST_CASE("a GELU chain written by hand runs fused with the unfused bits", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "gelu chain");
+  Pair p;
+  auto run = [&](const sy::Device& d) {
+    auto x = d.uniform(Shape{300, 170}, -4, 4);
+    auto y = 0.5f * x * (1.0f + (0.79788456f * (x + 0.044715f * x * x * x)).tanh());
+    return outcome(y);
+  };
+  const auto before = stats(p.on);
+  CHECK(run(p.on) == run(p.off));
+  CHECK(stats(p.on).ops_fused - before.ops_fused == 9);
+}
+
+TEST_CASE("an intermediate the client reads is computed and kept with fusion on", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "held intermediate");
+  Pair p;
+  auto run = [&](const sy::Device& d) {
+    auto x = d.arange(-20, 20, 1, DType::f32).reshape({8, 5});
+    auto y = x * 3.0f;           // held: must stay readable
+    auto z = (y + 1.0f).relu();  // [add, relu] may fuse, y may not vanish
+    return outcome(z) + " | " + outcome(y);
+  };
+  const auto before = stats(p.on);
+  CHECK(run(p.on) == run(p.off));
+  CHECK(stats(p.on).ops_fused - before.ops_fused == 2);
+}
+
+TEST_CASE("broadcast inputs in fused chains give the unfused bits", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "broadcasts");
+  Pair p;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> u(-2, 2);
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  // {output shape, broadcast operand shape}: scalar, bias, column, channel
+  // bias of NCHW, and [N, 1, W] against [N, C, W] (no band: runs unfused).
+  const std::vector<std::pair<Shape, Shape>> cases = {{{64, 300}, {}},
+                                                      {{64, 300}, {300}},
+                                                      {{64, 300}, {64, 1}},
+                                                      {{4, 6, 30, 31}, {6, 1, 1}},
+                                                      {{9, 7, 513}, {9, 1, 513}},
+                                                      {{3000}, {1}}};
+  for (const auto& [shape, small] : cases) {
+    const auto big = values(shape.numel());
+    const auto bias = values(small.numel());
+    auto run = [&](const sy::Device& d) {
+      auto x = d.tensor(big, shape);
+      auto b = d.tensor(bias, small);
+      auto y = ((x * b + b) - 0.25f).clamp(-1.5, 1.5) * 2.0f;
+      return outcome(y);
+    };
+    INFO(shape.to_string() << " with " << small.to_string());
+    CHECK(run(p.on) == run(p.off));
+  }
+  CHECK(stats(p.on).ops_fused > 0);
+}
+
+TEST_CASE("16-bit float chains round every op as unfused", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "f16 and bf16");
+  Pair p;
+  for (auto t : {DType::f16, DType::bf16}) {
+    auto run = [&](const sy::Device& d) {
+      auto x = d.uniform(Shape{70, 130}, -3, 3).cast(t);
+      // (x * 0.1) / 0.1 differs from x once each op rounds to 16 bits; the
+      // i64 operand is rounded to the 16-bit type first (type promotion).
+      auto i = d.arange(0, 130, 1, DType::i64) + 2049;
+      auto y = (((x * 0.1) / 0.1 + i).exp() - 1.0).sigmoid().cast(DType::f32);
+      return outcome(y);
+    };
+    INFO(sy::name_of(t));
+    CHECK(run(p.on) == run(p.off));
+  }
+  CHECK(stats(p.on).ops_fused > 0);
+}
+
+TEST_CASE("failing ops inside chains fail the same outputs fused and unfused", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "failures");
+  Pair p;
+  auto run = [&](const sy::Device& d) {
+    auto x = d.arange(0, 60, 1, DType::i32).reshape({6, 10});
+    auto zero_somewhere = d.arange(0, 10, 1, DType::i32);  // divisor 0 in column 0
+    // A chain around an integer remainder by zero: the remainder fails, the
+    // ops after it fail with its error, the ops before it still ran.
+    auto before = (x + 1) * 3;
+    auto failing = ((before + 2).remainder(zero_somewhere) * 5).neg();
+    // A scalar zero divisor fails too; a scalar 7 does not (and may fuse).
+    auto by_zero = ((x * 2).floor_divide(0) + 1).abs();
+    auto by_seven = ((x * 2).floor_divide(7) + 1).abs();
+    return outcome(before) + " | " + outcome(failing) + " | " + outcome(by_zero) + " | " + outcome(by_seven);
+  };
+  const auto fused = run(p.on);
+  CHECK(fused.find("division by zero") != std::string::npos);
+  CHECK(fused == run(p.off));
+}
+
+TEST_CASE("a failed input breaks the chain with the same error", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "poisoned input");
+  Pair p;
+  auto run = [&](const sy::Device& d) {
+    auto bad = d.arange(0, 8, 1, DType::i64).remainder(d.zeros({8}, DType::i64));
+    auto y = (bad * 2 + 1).abs();
+    return outcome(y);
+  };
+  const auto fused = run(p.on);
+  CHECK(fused.rfind("error", 0) == 0);
+  CHECK(fused == run(p.off));
+}
+
+TEST_CASE("each op of a fused chain is traced", "[fusion]") {
+  sy::testing::Watchdog watchdog(120s, "trace");
+  const std::string path = "fusion_trace_" + std::to_string(std::random_device{}()) + ".json";
+  {
+    auto o = Pair::options(true);
+    o.trace_path = path;
+    sy::Runtime rt(o);
+    auto x = rt.device("cpu:0").ones({16, 16});
+    auto y = (x * 2.0f + 1.0f).relu();
+    CHECK(read(y).bytes.size() == 16 * 16 * 4);
+  }
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  std::stringstream text;
+  text << f.rdbuf();
+  std::remove(path.c_str());
+  for (const char* piece : {"1 of 3", "2 of 3", "3 of 3", "\"mul_scalar\"", "\"relu\""}) {
+    INFO(piece);
+    CHECK(text.str().find(piece) != std::string::npos);
+  }
+}
+
+// --- random chains over every dtype -----------------------------------------
+
+using Rng = std::mt19937_64;
+int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+
+sy::TensorData random_data(Rng& rng, DType t, const Shape& s) {
+  auto bytes = sy::Bytes::allocate(static_cast<size_t>(s.numel()) * sy::size_of(t));
+  sy::visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    auto* p = bytes.mutable_as<T>();
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const int64_t r = pick(rng, 0, 99);
+      double v = static_cast<double>(pick(rng, -300, 300)) / 37;
+      if (r == 0) v = std::numeric_limits<double>::quiet_NaN();
+      if (r == 1) v = std::numeric_limits<double>::infinity();
+      if (r == 2) v = -0.0;
+      if (r == 3) v = static_cast<double>(pick(rng, -100000, 100000));
+      if constexpr (std::is_same_v<T, bool>)
+        reinterpret_cast<uint8_t*>(p)[i] = pick(rng, 0, 1);
+      else if constexpr (std::is_integral_v<T>)
+        p[i] = static_cast<T>(pick(rng, -130, 300));  // wraps in the narrow types
+      else
+        p[i] = static_cast<T>(v);
+    }
+  });
+  return sy::TensorData(s, t, std::move(bytes));
+}
+
+/// One step of a chain: the tensor so far and the leaves in, a tensor out
+/// (throws sy::Error at the call when the rules refuse the combination).
+using Step = std::function<Tensor(const Tensor&, const std::vector<Tensor>&)>;
+
+Step random_step(Rng& rng, size_t leaves) {
+  const auto leaf = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(leaves) - 1));
+  const auto dt = sy::all_dtypes[pick(rng, 0, std::size(sy::all_dtypes) - 1)];
+  const auto uk = static_cast<UnaryKind>(pick(rng, 0, sy::unary_kind_count - 1));
+  const auto bk = static_cast<BinaryKind>(pick(rng, 0, sy::binary_kind_count - 1));
+  const bool swap = pick(rng, 0, 1) == 1;
+  const int64_t scalar_kind = pick(rng, 0, 2);
+  const double value = static_cast<double>(pick(rng, -40, 40)) / 8;
+  const double lo = static_cast<double>(pick(rng, -30, 10)) / 4, hi = lo + static_cast<double>(pick(rng, 0, 40)) / 4;
+  switch (pick(rng, 0, 6)) {
+    case 0:
+      if (uk == UnaryKind::clamp) return [=](const Tensor& t, const auto&) { return t.clamp(lo, hi); };
+      return [=](const Tensor& t, const auto&) { return t.unary(uk); };
+    case 1:
+      return [=](const Tensor& t, const std::vector<Tensor>& l) {
+        return swap ? l[leaf].binary(bk, t) : t.binary(bk, l[leaf]);
+      };
+    case 2:
+      return [=](const Tensor& t, const auto&) {
+        const sy::Scalar s = scalar_kind == 0   ? sy::Scalar(value)
+                             : scalar_kind == 1 ? sy::Scalar(static_cast<int64_t>(value * 3))
+                                                : sy::Scalar(value > 0);
+        return t.binary(bk, s, swap);
+      };
+    case 3:
+      return [=](const Tensor& t, const auto&) { return t.cast(dt); };
+    case 4:  // a comparison, then where() picks between the chain and a leaf
+      return [=](const Tensor& t, const std::vector<Tensor>& l) {
+        auto cond = t.binary(BinaryKind::gt, l[leaf]);
+        return swap ? sy::where(cond, t, l[leaf]) : sy::where(cond, l[leaf], t);
+      };
+    case 5:
+      return [=](const Tensor& t, const std::vector<Tensor>& l) {
+        return sy::where(l[leaf].cast(DType::boolean), t, sy::Scalar(value) + t.cast(dt) * 0);
+      };
+    default:
+      return [=](const Tensor& t, const auto&) { return t.clamp_min(lo); };
+  }
+}
+
+TEST_CASE("random element-wise chains over every dtype give the same bits fused and unfused", "[fusion][random]") {
+  sy::testing::Watchdog watchdog(600s, "random chains");
+  Pair p;
+  const std::vector<Shape> shapes = {{67, 613}, {5, 3}, {}, {0, 4}, {2100}, {3, 1, 700}};
+  size_t chains = 0, ops = 0;
+  const auto before = stats(p.on);
+  for (uint64_t seed = 0; seed < 160; ++seed) {
+    Rng rng(0xf05e0000 + seed);
+    const Shape shape = shapes[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(shapes.size()) - 1))];
+    // Leaves: the full shape, and broadcast ones (trailing, leading, scalar).
+    std::vector<sy::TensorData> leaves;
+    for (int k = 0; k < 4; ++k) {
+      Shape s = shape;
+      const int64_t mode = k == 0 ? 0 : pick(rng, 0, 3);
+      if (mode == 1 && s.rank() > 0) s.dims.erase(s.dims.begin());
+      if (mode == 2 && s.rank() > 0) s.dims.back() = 1;
+      if (mode == 3) s = Shape{};
+      leaves.push_back(random_data(rng, sy::all_dtypes[pick(rng, 0, std::size(sy::all_dtypes) - 1)], s));
+    }
+    // Keep the steps the rules accept (checked on the unfused runtime).
+    std::vector<Tensor> ref_leaves;
+    for (const auto& l : leaves) ref_leaves.push_back(p.off.from_data(l));
+    std::vector<Step> steps;
+    Tensor t = ref_leaves[0];
+    for (int attempt = 0; attempt < 30 && steps.size() < 8; ++attempt) {
+      auto step = random_step(rng, leaves.size());
+      try {
+        t = step(t, ref_leaves);
+        steps.push_back(step);
+      } catch (const sy::Error&) {
+      }
+    }
+    const bool hold = pick(rng, 0, 3) == 0;  // sometimes the client keeps an intermediate
+    auto run = [&](const sy::Device& d) {
+      std::vector<Tensor> ls;
+      for (const auto& l : leaves) ls.push_back(d.from_data(l));
+      Tensor x = ls[0];
+      Tensor held;
+      for (size_t k = 0; k < steps.size(); ++k) {
+        x = steps[k](x, ls);
+        if (hold && k == steps.size() / 2) held = x;
+      }
+      return outcome(x) + (held.defined() ? " | " + outcome(held) : "");
+    };
+    INFO("chain " << seed << " of " << steps.size() << " steps on " << shape.to_string());
+    CHECK(run(p.on) == run(p.off));
+    ++chains;
+    ops += steps.size();
+  }
+  const auto fused = stats(p.on).ops_fused - before.ops_fused;
+  WARN(chains << " chains, " << ops << " steps, " << fused << " ops ran fused");
+  CHECK(fused > ops / 2);
+  CHECK(stats(p.off).ops_fused == 0);
+}
+
+}  // namespace
