@@ -145,37 +145,12 @@ enum class Match { bits, close };
 /// Returns whether the op ran.
 bool same(const Rig& rig, const sy::Device& gpu, const std::vector<TensorData>& inputs, const Build& f,
           const std::string& what, Match match) {
-  std::vector<Tensor> ci, gi;
-  for (const auto& d : inputs) {
-    ci.push_back(rig.cpu.from_data(d));
-    gi.push_back(gpu.from_data(d));
-  }
-  Tensor c;
-  try {
-    c = f(ci);
-  } catch (const sy::Error&) {
-    return false;
-  }
-  INFO(what << " on " << gpu.name());
-  Tensor g = f(gi);  // a refusal here (a dtype the CPU takes) fails the case
-  TensorData cd;
-  try {
-    cd = read(c);
-  } catch (const sy::Error& e) {
-    try {
-      (void)read(g);
-      FAIL("cpu failed with '" << e.what() << "', the GPU succeeded");
-    } catch (const sy::Error& ge) {
-      CHECK(ge.code() == e.code());
-    }
-    return true;
-  }
-  const auto gd = read(g);
-  if (match == Match::bits)
-    expect_bits(cd, gd);
-  else
-    expect_close(cd, gd);
-  return true;
+  return sytest_cuda::run_on_both(rig.cpu, gpu, inputs, f, what, [match](const TensorData& cd, const TensorData& gd) {
+    if (match == Match::bits)
+      expect_bits(cd, gd);
+    else
+      expect_close(cd, gd);
+  });
 }
 
 /// Ops computed by a math library function, whose CUDA and glibc versions

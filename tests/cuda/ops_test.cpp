@@ -74,35 +74,8 @@ void expect_same(const TensorData& cpu, const TensorData& gpu, double rtol) {
 /// whether the op ran.
 bool same(const sy::Device& cpu, const sy::Device& gpu, const std::vector<TensorData>& inputs, const Build& f,
           const std::string& what, double rtol = 2e-5) {
-  std::vector<Tensor> ci, gi;
-  for (const auto& d : inputs) {
-    ci.push_back(cpu.from_data(d));
-    gi.push_back(gpu.from_data(d));
-  }
-  Tensor c;
-  try {
-    c = f(ci);
-  } catch (const sy::Error&) {
-    return false;
-  }
-  Tensor g = f(gi);
-  INFO(what << " on " << gpu.name());
-  TensorData cd;
-  try {
-    cd = read(c);
-  } catch (const sy::Error& e) {
-    // The CPU refused the data (e.g. an integer remainder by zero): so must the GPU.
-    try {
-      (void)read(g);
-      FAIL("cpu failed with '" << e.what() << "', the GPU succeeded");
-    } catch (const sy::Error& ge) {
-      CHECK(ge.code() == e.code());
-    }
-    return true;
-  }
-  auto gd = read(g);
-  expect_same(cd, gd, rtol);
-  return true;
+  return sytest_cuda::run_on_both(cpu, gpu, inputs, f, what,
+                                  [rtol](const TensorData& cd, const TensorData& gd) { expect_same(cd, gd, rtol); });
 }
 
 constexpr DType every_dtype[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::boolean};
