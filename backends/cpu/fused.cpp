@@ -160,9 +160,15 @@ class Program {
     return static_cast<int>(slots_.size()) - 1;
   }
 
-  void add_step(Step step, std::initializer_list<int> reads, int out) {
+  /// `loop`'s body is compiled for each instruction-set level
+  /// (isa_clones.hpp): steps are called through std::function, which the
+  /// clone of the tile loop cannot inline.
+  template <class Loop>
+  void add_step(Loop loop, std::initializer_list<int> reads, int out) {
     for (int r : reads) slots_[r].last_read = steps_.size();
-    steps_.push_back({std::move(step), out});
+    steps_.push_back(
+        {Step([loop](std::byte* const* at, int64_t begin, int64_t n) mutable { run_for_this_cpu(loop, at, begin, n); }),
+         out});
   }
 
   int slot_of(const TensorIr& t) const {

@@ -4,11 +4,13 @@
 // are its bandwidth. f16 uses the F16C instructions (vcvtph2ps/vcvtps2ph,
 // round to nearest even, subnormals kept) when the CPU has them, chosen at
 // run time, not by -march; bf16 is integer arithmetic the compiler
-// vectorises. Both give exactly sy::Half's / sy::BFloat16's results.
+// vectorises, for each instruction-set level (isa_clones.hpp). Both give exactly sy::Half's / sy::BFloat16's results.
 
 #include "backends/cpu/half_convert.hpp"
 
 #include <cstring>
+
+#include "backends/cpu/isa_clones.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -59,14 +61,14 @@ void f32_to_f16(const float* src, Half* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Half(src[i]);
 }
 
-void bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
+SWITCHYARD_ISA_CLONES void bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t bits = static_cast<uint32_t>(src[i].bits) << 16;
     std::memcpy(dst + i, &bits, sizeof bits);
   }
 }
 
-void f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
+SWITCHYARD_ISA_CLONES void f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
   // BFloat16(float) without its branch, so that the loop vectorises.
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x = 0;

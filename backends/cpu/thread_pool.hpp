@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/isa_clones.hpp"
+
 namespace switchyard::backends::cpu {
 
 /// Kernel threads of one CPU device. The runner's own thread takes part in
@@ -27,16 +29,18 @@ class ThreadPool {
 
   /// Runs f(begin, end) over [0, n) in chunks of at least `grain`; returns
   /// when all chunks are done. Serial when n is small or the pool has one
-  /// thread.
+  /// thread. Each chunk runs through run_for_this_cpu, compiled for the
+  /// CPU's instruction-set level (isa_clones.hpp).
   template <class F>
   void parallel_for(int64_t n, int64_t grain, F&& f) {
     if (n <= 0) return;
     // Small jobs (every tiny op) run inline: no type erasure, no allocation.
     if (workers_.empty() || n <= std::max<int64_t>(grain, 1)) {
-      f(int64_t{0}, n);
+      run_for_this_cpu(f, int64_t{0}, n);
       return;
     }
-    const std::function<void(int64_t, int64_t)> job(std::ref(f));
+    const std::function<void(int64_t, int64_t)> job(
+        [&f](int64_t begin, int64_t end) { run_for_this_cpu(f, begin, end); });
     run_parallel(n, grain, job);
   }
 
