@@ -78,6 +78,18 @@ void lose_device(Self self, DeviceId id, const std::string& why) {
   for (auto& [token, o] : outstanding) o.fail(make_error(Errc::device_lost, message));
 }
 
+// A bridge's source failed: a lost connection or a timeout is news (warn);
+// an op failure carried along was logged where it happened (debug).
+void log_bridge_failure(Self self, const std::string& src_name, TensorId src_id, DeviceId dst, const caf::error& err) {
+  auto info = describe(err);
+  self->state.options.log.log(info.code == Errc::device_lost ? LogLevel::warn : LogLevel::debug, [&] {
+    auto d = self->state.devices.find(dst);
+    return "bridge of tensor #" + std::to_string(src_id.value) + " from " + src_name + " to " +
+           (d != self->state.devices.end() ? d->second.name : "device #" + std::to_string(dst)) +
+           " failed: " + info.message;
+  });
+}
+
 // Relays a request to a device's runner; the reply (or the loss of the
 // device) reaches the original requester.
 template <class Reply, class... Ts>
@@ -181,7 +193,9 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
               if (target.node() != self->node()) self->send(target, expect_atom::value, dst_ir);
               auto s = devs.find(src);
               if (s == devs.end()) {
-                self->send(target, import_atom::value, dst_ir.id, unknown_device(self, src));
+                auto err = unknown_device(self, src);
+                log_bridge_failure(self, "device #" + std::to_string(src), src_id, dst, err);
+                self->send(target, import_atom::value, dst_ir.id, std::move(err));
                 return;
               }
               auto token = self->state.next_token++;
@@ -196,12 +210,14 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
                         if (auto it = self->state.devices.find(src); it != self->state.devices.end())
                           it->second.outstanding.erase(token);
                       },
-                      [self, src, token, fail](caf::error& e) {
+                      [self, src, src_id, dst, token, fail](caf::error& e) {
                         // The source's failure (a poisoned or missing tensor, a
                         // timeout) reaches the target through here, named.
                         auto it = self->state.devices.find(src);
                         if (it == self->state.devices.end() || it->second.outstanding.erase(token) == 0) return;
-                        fail(for_client(self, it->second, e));
+                        auto err = for_client(self, it->second, e);
+                        log_bridge_failure(self, it->second.name, src_id, dst, err);
+                        fail(std::move(err));
                       });
             },
             [self](attach_atom, DeviceId id, std::string& name, runner_actor& runner) {

@@ -7,6 +7,7 @@
 
 #include <caf/actor_system.hpp>
 
+#include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
 
 namespace switchyard::actors {
@@ -18,6 +19,8 @@ struct RouterOptions {
   /// Called (on the router's thread) once per lost device, with the message
   /// its failed requests carry ("device <name> lost: <why>").
   std::function<void(DeviceId, const std::string&)> on_lost;
+  /// The runtime's log (failed bridges out of remote devices).
+  Logger log;
 };
 
 /// Spawns the router: the one address clients talk to. It forwards ops by

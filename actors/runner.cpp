@@ -67,6 +67,7 @@ struct RunnerState {
   uint32_t track = 0;
   std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
   bool fuse_elementwise = true;
+  Logger log;
   std::chrono::milliseconds idle_trim_after{0};
   bool busy_since_idle_check = false;  // an op came in since the last idle timer
   bool idle_timer_armed = false;
@@ -137,6 +138,17 @@ void fail_outputs(RunnerState& st, OperationIr& op, const caf::error& err) {
   op.each_output([&](const TensorIr& t) { resolve(st, t.id, nullptr, err); });
 }
 
+// An op failed here (debug), or inherited the failure of an input (trace:
+// one failure may spread to many ops, and it was logged where it began).
+void log_op_failure(const RunnerState& st, OperationIr& op, const caf::error& err, bool spread = false) {
+  st.log.log(spread ? LogLevel::trace : LogLevel::debug, [&] {
+    std::string outs;
+    op.each_output([&](const TensorIr& t) { outs += (outs.empty() ? "" : ", ") + id_str(t.id); });
+    return st.name + ": op " + op.name() + " (" + outs + ") failed" + (spread ? " with its input" : "") + ": " +
+           describe(err).message;
+  });
+}
+
 // Releases inputs the client marked as used for the last time.
 void release_last_uses(RunnerState& st, OperationIr& op) {
   op.each_input([&](const TensorIr& t) {
@@ -186,6 +198,7 @@ void run(RunnerState& st, OperationIr& op) {
                                  : std::span<BufferPtr>((many_in.resize(n_in), many_in.data()), n_in);
   size_t i = 0;
   caf::error err;
+  bool poisoned = false;  // err is an input's own failure
   op.each_input([&](const TensorIr& t) {
     auto it = st.table.find(t.id);
     if (it == st.table.end()) {
@@ -193,7 +206,10 @@ void run(RunnerState& st, OperationIr& op) {
         err = make_error(Errc::unknown_tensor,
                          st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
     } else if (it->second.state == Entry::State::failed) {
-      if (!err) err = it->second.error;  // poison spreads unchanged
+      if (!err) {
+        err = it->second.error;  // poison spreads unchanged
+        poisoned = true;
+      }
     } else if (it->second.meta.shape != t.shape || it->second.meta.dtype != t.dtype) {
       if (!err)
         err = make_error(Errc::protocol_error, st.name + ": " + op.name() + ": input " + id_str(t.id) + " is " +
@@ -208,12 +224,14 @@ void run(RunnerState& st, OperationIr& op) {
   // The table's references go first, so a last-use buffer can be reused.
   release_last_uses(st, op);
   if (err) {
+    log_op_failure(st, op, err, poisoned);
     fail_outputs(st, op, err);
     return;
   }
   if (!st.backend->supports(op)) {
-    fail_outputs(st, op,
-                 make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes"));
+    err = make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes");
+    log_op_failure(st, op, err);
+    fail_outputs(st, op, err);
     return;
   }
   std::array<BufferPtr, 1> outs;
@@ -223,7 +241,9 @@ void run(RunnerState& st, OperationIr& op) {
   if (!err && !outs[0]) err = make_error(Errc::kernel_failure, op.name() + ": backend produced no output");
   if (st.tracer) trace_op(st, op, begin, Tracer::Clock::now(), err);
   if (err) {
-    fail_outputs(st, op, on_device(st, err));
+    err = on_device(st, err);
+    log_op_failure(st, op, err);
+    fail_outputs(st, op, err);
     return;
   }
   ++st.stats.ops_executed;
@@ -244,7 +264,10 @@ void complete_syncs(Self self) {
   auto& st = self->state;
   if (!st.deferred.empty() || st.syncs.empty()) return;
   auto err = st.backend->synchronize();
-  if (err) err = on_device(st, err);
+  if (err) {
+    err = on_device(st, err);
+    st.log.log(LogLevel::debug, [&] { return describe(err).message; });
+  }
   auto syncs = std::move(st.syncs);
   st.syncs.clear();
   for (auto& done : syncs) done(err);
@@ -287,12 +310,16 @@ void submit_one(Self self, OperationIr& op) {
   }
   if (!declare_outputs(st, op, false)) {
     ++st.stats.ops_failed;
+    st.log.log(LogLevel::debug,
+               [&] { return st.name + ": op " + op.name() + " refused: it names an output id that exists"; });
     release_last_uses(st, op);
     return;  // duplicate output id: a misbehaving client; the existing tensor stays intact
   }
   if (auto err = validate(op)) {
     release_last_uses(st, op);
-    fail_outputs(st, op, on_device(st, err));
+    err = on_device(st, err);
+    log_op_failure(st, op, err);
+    fail_outputs(st, op, err);
     return;
   }
   if (has_pending_input(st, op)) {
@@ -342,6 +369,7 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first) {
   }
   if (err) {
     err = on_device(st, err);
+    log_op_failure(st, chain_ops.back(), err);
     for (auto& op : chain_ops) fail_outputs(st, op, err);  // counts each; only the last output exists
     return chain_ops.size();
   }
@@ -521,9 +549,11 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
             },
             [self, out](caf::error& e) {
               --out->in_flight;
-              out->finish(make_error(Errc::device_lost, self->state.name + ": sending tensor #" +
-                                                            std::to_string(out->dst.value) +
-                                                            " in parts failed: " + describe(e).message));
+              auto err = make_error(Errc::device_lost, self->state.name + ": sending tensor #" +
+                                                           std::to_string(out->dst.value) +
+                                                           " in parts failed: " + describe(e).message);
+              if (out->done) self->state.log.log(LogLevel::warn, [&] { return describe(err).message; });
+              out->finish(err);
             });
   }
 }
@@ -543,7 +573,9 @@ void take_in(Self self, std::vector<OperationIr>& ops) {
       }
     } catch (const std::exception& ex) {
       // A runner must outlive any op: report and keep serving.
-      fail_outputs(st, ops[i], make_error(Errc::kernel_failure, st.name + ": " + ex.what()));
+      auto err = make_error(Errc::kernel_failure, st.name + ": " + ex.what());
+      log_op_failure(st, ops[i], err);
+      fail_outputs(st, ops[i], err);
       ran = std::max<size_t>(ran, 1);
     }
     i += ran;
@@ -561,8 +593,13 @@ void take_in(Self self, std::vector<OperationIr>& ops) {
 // import `dst`; `done` hears when it left, or why it could not.
 void export_tensor(Self self, TensorId id, runner_actor target, TensorId dst,
                    std::function<void(const caf::error&)> done) {
-  auto send = [self, target, dst, done](caf::expected<TensorData> r) {
+  auto send = [self, id, target, dst, done](caf::expected<TensorData> r) {
     if (!r) {
+      // The source's own failure, logged where it happened.
+      self->state.log.log(LogLevel::trace, [&] {
+        return self->state.name + ": bridge of " + id_str(id) + " to tensor #" + std::to_string(dst.value) +
+               " failed: " + describe(r.error()).message;
+      });
       done(r.error());
       return;
     }
@@ -593,6 +630,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.track = hooks.track;
   self->state.batches_done = std::move(hooks.batches_done);
   self->state.fuse_elementwise = hooks.fuse_elementwise;
+  self->state.log = std::move(hooks.log);
   self->state.idle_trim_after = hooks.idle_trim_after;
   self->state.transfer_chunk_bytes = hooks.transfer_chunk_bytes;
   self->state.transfer_timeout = hooks.transfer_timeout;

@@ -10,6 +10,7 @@
 
 #include "actors/trace.hpp"
 #include "backends/backend.hpp"
+#include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
 
 namespace switchyard::actors {
@@ -37,6 +38,9 @@ struct RunnerHooks {
   /// Runs chains of element-wise ops within a batch as one pass when the
   /// backend can (actors/fusion.hpp); results are the same either way.
   bool fuse_elementwise = true;
+  /// Where failed ops (debug) and failed bridges out of this device are
+  /// logged, on the runner's thread; silent by default.
+  Logger log;
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

@@ -128,7 +128,10 @@ class ThreadLoggerGuard {
 
 }  // namespace
 
-Core::Core(RuntimeOptions options) : options_(std::move(options)), slots_(std::make_unique<Slot[]>(max_devices)) {
+Core::Core(RuntimeOptions options)
+    : options_(std::move(options)),
+      log_(options_.log_level, options_.log_sink),
+      slots_(std::make_unique<Slot[]>(max_devices)) {
   ThreadLoggerGuard logger_guard;
   std::random_device rd;
   // A random prefix keeps ids of different clients of one worker apart.
@@ -159,6 +162,7 @@ Core::Core(RuntimeOptions options) : options_(std::move(options)), slots_(std::m
   ropts.remote_timeout = options_.remote_timeout;
   // The router outlives nothing of ours: close() stops it before slots_ go.
   ropts.on_lost = [this](DeviceId id, const std::string& why) { on_lost(id, why); };
+  ropts.log = log_;
   router_ = actors::spawn_router(*system_, std::move(ropts));
 }
 
@@ -168,6 +172,13 @@ void Core::on_lost(DeviceId id, const std::string& why) {
   if (s.lost.load(std::memory_order_acquire)) return;
   s.lost_reason = why;
   s.lost.store(true, std::memory_order_release);
+  // Every device is "lost" as the runtime shuts down: not news then.
+  log_.log(closed() ? LogLevel::debug : LogLevel::warn, [&] { return why; });
+}
+
+void Core::note_unavailable(std::string why) {
+  log_.log(LogLevel::info, [&] { return "unavailable: " + why; });
+  unavailable_.push_back(std::move(why));
 }
 
 void Core::check_usable(DeviceId id) const {
@@ -231,7 +242,7 @@ void Core::start() {
     auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.name == req.kind; });
     if (kind == kinds.end() && req.index < 0) {
       // "cuda:*" in a build without CUDA: no such devices, which is fine.
-      unavailable_.push_back(req.kind + ": not compiled into this build");
+      note_unavailable(req.kind + ": not compiled into this build");
       continue;
     }
     if (kind == kinds.end()) {
@@ -242,7 +253,7 @@ void Core::start() {
     }
     int count = kind->device_count();
     if (req.index < 0) {
-      if (count == 0) unavailable_.push_back(kind->name + ": " + kind->unavailable_reason());
+      if (count == 0) note_unavailable(kind->name + ": " + kind->unavailable_reason());
       for (int i = 0; i < count; ++i) plan.push_back({kind->name + ":" + std::to_string(i), {&*kind, i}});
     } else if (req.index >= count) {
       throw Error(Errc::unknown_device, "device '" + name + "' does not exist: " + std::to_string(count) + " " +
@@ -278,8 +289,13 @@ void Core::start() {
       auto runner = actors::spawn_runner(
           *system_, name, std::move(backend),
           actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
-                              options_.transfer_chunk_bytes, options_.remote_timeout, options_.fuse_elementwise});
+                              options_.transfer_chunk_bytes, options_.remote_timeout, options_.fuse_elementwise, log_});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
+      log_.log(LogLevel::info, [&, threads = opts.threads, kind = where.first->name] {
+        return "device " + name + " started" +
+               (kind == "cpu" ? " (" + std::to_string(threads) + (threads == 1 ? " kernel thread)" : " kernel threads)")
+                              : "");
+      });
     }
   }
   flusher_ = std::thread([this] { flusher_loop(); });
@@ -313,7 +329,9 @@ void Core::start() {
         try {
           connect_entry(w);
         } catch (const Error& e) {
-          unavailable_.push_back("SWITCHYARD_WORKERS entry '" + w + "': " + e.what());
+          std::string why = "SWITCHYARD_WORKERS entry '" + w + "': " + e.what();
+          log_.log(LogLevel::warn, [&] { return "left out " + why; });
+          unavailable_.push_back(std::move(why));
         }
       }
       pos = comma + 1;
@@ -322,6 +340,15 @@ void Core::start() {
 }
 
 std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
+  try {
+    return connect_worker(host, port);
+  } catch (const Error& e) {
+    log_.log(LogLevel::debug, [&] { return std::string(e.what()); });
+    throw;
+  }
+}
+
+std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t port) {
   ThreadLoggerGuard logger_guard;
   if (closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
   const std::string address = host + ":" + std::to_string(port);
@@ -401,6 +428,16 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   for (size_t i = 0; i < names.size(); ++i)
     worker.devices.push_back(add_device(address + "/" + names[i], kinds[i], std::move(runners[i]), false));
   auto ids = worker.devices;
+  log_.log(LogLevel::info, [&] {
+    // Every earlier connection to this address was lost (a live one refuses above).
+    const bool again = std::any_of(workers_.begin(), workers_.end(),
+                                   [&](const Worker& w) { return w.host == host && w.port == port; });
+    std::string devices;
+    for (const auto& n : names) devices += (devices.empty() ? "" : ", ") + n;
+    return std::string(again ? "reconnected" : "connected") + " to worker " + address + " (" +
+           std::to_string(handshake_took.count()) + " ms" + (options_.tls.enabled() ? ", TLS" : "") + "): devices " +
+           devices;
+  });
   workers_.push_back(std::move(worker));
   return ids;
 }

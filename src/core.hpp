@@ -13,6 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
@@ -178,6 +179,9 @@ class Core : public std::enable_shared_from_this<Core> {
   // Attaches a runner under the next id and publishes it; add_mutex_ held.
   DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local);
   void on_lost(DeviceId id, const std::string& why);
+  std::vector<DeviceId> connect_worker(const std::string& host, uint16_t port);
+  // A device kind that starts none: listed by unavailable() and logged.
+  void note_unavailable(std::string why);
 
   // The queued ops as one batch (marked for last uses, counted as sent),
   // leaving the queue empty; empty when nothing was queued.
@@ -201,6 +205,7 @@ class Core : public std::enable_shared_from_this<Core> {
   Future<TensorData> read_in_parts(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep);
 
   RuntimeOptions options_;
+  Logger log_;  // from options_: every part of this runtime logs through it
   caf::actor_system_config config_;
   std::unique_ptr<caf::actor_system> system_;
   router_actor router_;

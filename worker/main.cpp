@@ -16,10 +16,10 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
-#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -30,7 +30,9 @@
 #include "actors/runner.hpp"
 #include "backends/backend.hpp"
 #include "switchyard/messages/host_cpus.hpp"
+#include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
+#include "tools/cli.hpp"
 #include "worker/entry.hpp"
 #include "worker/guard.hpp"
 #include "worker/listen_checks.hpp"
@@ -44,7 +46,9 @@ namespace {
 
 using namespace switchyard;
 
-struct WorkerConfig : caf::actor_system_config {
+// What the command line sets (parsed by CLI11 in main; the defaults are
+// those of the help text).
+struct WorkerOptions {
   std::string devices = "cpu:0";
   std::string host = "127.0.0.1";
   uint16_t port = 0;
@@ -63,38 +67,98 @@ struct WorkerConfig : caf::actor_system_config {
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
   size_t handshake_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.handshake_timeout.count());
   size_t max_connect_rate_per_address = static_cast<size_t>(worker::GuardLimits{}.max_connect_rate_per_address);
-
-  WorkerConfig() {
-    opt_group{custom_options_, "global"}
-        .add(devices, "devices", "comma-separated devices to serve, e.g. cpu:0,cpu:1 (kind:index or kind:*)")
-        .add(host, "host", "address to listen on (default 127.0.0.1)")
-        .add(port, "port", "TCP port; 0 picks a free one")
-        .add(cert, "cert", "TLS: this worker's certificate (PEM)")
-        .add(key, "key", "TLS: the certificate's private key (PEM)")
-        .add(ca, "tls-ca", "TLS: CA file; peers must present a certificate it signed (alias --ca)")
-        .add(insecure_listen_any, "insecure-listen-any", "allow a non-loopback --host without TLS")
-        .add(log_level, "log-level", "stderr log: trace, debug, info (default), warn, error, critical or off")
-        .add(threads, "threads", "kernel threads per CPU device (0: split the cores)")
-        .add(cuda_allow_tf32, "cuda-allow-tf32",
-             "f32 matmul on cuda devices may use TF32 tensor cores (off: f32-exact, as RuntimeOptions)")
-        .add(no_fuse_elementwise, "no-fuse-elementwise",
-             "run element-wise chains op by op (RuntimeOptions::fuse_elementwise = false; results are the same)")
-        .add(max_message_bytes, "max-message-bytes",
-             "largest message a peer may send after its handshake, in bytes (default 256 MiB; max 4294967295)")
-        .add(transfer_chunk_bytes, "transfer-chunk-bytes",
-             "largest part of a tensor this worker sends to another node in one message (default: 16 MiB or half "
-             "of --max-message-bytes, whichever is smaller); keep it below the peers' --max-message-bytes")
-        .add(max_output_bytes, "max-output-bytes",
-             "output queued toward one peer before it is disconnected, in bytes (default 1 GiB)")
-        .add(max_connections, "max-connections", "connections held at once (0: open-file limit less 64, at most 4096)")
-        .add(max_connections_per_address, "max-connections-per-address",
-             "connections held at once from one peer address (default 64)")
-        .add(max_connect_rate_per_address, "max-connect-rate-per-address",
-             "new connections per second from one peer address, burst max(64, rate) (default 20; 0: no limit)")
-        .add(handshake_timeout_ms, "handshake-timeout-ms",
-             "time a new connection has to complete its handshake (default 5000)");
-  }
 };
+
+// The library has no "critical": at that threshold none of its messages show.
+LogLevel library_level(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace:
+      return LogLevel::trace;
+    case spdlog::level::debug:
+      return LogLevel::debug;
+    case spdlog::level::info:
+      return LogLevel::info;
+    case spdlog::level::warn:
+      return LogLevel::warn;
+    case spdlog::level::err:
+      return LogLevel::error;
+    default:
+      return LogLevel::off;
+  }
+}
+
+spdlog::level::level_enum spdlog_level(LogLevel level) {
+  switch (level) {
+    case LogLevel::trace:
+      return spdlog::level::trace;
+    case LogLevel::debug:
+      return spdlog::level::debug;
+    case LogLevel::info:
+      return spdlog::level::info;
+    case LogLevel::warn:
+      return spdlog::level::warn;
+    case LogLevel::error:
+      return spdlog::level::err;
+    case LogLevel::off:
+      break;
+  }
+  return spdlog::level::off;
+}
+
+// The options, on the conventions of tools/cli.hpp.
+void add_options(CLI::App& app, WorkerOptions& o) {
+  using cli::integer_in;
+  constexpr size_t most = std::numeric_limits<size_t>::max();
+  app.add_option("--devices", o.devices, "comma-separated devices to serve, e.g. cpu:0,cpu:1 (kind:index or kind:*)")
+      ->capture_default_str();
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "TCP port; 0 picks a free one")
+      ->check(integer_in<uint16_t>(0, 65535))
+      ->capture_default_str();
+  app.add_option("--cert", o.cert, "TLS: this worker's certificate (PEM)");
+  app.add_option("--key", o.key, "TLS: the certificate's private key (PEM)");
+  app.add_option("--ca,--tls-ca", o.ca, "TLS: CA file (PEM); peers must present a certificate it signed");
+  app.add_flag("--insecure-listen-any", o.insecure_listen_any, "allow a non-loopback --host without TLS");
+  app.add_option("--log-level", o.log_level, "stderr log: trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "kernel threads per CPU device (0: the usable CPUs split among them)")
+      ->check(integer_in<size_t>(0, most))
+      ->capture_default_str();
+  app.add_flag("--cuda-allow-tf32", o.cuda_allow_tf32,
+               "f32 matmul on cuda devices may use TF32 tensor cores (off: f32-exact, as RuntimeOptions)");
+  app.add_flag("--no-fuse-elementwise", o.no_fuse_elementwise,
+               "run element-wise chains op by op (RuntimeOptions::fuse_elementwise = false; results are the same)");
+  app.add_option("--max-message-bytes", o.max_message_bytes,
+                 "largest message a peer may send after its handshake, in bytes (BASP sizes are 32-bit)")
+      ->check(integer_in<size_t>(1, UINT32_MAX))
+      ->capture_default_str();
+  app.add_option("--transfer-chunk-bytes", o.transfer_chunk_bytes,
+                 "largest part of a tensor this worker sends to another node in one message (0, the default: 16 "
+                 "MiB or half of --max-message-bytes, whichever is smaller); keep it below the peers' "
+                 "--max-message-bytes")
+      ->check(integer_in<size_t>(0, most));
+  app.add_option("--max-output-bytes", o.max_output_bytes,
+                 "output queued toward one peer before it is disconnected, in bytes")
+      ->check(integer_in<size_t>(1, most))
+      ->capture_default_str();
+  app.add_option("--max-connections", o.max_connections,
+                 "connections held at once (0: open-file limit less 64, at most 4096)")
+      ->check(integer_in<size_t>(0, most))
+      ->capture_default_str();
+  app.add_option("--max-connections-per-address", o.max_connections_per_address,
+                 "connections held at once from one peer address")
+      ->check(integer_in<size_t>(1, most))
+      ->capture_default_str();
+  app.add_option("--max-connect-rate-per-address", o.max_connect_rate_per_address,
+                 "new connections per second from one peer address, burst max(64, rate) (0: no limit)")
+      ->check(integer_in<size_t>(0, most))
+      ->capture_default_str();
+  app.add_option("--handshake-timeout-ms", o.handshake_timeout_ms,
+                 "time a new connection has to complete its handshake")
+      ->check(integer_in<size_t>(1, most))
+      ->capture_default_str();
+}
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -108,7 +172,7 @@ std::vector<std::string> split(const std::string& list) {
 
 // "kind:index" / "kind:*" -> backends to create; errors name the bad entry.
 caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>>> make_backends(
-    const WorkerConfig& cfg) {
+    const WorkerOptions& cfg) {
   std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>> out;
   auto kinds = backends::backend_kinds();
   auto names = split(cfg.devices);
@@ -211,7 +275,8 @@ bool await_downs(caf::scoped_actor& self, size_t count, std::chrono::millisecond
   return count == 0;
 }
 
-int run(WorkerConfig& cfg, const std::string& bind_address) {
+int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logger& library_log,
+        const std::string& bind_address) {
   auto backends = make_backends(cfg);
   if (!backends) {
     std::cerr << "switchyard-worker: " << describe(backends.error()).message << "\n";
@@ -229,7 +294,7 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
   {
     // Declared before the system, so it outlives the system's destructor.
     TeardownWatchdog watchdog;
-    caf::actor_system sys{cfg};
+    caf::actor_system sys{sys_cfg};
     std::vector<worker::LocalDevice> devices;
     std::vector<caf::actor> actors;
     for (auto& [name, backend] : *backends) {
@@ -237,6 +302,7 @@ int run(WorkerConfig& cfg, const std::string& bind_address) {
       actors::RunnerHooks hooks;
       hooks.transfer_chunk_bytes = cfg.transfer_chunk_bytes;
       hooks.fuse_elementwise = !cfg.no_fuse_elementwise;
+      hooks.log = library_log;
       devices.push_back({name, name.substr(0, name.find(':')),
                          caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared), hooks))});
       actors.push_back(devices.back().runner);
@@ -318,49 +384,26 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  // CAF 0.17's parser reserves every argument starting with "--ca" (its
-  // "--caf#" prefix is compared on 4 characters), so --ca is renamed here.
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (args[i].rfind("--ca=", 0) == 0) {
-      args[i] = "--tls-ca=" + args[i].substr(5);
-    } else if (args[i] == "--ca" && i + 1 < args.size()) {
-      args[i] = "--tls-ca=" + args[i + 1];
-      args.erase(args.begin() + static_cast<long>(i) + 1);
-    }
-  }
-  std::vector<char*> fixed;
-  for (auto& a : args) fixed.push_back(a.data());
-  fixed.push_back(nullptr);
-  WorkerConfig cfg;
-  register_message_types(cfg);
-  // No implicit configuration file: CAF 0.17 otherwise reads
-  // caf-application.ini from the working directory, so a stray file there
-  // could switch the worker to TLS with cert files that do not exist.
-  std::istringstream no_config_file;
-  if (auto err = cfg.parse(static_cast<int>(args.size()), fixed.data(), no_config_file)) {
-    std::cerr << "switchyard-worker: " << caf::to_string(err) << "\n";
-    return 2;
-  }
-  if (cfg.cli_helptext_printed) return 0;
-  if (!cfg.remainder.empty()) {
-    std::cerr << "switchyard-worker: unknown argument '" << cfg.remainder.front() << "' (see --help)\n";
-    return 2;
-  }
+  WorkerOptions cfg;
+  CLI::App app{"switchyard-worker " SWITCHYARD_VERSION
+               ": serves this machine's devices to remote Switchyard clients. Reads no configuration file.",
+               "switchyard-worker"};
+  switchyard::cli::apply_conventions(app);
+  add_options(app, cfg);
+  if (auto exit_code = switchyard::cli::parse(app, argc, argv)) return *exit_code;
+  // Log lines go to stderr (stdout carries the lines scripts parse).
+  const auto level = spdlog::level::from_str(cfg.log_level);
   {
-    // Log lines go to stderr (stdout carries the lines scripts parse).
-    const auto level = spdlog::level::from_str(cfg.log_level);
-    if (level == spdlog::level::off && cfg.log_level != "off") {
-      std::cerr << "switchyard-worker: --log-level '" << cfg.log_level
-                << "' is not one of trace, debug, info, warn, error, critical, off\n";
-      return 2;
-    }
     auto logger = spdlog::stderr_logger_mt("switchyard-worker");
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l switchyard-worker: %v");
     logger->set_level(level);
     logger->flush_on(spdlog::level::trace);
     spdlog::set_default_logger(std::move(logger));
   }
+  // The library's messages (the runners': failed ops, failed bridges) go to
+  // the same log at their own level.
+  const Logger library_log(library_level(level),
+                           [](LogLevel l, std::string_view message) { spdlog::log(spdlog_level(l), "{}", message); });
   const bool tls = !cfg.cert.empty() || !cfg.key.empty() || !cfg.ca.empty();
   if (tls && (cfg.cert.empty() || cfg.key.empty())) {
     std::cerr << "switchyard-worker: TLS needs both --cert and --key\n";
@@ -374,18 +417,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (cfg.max_message_bytes == 0 || cfg.max_message_bytes > UINT32_MAX) {
-    std::cerr << "switchyard-worker: --max-message-bytes must be 1..4294967295 (BASP sizes are 32-bit), got "
-              << cfg.max_message_bytes << "\n";
-    return 2;
-  }
   if (cfg.transfer_chunk_bytes == 0)
     cfg.transfer_chunk_bytes = std::min<size_t>(size_t{16} << 20, std::max<size_t>(1, cfg.max_message_bytes / 2));
-  if (cfg.max_output_bytes == 0 || cfg.max_connections_per_address == 0 || cfg.handshake_timeout_ms == 0) {
-    std::cerr << "switchyard-worker: --max-output-bytes, --max-connections-per-address and --handshake-timeout-ms "
-                 "must be positive\n";
-    return 2;
-  }
   // The loopback check looks at what the name resolves to, and the worker
   // then binds that numeric address, so DNS cannot change it in between.
   auto resolved = worker::resolve_listen_host(cfg.host);
@@ -402,16 +435,21 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // CAF's configuration is set here only: CAF's own parser (and with it the
+  // caf-application.ini it would read from the working directory) is never
+  // run, so no file can switch the worker to TLS or change its limits.
+  caf::actor_system_config sys_cfg;
+  register_message_types(sys_cfg);
   auto hw = static_cast<unsigned>(available_cpus());
-  cfg.set("scheduler.policy", caf::atom("sharing"));
-  cfg.set("scheduler.max-threads", static_cast<size_t>(std::min(hw, 4u)));
-  cfg.set("logger.verbosity", caf::atom("quiet"));
-  cfg.load<caf::io::middleman>();
+  sys_cfg.set("scheduler.policy", caf::atom("sharing"));
+  sys_cfg.set("scheduler.max-threads", static_cast<size_t>(std::min(hw, 4u)));
+  sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  sys_cfg.load<caf::io::middleman>();
   if (tls) {
-    cfg.load<caf::openssl::manager>();
-    cfg.openssl_certificate = cfg.cert;
-    cfg.openssl_key = cfg.key;
-    cfg.openssl_cafile = cfg.ca;
+    sys_cfg.load<caf::openssl::manager>();
+    sys_cfg.openssl_certificate = cfg.cert;
+    sys_cfg.openssl_key = cfg.key;
+    sys_cfg.openssl_cafile = cfg.ca;
   }
-  return run(cfg, resolved.addresses.front());
+  return run(sys_cfg, cfg, library_log, resolved.addresses.front());
 }

@@ -7,51 +7,42 @@
 // Weights and biases are uniform in [-1/sqrt(in), 1/sqrt(in)] (PyTorch's
 // nn.Linear default), from a seeded std::mt19937_64: the same arguments give
 // the same file.
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
 
 #include "mlp_model.hpp"
-
-namespace {
-
-int usage(const char* why) {
-  std::fprintf(stderr, "make_model: %s\nusage: make_model OUT.bin --layers IN,HIDDEN...,OUT [--seed N]\n", why);
-  return 2;
-}
-
-}  // namespace
+#include "tools/cli.hpp"
 
 int main(int argc, char** argv) {
   std::string out;
   std::string layers;
   uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--layers" && i + 1 < argc) {
-      layers = argv[++i];
-    } else if (a == "--seed" && i + 1 < argc) {
-      seed = std::stoull(argv[++i]);
-    } else if (!a.empty() && a[0] != '-' && out.empty()) {
-      out = a;
-    } else {
-      return usage(("unexpected argument '" + a + "'").c_str());
-    }
-  }
-  if (out.empty()) return usage("missing output path");
-  if (layers.empty()) return usage("missing --layers");
+  CLI::App app{"make_model " SWITCHYARD_VERSION
+               ": writes an MLP with seeded random weights in the format of examples/inference_server/mlp_model.hpp.",
+               "make_model"};
+  switchyard::cli::apply_conventions(app);
+  app.add_option("output", out, "(required) file to write");
+  app.add_option("--layers", layers, "(required) layer widths IN,HIDDEN...,OUT (2 to 65 of them, each 1..65536)");
+  app.add_option("--seed", seed, "seed of the weights: the same arguments give the same file")
+      ->check(switchyard::cli::integer_in<uint64_t>(0, std::numeric_limits<uint64_t>::max()))
+      ->capture_default_str();
+  if (auto exit_code = switchyard::cli::parse(app, argc, argv)) return *exit_code;
+  auto usage = [&](const std::string& what) { return switchyard::cli::usage_error(app, what); };
+  if (out.empty()) return usage("the output file is required");
+  if (layers.empty()) return usage("--layers is required");
   std::vector<uint32_t> widths;
   std::stringstream ss(layers);
   for (std::string w; std::getline(ss, w, ',');) {
-    unsigned long v = 0;
-    try {
-      v = std::stoul(w);
-    } catch (const std::exception&) {
-      return usage(("layer width '" + w + "' is not a number").c_str());
-    }
-    if (v < 1 || v > mlp::kMaxWidth) return usage(("layer width '" + w + "' outside 1..65536").c_str());
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+    if (ec == std::errc::invalid_argument || end != w.data() + w.size())
+      return usage("--layers: width '" + w + "' is not a number");
+    if (ec != std::errc() || v < 1 || v > mlp::kMaxWidth) return usage("--layers: width '" + w + "' outside 1..65536");
     widths.push_back(static_cast<uint32_t>(v));
   }
   if (widths.size() < 2 || widths.size() > mlp::kMaxLayers + 1)

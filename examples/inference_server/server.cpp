@@ -16,7 +16,6 @@
 #include "http/server.hpp"
 
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -43,6 +42,7 @@
 #include "metrics.hpp"
 #include "mlp_model.hpp"
 #include "onnx_serving.hpp"
+#include "tools/cli.hpp"
 
 namespace sy = switchyard;
 using json = nlohmann::json;
@@ -53,7 +53,7 @@ namespace {
 struct Options {
   std::string model;
   std::string host = "127.0.0.1";
-  int port = 8080;
+  uint16_t port = 8080;
   std::vector<std::string> devices = {"cpu:0"};
   serve::BatchOptions batch;
   bool batching = true;
@@ -62,113 +62,97 @@ struct Options {
   http::Options http;  // host and port are copied in from the fields above
 };
 
-constexpr const char* kUsage =
-    "usage: inference_server --model FILE [options]\n"
-    "  --host ADDR              listen address, an IP address (default 127.0.0.1)\n"
-    "  --port N                 port; 0 picks a free one (default 8080)\n"
-    "  --devices LIST           comma-separated devices, one replica each (default cpu:0; cuda:* for every GPU)\n"
-    "  --batch-window-us N      how long a batch stays open after its first request (default 1000)\n"
-    "  --max-batch N            rows per batch (default 64)\n"
-    "  --max-inflight N         batches in flight per replica before batches are held open (default 2)\n"
-    "  --no-batching            one request per batch (batch window 0)\n"
-    "  --max-body-bytes N       largest request body, chunked or not (default 1048576)\n"
-    "  --max-header-bytes N     largest request header (default 16384)\n"
-    "  --max-body-memory-bytes N  request bodies held at once, all connections (default 268435456)\n"
-    "  --http-threads N         event-loop threads serving every connection (default 2)\n"
-    "  --max-connections N      open connections at most; more wait in the listen backlog (default 4096)\n"
-    "  --listen-backlog N       connections the kernel queues before they are accepted (default 1024)\n"
-    "  --idle-timeout-ms N      close a keep-alive connection silent this long (default 15000)\n"
-    "  --header-timeout-ms N    a request header must be complete this long after its first byte (default 10000)\n"
-    "  --body-timeout-ms N      a request body must be complete this long after its header (default 20000)\n"
-    "  --write-timeout-ms N     drop a peer that does not take its reply within this (default 10000)\n"
-    "  --request-timeout-ms N   give up on a request after this long with 504 (default 30000)\n"
-    "  --fault-injection        honour the test header 'X-Inject-Fault: 1' (fails that request's batch on the "
-    "device)\n";
-
-[[noreturn]] void die_usage(const std::string& why) {
-  std::fprintf(stderr, "inference_server: %s\n%s", why.c_str(), kUsage);
-  std::exit(2);
-}
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
-  int64_t out = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || p != v.data() + v.size() || out < lo || out > hi)
-    die_usage(flag + " wants an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" + v + "'");
-  return out;
-}
-
-std::chrono::milliseconds parse_ms(const std::string& flag, const std::string& v) {
-  return std::chrono::milliseconds(parse_int(flag, v, 1, 3'600'000));
-}
-
-Options parse_args(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die_usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") {
-      o.model = value();
-    } else if (a == "--host") {
-      o.host = value();
-    } else if (a == "--port") {
-      o.port = static_cast<int>(parse_int(a, value(), 0, 65535));
-    } else if (a == "--devices") {
-      o.devices.clear();
-      std::stringstream ss(value());
-      for (std::string d; std::getline(ss, d, ',');)
-        if (!d.empty()) o.devices.push_back(d);
-      if (o.devices.empty()) die_usage("--devices is empty");
-    } else if (a == "--batch-window-us") {
-      o.batch.window = std::chrono::microseconds(parse_int(a, value(), 0, 60'000'000));
-    } else if (a == "--max-batch") {
-      o.batch.max_batch = parse_int(a, value(), 1, 1 << 20);
-    } else if (a == "--max-inflight") {
-      o.batch.max_inflight = parse_int(a, value(), 1, 1024);
-    } else if (a == "--no-batching") {
-      o.batching = false;
-    } else if (a == "--max-body-bytes") {
-      o.http.max_body_bytes = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 32));
-    } else if (a == "--max-body-memory-bytes") {
-      o.http.max_body_memory = static_cast<size_t>(parse_int(a, value(), 16, int64_t{1} << 40));
-    } else if (a == "--max-header-bytes") {
-      o.http.max_header_bytes = static_cast<size_t>(parse_int(a, value(), 256, 1 << 20));
-    } else if (a == "--http-threads") {
-      o.http.threads = static_cast<size_t>(parse_int(a, value(), 1, 256));
-    } else if (a == "--max-connections") {
-      o.http.max_connections = static_cast<size_t>(parse_int(a, value(), 1, 1 << 20));
-    } else if (a == "--listen-backlog") {
-      o.http.backlog = static_cast<int>(parse_int(a, value(), 1, 65535));
-    } else if (a == "--idle-timeout-ms") {
-      o.http.idle_timeout = parse_ms(a, value());
-    } else if (a == "--header-timeout-ms") {
-      o.http.header_timeout = parse_ms(a, value());
-    } else if (a == "--body-timeout-ms") {
-      o.http.body_timeout = parse_ms(a, value());
-    } else if (a == "--write-timeout-ms") {
-      o.http.write_timeout = parse_ms(a, value());
-    } else if (a == "--request-timeout-ms") {
-      o.request_timeout = parse_ms(a, value());
-    } else if (a == "--fault-injection") {
-      o.fault_injection = true;
-    } else if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      die_usage("unknown argument '" + a + "'");
-    }
-  }
-  if (o.model.empty()) die_usage("--model is required");
+// Parses the command line into `o` (CLI11, the conventions of tools/cli.hpp).
+// Returns the exit code when the program should stop now: 0 after --help or
+// --version, 2 for bad input (the option named).
+std::optional<int> parse_args(int argc, char** argv, Options& o) {
+  CLI::App app{"inference_server " SWITCHYARD_VERSION
+               ": HTTP/1.1 inference for an MLP (make_model's format) or an ONNX model (--model x.onnx), "
+               "with dynamic batching over one replica per device.",
+               "inference_server"};
+  switchyard::cli::apply_conventions(app);
+  using switchyard::cli::integer_in;
+  std::string devices = "cpu:0";
+  int64_t window_us = o.batch.window.count();
+  int64_t idle_ms = o.http.idle_timeout.count(), header_ms = o.http.header_timeout.count(),
+          body_ms = o.http.body_timeout.count(), write_ms = o.http.write_timeout.count(),
+          request_ms = o.request_timeout.count();
+  bool no_batching = false;
+  const auto ms_range = integer_in<int64_t>(1, 3'600'000);
+  app.add_option("--model", o.model, "(required) model file: make_model's MLP format, or ONNX when it ends in .onnx");
+  app.add_option("--host", o.host, "listen address, an IP address")->capture_default_str();
+  app.add_option("--port", o.port, "port; 0 picks a free one")
+      ->check(integer_in<uint16_t>(0, 65535))
+      ->capture_default_str();
+  app.add_option("--devices", devices, "comma-separated devices, one replica each (cuda:* for every GPU)")
+      ->capture_default_str();
+  app.add_option("--batch-window-us", window_us, "how long a batch stays open after its first request")
+      ->check(integer_in<int64_t>(0, 60'000'000))
+      ->capture_default_str();
+  app.add_option("--max-batch", o.batch.max_batch, "rows per batch")
+      ->check(integer_in<int64_t>(1, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--max-inflight", o.batch.max_inflight, "batches in flight per replica before batches are held open")
+      ->check(integer_in<int64_t>(1, 1024))
+      ->capture_default_str();
+  app.add_flag("--no-batching", no_batching, "one request per batch (batch window 0)");
+  app.add_option("--max-body-bytes", o.http.max_body_bytes, "largest request body, chunked or not")
+      ->check(integer_in<size_t>(16, size_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--max-header-bytes", o.http.max_header_bytes, "largest request header")
+      ->check(integer_in<size_t>(256, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--max-body-memory-bytes", o.http.max_body_memory, "request bodies held at once, all connections")
+      ->check(integer_in<size_t>(16, size_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--http-threads", o.http.threads, "event-loop threads serving every connection")
+      ->check(integer_in<size_t>(1, 256))
+      ->capture_default_str();
+  app.add_option("--max-connections", o.http.max_connections,
+                 "open connections at most; more wait in the listen backlog")
+      ->check(integer_in<size_t>(1, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--listen-backlog", o.http.backlog, "connections the kernel queues before they are accepted")
+      ->check(integer_in<int>(1, 65535))
+      ->capture_default_str();
+  app.add_option("--idle-timeout-ms", idle_ms, "close a keep-alive connection silent this long")
+      ->check(ms_range)
+      ->capture_default_str();
+  app.add_option("--header-timeout-ms", header_ms, "a request header must be complete this long after its first byte")
+      ->check(ms_range)
+      ->capture_default_str();
+  app.add_option("--body-timeout-ms", body_ms, "a request body must be complete this long after its header")
+      ->check(ms_range)
+      ->capture_default_str();
+  app.add_option("--write-timeout-ms", write_ms, "drop a peer that does not take its reply within this")
+      ->check(ms_range)
+      ->capture_default_str();
+  app.add_option("--request-timeout-ms", request_ms, "give up on a request after this long with 504")
+      ->check(ms_range)
+      ->capture_default_str();
+  app.add_flag("--fault-injection", o.fault_injection,
+               "honour the test header 'X-Inject-Fault: 1' (fails that request's batch on the device)");
+  if (auto exit_code = switchyard::cli::parse(app, argc, argv)) return exit_code;
+  if (o.model.empty()) return switchyard::cli::usage_error(app, "--model is required");
+  o.devices.clear();
+  std::stringstream ss(devices);
+  for (std::string d; std::getline(ss, d, ',');)
+    if (!d.empty()) o.devices.push_back(d);
+  if (o.devices.empty()) return switchyard::cli::usage_error(app, "--devices names no device");
+  o.batch.window = std::chrono::microseconds(window_us);
+  o.http.idle_timeout = std::chrono::milliseconds(idle_ms);
+  o.http.header_timeout = std::chrono::milliseconds(header_ms);
+  o.http.body_timeout = std::chrono::milliseconds(body_ms);
+  o.http.write_timeout = std::chrono::milliseconds(write_ms);
+  o.request_timeout = std::chrono::milliseconds(request_ms);
+  o.batching = !no_batching;
   if (!o.batching) {
     o.batch.window = std::chrono::microseconds(0);
     o.batch.max_batch = 1;
   }
   o.http.host = o.host;
-  o.http.port = static_cast<uint16_t>(o.port);
-  return o;
+  o.http.port = o.port;
+  return std::nullopt;
 }
 
 // The signal handler's only way to reach the server: the write end of the
@@ -288,7 +272,8 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  Options opt = parse_args(argc, argv);
+  Options opt;
+  if (auto exit_code = parse_args(argc, argv, opt)) return *exit_code;
   fit_connections_to_fd_limit(opt.http);
   // A .onnx file is served through the ONNX loader; anything else is the
   // MLP format of mlp_model.hpp.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "switchyard/device.hpp"
+#include "switchyard/log.hpp"
 
 namespace switchyard {
 
@@ -87,6 +88,17 @@ struct RuntimeOptions {
   /// together. A port that accepts but never answers fails with
   /// `worker_unreachable` naming the address, instead of hanging.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
+  /// Where the library's log messages go (see switchyard/log.hpp for the
+  /// threads it is called on). Empty, the default: nothing is logged, and
+  /// Switchyard writes nothing to stdout or stderr.
+  LogSink log_sink;
+  /// Least severe level passed to `log_sink`: `info` (the default) reports
+  /// devices started or unavailable (with the reason) and workers connected
+  /// or reconnected; `warn` devices lost, failed bridges and
+  /// SWITCHYARD_WORKERS entries left out; `debug` adds failed ops (where
+  /// they fail, not each op the failure spreads to) and failed connects;
+  /// `off` silences the sink.
+  LogLevel log_level = LogLevel::info;
   /// Largest piece of a tensor sent over a worker connection in one
   /// message. Larger uploads to, reads from and bridges into or out of a
   /// remote device travel as consecutive parts of this size, and a batch of

@@ -6,6 +6,7 @@
 #include "switchyard/device.hpp"
 #include "switchyard/error.hpp"
 #include "switchyard/future.hpp"
+#include "switchyard/log.hpp"
 #include "switchyard/nn.hpp"
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
