@@ -71,8 +71,9 @@ struct RuntimeOptions {
   /// bit those of op-by-op execution; off: for measuring the effect.
   bool fuse_elementwise = true;
   /// Write a Chrome/Perfetto trace (JSON trace events: a track per device,
-  /// a slice per op, bridges as flows) to this path when the runtime shuts
-  /// down. Empty: the SWITCHYARD_TRACE environment variable, if set.
+  /// a slice per op, bridges as flows) to this path while the runtime runs
+  /// (at least every 100 ms), closed when it shuts down. Empty: the
+  /// SWITCHYARD_TRACE environment variable, if set.
   std::string trace_path;
   /// Workers to connect to at start, "host:port" each (see
   /// Runtime::connect); one that cannot be reached makes the constructor
