@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -269,7 +270,14 @@ void Core::start() {
   auto hw = available_cpus();
   std::string trace_path = options_.trace_path;
   if (const char* env = std::getenv("SWITCHYARD_TRACE"); trace_path.empty() && env != nullptr) trace_path = env;
-  if (!trace_path.empty()) tracer_ = std::make_shared<actors::Tracer>(trace_path);
+  if (!trace_path.empty()) {
+    try {
+      tracer_ = std::make_shared<actors::Tracer>(trace_path);
+    } catch (const std::runtime_error& e) {
+      // A diagnostic aid must not stop the runtime: it runs on untraced.
+      std::fprintf(stderr, "switchyard: %s; tracing is off\n", e.what());
+    }
+  }
   {
     std::lock_guard add_lock(add_mutex_);
     for (auto& [name, where] : plan) {
@@ -1028,7 +1036,7 @@ void Core::shut_down() {
   caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
   router_ = nullptr;
   system_.reset();
-  tracer_.reset();  // every runner has stopped: this writes the trace
+  tracer_.reset();  // every runner has stopped: this writes the rest and closes the trace
 }
 
 }  // namespace switchyard::detail

@@ -5,8 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <sstream>
+#include <string>
+#include <thread>
 #include <unistd.h>
 #include <utility>
 
@@ -94,26 +99,80 @@ TEST_CASE("last-use detection leaves no handles behind", "[perf][reuse]") {
   CHECK(dev.stats().get().live_handles == 0);
 }
 
+namespace trace {
+
+using Json = nlohmann::json;
+
+// A trace file in the temporary directory, removed when the case ends.
+struct TempFile {
+  explicit TempFile(const std::string& what)
+      : path(std::filesystem::temp_directory_path() /
+             ("switchyard_trace_" + what + "_" + std::to_string(::getpid()) + ".json")) {
+    std::filesystem::remove(path);
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  std::filesystem::path path;
+};
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A trace still being written lacks its closing `]` (the JSON Array Format
+// allows that); a JSON parser needs it.
+Json parse_unfinished(const std::string& text) { return Json::parse(text + "\n]"); }
+
+// The events of a finished trace (the JSON Object Format's `traceEvents`
+// too, so that these checks say what is wrong in a trace of either format).
+Json events_of(const std::string& text) {
+  auto trace = Json::parse(text);  // throws (fails the test) on invalid JSON
+  return trace.is_object() ? trace.at("traceEvents") : trace;
+}
+
+// The flow id as JavaScript or jq reads it: strings stay as they are,
+// numbers become doubles.
+std::string flow_key(const Json& id) {
+  return id.is_string() ? id.get<std::string>() : std::to_string(id.get<double>());
+}
+
+// Whether an "X" slice named `name` on the flow event's track encloses it.
+bool bound_to_slice(const Json& events, const Json& flow, const std::string& name) {
+  const double ts = flow.at("ts").get<double>();
+  for (const auto& e : events) {
+    if (e.at("ph") != "X" || e.at("name") != name || e.at("tid") != flow.at("tid") || e.at("pid") != flow.at("pid"))
+      continue;
+    const double begin = e.at("ts").get<double>();
+    if (begin <= ts && ts <= begin + e.at("dur").get<double>()) return true;
+  }
+  return false;
+}
+
+}  // namespace trace
+
 TEST_CASE("tracing writes a Chrome trace with a track per runner, op slices and bridge flows", "[perf][trace]") {
-  auto path =
-      std::filesystem::temp_directory_path() / ("switchyard_trace_test_" + std::to_string(::getpid()) + ".json");
-  std::filesystem::remove(path);
+  trace::TempFile file("shape");
   {
     sy::RuntimeOptions o{.devices = {"cpu:0", "cpu:1"}};
-    o.trace_path = path.string();
+    o.trace_path = file.path.string();
     sy::Runtime rt(o);
     auto a = rt.device("cpu:0").full({2, 3}, 1.0);
     auto b = (a + a).to(rt.device("cpu:1"));
     CHECK(b.relu().to_vector<float>() == std::vector<float>(6, 2.0f));
   }
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  auto trace = nlohmann::json::parse(in);  // throws (fails the test) on invalid JSON
+  const std::string text = trace::read_text(file.path);
+  REQUIRE(!text.empty());
+  const auto events = trace::Json::parse(text);  // throws (fails the test) on invalid JSON
+  REQUIRE(events.is_array());                    // the JSON Array Format, closed
   std::set<std::string> tracks, slices;
   int flow_begin = 0, flow_end = 0;
-  for (const auto& e : trace.at("traceEvents")) {
+  for (const auto& e : events) {
     const auto ph = e.at("ph").get<std::string>();
-    if (ph == "M") tracks.insert(e.at("args").at("name").get<std::string>());
+    if (ph == "M" && e.at("name") == "thread_name") tracks.insert(e.at("args").at("name").get<std::string>());
     if (ph == "X") {
       slices.insert(e.at("name").get<std::string>());
       CHECK(e.at("dur").get<double>() >= 0);
@@ -129,7 +188,96 @@ TEST_CASE("tracing writes a Chrome trace with a track per runner, op slices and 
   CHECK(slices.count("import") == 1);
   CHECK(flow_begin == 1);
   CHECK(flow_end == 1);
-  std::filesystem::remove(path);
+}
+
+TEST_CASE("each of 50 bridges has its own flow id even for a JSON reader with doubles", "[perf][trace]") {
+  trace::TempFile file("bridges");
+  constexpr int bridges = 50;
+  {
+    sy::RuntimeOptions o{.devices = {"cpu:0", "cpu:1"}};
+    o.trace_path = file.path.string();
+    sy::Runtime rt(o);
+    std::vector<sy::Tensor> moved;
+    for (int i = 0; i < bridges; ++i) moved.push_back(rt.device("cpu:0").full({4}, i).to(rt.device("cpu:1")));
+    for (int i = 0; i < bridges; ++i) CHECK(moved[i].to_vector<float>() == std::vector<float>(4, float(i)));
+  }
+  const auto events = trace::events_of(trace::read_text(file.path));
+  std::set<std::string> begins, ends;
+  for (const auto& e : events) {
+    if (e.at("ph") == "s") {
+      begins.insert(trace::flow_key(e.at("id")));
+      CHECK(trace::bound_to_slice(events, e, "export"));
+    }
+    if (e.at("ph") == "f") {
+      ends.insert(trace::flow_key(e.at("id")));
+      CHECK(trace::bound_to_slice(events, e, "import"));
+    }
+  }
+  CHECK(begins.size() == bridges);
+  CHECK(ends == begins);
+}
+
+TEST_CASE("the trace names its process and each runner's track", "[perf][trace]") {
+  trace::TempFile file("names");
+  {
+    sy::RuntimeOptions o{.devices = {"cpu:0", "cpu:1"}};
+    o.trace_path = file.path.string();
+    sy::Runtime rt(o);
+    CHECK(rt.device("cpu:0").full({2}, 1.0).to_vector<float>() == std::vector<float>(2, 1.0f));
+    CHECK(rt.device("cpu:1").full({2}, 2.0).to_vector<float>() == std::vector<float>(2, 2.0f));
+  }
+  const auto events = trace::events_of(trace::read_text(file.path));
+  const int pid = ::getpid();
+  std::set<std::string> process_names;
+  std::map<int, std::string> track_names;
+  std::set<int> slice_tracks;
+  for (const auto& e : events) {
+    CHECK(e.at("pid") == pid);
+    if (e.at("ph") == "M" && e.at("name") == "process_name")
+      process_names.insert(e.at("args").at("name").get<std::string>());
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      track_names[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+    if (e.at("ph") == "X") slice_tracks.insert(e.at("tid").get<int>());
+  }
+  REQUIRE(process_names.size() == 1);
+  CHECK(process_names.begin()->find("switchyard") != std::string::npos);
+  REQUIRE(track_names.size() == 2);
+  std::set<std::string> names;
+  for (const auto& [tid, name] : track_names) names.insert(name);
+  CHECK(names == std::set<std::string>{"cpu:0", "cpu:1"});
+  for (int tid : slice_tracks) CHECK(track_names.count(tid) == 1);
+}
+
+TEST_CASE("the trace reaches its file while the runtime runs", "[perf][trace]") {
+  trace::TempFile file("streamed");
+  sy::RuntimeOptions o{.devices = {"cpu:0"}};
+  o.trace_path = file.path.string();
+  std::optional<sy::Runtime> rt(o);
+  auto dev = rt->device("cpu:0");
+  // Waits (bounded) until the file, closed with `]`, parses and holds a slice named `op`.
+  auto appears = [&](const std::string& op) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      try {
+        for (const auto& e : trace::parse_unfinished(trace::read_text(file.path)))
+          if (e.at("ph") == "X" && e.at("name") == op) return true;
+      } catch (const trace::Json::parse_error&) {
+        // absent, empty or caught mid-write: look again
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  auto x = dev.full({4}, 1.0);
+  CHECK((x + x).to_vector<float>() == std::vector<float>(4, 2.0f));
+  CHECK(appears("add"));
+  const auto size_before = std::filesystem::file_size(file.path);
+  CHECK((x * 3.0).to_vector<float>() == std::vector<float>(4, 3.0f));
+  CHECK(appears("mul_scalar"));
+  CHECK(std::filesystem::file_size(file.path) > size_before);
+  rt.reset();
+  const auto events = trace::Json::parse(trace::read_text(file.path));  // closed: valid as it is
+  CHECK(events.is_array());
 }
 
 TEST_CASE("an unwritable trace path does not stop the runtime", "[perf][trace]") {

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+/// \file
+/// switchyard::Device: a device of a Runtime, and the tensors created on it.
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,7 +43,9 @@ class Device {
   /// False for a default-constructed Device.
   [[nodiscard]] bool valid() const noexcept { return core_ != nullptr; }
 
-  // --- creation (ids are allocated here: nothing waits for the device) ---
+  /// \name Creation
+  /// Ids are allocated here: nothing waits for the device.
+  /// @{
   /// A tensor holding `data` (its bytes must fill its shape).
   [[nodiscard]] Tensor from_data(TensorData data) const;
   /// A tensor of `values` (row-major) in `shape`; a count that does not
@@ -64,6 +69,7 @@ class Device {
   [[nodiscard]] Tensor normal(Shape shape, double mean = 0, double stddev = 1, DType dtype = DType::f32) const;
   /// 1 with probability p, else 0 (p outside [0, 1] is invalid_argument).
   [[nodiscard]] Tensor bernoulli(Shape shape, double p, DType dtype = DType::f32) const;
+  /// @}
 
   /// Restarts this device's random stream (ordered with the ops around it).
   void seed(uint64_t seed) const;

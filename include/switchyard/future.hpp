@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+/// \file
+/// switchyard::Future and Promise: results that arrive later, with `then`,
+/// `when_all` and `when_any`.
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -287,7 +291,7 @@ class Future {
   /// the thread that completes this future, or at once if it is complete.
   /// Failures skip `f` and propagate; an exception thrown by `f` fails the
   /// returned future. `f` may be move-only. It must not block: it may run on
-  /// a runtime thread. A continuation returning a Future<U> gives Future<U>.
+  /// a runtime thread. A continuation returning a `Future<U>` gives `Future<U>`.
   template <class F>
   auto then(F f) const {
     using U = typename detail::ThenResult<T, F>::type;

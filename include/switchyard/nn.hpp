@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+/// \file
+/// switchyard::nn: functional neural-network ops.
+
 /// Functional neural-network ops (PyTorch 1.13's torch.nn.functional names,
 /// argument names and semantics). Each is one op on the tensor's device;
 /// bad arguments fail at the call with an Error naming the op, the shapes

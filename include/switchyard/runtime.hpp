@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+/// \file
+/// switchyard::Runtime, which owns the devices, and its RuntimeOptions.
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -69,8 +72,9 @@ struct RuntimeOptions {
   /// bit those of op-by-op execution; off: for measuring the effect.
   bool fuse_elementwise = true;
   /// Write a Chrome/Perfetto trace (JSON trace events: a track per device,
-  /// a slice per op, bridges as flows) to this path when the runtime shuts
-  /// down. Empty: the SWITCHYARD_TRACE environment variable, if set.
+  /// a slice per op, bridges as flows) to this path while the runtime runs
+  /// (at least every 100 ms), closed when it shuts down. Empty: the
+  /// SWITCHYARD_TRACE environment variable, if set.
   std::string trace_path;
   /// Workers to connect to at start, "host:port" each (see
   /// Runtime::connect); one that cannot be reached makes the constructor
@@ -148,14 +152,14 @@ class Runtime {
   [[nodiscard]] Device device(std::string_view name) const;
   /// Every live device (lost remote devices leave the list).
   [[nodiscard]] std::vector<Device> devices() const;
-  /// Why requested devices are missing (e.g. "cuda: no CUDA driver"), one
+  /// Why requested devices are missing (for example "cuda: no CUDA driver"), one
   /// line per backend kind that registered none, and one per
   /// SWITCHYARD_WORKERS entry that could not be connected ("SWITCHYARD_WORKERS
   /// entry 'host:port': <why>").
   [[nodiscard]] std::vector<std::string> unavailable() const;
 
   /// Connects to a `switchyard-worker` listening on host:port and adds its
-  /// devices as "host:port/<device>" (e.g. "127.0.0.1:4242/cpu:0"); returns
+  /// devices as "host:port/<device>" (for example "127.0.0.1:4242/cpu:0"); returns
   /// them. Safe while other threads submit work. Throws Error when the
   /// worker cannot be reached (worker_unreachable), speaks another protocol
   /// version, or is already connected. When the worker goes away, its devices are removed

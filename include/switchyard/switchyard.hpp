@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-/// The one header a user includes.
+/// \file
+/// The one header a user includes: every other public header.
 
 #include "switchyard/device.hpp"
 #include "switchyard/error.hpp"

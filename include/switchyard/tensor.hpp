@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+/// \file
+/// switchyard::Tensor: ops by name and by operator, reads, moves between devices.
+
 #include <concepts>
 #include <cstdint>
 #include <iosfwd>
@@ -81,8 +84,10 @@ class Tensor {
   /// exists for code written against libtorch.
   [[nodiscard]] Tensor clone() const;
 
-  // --- element-wise, unary (PyTorch's functions of the same names; integer
-  // inputs of exp..reciprocal compute in f32) ---
+  /// \name Element-wise, unary
+  /// PyTorch's functions of the same names; integer inputs of exp..reciprocal
+  /// compute in f32.
+  /// @{
   /// -x.
   [[nodiscard]] Tensor neg() const;
   /// |x|.
@@ -142,10 +147,12 @@ class Tensor {
   [[nodiscard]] Tensor clamp_max(double high) const;
   /// x * x (bool: as i64, like PyTorch's pow(x, 2)).
   [[nodiscard]] Tensor square() const;
+  /// @}
 
-  // --- element-wise, binary (broadcasting; tensor or scalar operand) ---
-  // Each takes a tensor (broadcast, promoted by PyTorch's result_type: a
-  // 0-d tensor counts less than a dimensioned one) or a Scalar.
+  /// \name Element-wise, binary
+  /// Each takes a tensor (broadcast, promoted by PyTorch's result_type: a
+  /// 0-d tensor counts less than a dimensioned one) or a Scalar.
+  /// @{
   /// PyTorch's `add`.
   [[nodiscard]] Tensor add(const Tensor& o) const;
   /// `add` with a scalar operand (`x.add(2)`).
@@ -241,10 +248,13 @@ class Tensor {
   [[nodiscard]] Tensor binary(BinaryKind k, const Tensor& o) const;
   /// Any unary op (clamp: use clamp()).
   [[nodiscard]] Tensor unary(UnaryKind k) const;
+  /// @}
 
-  // --- reductions (empty axes: all; negative axes count from the end; an
-  // axis named twice is invalid_argument, as in PyTorch). Each also takes a
-  // single axis without braces: x.sum(1), x.max(-1, true). ---
+  /// \name Reductions
+  /// Empty axes: all; negative axes count from the end; an axis named twice is
+  /// invalid_argument, as in PyTorch. Each also takes a single axis without
+  /// braces: x.sum(1), x.max(-1, true).
+  /// @{
   /// Sum (integers and bool: as i64).
   [[nodiscard]] Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   /// Mean of a floating tensor.
@@ -271,7 +281,7 @@ class Tensor {
   // One axis without braces (a template, so that `{}` and `{1}` still pick
   // the vector overloads above).
 #define SY_SINGLE_AXIS(name)                                                \
-  /** `name` over one axis: x.name(1), x.name(-1, true). */                 \
+  /** `name` over a single axis, given without braces. */                   \
   template <std::integral I>                                                \
   [[nodiscard]] Tensor name(I axis, bool keepdim = false) const {           \
     return name(std::vector<int64_t>{static_cast<int64_t>(axis)}, keepdim); \
@@ -294,8 +304,10 @@ class Tensor {
   [[nodiscard]] Tensor softmax(int64_t axis) const;
   /// log(softmax(x)) along `axis`, computed stably.
   [[nodiscard]] Tensor log_softmax(int64_t axis) const;
+  /// @}
 
-  // --- linear algebra ---
+  /// \name Linear algebra
+  /// @{
   /// PyTorch's matmul: 1-D operands are promoted and the added axis removed,
   /// batch axes broadcast.
   [[nodiscard]] Tensor matmul(const Tensor& o) const;
@@ -305,8 +317,10 @@ class Tensor {
   /// beta * x + alpha * (mat1 @ mat2) for 2-D mat1 and mat2 (x broadcast to
   /// the product), composed of matmul, mul and add as PyTorch's addmm.
   [[nodiscard]] Tensor addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta = 1, Scalar alpha = 1) const;
+  /// @}
 
-  // --- dtype and layout ---
+  /// \name Dtype and layout
+  /// @{
   /// The values converted to `t` (itself when already of `t`).
   [[nodiscard]] Tensor cast(DType t) const;
   /// One extent may be -1 (inferred).
@@ -362,8 +376,11 @@ class Tensor {
   /// value where the bool `mask` is true, x elsewhere; a value outside x's
   /// dtype's range is invalid_argument (PyTorch's overflow check).
   [[nodiscard]] Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  /// @}
 
-  // --- scans, sorting, scatter (issue 18; libtorch names) ---
+  /// \name Scans, sorting, scatter
+  /// libtorch's names.
+  /// @{
   /// Inclusive cumulative sum along `dim`; integer and bool inputs give i64
   /// unless `dtype` is given (the input is converted to it first).
   [[nodiscard]] Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
@@ -385,8 +402,11 @@ class Tensor {
   /// "sum", "prod", "amax" or "amin"; include_self = true only.
   [[nodiscard]] Tensor scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
                                       bool include_self = true) const;
+  /// @}
 
-  // --- operators ---
+  /// \name Operators
+  /// Comparisons are tensor-valued (bool tensors), as in libtorch.
+  /// @{
   /// a + b: `add`.
   friend Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
   /// a - b: `sub`.
@@ -419,7 +439,6 @@ class Tensor {
   friend Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
   /// a >= b: `ge`.
   friend Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
-  // Comparisons are tensor-valued (bool tensors), as in libtorch.
   /// a == b: `eq`.
   friend Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
   /// a != b: `ne`.
@@ -450,13 +469,16 @@ class Tensor {
   friend Tensor operator!=(Scalar s, const Tensor& a) { return a.binary(BinaryKind::ne, s, true); }
   /// -x.
   Tensor operator-() const { return neg(); }
+  /// @}
 
-  // Compound assignments REBIND this handle to a new tensor (tensors are
-  // immutable on the device, so other copies of the old handle keep the
-  // old values: no aliasing surprises). As libtorch's in-place ops, the
-  // result keeps this tensor's shape and dtype: an operand that would
-  // broadcast it to another shape is shape_mismatch, and a result of a
-  // higher category (i32 += 0.5, bool += 1) is dtype_mismatch.
+  /// \name Compound assignments
+  /// Compound assignments REBIND this handle to a new tensor (tensors are
+  /// immutable on the device, so other copies of the old handle keep the
+  /// old values: no aliasing surprises). As libtorch's in-place ops, the
+  /// result keeps this tensor's shape and dtype: an operand that would
+  /// broadcast it to another shape is shape_mismatch, and a result of a
+  /// higher category (i32 += 0.5, bool += 1) is dtype_mismatch.
+  /// @{
   /// x = x + o (rebinds; see above).
   Tensor& operator+=(const Tensor& o) { return assign("+=", add(o)); }
   /// x = x - o (rebinds).
@@ -473,6 +495,7 @@ class Tensor {
   Tensor& operator*=(Scalar s) { return assign("*=", mul(s)); }
   /// x = x / s (rebinds).
   Tensor& operator/=(Scalar s) { return assign("/=", div(s)); }
+  /// @}
 
  private:
   friend class Device;

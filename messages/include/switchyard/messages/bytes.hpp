@@ -32,7 +32,7 @@ class Bytes {
 
   /// Uninitialised block of `size` bytes.
   [[nodiscard]] static Bytes allocate(size_t size);
-  /// Adopts memory with a custom release (e.g. a pool's free list).
+  /// Adopts memory with a custom release (such as a pool's free list).
   [[nodiscard]] static Bytes adopt(std::shared_ptr<std::byte> block, size_t size) {
     Bytes b;
     b.block_ = std::move(block);

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The two 16-bit float storage types, as PyTorch's c10::Half and
-// c10::BFloat16 behave: a value converts to float exactly, a float converts
-// back rounding to nearest even (overflow to infinity, NaN stays NaN,
-// subnormals kept), and any other number converts through float first (so
-// a double is rounded twice, as c10 does). Arithmetic happens in float;
-// these types only store. C++17 (the CUDA backend's host code includes it).
+/// \file
+/// The two 16-bit float storage types, as PyTorch's c10::Half and
+/// c10::BFloat16 behave: a value converts to float exactly, a float converts
+/// back rounding to nearest even (overflow to infinity, NaN stays NaN,
+/// subnormals kept), and any other number converts through float first (so
+/// a double is rounded twice, as c10 does). Arithmetic happens in float;
+/// these types only store. C++17 (the CUDA backend's host code includes it).
 
 #include <cstdint>
 #include <cstring>

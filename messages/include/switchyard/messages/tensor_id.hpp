@@ -25,6 +25,9 @@ using DeviceId = uint32_t;
 
 }  // namespace switchyard
 
+/// \cond
+// Hidden from the API reference: Doxygen 1.9 cannot place a specialization
+// of std::hash declared with its qualified name ("scope not found").
 template <>
 struct std::hash<switchyard::TensorId> {
   size_t operator()(switchyard::TensorId id) const noexcept {
@@ -32,3 +35,4 @@ struct std::hash<switchyard::TensorId> {
     return static_cast<size_t>(id.value * 0x9E3779B97F4A7C15ULL);
   }
 };
+/// \endcond

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tracer on its own (actors/trace.hpp): several writers, a buffer that
+// stays bounded however long the trace, drops counted in the file, and a file
+// that is a JSON array once the tracer is gone.
+#include "actors/trace.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using switchyard::actors::Tracer;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TraceFile {
+  explicit TraceFile(const std::string& what)
+      : path(std::filesystem::temp_directory_path() /
+             ("switchyard_tracer_" + what + "_" + std::to_string(::getpid()) + ".json")) {}
+  ~TraceFile() { std::filesystem::remove(path); }
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+  std::filesystem::path path;
+};
+
+nlohmann::json parse_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);  // throws (fails the test) on invalid JSON
+}
+
+// Slices named "op" and the count in the "trace events dropped" note (0 without one).
+std::pair<uint64_t, uint64_t> slices_and_dropped(const nlohmann::json& events) {
+  uint64_t slices = 0, dropped = 0;
+  for (const auto& e : events) {
+    if (e.at("ph") == "X" && e.at("name") == "op") ++slices;
+    if (e.at("ph") == "i" && e.at("name") == "trace events dropped") dropped = e.at("args").at("count").get<uint64_t>();
+  }
+  return {slices, dropped};
+}
+
+}  // namespace
+
+TEST_CASE("a tracer holds at most its buffer bound while writers outpace it", "[trace]") {
+  TraceFile file("bounded");
+  constexpr size_t bound = 64 * 1024;
+  constexpr int writers = 2, per_writer = 20000;  // ~4 MB of events, 60x the bound
+  std::atomic<size_t> most_held{0};
+  uint64_t dropped = 0;
+  {
+    Tracer tracer(file.path.string(), {.flush_interval = 5ms, .flush_bytes = 4096, .max_held_bytes = bound});
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w) {
+      threads.emplace_back([&, w] {
+        for (int i = 0; i < per_writer; ++i) {
+          const auto now = Tracer::Clock::now();
+          tracer.slice(static_cast<uint32_t>(w), "op", now, now, "\"i\":" + std::to_string(i));
+          const size_t held = tracer.held_bytes();
+          size_t seen = most_held.load();
+          while (held > seen && !most_held.compare_exchange_weak(seen, held)) {
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    dropped = tracer.dropped_events();
+  }
+  CHECK(most_held.load() <= bound);
+  const auto [slices, noted] = slices_and_dropped(parse_file(file.path));
+  CHECK(noted == dropped);
+  CHECK(slices + dropped == uint64_t{writers} * per_writer);
+  CHECK(slices > 0);
+}
+
+TEST_CASE("events past the buffer bound are dropped and counted in the file", "[trace]") {
+  TraceFile file("dropped");
+  constexpr int events = 100;
+  uint64_t dropped = 0;
+  {
+    // The writer wakes only when the tracer goes: everything waits in the
+    // buffer, which holds a few events.
+    Tracer tracer(file.path.string(), {.flush_interval = 1h, .flush_bytes = size_t{1} << 30, .max_held_bytes = 512});
+    for (int i = 0; i < events; ++i) {
+      const auto now = Tracer::Clock::now();
+      tracer.slice(0, "op", now, now, "\"i\":" + std::to_string(i));
+    }
+    CHECK(tracer.held_bytes() <= 512);
+    dropped = tracer.dropped_events();
+  }
+  const auto [slices, noted] = slices_and_dropped(parse_file(file.path));
+  CHECK(dropped >= events - 5);
+  CHECK(noted == dropped);
+  CHECK(slices + dropped == events);
+}
+
+TEST_CASE("a tracer that cannot create its file says which and why", "[trace]") {
+  CHECK_THROWS_WITH(Tracer("/nonexistent-dir/trace.json"),
+                    Catch::Contains("/nonexistent-dir/trace.json") && Catch::Contains("No such file"));
+}
