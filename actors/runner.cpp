@@ -176,11 +176,22 @@ void trace_op(RunnerState& st, OperationIr& op, Tracer::Clock::time_point begin,
   st.tracer->slice(st.track, op.name(), begin, end, args);
 }
 
+// Backends report DeviceError values (the public, CAF-free interface); here,
+// at the runner, they become the caf::error the protocol carries, with the
+// same code and message.
+caf::error to_caf(const backends::DeviceError& err) {
+  return err ? make_error(err.code(), err.message()) : caf::error{};
+}
+caf::expected<TensorData> to_caf(backends::Expected<TensorData>&& result) {
+  if (result) return std::move(*result);
+  return to_caf(result.error());
+}
+
 // A backend call, its exceptions turned into errors naming `what`.
 template <class F>
 caf::error guarded(const std::string& what, F&& call) {
   try {
-    return call();
+    return to_caf(call());
   } catch (const std::bad_alloc&) {
     return make_error(Errc::out_of_memory, what + ": out of host memory");
   } catch (const std::exception& ex) {
@@ -263,7 +274,7 @@ bool has_pending_input(RunnerState& st, OperationIr& op) {
 void complete_syncs(Self self) {
   auto& st = self->state;
   if (!st.deferred.empty() || st.syncs.empty()) return;
-  auto err = st.backend->synchronize();
+  auto err = to_caf(st.backend->synchronize());
   if (err) {
     err = on_device(st, err);
     st.log.log(LogLevel::debug, [&] { return describe(err).message; });
@@ -401,7 +412,8 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
     done(e.error);
     return;
   }
-  self->state.backend->to_data(e.meta, e.buffer, std::move(done));
+  self->state.backend->to_data(
+      e.meta, e.buffer, [done = std::move(done)](backends::Expected<TensorData> r) { done(to_caf(std::move(r))); });
 }
 
 // Reads tensor `id` once it is ready or failed, answering `done` with its
@@ -442,7 +454,7 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
     if (buffer)
       resolve(st, id, std::move(*buffer), {});
     else
-      resolve(st, id, nullptr, on_device(st, buffer.error()));
+      resolve(st, id, nullptr, on_device(st, to_caf(buffer.error())));
   }
   drain(self);
 }

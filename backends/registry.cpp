@@ -1,37 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-#include <climits>
-
-#include "backends/backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/module_loader.hpp"
 #include "backends/reference/reference_backend.hpp"
-#ifdef SWITCHYARD_WITH_CUDA
-#include "backends/cuda/cuda_backend.hpp"
-#endif
 
 namespace switchyard::backends {
 
-bool Backend::supports(OperationIr& op) const {
-  bool ok = true;
-  op.each_input([&](const TensorIr& t) { ok = ok && supports(t.dtype); });
-  op.each_output([&](const TensorIr& t) { ok = ok && supports(t.dtype); });
-  return ok;
-}
-
-caf::error Backend::execute_fused(std::span<OperationIr> chain, std::span<const TensorIr>, std::span<BufferPtr>,
-                                  BufferPtr&) {
-  // Only reached when fusible() accepted ops that this backend cannot run
-  // fused: a bug of the backend, reported rather than guessed around.
-  return make_error(Errc::unsupported,
-                    std::string(kind()) + ": no fused chains (" + std::to_string(chain.size()) + " ops offered)");
-}
-
-std::vector<BackendKind> backend_kinds() {
+std::vector<BackendKind> backend_kinds(const std::vector<std::string>& module_dirs) {
   std::vector<BackendKind> kinds;
   kinds.push_back(cpu::backend_kind());
   kinds.push_back(reference::backend_kind());
-#ifdef SWITCHYARD_WITH_CUDA
-  kinds.push_back(cuda::backend_kind());
-#endif
+  // A module, whether or not this build made it (it may be installed apart):
+  // loaded only when a cuda device is counted or created, and only where
+  // the CUDA driver is present.
+  kinds.push_back(module_kind("cuda", module_search_path(module_dirs), "libcuda.so.1", "no CUDA driver"));
   return kinds;
 }
 

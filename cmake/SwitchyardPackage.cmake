@@ -14,9 +14,6 @@ set(_switchyard_layers
   switchyard_backends
   switchyard_actors
   switchyard)
-if(SWITCHYARD_WITH_CUDA)
-  list(APPEND _switchyard_layers switchyard_backend_cuda)
-endif()
 set(_switchyard_objects "")
 foreach(layer IN LISTS _switchyard_layers)
   list(APPEND _switchyard_objects "$<TARGET_OBJECTS:${layer}>")
@@ -24,10 +21,9 @@ endforeach()
 
 # What the objects need at link time; private to the shared library, link-only
 # usage requirements of the static one.
+# No CUDA library: the CUDA backend is a module loaded at run time
+# (libswitchyard-backend-cuda.so, installed next to the library).
 set(_switchyard_link_deps CAF::core CAF::io CAF::openssl BLAS::BLAS Threads::Threads ${CMAKE_DL_LIBS})
-if(SWITCHYARD_WITH_CUDA)
-  list(APPEND _switchyard_link_deps CUDA::cudart CUDA::cublas)
-endif()
 
 # 0.x: every minor release may break the ABI.
 set(SWITCHYARD_SOVERSION "${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}")
@@ -55,7 +51,7 @@ endforeach()
 set_target_properties(switchyard_shared PROPERTIES
   VERSION "${PROJECT_VERSION}"
   SOVERSION "${SWITCHYARD_SOVERSION}"
-  # Keeps non-system link directories (CUDA's lib64) in the installed RUNPATH.
+  # Keeps non-system link directories in the installed RUNPATH.
   INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(switchyard-worker PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 
@@ -75,6 +71,12 @@ install(TARGETS switchyard_shared switchyard_static EXPORT SwitchyardTargets
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(TARGETS switchyard-worker RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+# Backend modules go next to the library, where the loader looks (the
+# directory of libswitchyard.so, then the install libdir). Packagers may
+# ship them apart: nothing links them.
+if(TARGET switchyard_backend_cuda)
+  install(TARGETS switchyard_backend_cuda LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+endif()
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/switchyard" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
   FILES_MATCHING PATTERN "*.hpp")
 # The value types the public headers use (Shape, DType, Scalar, TensorData,
@@ -85,7 +87,6 @@ install(FILES ${SWITCHYARD_PUBLIC_MESSAGE_HEADERS}
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/switchyard")
 
 install(EXPORT SwitchyardTargets NAMESPACE Switchyard:: DESTINATION "${SWITCHYARD_CMAKE_DIR}")
-set(SWITCHYARD_CONFIG_WITH_CUDA ${SWITCHYARD_WITH_CUDA})
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/SwitchyardConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/SwitchyardConfig.cmake" INSTALL_DESTINATION "${SWITCHYARD_CMAKE_DIR}"
   PATH_VARS CMAKE_INSTALL_BINDIR)
@@ -98,9 +99,6 @@ install(FILES "${PROJECT_BINARY_DIR}/SwitchyardConfig.cmake" "${PROJECT_BINARY_D
 # pkg-config: the shared library by default; `--static` adds what the
 # static archive needs.
 set(SWITCHYARD_PC_LIBS_PRIVATE "-lcaf_io -lcaf_openssl -lcaf_core -lopenblas -lpthread -ldl")
-if(SWITCHYARD_WITH_CUDA)
-  string(PREPEND SWITCHYARD_PC_LIBS_PRIVATE "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcublasLt -lcudart ")
-endif()
 # Relative to the .pc file, so the tree stays usable wherever --prefix puts it.
 file(RELATIVE_PATH SWITCHYARD_PC_PREFIX_FROM_PCDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file("${PROJECT_SOURCE_DIR}/cmake/switchyard.pc.in" "${PROJECT_BINARY_DIR}/switchyard.pc" @ONLY)

@@ -235,14 +235,14 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
 
 void Core::start() {
   ThreadLoggerGuard logger_guard;
-  auto kinds = backends::backend_kinds();
+  auto kinds = backends::backend_kinds(options_.backend_module_path);
   if (options_.extend_backends) options_.extend_backends(kinds);
   std::vector<std::pair<std::string, std::pair<const backends::BackendKind*, int>>> plan;
   for (const auto& name : options_.devices) {
     auto req = parse_device(name);
     auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.name == req.kind; });
     if (kind == kinds.end() && req.index < 0) {
-      // "cuda:*" in a build without CUDA: no such devices, which is fine.
+      // "kind:*" of a kind this library does not know: no such devices, which is fine.
       note_unavailable(req.kind + ": not compiled into this build");
       continue;
     }

@@ -4,7 +4,7 @@
 // ConvGeometry / PoolGeometry of validated ops (host side).
 
 #include "backends/common/conv_shapes.hpp"
-#include "switchyard/messages/operation_ir.hpp"
+#include "switchyard/messages/ops.hpp"
 
 namespace switchyard::backends {
 

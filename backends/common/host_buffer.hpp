@@ -53,14 +53,14 @@ class HostBackend : public Backend {
  public:
   [[nodiscard]] bool supports(DType) const noexcept override { return true; }
 
-  caf::expected<BufferPtr> from_data(const TensorIr&, TensorData data) override {
+  Expected<BufferPtr> from_data(const TensorIr&, TensorData data) override {
     return BufferPtr{std::make_shared<HostBuffer>(std::move(data.bytes))};
   }
 
   void to_data(const TensorIr& t, const BufferPtr& buffer, ReadCallback done) override {
     const Bytes* bytes = host_bytes(buffer);
     if (bytes == nullptr) {
-      done(make_error(Errc::invalid_tensor, std::string(kind()) + ": buffer of another backend"));
+      done(DeviceError(Errc::invalid_tensor, std::string(kind()) + ": buffer of another backend"));
       return;
     }
     done(TensorData(t.shape, t.dtype, *bytes));

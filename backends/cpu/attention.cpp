@@ -146,14 +146,14 @@ void run_attention(Context& ctx, const AttentionOp& op, const Inputs& in, T* y) 
 
 }  // namespace
 
-caf::expected<Bytes> attention(Context& ctx, AttentionOp& op, const Inputs& in) {
+Expected<Bytes> attention(Context& ctx, AttentionOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   if (op.q.dtype == DType::f32)
     run_attention<float>(ctx, op, in, writable<float>(out));
   else if (op.q.dtype == DType::f64)
     run_attention<double>(ctx, op, in, writable<double>(out));
   else
-    return make_error(Errc::unsupported, "cpu: scaled_dot_product_attention needs floating inputs");
+    return DeviceError(Errc::unsupported, "cpu: scaled_dot_product_attention needs floating inputs");
   return out;
 }
 

@@ -273,7 +273,7 @@ void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* 
 
 }  // namespace
 
-caf::expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
+Expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
   const ConvGeometry g = conv_geometry(op);
   auto out = ctx.buffers.allocate(op.out.bytes());
   auto run = [&](auto tag) {
@@ -296,7 +296,7 @@ caf::expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
   else if (op.out.dtype == DType::f64)
     run(double{});
   else
-    return make_error(Errc::unsupported, "cpu: " + OperationIr(op).name() + " needs f32 or f64");
+    return DeviceError(Errc::unsupported, "cpu: " + OperationIr(op).name() + " needs f32 or f64");
   return out;
 }
 

@@ -28,7 +28,7 @@ class HostInputs {
   void add(const TensorIr& t, const BufferPtr& buffer) {
     bytes_[count_] = host_bytes(buffer);
     if (bytes_[count_] == nullptr && !error)
-      error = make_error(Errc::invalid_tensor, "cpu: input buffer of another backend");
+      error = DeviceError(Errc::invalid_tensor, "cpu: input buffer of another backend");
     consumable_[count_] = bytes_[count_] != nullptr && reusable(t, buffer);
     ++count_;
   }
@@ -38,7 +38,7 @@ class HostInputs {
     return {std::span<const Bytes* const>(bytes_, count_), std::span<const bool>(consumable_, count_)};
   }
 
-  caf::error error;  // the first input that is no host buffer
+  DeviceError error;  // the first input that is no host buffer
 
  private:
   std::array<const Bytes*, 8> small_bytes_{};
@@ -65,7 +65,7 @@ class CpuBackend final : public HostBackend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
-  caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
+  DeviceError execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     HostInputs host(inputs.size());
     size_t i = 0;
     op.each_input([&](const TensorIr& t) { host.add(t, inputs[i++]); });
@@ -85,8 +85,8 @@ class CpuBackend final : public HostBackend {
 
   [[nodiscard]] bool fusible(const OperationIr& op) const override { return fusible_elementwise(op); }
 
-  caf::error execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors, std::span<BufferPtr> inputs,
-                           BufferPtr& output) override {
+  DeviceError execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors,
+                            std::span<BufferPtr> inputs, BufferPtr& output) override {
     HostInputs host(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) host.add(tensors[i], inputs[i]);
     if (host.error) return std::move(host.error);
@@ -105,33 +105,33 @@ class CpuBackend final : public HostBackend {
   void trim() override { buffers_.trim(); }
 
  private:
-  caf::expected<Bytes> run(FromDataOp& o, const Inputs&) { return o.data.bytes; }
-  caf::expected<Bytes> run(FillOp& o, const Inputs&) { return fill(ctx_, o); }
-  caf::expected<Bytes> run(RandomOp& o, const Inputs&) { return random(ctx_, o); }
-  caf::expected<Bytes> run(UnaryOp& o, const Inputs& in) { return unary(ctx_, o, in); }
-  caf::expected<Bytes> run(BinaryOp& o, const Inputs& in) { return binary(ctx_, o, in); }
-  caf::expected<Bytes> run(ScalarOp& o, const Inputs& in) { return scalar(ctx_, o, in); }
-  caf::expected<Bytes> run(ReduceOp& o, const Inputs& in) { return reduce(ctx_, o, in); }
-  caf::expected<Bytes> run(SoftmaxOp& o, const Inputs& in) { return softmax(ctx_, o, in); }
-  caf::expected<Bytes> run(MatmulOp& o, const Inputs& in) { return matmul(ctx_, o, in); }
-  caf::expected<Bytes> run(CastOp& o, const Inputs& in) { return cast(ctx_, o, in); }
-  caf::expected<Bytes> run(ViewOp& o, const Inputs& in) { return view(ctx_, o, in); }
-  caf::expected<Bytes> run(SliceAssignOp& o, const Inputs& in) { return slice_assign(ctx_, o, in); }
-  caf::expected<Bytes> run(CatOp& o, const Inputs& in) { return cat(ctx_, o, in); }
-  caf::expected<Bytes> run(PadOp& o, const Inputs& in) { return pad(ctx_, o, in); }
-  caf::expected<Bytes> run(IndexOp& o, const Inputs& in) { return index(ctx_, o, in); }
-  caf::expected<Bytes> run(WhereOp& o, const Inputs& in) { return where(ctx_, o, in); }
-  caf::expected<Bytes> run(ConvOp& o, const Inputs& in) { return conv(ctx_, o, in); }
-  caf::expected<Bytes> run(PoolOp& o, const Inputs& in) { return pool(ctx_, o, in); }
-  caf::expected<Bytes> run(NormOp& o, const Inputs& in) { return norm(ctx_, o, in); }
-  caf::expected<Bytes> run(AttentionOp& o, const Inputs& in) { return attention(ctx_, o, in); }
-  caf::expected<Bytes> run(ScanOp& o, const Inputs& in) { return scan(ctx_, o, in); }
-  caf::expected<Bytes> run(SortOp& o, const Inputs& in) { return sort(ctx_, o, in); }
-  caf::expected<Bytes> run(DropOp&, const Inputs&) {
-    return make_error(Errc::protocol_error, "cpu: drop is handled by the runner");
+  Expected<Bytes> run(FromDataOp& o, const Inputs&) { return o.data.bytes; }
+  Expected<Bytes> run(FillOp& o, const Inputs&) { return fill(ctx_, o); }
+  Expected<Bytes> run(RandomOp& o, const Inputs&) { return random(ctx_, o); }
+  Expected<Bytes> run(UnaryOp& o, const Inputs& in) { return unary(ctx_, o, in); }
+  Expected<Bytes> run(BinaryOp& o, const Inputs& in) { return binary(ctx_, o, in); }
+  Expected<Bytes> run(ScalarOp& o, const Inputs& in) { return scalar(ctx_, o, in); }
+  Expected<Bytes> run(ReduceOp& o, const Inputs& in) { return reduce(ctx_, o, in); }
+  Expected<Bytes> run(SoftmaxOp& o, const Inputs& in) { return softmax(ctx_, o, in); }
+  Expected<Bytes> run(MatmulOp& o, const Inputs& in) { return matmul(ctx_, o, in); }
+  Expected<Bytes> run(CastOp& o, const Inputs& in) { return cast(ctx_, o, in); }
+  Expected<Bytes> run(ViewOp& o, const Inputs& in) { return view(ctx_, o, in); }
+  Expected<Bytes> run(SliceAssignOp& o, const Inputs& in) { return slice_assign(ctx_, o, in); }
+  Expected<Bytes> run(CatOp& o, const Inputs& in) { return cat(ctx_, o, in); }
+  Expected<Bytes> run(PadOp& o, const Inputs& in) { return pad(ctx_, o, in); }
+  Expected<Bytes> run(IndexOp& o, const Inputs& in) { return index(ctx_, o, in); }
+  Expected<Bytes> run(WhereOp& o, const Inputs& in) { return where(ctx_, o, in); }
+  Expected<Bytes> run(ConvOp& o, const Inputs& in) { return conv(ctx_, o, in); }
+  Expected<Bytes> run(PoolOp& o, const Inputs& in) { return pool(ctx_, o, in); }
+  Expected<Bytes> run(NormOp& o, const Inputs& in) { return norm(ctx_, o, in); }
+  Expected<Bytes> run(AttentionOp& o, const Inputs& in) { return attention(ctx_, o, in); }
+  Expected<Bytes> run(ScanOp& o, const Inputs& in) { return scan(ctx_, o, in); }
+  Expected<Bytes> run(SortOp& o, const Inputs& in) { return sort(ctx_, o, in); }
+  Expected<Bytes> run(DropOp&, const Inputs&) {
+    return DeviceError(Errc::protocol_error, "cpu: drop is handled by the runner");
   }
-  caf::expected<Bytes> run(SeedOp&, const Inputs&) {
-    return make_error(Errc::protocol_error, "cpu: seed is handled by the runner");
+  Expected<Bytes> run(SeedOp&, const Inputs&) {
+    return DeviceError(Errc::protocol_error, "cpu: seed is handled by the runner");
   }
 
   ThreadPool pool_;

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "backends/common/number_conversion.hpp"
-#include "switchyard/messages/operation_ir.hpp"
+#include "switchyard/messages/ops.hpp"
 
 namespace switchyard::backends::cpu::element {
 

@@ -30,8 +30,8 @@ Bytes output_for(Context& ctx, const TensorIr& out, const Inputs& in,
   return ctx.buffers.allocate(out.bytes());
 }
 
-caf::error unsupported(const std::string& what, DType t) {
-  return make_error(Errc::unsupported, "cpu: " + what + " is not defined for " + std::string(name_of(t)));
+DeviceError unsupported(const std::string& what, DType t) {
+  return DeviceError(Errc::unsupported, "cpu: " + what + " is not defined for " + std::string(name_of(t)));
 }
 
 }  // namespace
@@ -76,7 +76,7 @@ Bytes as_dtype(Context& ctx, const Bytes& src, DType from, DType to, int64_t n) 
   return out;
 }
 
-caf::expected<Bytes> fill(Context& ctx, FillOp& op) {
+Expected<Bytes> fill(Context& ctx, FillOp& op) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const int64_t n = op.out.numel();
   visit_dtype(op.out.dtype, [&](auto tag) {
@@ -105,7 +105,7 @@ caf::expected<Bytes> fill(Context& ctx, FillOp& op) {
   return out;
 }
 
-caf::expected<Bytes> random(Context& ctx, RandomOp& op) {
+Expected<Bytes> random(Context& ctx, RandomOp& op) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const uint64_t seed = ctx.seed, index = ctx.random_ops++;
   const auto draw = static_cast<RandomDraw>(op.kind);
@@ -120,7 +120,7 @@ caf::expected<Bytes> random(Context& ctx, RandomOp& op) {
   return out;
 }
 
-caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
+Expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
   const DType compute = unary_compute_dtype(op);
   const bool predicate = is_predicate(op.kind);
   Bytes src = as_dtype(ctx, *in.bytes[0], op.in.dtype, compute, op.in.numel());
@@ -140,8 +140,8 @@ caf::expected<Bytes> unary(Context& ctx, UnaryOp& op, const Inputs& in) {
 }
 
 namespace {
-caf::error division_by_zero(BinaryKind k) {
-  return make_error(Errc::kernel_failure, std::string(to_string(k)) + ": integer division by zero");
+DeviceError division_by_zero(BinaryKind k) {
+  return DeviceError(Errc::kernel_failure, std::string(to_string(k)) + ": integer division by zero");
 }
 
 template <class T>
@@ -152,7 +152,7 @@ bool has_zero(Context&, const T* p, int64_t n) {
 }
 }  // namespace
 
-caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
+Expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
   const DType compute = binary_compute_dtype(op);
   Bytes a = as_dtype(ctx, *in.bytes[0], op.lhs.dtype, compute, op.lhs.numel());
   Bytes b = as_dtype(ctx, *in.bytes[1], op.rhs.dtype, compute, op.rhs.numel());
@@ -181,7 +181,7 @@ caf::expected<Bytes> binary(Context& ctx, BinaryOp& op, const Inputs& in) {
   return out;
 }
 
-caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
+Expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   const DType compute = scalar_compute_dtype(op);
   if (divides(op.kind) && !is_floating(compute) && !op.scalar_first &&
       visit_compute_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); }))
@@ -212,14 +212,14 @@ caf::expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   return out;
 }
 
-caf::expected<Bytes> cast(Context& ctx, CastOp& op, const Inputs& in) {
+Expected<Bytes> cast(Context& ctx, CastOp& op, const Inputs& in) {
   if (op.in.dtype == op.out.dtype) return *in.bytes[0];
   auto out = ctx.buffers.allocate(op.out.bytes());
   convert(ctx, in.bytes[0]->data(), op.in.dtype, writable_data(out), op.out.dtype, op.in.numel());
   return out;
 }
 
-caf::expected<Bytes> where(Context& ctx, WhereOp& op, const Inputs& in) {
+Expected<Bytes> where(Context& ctx, WhereOp& op, const Inputs& in) {
   Bytes a = as_dtype(ctx, *in.bytes[1], op.lhs.dtype, op.out.dtype, op.lhs.numel());
   Bytes b = as_dtype(ctx, *in.bytes[2], op.rhs.dtype, op.out.dtype, op.rhs.numel());
   auto out = ctx.buffers.allocate(op.out.bytes());

@@ -404,14 +404,14 @@ bool fusible_elementwise(const OperationIr& op) {
       op.op);
 }
 
-caf::expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
-                                       const Inputs& in) {
+Expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
+                                  const Inputs& in) {
   TensorIr out;
   chain.back().each_output([&](const TensorIr& t) { out = t; });
   Program program(inputs, in.bytes, out);
   for (auto& op : chain)
     if (!program.add(op))
-      return make_error(Errc::kernel_failure, "cpu: fused chain: no element function for " + op.name());
+      return DeviceError(Errc::kernel_failure, "cpu: fused chain: no element function for " + op.name());
   // The output may take the place of an input used for the last time, as an
   // op-by-op kernel's would: each tile reads an input's elements before the
   // last step writes the same elements of the output.

@@ -31,27 +31,27 @@ struct Inputs {
 // Elements per chunk below which threads cost more than they save.
 inline constexpr int64_t parallel_grain = 32768;
 
-caf::expected<Bytes> fill(Context&, FillOp&);
-caf::expected<Bytes> random(Context&, RandomOp&);
-caf::expected<Bytes> unary(Context&, UnaryOp&, const Inputs&);
-caf::expected<Bytes> binary(Context&, BinaryOp&, const Inputs&);
-caf::expected<Bytes> scalar(Context&, ScalarOp&, const Inputs&);
-caf::expected<Bytes> cast(Context&, CastOp&, const Inputs&);
-caf::expected<Bytes> where(Context&, WhereOp&, const Inputs&);
-caf::expected<Bytes> reduce(Context&, ReduceOp&, const Inputs&);
-caf::expected<Bytes> softmax(Context&, SoftmaxOp&, const Inputs&);
-caf::expected<Bytes> matmul(Context&, MatmulOp&, const Inputs&);
-caf::expected<Bytes> view(Context&, ViewOp&, const Inputs&);
-caf::expected<Bytes> slice_assign(Context&, SliceAssignOp&, const Inputs&);
-caf::expected<Bytes> cat(Context&, CatOp&, const Inputs&);
-caf::expected<Bytes> pad(Context&, PadOp&, const Inputs&);
-caf::expected<Bytes> index(Context&, IndexOp&, const Inputs&);
-caf::expected<Bytes> conv(Context&, ConvOp&, const Inputs&);
-caf::expected<Bytes> pool(Context&, PoolOp&, const Inputs&);
-caf::expected<Bytes> norm(Context&, NormOp&, const Inputs&);
-caf::expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
-caf::expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
-caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
+Expected<Bytes> fill(Context&, FillOp&);
+Expected<Bytes> random(Context&, RandomOp&);
+Expected<Bytes> unary(Context&, UnaryOp&, const Inputs&);
+Expected<Bytes> binary(Context&, BinaryOp&, const Inputs&);
+Expected<Bytes> scalar(Context&, ScalarOp&, const Inputs&);
+Expected<Bytes> cast(Context&, CastOp&, const Inputs&);
+Expected<Bytes> where(Context&, WhereOp&, const Inputs&);
+Expected<Bytes> reduce(Context&, ReduceOp&, const Inputs&);
+Expected<Bytes> softmax(Context&, SoftmaxOp&, const Inputs&);
+Expected<Bytes> matmul(Context&, MatmulOp&, const Inputs&);
+Expected<Bytes> view(Context&, ViewOp&, const Inputs&);
+Expected<Bytes> slice_assign(Context&, SliceAssignOp&, const Inputs&);
+Expected<Bytes> cat(Context&, CatOp&, const Inputs&);
+Expected<Bytes> pad(Context&, PadOp&, const Inputs&);
+Expected<Bytes> index(Context&, IndexOp&, const Inputs&);
+Expected<Bytes> conv(Context&, ConvOp&, const Inputs&);
+Expected<Bytes> pool(Context&, PoolOp&, const Inputs&);
+Expected<Bytes> norm(Context&, NormOp&, const Inputs&);
+Expected<Bytes> attention(Context&, AttentionOp&, const Inputs&);
+Expected<Bytes> scan(Context&, ScanOp&, const Inputs&);
+Expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 
 /// Whether `op` can run inside a fused chain (Backend::fusible): the
 /// element-wise families (unary, binary and scalar ops, casts, where) with
@@ -60,8 +60,8 @@ caf::expected<Bytes> sort(Context&, SortOp&, const Inputs&);
 bool fusible_elementwise(const OperationIr& op);
 /// Runs a chain of fusible ops as one pass (Backend::execute_fused):
 /// `inputs` describes the chain's external inputs, whose bytes are `in`.
-caf::expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
-                                       const Inputs& in);
+Expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
+                                  const Inputs& in);
 
 /// Aborts: a 16-bit float reached a kernel without being widened (a bug of
 /// this backend, never of the input).

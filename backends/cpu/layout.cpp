@@ -56,15 +56,15 @@ int64_t read_index(const Bytes& b, DType t, int64_t i) {
   return t == DType::i64 ? b.as<const int64_t>()[i] : b.as<const int32_t>()[i];
 }
 
-caf::error index_error(const char* op, int64_t value, int64_t extent, int64_t axis) {
-  return make_error(Errc::index_out_of_range, std::string(op) + ": index " + std::to_string(value) +
-                                                  " is out of range for extent " + std::to_string(extent) +
-                                                  " of axis " + std::to_string(axis));
+DeviceError index_error(const char* op, int64_t value, int64_t extent, int64_t axis) {
+  return DeviceError(Errc::index_out_of_range, std::string(op) + ": index " + std::to_string(value) +
+                                                   " is out of range for extent " + std::to_string(extent) +
+                                                   " of axis " + std::to_string(axis));
 }
 
 }  // namespace
 
-caf::expected<Bytes> view(Context& ctx, ViewOp& op, const Inputs& in) {
+Expected<Bytes> view(Context& ctx, ViewOp& op, const Inputs& in) {
   const auto& src = *in.bytes[0];
   if (op.offset == 0 && op.strides == op.out.shape.strides() && op.out.numel() == op.in.numel())
     return src;  // a reshape of contiguous data: share the block
@@ -75,7 +75,7 @@ caf::expected<Bytes> view(Context& ctx, ViewOp& op, const Inputs& in) {
   return out;
 }
 
-caf::expected<Bytes> slice_assign(Context& ctx, SliceAssignOp& op, const Inputs& in) {
+Expected<Bytes> slice_assign(Context& ctx, SliceAssignOp& op, const Inputs& in) {
   Bytes out;
   if (in.consumable[0]) {
     out = *in.bytes[0];
@@ -89,7 +89,7 @@ caf::expected<Bytes> slice_assign(Context& ctx, SliceAssignOp& op, const Inputs&
   return out;
 }
 
-caf::expected<Bytes> cat(Context& ctx, CatOp& op, const Inputs& in) {
+Expected<Bytes> cat(Context& ctx, CatOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const size_t elem = size_of(op.out.dtype);
   const auto& od = op.out.shape.dims;
@@ -113,7 +113,7 @@ caf::expected<Bytes> cat(Context& ctx, CatOp& op, const Inputs& in) {
   return out;
 }
 
-caf::expected<Bytes> pad(Context& ctx, PadOp& op, const Inputs& in) {
+Expected<Bytes> pad(Context& ctx, PadOp& op, const Inputs& in) {
   FillOp fill_op{FillKind::full, op.out, op.value, 0};
   auto out = fill(ctx, fill_op);
   if (!out) return out;
@@ -158,7 +158,7 @@ T scatter_combine(IndexKind k, T cur, T in) {
 }
 }  // namespace
 
-caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
+Expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
   const Bytes& src = *in.bytes[0];
   const Bytes& idx = *in.bytes[1];
   const size_t elem = size_of(op.in.dtype);
@@ -199,7 +199,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       const auto in_strides = op.in.shape.strides();
       const auto& idims = op.index.shape.dims;
       const int64_t n = op.index.numel();
-      caf::error err;
+      DeviceError err;
       by_width(elem, [&](auto tag) {
         using W = decltype(tag);
         const W* s = src.as<const W>();
@@ -237,7 +237,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       const auto src_strides = op.src.shape.strides();
       const auto& idims = op.index.shape.dims;
       const int64_t n = op.index.numel();
-      caf::error err;
+      DeviceError err;
       visit_dtype(op.in.dtype, [&](auto tag) {
         using T = decltype(tag);
         const T* a = add.as<const T>();
@@ -265,7 +265,7 @@ caf::expected<Bytes> index(Context& ctx, IndexOp& op, const Inputs& in) {
       return out;
     }
   }
-  return make_error(Errc::unsupported, "cpu: unknown index op");
+  return DeviceError(Errc::unsupported, "cpu: unknown index op");
 }
 
 }  // namespace switchyard::backends::cpu

@@ -49,7 +49,7 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
 
 }  // namespace
 
-caf::expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
+Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const Dims d = plan(op);
   const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, c_mat = d.m * d.n;
@@ -98,7 +98,7 @@ caf::expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
       }
     }
   });
-  if (!ok) return make_error(Errc::unsupported, "cpu: matmul is not defined for bool");
+  if (!ok) return DeviceError(Errc::unsupported, "cpu: matmul is not defined for bool");
   return out;
 }
 

@@ -130,14 +130,14 @@ void run_norm(Context& ctx, const NormOp& op, const Inputs& in, T* y) {
 
 }  // namespace
 
-caf::expected<Bytes> norm(Context& ctx, NormOp& op, const Inputs& in) {
+Expected<Bytes> norm(Context& ctx, NormOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   if (op.in.dtype == DType::f32)
     run_norm<float>(ctx, op, in, writable<float>(out));
   else if (op.in.dtype == DType::f64)
     run_norm<double>(ctx, op, in, writable<double>(out));
   else
-    return make_error(Errc::unsupported, "cpu: " + std::string(to_string(op.kind)) + " needs a floating input");
+    return DeviceError(Errc::unsupported, "cpu: " + std::string(to_string(op.kind)) + " needs a floating input");
   return out;
 }
 

@@ -108,7 +108,7 @@ void pool_typed(Context& ctx, const PoolOp& op, const PoolGeometry& g, const T* 
 
 }  // namespace
 
-caf::expected<Bytes> pool(Context& ctx, PoolOp& op, const Inputs& in) {
+Expected<Bytes> pool(Context& ctx, PoolOp& op, const Inputs& in) {
   const PoolGeometry g = pool_geometry(op);
   auto out = ctx.buffers.allocate(op.out.bytes());
   void* y = writable<std::byte>(out);
@@ -123,8 +123,8 @@ caf::expected<Bytes> pool(Context& ctx, PoolOp& op, const Inputs& in) {
       pool_typed<int64_t>(ctx, op, g, in.bytes[0]->as<const int64_t>(), y);
       break;
     default:
-      return make_error(Errc::unsupported,
-                        "cpu: " + OperationIr(op).name() + " is not defined for " + std::string(name_of(op.in.dtype)));
+      return DeviceError(Errc::unsupported,
+                         "cpu: " + OperationIr(op).name() + " is not defined for " + std::string(name_of(op.in.dtype)));
   }
   return out;
 }

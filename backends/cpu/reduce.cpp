@@ -62,7 +62,7 @@ using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
 }  // namespace
 
-caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
+Expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const Plan plan = make_plan(op.in.shape, op.axes);
   const int64_t n_out = op.out.numel();
@@ -188,7 +188,7 @@ caf::expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
   return out;
 }
 
-caf::expected<Bytes> softmax(Context& ctx, SoftmaxOp& op, const Inputs& in) {
+Expected<Bytes> softmax(Context& ctx, SoftmaxOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const auto& d = op.in.shape.dims;
   int64_t outer = 1, len = d.empty() ? 1 : d[op.axis], inner = 1;

@@ -187,7 +187,7 @@ void sort_typed(Context& ctx, const SortOp& op, const T* x, int64_t* y) {
 
 }  // namespace
 
-caf::expected<Bytes> scan(Context& ctx, ScanOp& op, const Inputs& in) {
+Expected<Bytes> scan(Context& ctx, ScanOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   bool ok = true;
   visit_dtype(op.in.dtype, [&](auto itag) {
@@ -200,11 +200,11 @@ caf::expected<Bytes> scan(Context& ctx, ScanOp& op, const Inputs& in) {
         scan_typed<I, O>(ctx, op, in.bytes[0]->as<const I>(), writable<O>(out));
     });
   });
-  if (!ok) return make_error(Errc::unsupported, "cpu: cumsum/cumprod cannot compute in bool");
+  if (!ok) return DeviceError(Errc::unsupported, "cpu: cumsum/cumprod cannot compute in bool");
   return out;
 }
 
-caf::expected<Bytes> sort(Context& ctx, SortOp& op, const Inputs& in) {
+Expected<Bytes> sort(Context& ctx, SortOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   visit_dtype(op.in.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -9,7 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "switchyard/messages/error.hpp"
+#include "switchyard/backend.hpp"
 
 namespace switchyard::backends::cuda {
 
@@ -17,14 +17,14 @@ namespace switchyard::backends::cuda {
 /// a later launch check does not report it again). Allocation failures map
 /// to out_of_memory, cudaErrorNotSupported to unsupported, the rest to
 /// kernel_failure.
-[[nodiscard]] caf::error cuda_failure(cudaError_t e, const char* expr, const char* file, int line);
+[[nodiscard]] DeviceError cuda_failure(cudaError_t e, const char* expr, const char* file, int line);
 /// Error for a failed cuBLAS call.
-[[nodiscard]] caf::error cublas_failure(cublasStatus_t s, const char* expr, const char* file, int line);
+[[nodiscard]] DeviceError cublas_failure(cublasStatus_t s, const char* expr, const char* file, int line);
 
 }  // namespace switchyard::backends::cuda
 
 /// Evaluates a cudaError_t expression; on failure returns the error from
-/// the enclosing function (which returns caf::error or caf::expected<T>).
+/// the enclosing function (which returns DeviceError or Expected<T>).
 #define SY_CUDA_TRY(expr)                                                                            \
   do {                                                                                               \
     if (const cudaError_t sy_cuda_status_ = (expr); sy_cuda_status_ != cudaSuccess)                  \

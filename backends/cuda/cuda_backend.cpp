@@ -48,19 +48,19 @@ static_assert(kern::r_argmax == static_cast<int>(ReduceKind::argmax) &&
               kern::r_var == static_cast<int>(ReduceKind::var));
 static_assert(static_cast<int>(RandomKind::normal) == 1 && static_cast<int>(RandomKind::bernoulli) == 2);
 
-caf::error cuda_failure(cudaError_t e, const char* expr, const char* file, int line) {
+DeviceError cuda_failure(cudaError_t e, const char* expr, const char* file, int line) {
   (void)cudaGetLastError();  // non-sticky errors must not resurface at the next launch check
   Errc code = e == cudaErrorMemoryAllocation ? Errc::out_of_memory
               : e == cudaErrorNotSupported   ? Errc::unsupported
                                              : Errc::kernel_failure;
-  return make_error(code, std::string("cuda: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " + expr +
-                              " at " + file + ":" + std::to_string(line));
+  return DeviceError(code, std::string("cuda: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " + expr +
+                               " at " + file + ":" + std::to_string(line));
 }
 
-caf::error cublas_failure(cublasStatus_t s, const char* expr, const char* file, int line) {
+DeviceError cublas_failure(cublasStatus_t s, const char* expr, const char* file, int line) {
   Errc code = s == CUBLAS_STATUS_ALLOC_FAILED ? Errc::out_of_memory : Errc::kernel_failure;
-  return make_error(code, std::string("cuda: cuBLAS ") + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) +
-                              ") in " + expr + " at " + file + ":" + std::to_string(line));
+  return DeviceError(code, std::string("cuda: cuBLAS ") + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) +
+                               ") in " + expr + " at " + file + ":" + std::to_string(line));
 }
 
 Probe probe() {
@@ -121,7 +121,7 @@ class DeviceState {
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 
-  caf::error init() {
+  DeviceError init() {
     // The constructing thread's current device is left as it was: a runtime
     // that starts cuda:0..N must not leave its caller on the last GPU.
     CurrentDeviceGuard keep_current;
@@ -133,7 +133,7 @@ class DeviceState {
     max_blocks_ = std::max(1, sms) * 8;
     int pools = 0;
     SY_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index_));
-    if (!pools) return make_error(Errc::unsupported, "cuda: device has no stream-ordered memory pools");
+    if (!pools) return DeviceError(Errc::unsupported, "cuda: device has no stream-ordered memory pools");
     // An own pool (not the device default) so the statistics are ours alone.
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
@@ -172,19 +172,19 @@ class DeviceState {
   /// Device memory ordered on the compute stream; sizes round up to 16 bytes
   /// (the byte-wide atomics rely on it). Over the limit: out_of_memory.
   /// A failed allocation trims the pool's cache and tries once more.
-  caf::expected<void*> allocate(size_t bytes) { return allocate_on(bytes, compute_); }
+  Expected<void*> allocate(size_t bytes) { return allocate_on(bytes, compute_); }
 
   /// Same, ordered on `stream`. Uploads allocate on the copy stream, so they
   /// need not wait for the compute queued before them; the pool orders any
   /// reuse of memory freed on the compute stream by itself (its internal
   /// dependencies), and the free of such a block happens on the compute
   /// stream after it waited for the upload.
-  caf::expected<void*> allocate_on(size_t bytes, cudaStream_t stream) {
+  Expected<void*> allocate_on(size_t bytes, cudaStream_t stream) {
     const size_t size = align16(std::max<size_t>(bytes, 1));
     if (limit_ && in_use_ + size > limit_)
-      return make_error(Errc::out_of_memory, "cuda: allocating " + std::to_string(size) + " bytes would exceed the " +
-                                                 std::to_string(limit_) + "-byte memory limit (" +
-                                                 std::to_string(in_use_.load()) + " bytes in use)");
+      return DeviceError(Errc::out_of_memory, "cuda: allocating " + std::to_string(size) + " bytes would exceed the " +
+                                                  std::to_string(limit_) + "-byte memory limit (" +
+                                                  std::to_string(in_use_.load()) + " bytes in use)");
     void* p = nullptr;
     cudaError_t e = cudaMallocFromPoolAsync(&p, size, pool_, stream);
     if (e == cudaErrorMemoryAllocation) {
@@ -194,9 +194,9 @@ class DeviceState {
     }
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      return make_error(Errc::out_of_memory, "cuda: out of device memory allocating " + std::to_string(size) +
-                                                 " bytes (" + std::to_string(in_use_.load()) +
-                                                 " bytes in use by this device's tensors)");
+      return DeviceError(Errc::out_of_memory, "cuda: out of device memory allocating " + std::to_string(size) +
+                                                  " bytes (" + std::to_string(in_use_.load()) +
+                                                  " bytes in use by this device's tensors)");
     }
     SY_CUDA_TRY(e);
     in_use_ += size;
@@ -226,7 +226,7 @@ class DeviceState {
   }
 
   /// Makes `to` wait for everything enqueued on `from` so far.
-  caf::error order(cudaStream_t from, cudaStream_t to) {
+  DeviceError order(cudaStream_t from, cudaStream_t to) {
     cudaEvent_t ev = nullptr;
     SY_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     cudaError_t e = cudaEventRecord(ev, from);
@@ -245,11 +245,11 @@ class DeviceState {
   }
   [[nodiscard]] bool lost() const noexcept { return lost_.load() != cudaSuccess; }
   /// The error every request gets once the device is lost.
-  [[nodiscard]] caf::error lost_error() const {
+  [[nodiscard]] DeviceError lost_error() const {
     const auto e = static_cast<cudaError_t>(lost_.load());
-    return make_error(Errc::device_lost, "cuda:" + std::to_string(index_) + " lost: " + cudaGetErrorName(e) + " (" +
-                                             cudaGetErrorString(e) +
-                                             "); the device is unusable until the process restarts");
+    return DeviceError(Errc::device_lost, "cuda:" + std::to_string(index_) + " lost: " + cudaGetErrorName(e) + " (" +
+                                              cudaGetErrorString(e) +
+                                              "); the device is unusable until the process restarts");
   }
   /// Checks both streams for a sticky error; marks the device lost if so.
   bool detect_lost() noexcept {
@@ -319,16 +319,16 @@ struct Check {
 using CheckPtr = std::shared_ptr<const Check>;
 
 /// The error a flagged record describes.
-caf::error check_error(const int64_t (&r)[kern::check_record_words]) {
+DeviceError check_error(const int64_t (&r)[kern::check_record_words]) {
   static constexpr const char* names[] = {"gather", "scatter_add", "index_select"};
   const int64_t op = r[3] & 0xff, axis = r[3] >> 8;
   if (op == kern::check_division)
-    return make_error(Errc::kernel_failure,
-                      std::string(to_string(static_cast<BinaryKind>(axis))) + ": integer division by zero");
+    return DeviceError(Errc::kernel_failure,
+                       std::string(to_string(static_cast<BinaryKind>(axis))) + ": integer division by zero");
   const char* name = op >= 0 && op < 3 ? names[op] : "index op";
-  return make_error(Errc::index_out_of_range, std::string(name) + ": index " + std::to_string(r[1]) +
-                                                  " is out of range for extent " + std::to_string(r[2]) + " of axis " +
-                                                  std::to_string(axis));
+  return DeviceError(Errc::index_out_of_range, std::string(name) + ": index " + std::to_string(r[1]) +
+                                                   " is out of range for extent " + std::to_string(r[2]) + " of axis " +
+                                                   std::to_string(axis));
 }
 
 class CudaBuffer final : public Buffer {
@@ -363,7 +363,7 @@ class PinnedPool {
   PinnedPool& operator=(const PinnedPool&) = delete;
   ~PinnedPool() { release_cached(); }
 
-  caf::expected<std::pair<std::byte*, size_t>> take(size_t bytes) {
+  Expected<std::pair<std::byte*, size_t>> take(size_t bytes) {
     size_t size = 4096;
     while (size < bytes) size <<= 1;
     auto it = free_.find(size);
@@ -432,8 +432,8 @@ uint64_t bits_for(DType t, double v) {
   return visit_dtype(t, [&](auto tag) { return backends::bits_of<decltype(tag)>(v); });
 }
 
-caf::error unsupported(const std::string& what, DType t) {
-  return make_error(Errc::unsupported, "cuda: " + what + " is not defined for " + std::string(name_of(t)));
+DeviceError unsupported(const std::string& what, DType t) {
+  return DeviceError(Errc::unsupported, "cuda: " + what + " is not defined for " + std::string(name_of(t)));
 }
 
 // --- the backend --------------------------------------------------------------
@@ -476,7 +476,7 @@ class CudaBackend final : public Backend {
   // stays the one source, so a dtype it withdraws is refused here too.
   [[nodiscard]] bool supports(DType t) const noexcept override { return dtype_support("cuda", t).storage; }
 
-  caf::expected<BufferPtr> from_data(const TensorIr& t, TensorData data) override {
+  Expected<BufferPtr> from_data(const TensorIr& t, TensorData data) override {
     if (init_error_) return init_error_;
     if (dev_->lost()) return dev_->lost_error();
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
@@ -489,12 +489,12 @@ class CudaBackend final : public Backend {
     if (auto err = start_read(t, buffer, done)) done(lost_or(std::move(err)));
   }
 
-  caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
+  DeviceError execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     if (init_error_) return init_error_;
     if (dev_->lost()) return dev_->lost_error();
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
     for (const auto& b : inputs)
-      if (!as_cuda(b)) return make_error(Errc::invalid_tensor, "cuda: input buffer of another backend");
+      if (!as_cuda(b)) return DeviceError(Errc::invalid_tensor, "cuda: input buffer of another backend");
     auto result = std::visit([&](auto& o) { return run(o, inputs); }, op.op);
     if (!result) return lost_or(std::move(result.error()));
     // Ops downstream of a data check inherit it, so their reads fail too.
@@ -526,7 +526,7 @@ class CudaBackend final : public Backend {
     if (!pending_.empty() && dev_->lost()) fail_pending();
   }
 
-  caf::error synchronize() override {
+  DeviceError synchronize() override {
     if (init_error_) return init_error_;
     if (dev_->lost()) {
       poll();
@@ -553,7 +553,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  using Result = caf::expected<std::shared_ptr<CudaBuffer>>;
+  using Result = Expected<std::shared_ptr<CudaBuffer>>;
 
   // --- a lost device ------------------------------------------------------------
 
@@ -575,7 +575,7 @@ class CudaBackend final : public Backend {
   }
 
   /// `err`, or the device-lost error when the failure was the device's end.
-  caf::error lost_or(caf::error err) {
+  DeviceError lost_or(DeviceError err) {
     if (dev_->lost() || dev_->detect_lost()) {
       if (!pending_.empty()) fail_pending();
       return dev_->lost_error();
@@ -644,11 +644,11 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  caf::error start_read(const TensorIr& t, const BufferPtr& buffer, ReadCallback& done) {
+  DeviceError start_read(const TensorIr& t, const BufferPtr& buffer, ReadCallback& done) {
     if (init_error_) return init_error_;
     if (dev_->lost()) return dev_->lost_error();
     auto* b = as_cuda(buffer);
-    if (!b) return make_error(Errc::invalid_tensor, "cuda: buffer of another backend");
+    if (!b) return DeviceError(Errc::invalid_tensor, "cuda: buffer of another backend");
     SY_CUDA_TRY(cudaSetDevice(dev_->index()));
     const size_t bytes = t.bytes();
     const size_t data_part = align16(bytes);
@@ -689,18 +689,18 @@ class CudaBackend final : public Backend {
       pinned_.give(p.chunk, p.chunk_size);
       return;
     }
-    caf::expected<TensorData> result = make_error(Errc::kernel_failure, "cuda: read: no result");
+    Expected<TensorData> result = DeviceError(Errc::kernel_failure, "cuda: read: no result");
     try {
       result = read_result(p);
     } catch (const std::exception& ex) {  // bad_alloc for the host copy: the runner must live on
-      result = make_error(Errc::out_of_memory, std::string("cuda: read: ") + ex.what());
+      result = DeviceError(Errc::out_of_memory, std::string("cuda: read: ") + ex.what());
     }
     pinned_.give(p.chunk, p.chunk_size);
     p.buffer.reset();
     p.done(std::move(result));
   }
 
-  caf::expected<TensorData> read_result(const PendingTransfer& p) const {
+  Expected<TensorData> read_result(const PendingTransfer& p) const {
     const size_t bytes = p.ir.bytes();
     const size_t data_part = align16(bytes);
     if (p.check) {
@@ -714,7 +714,7 @@ class CudaBackend final : public Backend {
 
   /// Gives `out` the one data check its value depends on: none, the single
   /// pending one among its inputs' and its own, or a fold of several.
-  caf::error inherit_checks(CudaBuffer& out, std::span<BufferPtr> inputs) {
+  DeviceError inherit_checks(CudaBuffer& out, std::span<BufferPtr> inputs) {
     std::vector<CheckPtr> sources;
     auto add = [&](const CheckPtr& c) {
       if (c && !c->seen_clear.load() && std::find(sources.begin(), sources.end(), c) == sources.end())
@@ -747,8 +747,8 @@ class CudaBackend final : public Backend {
 
   // --- helpers -----------------------------------------------------------------
 
-  caf::expected<BlockPtr> new_block(size_t bytes) { return new_block(bytes, dev_->compute()); }
-  caf::expected<BlockPtr> new_block(size_t bytes, cudaStream_t stream) {
+  Expected<BlockPtr> new_block(size_t bytes) { return new_block(bytes, dev_->compute()); }
+  Expected<BlockPtr> new_block(size_t bytes, cudaStream_t stream) {
     auto p = dev_->allocate_on(bytes, stream);
     if (!p) return std::move(p.error());
     return std::make_shared<Block>(dev_, *p, bytes);
@@ -777,7 +777,7 @@ class CudaBackend final : public Backend {
 
   /// Device pointer to `n` elements of `b` as dtype `to`; converts into
   /// `scratch` when the dtypes differ.
-  caf::expected<const void*> as_dtype(const BufferPtr& b, DType from, DType to, int64_t n, BlockPtr& scratch) {
+  Expected<const void*> as_dtype(const BufferPtr& b, DType from, DType to, int64_t n, BlockPtr& scratch) {
     if (from == to) return static_cast<const void*>(as_cuda(b)->data());
     auto block = new_block(static_cast<size_t>(n) * size_of(to));
     if (!block) return std::move(block.error());
@@ -787,7 +787,7 @@ class CudaBackend final : public Backend {
   }
 
   /// A fresh data-check record for op `op` (kern::CheckOp).
-  caf::expected<std::shared_ptr<Check>> new_check(int op, int64_t extent, int64_t axis) {
+  Expected<std::shared_ptr<Check>> new_check(int op, int64_t extent, int64_t axis) {
     auto record = new_block(kern::check_record_words * sizeof(int64_t));
     if (!record) return std::move(record.error());
     SY_CUDA_TRY(kern::init_check(dev_->launch(), static_cast<int64_t*>((*record)->data()), extent, op | (axis << 8)));
@@ -800,8 +800,8 @@ class CudaBackend final : public Backend {
   static int64_t* status_of(const std::shared_ptr<Check>& c) { return static_cast<int64_t*>(c->record->data()); }
 
   /// Turns a kernel entry's status into an error; NotSupported names the op.
-  static caf::error kernel_status(cudaError_t e, const std::string& what, DType t, const char* expr, const char* file,
-                                  int line) {
+  static DeviceError kernel_status(cudaError_t e, const std::string& what, DType t, const char* expr, const char* file,
+                                   int line) {
     if (e == cudaSuccess) return {};
     if (e == cudaErrorNotSupported) {
       (void)cudaGetLastError();
@@ -908,7 +908,7 @@ class CudaBackend final : public Backend {
     });
     const bool int_division = divides(o.kind) && !is_floating(compute);
     if (int_division && !o.scalar_first && scalar_zero)
-      return make_error(Errc::kernel_failure, std::string(to_string(o.kind)) + ": integer division by zero");
+      return DeviceError(Errc::kernel_failure, std::string(to_string(o.kind)) + ": integer division by zero");
     BlockPtr sa;
     auto a = as_dtype(in[0], o.lhs.dtype, compute, o.lhs.numel(), sa);
     if (!a) return std::move(a.error());
@@ -1048,11 +1048,11 @@ class CudaBackend final : public Backend {
   // cuBLAS gets B first with the row-major leading dimensions. f32 and f64
   // use the typed GEMMs; f16 and bf16 the Ex ones with 16-bit A, B and C and
   // f32 compute (tensor cores). `accumulate`: C += A B (16-bit types only).
-  caf::error gemm(const MatmulOp& o, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
-                  const kern::Layout<2>& layout, int64_t batches, bool accumulate = false) {
+  DeviceError gemm(const MatmulOp& o, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
+                   const kern::Layout<2>& layout, int64_t batches, bool accumulate = false) {
     constexpr int64_t imax = INT_MAX;
     if (m > imax || n > imax || k > imax || batches > imax)
-      return make_error(Errc::unsupported, "cuda: matmul extents beyond 2^31 are not supported by this backend");
+      return DeviceError(Errc::unsupported, "cuda: matmul extents beyond 2^31 are not supported by this backend");
     const cublasOperation_t op_a = o.transpose_lhs ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = o.transpose_rhs ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int lda = static_cast<int>(o.transpose_lhs ? m : k);
@@ -1408,15 +1408,15 @@ class CudaBackend final : public Backend {
   }
 
   Result run(DropOp&, std::span<BufferPtr>) {
-    return make_error(Errc::protocol_error, "cuda: drop is handled by the runner");
+    return DeviceError(Errc::protocol_error, "cuda: drop is handled by the runner");
   }
   Result run(SeedOp&, std::span<BufferPtr>) {
-    return make_error(Errc::protocol_error, "cuda: seed is handled by the runner");
+    return DeviceError(Errc::protocol_error, "cuda: seed is handled by the runner");
   }
 #undef SY_KERNEL_TRY
 
   DevicePtr dev_;
-  caf::error init_error_;
+  DeviceError init_error_;
   PinnedPool pinned_;
   std::unique_ptr<Inbox> inbox_;
   std::deque<PendingTransfer> pending_;               // in copy-stream order

@@ -29,7 +29,7 @@ void store_float(const Bytes& b, DType t, int64_t k, double v) {
 
 }  // namespace
 
-caf::expected<Bytes> run_conv(const ConvOp& op, const Bytes& input, const Bytes& weight, const Bytes* bias) {
+Expected<Bytes> run_conv(const ConvOp& op, const Bytes& input, const Bytes& weight, const Bytes* bias) {
   const ConvGeometry g = conv_geometry(op);
   const DType t = op.out.dtype;
   Bytes out = Bytes::allocate(op.out.bytes());
@@ -81,7 +81,7 @@ caf::expected<Bytes> run_conv(const ConvOp& op, const Bytes& input, const Bytes&
   return out;
 }
 
-caf::expected<Bytes> run_pool(const PoolOp& op, const Bytes& input) {
+Expected<Bytes> run_pool(const PoolOp& op, const Bytes& input) {
   const PoolGeometry g = pool_geometry(op);
   const DType t = op.in.dtype;
   Bytes out = Bytes::allocate(op.out.bytes());

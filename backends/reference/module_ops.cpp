@@ -30,7 +30,7 @@ void store_f(const Bytes& b, DType t, int64_t k, double v) {
 
 }  // namespace
 
-caf::expected<Bytes> run_norm(const NormOp& op, const InputBytes& in) {
+Expected<Bytes> run_norm(const NormOp& op, const InputBytes& in) {
   const DType t = op.in.dtype;
   const Bytes& x = *in[0];
   size_t next = 1;
@@ -91,7 +91,7 @@ caf::expected<Bytes> run_norm(const NormOp& op, const InputBytes& in) {
   return out;
 }
 
-caf::expected<Bytes> run_attention(const AttentionOp& op, const InputBytes& in) {
+Expected<Bytes> run_attention(const AttentionOp& op, const InputBytes& in) {
   const DType t = op.q.dtype;
   const size_t r = op.q.shape.rank();
   const int64_t L = op.q.shape.dims[r - 2], E = op.q.shape.dims[r - 1];
@@ -137,7 +137,7 @@ caf::expected<Bytes> run_attention(const AttentionOp& op, const InputBytes& in) 
   return out;
 }
 
-caf::expected<Bytes> run_scan(const ScanOp& op, const InputBytes& in) {
+Expected<Bytes> run_scan(const ScanOp& op, const InputBytes& in) {
   const Shape& s = op.in.shape;
   const int64_t n = s.numel();
   const int64_t len = s.rank() == 0 ? 1 : s.dims[op.axis];
@@ -177,7 +177,7 @@ caf::expected<Bytes> run_scan(const ScanOp& op, const InputBytes& in) {
   return out;
 }
 
-caf::expected<Bytes> run_sort(const SortOp& op, const InputBytes& in) {
+Expected<Bytes> run_sort(const SortOp& op, const InputBytes& in) {
   const Shape& s = op.in.shape;
   const int64_t len = s.rank() == 0 ? 1 : s.dims[op.axis];
   int64_t inner = 1, outer = 1;

@@ -6,17 +6,16 @@
 
 #include <vector>
 
-#include <caf/expected.hpp>
-
-#include "switchyard/messages/operation_ir.hpp"
+#include "switchyard/backend.hpp"
+#include "switchyard/messages/ops.hpp"
 
 namespace switchyard::backends::reference {
 
 using InputBytes = std::vector<const Bytes*>;
 
-caf::expected<Bytes> run_norm(const NormOp& op, const InputBytes& in);
-caf::expected<Bytes> run_attention(const AttentionOp& op, const InputBytes& in);
-caf::expected<Bytes> run_scan(const ScanOp& op, const InputBytes& in);
-caf::expected<Bytes> run_sort(const SortOp& op, const InputBytes& in);
+Expected<Bytes> run_norm(const NormOp& op, const InputBytes& in);
+Expected<Bytes> run_attention(const AttentionOp& op, const InputBytes& in);
+Expected<Bytes> run_scan(const ScanOp& op, const InputBytes& in);
+Expected<Bytes> run_sort(const SortOp& op, const InputBytes& in);
 
 }  // namespace switchyard::backends::reference

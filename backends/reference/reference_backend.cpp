@@ -138,11 +138,11 @@ Bytes allocate(const TensorIr& t) { return Bytes::allocate(t.bytes()); }
 
 // --- index arithmetic -------------------------------------------------------
 
-caf::error kernel_error(std::string what) { return make_error(Errc::kernel_failure, std::move(what)); }
+DeviceError kernel_error(std::string what) { return DeviceError(Errc::kernel_failure, std::move(what)); }
 
 // --- creation -----------------------------------------------------------------
 
-caf::expected<Bytes> run_fill(const FillOp& op) {
+Expected<Bytes> run_fill(const FillOp& op) {
   auto out = allocate(op.out);
   const int64_t n = op.out.numel();
   const auto& d = op.out.shape.dims;
@@ -158,7 +158,7 @@ caf::expected<Bytes> run_fill(const FillOp& op) {
   return out;
 }
 
-caf::expected<Bytes> run_random(const RandomOp& op, uint64_t seed, uint64_t op_index) {
+Expected<Bytes> run_random(const RandomOp& op, uint64_t seed, uint64_t op_index) {
   auto out = allocate(op.out);
   for (int64_t k = 0; k < op.out.numel(); ++k) {
     double v = random_value(static_cast<RandomDraw>(op.kind), seed, op_index, static_cast<uint64_t>(k), op.a, op.b);
@@ -294,7 +294,7 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
   return x;
 }
 
-caf::expected<Bytes> run_unary(const UnaryOp& op, const Bytes& in) {
+Expected<Bytes> run_unary(const UnaryOp& op, const Bytes& in) {
   const bool predicate = op.out.dtype == DType::boolean && op.in.dtype != DType::boolean;
   // Predicates (isnan, logical_not, ...) look at the input as it is; every
   // other op first converts the input to the result dtype (int -> float for
@@ -448,13 +448,13 @@ Value binary_value(BinaryKind k, Value a, Value b) {
   }
 }
 
-caf::error check_divisor(BinaryKind k, DType compute, Value divisor) {
+DeviceError check_divisor(BinaryKind k, DType compute, Value divisor) {
   if (divides(k) && !is_floating(compute) && divisor.i == 0)
     return kernel_error(std::string(to_string(k)) + ": integer division by zero");
   return {};
 }
 
-caf::expected<Bytes> run_binary(const BinaryOp& op, const Bytes& lhs, const Bytes& rhs) {
+Expected<Bytes> run_binary(const BinaryOp& op, const Bytes& lhs, const Bytes& rhs) {
   // Comparisons and logical ops compute in the operands' result_type (0-d
   // operands count less) and produce bool; the rest in the result dtype.
   const DType compute = binary_compute_dtype(op);
@@ -476,7 +476,7 @@ caf::expected<Bytes> run_binary(const BinaryOp& op, const Bytes& lhs, const Byte
   return out;
 }
 
-caf::expected<Bytes> run_scalar(const ScalarOp& op, const Bytes& lhs) {
+Expected<Bytes> run_scalar(const ScalarOp& op, const Bytes& lhs) {
   const DType compute = scalar_compute_dtype(op);
   // The scalar enters exactly: an integer as int64 (a uint64 by its bits,
   // which wrap alike), a float as double, then converted like an element.
@@ -496,13 +496,13 @@ caf::expected<Bytes> run_scalar(const ScalarOp& op, const Bytes& lhs) {
   return out;
 }
 
-caf::expected<Bytes> run_cast(const CastOp& op, const Bytes& in) {
+Expected<Bytes> run_cast(const CastOp& op, const Bytes& in) {
   auto out = allocate(op.out);
   for (int64_t k = 0; k < op.in.numel(); ++k) store(out, op.out.dtype, k, load(in, op.in.dtype, k));
   return out;
 }
 
-caf::expected<Bytes> run_where(const WhereOp& op, const Bytes& cond, const Bytes& lhs, const Bytes& rhs) {
+Expected<Bytes> run_where(const WhereOp& op, const Bytes& cond, const Bytes& lhs, const Bytes& rhs) {
   const auto sc = broadcast_strides(op.cond.shape, op.out.shape);
   const auto sa = broadcast_strides(op.lhs.shape, op.out.shape);
   const auto sb = broadcast_strides(op.rhs.shape, op.out.shape);
@@ -518,7 +518,7 @@ caf::expected<Bytes> run_where(const WhereOp& op, const Bytes& cond, const Bytes
 
 // --- reductions -----------------------------------------------------------------
 
-caf::expected<Bytes> run_reduce(const ReduceOp& op, const Bytes& in) {
+Expected<Bytes> run_reduce(const ReduceOp& op, const Bytes& in) {
   // out element o reduces every input element whose kept coordinates
   // equal o's; walk the input once per output element.
   const Shape& s = op.in.shape;
@@ -620,7 +620,7 @@ caf::expected<Bytes> run_reduce(const ReduceOp& op, const Bytes& in) {
   return out;
 }
 
-caf::expected<Bytes> run_softmax(const SoftmaxOp& op, const Bytes& in) {
+Expected<Bytes> run_softmax(const SoftmaxOp& op, const Bytes& in) {
   // Stable form: subtract the row maximum before exponentiating. A row of
   // only -inf has no finite maximum and gives NaN, as in PyTorch.
   const auto& d = op.in.shape.dims;
@@ -649,7 +649,7 @@ caf::expected<Bytes> run_softmax(const SoftmaxOp& op, const Bytes& in) {
 
 // --- matmul -------------------------------------------------------------------
 
-caf::expected<Bytes> run_matmul(const MatmulOp& op, const Bytes& lhs, const Bytes& rhs, const Bytes* bias) {
+Expected<Bytes> run_matmul(const MatmulOp& op, const Bytes& lhs, const Bytes& rhs, const Bytes* bias) {
   const Shape& a = op.lhs.shape;
   const Shape& b = op.rhs.shape;
   const Shape& o = op.out.shape;
@@ -703,7 +703,7 @@ void copy_element(const Bytes& src, int64_t from, const Bytes& dst, int64_t to, 
               elem);
 }
 
-caf::expected<Bytes> run_view(const ViewOp& op, const Bytes& in) {
+Expected<Bytes> run_view(const ViewOp& op, const Bytes& in) {
   auto out = allocate(op.out);
   const size_t elem = size_of(op.out.dtype);
   for (int64_t k = 0; k < op.out.numel(); ++k)
@@ -711,7 +711,7 @@ caf::expected<Bytes> run_view(const ViewOp& op, const Bytes& in) {
   return out;
 }
 
-caf::expected<Bytes> run_slice_assign(const SliceAssignOp& op, const Bytes& base, const Bytes& value) {
+Expected<Bytes> run_slice_assign(const SliceAssignOp& op, const Bytes& base, const Bytes& value) {
   auto out = allocate(op.out);
   if (op.out.bytes() > 0) std::memcpy(writable_data(out), base.data(), op.out.bytes());
   const size_t elem = size_of(op.out.dtype);
@@ -720,7 +720,7 @@ caf::expected<Bytes> run_slice_assign(const SliceAssignOp& op, const Bytes& base
   return out;
 }
 
-caf::expected<Bytes> run_cat(const CatOp& op, std::span<const Bytes* const> in) {
+Expected<Bytes> run_cat(const CatOp& op, std::span<const Bytes* const> in) {
   auto out = allocate(op.out);
   const size_t elem = size_of(op.out.dtype);
   const auto out_strides = op.out.shape.strides();
@@ -737,7 +737,7 @@ caf::expected<Bytes> run_cat(const CatOp& op, std::span<const Bytes* const> in) 
   return out;
 }
 
-caf::expected<Bytes> run_pad(const PadOp& op, const Bytes& in) {
+Expected<Bytes> run_pad(const PadOp& op, const Bytes& in) {
   auto out = allocate(op.out);
   for (int64_t k = 0; k < op.out.numel(); ++k) store(out, op.out.dtype, k, Value::of_float(op.value));
   const size_t elem = size_of(op.out.dtype);
@@ -752,15 +752,15 @@ caf::expected<Bytes> run_pad(const PadOp& op, const Bytes& in) {
 
 /// Index value `v` resolved against `extent`; negative values count from
 /// the end (an extension over PyTorch, which rejects them).
-caf::expected<int64_t> resolve_index(const char* op, int64_t v, int64_t extent, int64_t axis) {
+Expected<int64_t> resolve_index(const char* op, int64_t v, int64_t extent, int64_t axis) {
   if (v < -extent || v >= extent)
-    return make_error(Errc::index_out_of_range, std::string(op) + ": index " + std::to_string(v) +
-                                                    " is out of range for extent " + std::to_string(extent) +
-                                                    " of axis " + std::to_string(axis));
+    return DeviceError(Errc::index_out_of_range, std::string(op) + ": index " + std::to_string(v) +
+                                                     " is out of range for extent " + std::to_string(extent) +
+                                                     " of axis " + std::to_string(axis));
   return v < 0 ? v + extent : v;
 }
 
-caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& index, const Bytes* src) {
+Expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& index, const Bytes* src) {
   const Shape& s = op.in.shape;
   const int64_t extent = s.rank() == 0 ? 1 : s.dims[op.axis];
   const auto in_strides = s.strides();
@@ -840,7 +840,7 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
       return out;
     }
   }
-  return make_error(Errc::unsupported, "reference: unknown index op");
+  return DeviceError(Errc::unsupported, "reference: unknown index op");
 }
 
 // --- the backend ----------------------------------------------------------------
@@ -848,11 +848,11 @@ caf::expected<Bytes> run_index(const IndexOp& op, const Bytes& in, const Bytes& 
 class ReferenceBackend final : public HostBackend {
  public:
   [[nodiscard]] std::string_view kind() const noexcept override { return "reference"; }
-  caf::error execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
+  DeviceError execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     std::vector<const Bytes*> in;
     for (auto& b : inputs) {
       in.push_back(host_bytes(b));
-      if (in.back() == nullptr) return make_error(Errc::invalid_tensor, "reference: input buffer of another backend");
+      if (in.back() == nullptr) return DeviceError(Errc::invalid_tensor, "reference: input buffer of another backend");
     }
     auto result = std::visit([&](auto& o) { return run(o, in); }, op.op);
     if (!result) return std::move(result.error());
@@ -867,39 +867,35 @@ class ReferenceBackend final : public HostBackend {
 
  private:
   using In = std::vector<const Bytes*>;
-  caf::expected<Bytes> run(FromDataOp& o, const In&) { return o.data.bytes; }
-  caf::expected<Bytes> run(FillOp& o, const In&) { return run_fill(o); }
-  caf::expected<Bytes> run(RandomOp& o, const In&) { return run_random(o, seed_, random_ops_++); }
-  caf::expected<Bytes> run(UnaryOp& o, const In& in) { return run_unary(o, *in[0]); }
-  caf::expected<Bytes> run(BinaryOp& o, const In& in) { return run_binary(o, *in[0], *in[1]); }
-  caf::expected<Bytes> run(ScalarOp& o, const In& in) { return run_scalar(o, *in[0]); }
-  caf::expected<Bytes> run(ReduceOp& o, const In& in) { return run_reduce(o, *in[0]); }
-  caf::expected<Bytes> run(SoftmaxOp& o, const In& in) { return run_softmax(o, *in[0]); }
-  caf::expected<Bytes> run(MatmulOp& o, const In& in) {
+  Expected<Bytes> run(FromDataOp& o, const In&) { return o.data.bytes; }
+  Expected<Bytes> run(FillOp& o, const In&) { return run_fill(o); }
+  Expected<Bytes> run(RandomOp& o, const In&) { return run_random(o, seed_, random_ops_++); }
+  Expected<Bytes> run(UnaryOp& o, const In& in) { return run_unary(o, *in[0]); }
+  Expected<Bytes> run(BinaryOp& o, const In& in) { return run_binary(o, *in[0], *in[1]); }
+  Expected<Bytes> run(ScalarOp& o, const In& in) { return run_scalar(o, *in[0]); }
+  Expected<Bytes> run(ReduceOp& o, const In& in) { return run_reduce(o, *in[0]); }
+  Expected<Bytes> run(SoftmaxOp& o, const In& in) { return run_softmax(o, *in[0]); }
+  Expected<Bytes> run(MatmulOp& o, const In& in) {
     return run_matmul(o, *in[0], *in[1], o.has_bias() ? in[2] : nullptr);
   }
-  caf::expected<Bytes> run(CastOp& o, const In& in) { return run_cast(o, *in[0]); }
-  caf::expected<Bytes> run(ViewOp& o, const In& in) { return run_view(o, *in[0]); }
-  caf::expected<Bytes> run(SliceAssignOp& o, const In& in) { return run_slice_assign(o, *in[0], *in[1]); }
-  caf::expected<Bytes> run(CatOp& o, const In& in) { return run_cat(o, in); }
-  caf::expected<Bytes> run(PadOp& o, const In& in) { return run_pad(o, *in[0]); }
-  caf::expected<Bytes> run(IndexOp& o, const In& in) {
-    return run_index(o, *in[0], *in[1], o.has_src() ? in[2] : nullptr);
+  Expected<Bytes> run(CastOp& o, const In& in) { return run_cast(o, *in[0]); }
+  Expected<Bytes> run(ViewOp& o, const In& in) { return run_view(o, *in[0]); }
+  Expected<Bytes> run(SliceAssignOp& o, const In& in) { return run_slice_assign(o, *in[0], *in[1]); }
+  Expected<Bytes> run(CatOp& o, const In& in) { return run_cat(o, in); }
+  Expected<Bytes> run(PadOp& o, const In& in) { return run_pad(o, *in[0]); }
+  Expected<Bytes> run(IndexOp& o, const In& in) { return run_index(o, *in[0], *in[1], o.has_src() ? in[2] : nullptr); }
+  Expected<Bytes> run(NormOp& o, const In& in) { return run_norm(o, in); }
+  Expected<Bytes> run(AttentionOp& o, const In& in) { return run_attention(o, in); }
+  Expected<Bytes> run(ScanOp& o, const In& in) { return run_scan(o, in); }
+  Expected<Bytes> run(SortOp& o, const In& in) { return run_sort(o, in); }
+  Expected<Bytes> run(WhereOp& o, const In& in) { return run_where(o, *in[0], *in[1], *in[2]); }
+  Expected<Bytes> run(ConvOp& o, const In& in) { return run_conv(o, *in[0], *in[1], o.has_bias() ? in[2] : nullptr); }
+  Expected<Bytes> run(PoolOp& o, const In& in) { return run_pool(o, *in[0]); }
+  Expected<Bytes> run(DropOp&, const In&) {
+    return DeviceError(Errc::protocol_error, "reference: drop is handled by the runner");
   }
-  caf::expected<Bytes> run(NormOp& o, const In& in) { return run_norm(o, in); }
-  caf::expected<Bytes> run(AttentionOp& o, const In& in) { return run_attention(o, in); }
-  caf::expected<Bytes> run(ScanOp& o, const In& in) { return run_scan(o, in); }
-  caf::expected<Bytes> run(SortOp& o, const In& in) { return run_sort(o, in); }
-  caf::expected<Bytes> run(WhereOp& o, const In& in) { return run_where(o, *in[0], *in[1], *in[2]); }
-  caf::expected<Bytes> run(ConvOp& o, const In& in) {
-    return run_conv(o, *in[0], *in[1], o.has_bias() ? in[2] : nullptr);
-  }
-  caf::expected<Bytes> run(PoolOp& o, const In& in) { return run_pool(o, *in[0]); }
-  caf::expected<Bytes> run(DropOp&, const In&) {
-    return make_error(Errc::protocol_error, "reference: drop is handled by the runner");
-  }
-  caf::expected<Bytes> run(SeedOp&, const In&) {
-    return make_error(Errc::protocol_error, "reference: seed is handled by the runner");
+  Expected<Bytes> run(SeedOp&, const In&) {
+    return DeviceError(Errc::protocol_error, "reference: seed is handled by the runner");
   }
 
   uint64_t seed_ = 0;

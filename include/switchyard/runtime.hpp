@@ -110,11 +110,18 @@ struct RuntimeOptions {
   /// exceeds a worker's --max-message-bytes (keep this below it; the
   /// default 16 MiB is well under the default 256 MiB). 0: never split.
   size_t transfer_chunk_bytes = size_t{16} << 20;
-  /// (optional) Called with the compiled-in backend kinds before devices
-  /// start; may append kinds (declared in backends/backend.hpp), which
+  /// (optional) Called with the library's backend kinds before devices
+  /// start; may append kinds (switchyard/backend.hpp: the public interface
+  /// for custom backends, see the README's "Custom backends"), which
   /// `devices` can then name. Tests use it to wrap "cpu" in a
   /// fault-injecting backend; empty: the registry as built.
   std::function<void(std::vector<backends::BackendKind>&)> extend_backends;
+  /// Directories searched for backend modules (libswitchyard-backend-cuda.so)
+  /// after those in the SWITCHYARD_BACKEND_PATH environment variable and
+  /// before the directory of the Switchyard library, the dynamic loader's
+  /// path and the install libdir. A module is loaded only when a device of
+  /// its kind is asked for; a missing one is reported by unavailable().
+  std::vector<std::string> backend_module_path;
 };
 
 /// Owns the actor system, the router and one runner per device. Thread

@@ -31,7 +31,7 @@ std::unique_ptr<sb::Backend> make_cuda(uint64_t limit = 0) {
 
 TensorIr tensor(uint64_t id, Shape s, DType t = DType::f32) { return TensorIr{TensorId{id}, std::move(s), t}; }
 
-caf::expected<sb::BufferPtr> fill(sb::Backend& be, const TensorIr& out, double v) {
+sb::Expected<sb::BufferPtr> fill(sb::Backend& be, const TensorIr& out, double v) {
   OperationIr op = FillOp{FillKind::full, out, v, 0};
   std::array<sb::BufferPtr, 1> outs;
   if (auto err = be.execute(op, {}, outs)) return err;
@@ -49,11 +49,11 @@ TEST_CASE("cuda backend: an allocation over the memory limit fails with out_of_m
   }
   auto big = fill(*be, tensor(1, {1 << 20}), 1);  // 4 MiB > 1 MiB
   REQUIRE_FALSE(big);
-  CHECK(describe(big.error()).code == Errc::out_of_memory);
+  CHECK(big.error().code() == Errc::out_of_memory);
   auto small = fill(*be, tensor(2, {16}), 3);
   REQUIRE(small);
-  std::optional<caf::expected<TensorData>> got;
-  be->to_data(tensor(2, {16}), *small, [&](caf::expected<TensorData> r) { got = std::move(r); });
+  std::optional<sb::Expected<TensorData>> got;
+  be->to_data(tensor(2, {16}), *small, [&](sb::Expected<TensorData> r) { got = std::move(r); });
   REQUIRE_FALSE(be->synchronize());
   REQUIRE(got.has_value());
   REQUIRE(*got);
@@ -70,8 +70,8 @@ TEST_CASE("cuda backend: a read completes through the waker and poll, without sy
   be->set_waker([&] { ++wakes; });
   auto x = fill(*be, tensor(1, {1000}, DType::i64), 7);
   REQUIRE(x);
-  std::optional<caf::expected<TensorData>> got;
-  be->to_data(tensor(1, {1000}, DType::i64), *x, [&](caf::expected<TensorData> r) { got = std::move(r); });
+  std::optional<sb::Expected<TensorData>> got;
+  be->to_data(tensor(1, {1000}, DType::i64), *x, [&](sb::Expected<TensorData> r) { got = std::move(r); });
   for (int i = 0; i < 1000 && wakes.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(wakes.load() > 0);
   be->poll();

@@ -5,10 +5,11 @@
 // lists them to run each case as its own process.
 
 #define CATCH_CONFIG_RUNNER
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 
-#include "backends/cuda/cuda_backend.hpp"
+#include "backends/backend.hpp"
 
 int main(int argc, char** argv) {
   Catch::Session session;
@@ -16,12 +17,16 @@ int main(int argc, char** argv) {
   const auto& cfg = session.configData();
   const bool listing = cfg.listTests || cfg.listTestNamesOnly || cfg.listTags || cfg.listReporters || cfg.showHelp;
   if (!listing) {
-    auto probe = switchyard::backends::cuda::probe();
-    if (probe.count == 0) {
-      std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n", probe.reason.c_str());
+    // Through the registry, as a Runtime sees it: a module that is missing
+    // or fails to load is the skip reason too.
+    auto kinds = switchyard::backends::backend_kinds();
+    auto cuda = std::find_if(kinds.begin(), kinds.end(), [](const auto& k) { return k.name == "cuda"; });
+    const int count = cuda->device_count();
+    if (count == 0) {
+      std::printf("SKIPPED: the GPU tests need a CUDA device: %s\n", cuda->unavailable_reason().c_str());
       return 77;
     }
-    std::printf("running the GPU tests on %d CUDA device(s)\n", probe.count);
+    std::printf("running the GPU tests on %d CUDA device(s)\n", count);
   }
   return session.run();
 }

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.hpp"
+#include "switchyard/backend.hpp"
 #include "switchyard/runtime.hpp"
 
 namespace switchyard::testing {
@@ -55,7 +55,7 @@ class FaultyBackend final : public backends::Backend {
   [[nodiscard]] bool supports(DType t) const noexcept override { return inner_->supports(t); }
   [[nodiscard]] bool supports(OperationIr& op) const override { return inner_->supports(op); }
 
-  [[nodiscard]] caf::expected<backends::BufferPtr> from_data(const TensorIr& t, TensorData data) override {
+  [[nodiscard]] backends::Expected<backends::BufferPtr> from_data(const TensorIr& t, TensorData data) override {
     if (hit(plan_->from_datas, plan_->fail_from_data_at)) {
       if (auto err = fault("from_data", Errc::out_of_memory)) return err;
     }
@@ -66,11 +66,12 @@ class FaultyBackend final : public backends::Backend {
     if (hit(plan_->to_datas, plan_->fail_to_data_at)) {
       // Reads report through the callback; a throwing mode still reports an
       // error there, since to_data has no other channel.
-      done(make_error(Errc::kernel_failure, "injected fault in to_data #" + std::to_string(plan_->to_datas.load())));
+      done(backends::DeviceError(Errc::kernel_failure,
+                                 "injected fault in to_data #" + std::to_string(plan_->to_datas.load())));
       return;
     }
     if (hit_at(plan_->to_datas.load(), plan_->lie_to_data_at)) {
-      inner_->to_data(t, buffer, [lie = plan_->lie.load(), done = std::move(done)](caf::expected<TensorData> r) {
+      inner_->to_data(t, buffer, [lie = plan_->lie.load(), done = std::move(done)](backends::Expected<TensorData> r) {
         if (r) *r = falsify(std::move(*r), lie);
         done(std::move(r));
       });
@@ -79,8 +80,8 @@ class FaultyBackend final : public backends::Backend {
     inner_->to_data(t, buffer, std::move(done));
   }
 
-  [[nodiscard]] caf::error execute(OperationIr& op, std::span<backends::BufferPtr> inputs,
-                                   std::span<backends::BufferPtr> outputs) override {
+  [[nodiscard]] backends::DeviceError execute(OperationIr& op, std::span<backends::BufferPtr> inputs,
+                                              std::span<backends::BufferPtr> outputs) override {
     if (hit(plan_->executes, plan_->fail_execute_at)) {
       if (auto err = fault("execute", Errc::kernel_failure)) return err;
     }
@@ -90,7 +91,7 @@ class FaultyBackend final : public backends::Backend {
   void seed(uint64_t s) override { inner_->seed(s); }
   void set_waker(std::function<void()> wake) override { inner_->set_waker(std::move(wake)); }
   void poll() override { inner_->poll(); }
-  [[nodiscard]] caf::error synchronize() override { return inner_->synchronize(); }
+  [[nodiscard]] backends::DeviceError synchronize() override { return inner_->synchronize(); }
   [[nodiscard]] backends::MemoryStats memory() const override { return inner_->memory(); }
 
  private:
@@ -112,7 +113,7 @@ class FaultyBackend final : public backends::Backend {
     return out;
   }
 
-  caf::error fault(const char* where, Errc code) {
+  backends::DeviceError fault(const char* where, Errc code) {
     plan_->faults.fetch_add(1);
     std::string what = std::string("injected fault in ") + where;
     switch (plan_->mode.load()) {
@@ -123,7 +124,7 @@ class FaultyBackend final : public backends::Backend {
       case FaultPlan::Mode::error:
         break;
     }
-    return make_error(code, what);
+    return backends::DeviceError(code, what);
   }
 
   std::unique_ptr<backends::Backend> inner_;
