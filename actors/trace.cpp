@@ -48,7 +48,8 @@ unsigned tid_of(uint32_t track) { return track + 1; }
 
 }  // namespace
 
-Tracer::Tracer(std::string path, Limits limits) : path_(std::move(path)), limits_(limits), pid_(::getpid()) {
+Tracer::Tracer(std::string path, Limits limits, Logger log)
+    : path_(std::move(path)), limits_(limits), log_(std::move(log)), pid_(::getpid()) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error("cannot write trace file '" + path_ + "': " + std::strerror(errno));
   char head[160];
@@ -120,8 +121,9 @@ void Tracer::write_loop() {
                   "\"args\":{\"count\":%llu}}",
                   pid_, micros(Clock::now()), static_cast<unsigned long long>(dropped_));
     write_out(note);
-    std::fprintf(stderr, "switchyard: trace '%s': %llu events dropped (the file could not keep up)\n", path_.c_str(),
-                 static_cast<unsigned long long>(dropped_));
+    log_.log(LogLevel::warn, [&] {
+      return "trace '" + path_ + "': " + std::to_string(dropped_) + " events dropped (the file could not keep up)";
+    });
   }
   write_out("\n]\n");
 }
@@ -132,8 +134,9 @@ void Tracer::write_out(std::string_view bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       write_failed_ = true;
-      std::fprintf(stderr, "switchyard: trace '%s': write failed (%s); the rest of the trace is lost\n", path_.c_str(),
-                   n < 0 ? std::strerror(errno) : "no progress");
+      const std::string why = n < 0 ? std::strerror(errno) : "no progress";
+      log_.log(LogLevel::warn,
+               [&] { return "trace '" + path_ + "': write failed (" + why + "); the rest of the trace is lost"; });
       return;
     }
     bytes.remove_prefix(static_cast<size_t>(n));

@@ -26,6 +26,8 @@
 #include <string_view>
 #include <thread>
 
+#include "switchyard/messages/logger.hpp"
+
 namespace switchyard::actors {
 
 class Tracer {
@@ -44,8 +46,9 @@ class Tracer {
   /// Creates (truncates) `path`, writes the opening `[` and the process's
   /// name, and starts the writer. Throws std::runtime_error naming the path
   /// and the reason when the file cannot be created.
-  explicit Tracer(std::string path, Limits limits);
-  explicit Tracer(std::string path) : Tracer(std::move(path), Limits{}) {}
+  /// Dropped events and write failures are reported through `log` (warn).
+  Tracer(std::string path, Limits limits, Logger log = {});
+  explicit Tracer(std::string path) : Tracer(std::move(path), Limits{}, Logger{}) {}
   /// Writes what is left, the dropped-event count if any, and the closing
   /// `]` (the runtime drops its tracer after every runner has stopped, so
   /// this is the end of the trace).
@@ -82,6 +85,7 @@ class Tracer {
 
   std::string path_;
   Limits limits_;
+  Logger log_;
   int pid_;
   int fd_ = -1;
   bool write_failed_ = false;  // writer thread only

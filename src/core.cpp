@@ -272,10 +272,10 @@ void Core::start() {
   if (const char* env = std::getenv("SWITCHYARD_TRACE"); trace_path.empty() && env != nullptr) trace_path = env;
   if (!trace_path.empty()) {
     try {
-      tracer_ = std::make_shared<actors::Tracer>(trace_path);
+      tracer_ = std::make_shared<actors::Tracer>(trace_path, actors::Tracer::Limits{}, log_);
     } catch (const std::runtime_error& e) {
       // A diagnostic aid must not stop the runtime: it runs on untraced.
-      std::fprintf(stderr, "switchyard: %s; tracing is off\n", e.what());
+      log_.log(LogLevel::warn, [&] { return std::string(e.what()) + "; tracing is off"; });
     }
   }
   {

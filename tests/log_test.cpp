@@ -191,3 +191,18 @@ TEST_CASE("a sink that throws does not disturb the runtime", "[log]") {
   run_events(options);  // every result checked as with a quiet sink
   CHECK(calls.load() >= 5);
 }
+
+TEST_CASE("a trace path that cannot be created is a warning to the sink and silent without one", "[log]") {
+  auto run = [](RuntimeOptions options) {
+    options.devices = {"cpu:0"};
+    options.trace_path = "/nonexistent-switchyard-dir/trace.json";
+    Runtime rt(std::move(options));
+    CHECK((rt.device("cpu:0").ones({2}) * 3).to_vector<float>() == std::vector<float>{3, 3});
+  };
+  Collected got;
+  run(RuntimeOptions{.log_sink = got.sink(), .log_level = LogLevel::warn});
+  INFO(got.dump());
+  CHECK(got.level_of("tracing is off") == LogLevel::warn);
+  CHECK(got.level_of("/nonexistent-switchyard-dir/trace.json").has_value());
+  CHECK(output_of([&] { run(RuntimeOptions{}); }).empty());
+}

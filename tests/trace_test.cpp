@@ -17,6 +17,8 @@
 #include <vector>
 
 using switchyard::actors::Tracer;
+using switchyard::Logger;
+using switchyard::LogLevel;
 using namespace std::chrono_literals;
 
 namespace {
@@ -83,10 +85,12 @@ TEST_CASE("events past the buffer bound are dropped and counted in the file", "[
   TraceFile file("dropped");
   constexpr int events = 100;
   uint64_t dropped = 0;
+  std::vector<std::string> warnings;  // the writer thread has stopped when the tracer is gone
   {
     // The writer wakes only when the tracer goes: everything waits in the
     // buffer, which holds a few events.
-    Tracer tracer(file.path.string(), {.flush_interval = 1h, .flush_bytes = size_t{1} << 30, .max_held_bytes = 512});
+    Tracer tracer(file.path.string(), {.flush_interval = 1h, .flush_bytes = size_t{1} << 30, .max_held_bytes = 512},
+                  Logger(LogLevel::warn, [&warnings](LogLevel, std::string_view m) { warnings.emplace_back(m); }));
     for (int i = 0; i < events; ++i) {
       const auto now = Tracer::Clock::now();
       tracer.slice(0, "op", now, now, "\"i\":" + std::to_string(i));
@@ -98,6 +102,8 @@ TEST_CASE("events past the buffer bound are dropped and counted in the file", "[
   CHECK(dropped >= events - 5);
   CHECK(noted == dropped);
   CHECK(slices + dropped == events);
+  REQUIRE(warnings.size() == 1);  // the drops, reported once, through the log
+  CHECK(warnings[0].find(std::to_string(dropped) + " events dropped") != std::string::npos);
 }
 
 TEST_CASE("a tracer that cannot create its file says which and why", "[trace]") {

@@ -52,6 +52,10 @@ struct StridedLoop {
   /// element offsets of each operand at the row's start.
   template <class F>
   void for_rows(int64_t row_begin, int64_t row_end, F&& f) const {
+    // The constructor always leaves one axis; saying so keeps GCC, which
+    // sees `dims.size() - 1` wrap when everything is inlined into the
+    // instruction-set clones, from warning about a huge vector.
+    if (dims.empty()) return;
     const size_t outer = dims.size() - 1;
     std::vector<int64_t> idx(outer, 0);
     std::array<int64_t, N> off{};

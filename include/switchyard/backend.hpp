@@ -227,7 +227,7 @@ inline constexpr uint32_t module_abi_version = 1;
 
 extern "C" {
 
-/// What a backend module (libswitchyard-backend-<kind>.so) describes itself
+/// What a backend module (libswitchyard-backend-\<kind\>.so) describes itself
 /// with. The runtime loads the module when a device of its kind is
 /// requested and uses it only when every field matches its own build: the
 /// interface above is C++, so a module must come from the same Switchyard
