@@ -11,10 +11,13 @@
 //
 // Every kernel runs its loops through ThreadPool::parallel_for, which calls
 // each chunk through run_for_this_cpu; the fused chains' steps, called
-// through std::function inside a chunk, go through it once more. SWITCHYARD_CPU_NATIVE (the SWITCHYARD_NATIVE=ON build,
-// compiled with -march=native) needs no clones. Clang and other architectures build the plain function.
+// through std::function inside a chunk, go through it once more.
+//
+// SWITCHYARD_CPU_ONE_LEVEL builds the plain function: the SWITCHYARD_NATIVE=ON
+// build (-march=native needs no clones) and the sanitizer builds (which test
+// memory and threads, not speed). So do Clang and other architectures.
 
-#if defined(SWITCHYARD_CPU_NATIVE) || defined(__clang__) || !defined(__GNUC__) || !defined(__x86_64__)
+#if defined(SWITCHYARD_CPU_ONE_LEVEL) || defined(__clang__) || !defined(__GNUC__) || !defined(__x86_64__)
 #define SWITCHYARD_ISA_CLONES
 #else
 #define SWITCHYARD_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
