@@ -198,6 +198,27 @@ TEST_CASE("Future::then runs without blocking and wait_for times out cleanly", "
   CHECK_FALSE(never.future().wait_for(10ms));
 }
 
+TEST_CASE("Future::wait_for takes any duration and saturates huge ones", "[future]") {
+  // Durations beyond what nanoseconds hold (hours::max) and the usual
+  // units all reach the same wait; none overflows into "already timed out".
+  Promise<int> later;
+  std::thread completer([later] {
+    std::this_thread::sleep_for(50ms);
+    later.set_value(7);
+  });
+  auto f = later.future();
+  CHECK_FALSE(f.wait_for(std::chrono::nanoseconds(0)));
+  CHECK_FALSE(f.wait_for(std::chrono::microseconds(-5)));
+  CHECK(f.wait_for(std::chrono::hours::max()));
+  completer.join();
+  CHECK(f.wait_for(std::chrono::duration<double>(0.5)));
+  CHECK(f.get() == 7);
+  Promise<void> never;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(never.future().wait_for(std::chrono::duration<double, std::milli>(20.5)));
+  CHECK(std::chrono::steady_clock::now() - start >= 20ms);
+}
+
 // --- errors ------------------------------------------------------------------
 
 TEST_CASE("A shape mismatch fails at the call and names both shapes", "[errors]") {

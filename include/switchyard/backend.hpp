@@ -15,7 +15,6 @@
 /// exceptions across the runner.
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "switchyard/detail/std_light.hpp"
 #include "switchyard/error.hpp"
 #include "switchyard/messages/ops.hpp"
 

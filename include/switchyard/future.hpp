@@ -6,18 +6,17 @@
 /// `when_all` and `when_any`.
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "switchyard/detail/std_light.hpp"
 #include "switchyard/error.hpp"
 
 namespace switchyard {
@@ -87,49 +86,91 @@ class Task {
   std::unique_ptr<Base> impl_;
 };
 
+/// The part of a future's state that does not depend on T: whether it is
+/// complete, who waits and what runs then. Its lock and condition variable
+/// are built in the library (src/future.cpp), so this header needs neither
+/// <mutex> nor <condition_variable>: every consumer's translation unit is
+/// spared them.
+class CompletionCore {
+ public:
+  CompletionCore();
+  ~CompletionCore();
+  CompletionCore(const CompletionCore&) = delete;
+  CompletionCore& operator=(const CompletionCore&) = delete;
+
+  [[nodiscard]] bool ready() const;
+  /// Blocks until complete; throws at once (invalid_argument) on a runtime
+  /// thread when not complete, since the wait could need that thread.
+  void wait() const;
+  /// Waits at most `timeout` (negative: not at all); true when complete.
+  [[nodiscard]] bool wait_for(std::chrono::nanoseconds timeout) const;
+  /// Runs `f` once complete: now (on this thread) when already complete,
+  /// else on the thread that completes it.
+  void on_complete(Task f);
+
+ protected:
+  /// Unless already complete (the first completion wins): runs
+  /// `assign(context)` under the lock, marks complete, wakes the waiters and
+  /// runs the continuations outside the lock.
+  void complete(void (*assign)(void* context), void* context);
+  /// Runs `fn(context)` under the lock.
+  void locked(void (*fn)(void* context), void* context) const;
+  template <class F>
+  void complete_with(F&& assign) {
+    complete([](void* f) { (*static_cast<std::remove_reference_t<F>*>(f))(); }, &assign);
+  }
+  template <class F>
+  void locked_with(F&& fn) const {
+    locked([](void* f) { (*static_cast<std::remove_reference_t<F>*>(f))(); }, &fn);
+  }
+
+ private:
+  struct Sync;
+  Sync& sync() const;
+  // A mutex and a condition variable live here, constructed by the library
+  // (whose static_assert checks that they fit): no allocation per future.
+  static constexpr std::size_t sync_size = 96;
+  alignas(std::max_align_t) unsigned char sync_[sync_size];
+  bool done_ = false;
+  std::vector<Task> continuations_;
+};
+
 template <class T>
-class SharedState {
+class SharedState : public CompletionCore {
  public:
   void set_value(Stored<T> v) {
-    complete([&] { value_.emplace(std::move(v)); });
+    complete_with([&] { value_.emplace(std::move(v)); });
   }
   void set_error(std::exception_ptr e) {
-    complete([&] { error_ = std::move(e); });
-  }
-  [[nodiscard]] bool ready() const {
-    std::lock_guard lock(mutex_);
-    return done_;
-  }
-  void wait() const {
-    std::unique_lock lock(mutex_);
-    if (!done_ && on_runtime_thread())
-      throw Error(Errc::invalid_argument,
-                  "Future: blocking wait inside a continuation or reply handler would stall the runtime's own "
-                  "threads (use then(), or wait_for with a bound)");
-    cv_.wait(lock, [&] { return done_; });
-  }
-  template <class Rep, class Period>
-  bool wait_for(std::chrono::duration<Rep, Period> d) const {
-    std::unique_lock lock(mutex_);
-    return cv_.wait_for(lock, d, [&] { return done_; });
+    complete_with([&] { error_ = std::move(e); });
   }
   /// A copy of the value (rethrows the failure); valid any number of times.
   Stored<T> copy() const requires std::is_copy_constructible_v<Stored<T>> {
     wait();
-    std::lock_guard lock(mutex_);
-    if (error_) std::rethrow_exception(error_);
-    if (!value_) throw taken_error();
-    return *value_;
+    std::optional<Stored<T>> out;
+    std::exception_ptr failure;
+    locked_with([&] {
+      if (error_)
+        failure = error_;
+      else if (value_)
+        out.emplace(*value_);
+    });
+    return deliver(std::move(out), failure);
   }
   /// Moves the value out (rethrows the failure); later consumers fail.
   Stored<T> take() {
     wait();
-    std::lock_guard lock(mutex_);
-    if (error_) std::rethrow_exception(error_);
-    if (!value_) throw taken_error();
-    Stored<T> v = std::move(*value_);
-    value_.reset();
-    return v;
+    std::optional<Stored<T>> out;
+    std::exception_ptr failure;
+    locked_with([&] {
+      if (error_) {
+        failure = error_;
+      } else if (value_) {
+        out.emplace(std::move(*value_));
+        value_.reset();
+      }
+    });
+    return deliver(std::move(out), failure);
   }
   /// Copies when T can be copied (so every consumer sees the value), else
   /// moves it to this one consumer.
@@ -139,49 +180,24 @@ class SharedState {
     else
       return take();
   }
-  /// Runs f once complete: now (on this thread) if already done, else on the
-  /// thread that completes it. Any number may be registered.
-  void on_complete(Task f) {
-    {
-      std::lock_guard lock(mutex_);
-      if (!done_) {
-        continuations_.push_back(std::move(f));
-        return;
-      }
-    }
-    f();
-  }
   [[nodiscard]] std::exception_ptr error() const {
-    std::lock_guard lock(mutex_);
-    return error_;
+    std::exception_ptr failure;
+    locked_with([&] { failure = error_; });
+    return failure;
   }
 
  private:
-  static Error taken_error() {
-    return Error(Errc::invalid_argument,
-                 "Future: the value was already moved out (by get() on the only reference, or by the consumer "
-                 "of a move-only value)");
-  }
-  template <class F>
-  void complete(F&& assign) {
-    std::vector<Task> conts;
-    {
-      std::lock_guard lock(mutex_);
-      if (done_) return;  // first completion wins
-      assign();
-      done_ = true;
-      conts.swap(continuations_);
-    }
-    cv_.notify_all();
-    for (auto& c : conts) c();
+  static Stored<T> deliver(std::optional<Stored<T>> out, const std::exception_ptr& failure) {
+    if (failure) std::rethrow_exception(failure);
+    if (!out)
+      throw Error(Errc::invalid_argument,
+                  "Future: the value was already moved out (by get() on the only reference, or by the consumer "
+                  "of a move-only value)");
+    return std::move(*out);
   }
 
-  mutable std::mutex mutex_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;
   std::optional<Stored<T>> value_;
   std::exception_ptr error_;
-  std::vector<Task> continuations_;
 };
 
 /// Fails the state when the last Promise goes without a result, so a lost
@@ -282,7 +298,10 @@ class Future {
   /// Waits at most `d`; true when the result is ready.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
-    return check().wait_for(d);
+    // Saturates instead of overflowing: wait_for(hours::max()) waits for ever.
+    const bool beyond = std::chrono::duration<double, std::nano>(d).count() >=
+                        static_cast<double>(std::chrono::nanoseconds::max().count());
+    return check().wait_for(beyond ? std::chrono::nanoseconds::max() : std::chrono::ceil<std::chrono::nanoseconds>(d));
   }
   /// Waits until the result is ready (same rule as get() on runtime threads).
   void wait() const { check().wait(); }

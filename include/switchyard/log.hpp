@@ -7,8 +7,9 @@
 /// and no message is even formatted.
 
 #include <cstdint>
-#include <functional>
 #include <string_view>
+
+#include "switchyard/detail/std_light.hpp"
 
 namespace switchyard {
 

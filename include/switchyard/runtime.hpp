@@ -4,13 +4,12 @@
 /// \file
 /// switchyard::Runtime, which owns the devices, and its RuntimeOptions.
 
-#include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "switchyard/detail/std_light.hpp"
 #include "switchyard/device.hpp"
 #include "switchyard/log.hpp"
 

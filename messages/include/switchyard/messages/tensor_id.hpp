@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <memory>  // declares std::hash (without <functional>, which pulls <unordered_map>)
 
 namespace switchyard {
 

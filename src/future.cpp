@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// The T-independent half of a future's state: its lock, condition variable
+// and continuations, kept out of the public header.
+
+#include "switchyard/future.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <utility>
+
+#include "switchyard/error.hpp"
+
+namespace switchyard::detail {
+
+struct CompletionCore::Sync {
+  std::mutex mutex;
+  std::condition_variable completed;
+};
+
+namespace {
+// The header reserves the bytes; this checks they fit on every library build.
+constexpr std::size_t sync_bytes = sizeof(std::mutex) + sizeof(std::condition_variable) + alignof(std::max_align_t);
+}  // namespace
+
+CompletionCore::CompletionCore() {
+  static_assert(sizeof(Sync) <= sync_bytes && sizeof(Sync) <= sizeof(sync_), "CompletionCore::sync_ is too small");
+  static_assert(alignof(Sync) <= alignof(std::max_align_t));
+  ::new (static_cast<void*>(sync_)) Sync();
+}
+
+CompletionCore::~CompletionCore() { sync().~Sync(); }
+
+CompletionCore::Sync& CompletionCore::sync() const {
+  return *std::launder(reinterpret_cast<Sync*>(const_cast<unsigned char*>(sync_)));
+}
+
+bool CompletionCore::ready() const {
+  std::lock_guard lock(sync().mutex);
+  return done_;
+}
+
+void CompletionCore::wait() const {
+  std::unique_lock lock(sync().mutex);
+  if (!done_ && on_runtime_thread())
+    throw Error(Errc::invalid_argument,
+                "Future: blocking wait inside a continuation or reply handler would stall the runtime's own "
+                "threads (use then(), or wait_for with a bound)");
+  sync().completed.wait(lock, [&] { return done_; });
+}
+
+bool CompletionCore::wait_for(std::chrono::nanoseconds timeout) const {
+  std::unique_lock lock(sync().mutex);
+  // condition_variable::wait_for adds the timeout to now(), which overflows
+  // for nanoseconds::max(): beyond a century the wait is simply unbounded.
+  if (timeout >= std::chrono::hours(24 * 365 * 100)) {
+    sync().completed.wait(lock, [&] { return done_; });
+    return true;
+  }
+  return sync().completed.wait_for(lock, timeout, [&] { return done_; });
+}
+
+void CompletionCore::on_complete(Task f) {
+  {
+    std::lock_guard lock(sync().mutex);
+    if (!done_) {
+      continuations_.push_back(std::move(f));
+      return;
+    }
+  }
+  f();
+}
+
+void CompletionCore::complete(void (*assign)(void*), void* context) {
+  std::vector<Task> continuations;
+  {
+    std::lock_guard lock(sync().mutex);
+    if (done_) return;  // the first completion wins
+    assign(context);
+    done_ = true;
+    continuations.swap(continuations_);
+  }
+  sync().completed.notify_all();
+  for (auto& c : continuations) c();
+}
+
+void CompletionCore::locked(void (*fn)(void*), void* context) const {
+  std::lock_guard lock(sync().mutex);
+  fn(context);
+}
+
+}  // namespace switchyard::detail
