@@ -79,6 +79,14 @@ struct Builder {
     for (auto d : dims) t->add_dims(d);
     for (auto x : v) t->add_int64_data(x);
   }
+  // INT8, UINT8 and INT32 initializers (ONNX keeps all three in int32_data).
+  void init_int(const std::string& name, int elem, std::vector<int32_t> v, std::vector<int64_t> dims) {
+    auto* t = g().add_initializer();
+    t->set_name(name);
+    t->set_data_type(elem);
+    for (auto d : dims) t->add_dims(d);
+    for (auto x : v) t->add_int32_data(x);
+  }
   std::string bytes() const { return model.SerializeAsString(); }
 };
 
@@ -496,5 +504,168 @@ TEST_CASE("onnx: a failure while running names the node", "[onnx]") {
   } catch (const sy::Error& e) {
     CHECK(e.code() == sy::Errc::index_out_of_range);
     CHECK_THAT(std::string(e.what()), Catch::Contains("node 'pick' (Gather)") && Catch::Contains("index 7"));
+  }
+}
+
+// --- quantization: edge cases ONNX's backend tests leave out ---
+
+namespace {
+
+// The output `name` of a run on host data, as integers (exact).
+std::vector<int64_t> run_ints(const sy::onnx::Model& model, const sy::onnx::DataMap& in, const std::string& name) {
+  auto f = model.infer(in);
+  REQUIRE(f.wait_for(kWait));
+  return f.get().at(name).to_vector<int64_t>();
+}
+
+std::vector<double> run_doubles(const sy::onnx::Model& model, const sy::onnx::DataMap& in, const std::string& name) {
+  auto f = model.infer(in);
+  REQUIRE(f.wait_for(kWait));
+  return f.get().at(name).to_vector<double>();
+}
+
+}  // namespace
+
+TEST_CASE("onnx: QuantizeLinear rounds ties to even and saturates at both ends of i8", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{9}});
+  m.init("s", {2.0f}, {});
+  m.init_int("zp", pb::TensorProto::INT8, {-1}, {});
+  m.node("QuantizeLinear", {"x", "s", "zp"}, {"y"}, "q");
+  m.output("y", pb::TensorProto::INT8, {int64_t{9}});
+  // x / 2: 0.5, 1.5, 2.5, -0.5, -1.5, -2.5 round to 0, 2, 2, -0, -2, -2;
+  // 1000 and -1000 saturate; -256 / 2 - 1 = -129 saturates to -128.
+  const std::vector<float> x = {1, 3, 5, -1, -3, -5, 1000, -1000, -256};
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    CHECK(model.run({{"x", sy::TensorData::from(x, {9})}}).at("y").dtype() == sy::DType::i8);
+    CHECK(run_ints(model, {{"x", sy::TensorData::from(x, {9})}}, "y") ==
+          std::vector<int64_t>{-1, 1, 1, -1, -3, -3, 127, -128, -128});
+  }
+}
+
+TEST_CASE("onnx: QuantizeLinear and DequantizeLinear per axis on a non-default axis", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.init("s", {1.0f, 0.5f, 4.0f}, {3});
+  m.init_int("zp", pb::TensorProto::UINT8, {0, 10, 250}, {3});
+  attr_i(m.node("QuantizeLinear", {"x", "s", "zp"}, {"q"}, "q"), "axis", -1);
+  attr_i(m.node("DequantizeLinear", {"q", "s", "zp"}, {"y"}, "dq"), "axis", -1);
+  m.output("q", pb::TensorProto::UINT8, {int64_t{2}, int64_t{3}});
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  const std::vector<float> x = {-2, 3.25f, 30, 300, -10, -1000};
+  // Column scales 1, 0.5, 4 and zero points 0, 10, 250: -2 -> 0 (saturated),
+  // 3.25 / 0.5 = 6.5 -> 6 + 10, 30 / 4 = 7.5 -> 8 + 250 -> 255 (saturated);
+  // 300 -> 255, -10 / 0.5 + 10 = -10 -> 0, -1000 / 4 + 250 = 0.
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    sy::onnx::DataMap in{{"x", sy::TensorData::from(x, {2, 3})}};
+    CHECK(run_ints(model, in, "q") == std::vector<int64_t>{0, 16, 255, 255, 0, 0});
+    CHECK(run_doubles(model, in, "y") == std::vector<double>{0, 3, 20, 255, -5, -1000});
+  }
+}
+
+TEST_CASE("onnx: a quantization zero point of the wrong dtype or extent fails naming it", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  m.init("s", {1.0f}, {});
+  m.init_int("zp", pb::TensorProto::INT32, {0}, {});
+  m.node("QuantizeLinear", {"x", "s", "zp"}, {"y"}, "quant");
+  m.output("y", pb::TensorProto::INT32, {int64_t{4}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  try {
+    (void)model.run({{"x", rt.cpu().zeros({4})}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::dtype_mismatch);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'quant' (QuantizeLinear)") &&
+                                          Catch::Contains("y_zero_point must be u8 or i8, got i32"));
+  }
+
+  // DequantizeLinear's zero point must have x's dtype.
+  Builder d;
+  d.input("x", pb::TensorProto::UINT8, {int64_t{4}});
+  d.init("s", {1.0f}, {});
+  d.init_int("zp", pb::TensorProto::INT8, {0}, {});
+  d.node("DequantizeLinear", {"x", "s", "zp"}, {"y"}, "dequant");
+  d.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
+  auto dq = sy::onnx::Model::load_bytes(d.bytes(), rt.cpu());
+  try {
+    (void)dq.run({{"x", rt.cpu().zeros({4}, sy::DType::u8)}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::dtype_mismatch);
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("node 'dequant' (DequantizeLinear)") && Catch::Contains("x_zero_point is i8, x is u8"));
+  }
+
+  // A per-axis scale must have the axis's extent.
+  Builder a;
+  a.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  a.init("s", {1.0f, 2.0f}, {2});
+  a.node("QuantizeLinear", {"x", "s"}, {"y"}, "q1");
+  a.output("y", pb::TensorProto::UINT8, {int64_t{2}, int64_t{3}});
+  auto qa = sy::onnx::Model::load_bytes(a.bytes(), rt.cpu());
+  try {
+    (void)qa.run({{"x", rt.cpu().zeros({2, 3})}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("node 'q1' (QuantizeLinear)") && Catch::Contains("y_scale has shape [2]"));
+  }
+}
+
+TEST_CASE("onnx: MatMulInteger with per-row and per-column zero points is exact", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m;
+  m.input("A", pb::TensorProto::UINT8, {int64_t{2}, int64_t{3}});
+  m.input("B", pb::TensorProto::INT8, {int64_t{3}, int64_t{2}});
+  m.init_int("azp", pb::TensorProto::UINT8, {255, 1}, {2});
+  m.init_int("bzp", pb::TensorProto::INT8, {-128, 127}, {2});
+  m.node("MatMulInteger", {"A", "B", "azp", "bzp"}, {"Y"}, "mmi");
+  m.output("Y", pb::TensorProto::INT32, {int64_t{2}, int64_t{2}});
+  const std::vector<uint8_t> a = {0, 255, 7, 200, 1, 0};
+  const std::vector<int8_t> b = {-128, 127, 127, -128, 0, 5};
+  // (A - azp per row) @ (B - bzp per column), in integers.
+  std::vector<int64_t> want;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      int64_t acc = 0;
+      for (int k = 0; k < 3; ++k)
+        acc += (int64_t{a[i * 3 + k]} - (i == 0 ? 255 : 1)) * (int64_t{b[k * 2 + j]} - (j == 0 ? -128 : 127));
+      want.push_back(acc);
+    }
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    sy::onnx::DataMap in{{"A", sy::TensorData::from(a, {2, 3})}, {"B", sy::TensorData::from(b, {3, 2})}};
+    CHECK(model.run(in).at("Y").dtype() == sy::DType::i32);
+    CHECK(run_ints(model, in, "Y") == want);
+  }
+}
+
+TEST_CASE("onnx: QLinearConv with per-channel weights and an i8 output saturates", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::UINT8, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  m.init("xs", {0.5f}, {});
+  m.init_int("xzp", pb::TensorProto::UINT8, {10}, {});
+  m.init_int("w", pb::TensorProto::INT8, {1, 1, 1, 1, -1, 2, 3, -4}, {2, 1, 2, 2});
+  m.init("ws", {1.0f, 0.25f}, {2});
+  m.init_int("wzp", pb::TensorProto::INT8, {0, 0}, {2});
+  m.init("ys", {1.0f}, {});
+  m.init_int("yzp", pb::TensorProto::INT8, {0}, {});
+  m.init_int("bias", pb::TensorProto::INT32, {1, -6}, {2});
+  m.node("QLinearConv", {"x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "bias"}, {"y"}, "qconv");
+  m.output("y", pb::TensorProto::INT8, {int64_t{1}, int64_t{2}, int64_t{1}, int64_t{1}});
+  const std::vector<uint8_t> x = {255, 250, 11, 12};  // minus 10: 245, 240, 1, 2
+  // Channel 0: (245 + 240 + 1 + 2 + 1) * 0.5 = 244.5 -> 127 (saturated).
+  // Channel 1: (-245 + 480 + 3 - 8 - 6) * 0.5 * 0.25 = 28 exactly.
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    CHECK(run_ints(model, {{"x", sy::TensorData::from(x, {1, 1, 2, 2})}}, "y") == std::vector<int64_t>{127, 28});
   }
 }

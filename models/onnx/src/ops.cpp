@@ -790,9 +790,9 @@ std::pair<Ints, Ints> window_pads(const Ctx& ctx, const Shape& x, const Ints& ke
   return {begin, end};
 }
 
-Outs conv_node(Ctx& ctx, bool transposed) {
-  Tensor x = ctx.dev(0), w = ctx.dev(1);
-  Tensor b = ctx.has(2) ? ctx.dev(2) : Tensor();
+// Conv/ConvTranspose of given operands with the node's attributes (the
+// integer forms pass zero-point-shifted operands).
+Tensor conv_of(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) {
   if (w.rank() < 3) ctx.fail(Errc::shape_mismatch, "weight must have at least 3 axes, got " + w.shape().to_string());
   const size_t spatial = w.rank() - 2;
   if (x.rank() != spatial + 2)
@@ -808,7 +808,7 @@ Outs conv_node(Ctx& ctx, bool transposed) {
     ctx.fail(Errc::shape_mismatch, "kernel_shape disagrees with the weight " + w.shape().to_string());
   if (!transposed) {
     std::tie(o.pad_begin, o.pad_end) = window_pads(ctx, x.shape(), kernel, o.stride, o.dilation);
-    return Outs{dev_value(nn::conv(x, w, b, o))};
+    return nn::conv(x, w, b, o);
   }
   o.output_padding = spatial_attr(ctx, "output_padding", spatial, 0);
   const std::string mode = ctx.attr_s("auto_pad", "NOTSET");
@@ -835,7 +835,11 @@ Outs conv_node(Ctx& ctx, bool transposed) {
   } else {
     std::tie(o.pad_begin, o.pad_end) = window_pads(ctx, x.shape(), kernel, o.stride, o.dilation);
   }
-  return Outs{dev_value(nn::conv(x, w, b, o))};
+  return nn::conv(x, w, b, o);
+}
+
+Outs conv_node(Ctx& ctx, bool transposed) {
+  return Outs{dev_value(conv_of(ctx, ctx.dev(0), ctx.dev(1), ctx.has(2) ? ctx.dev(2) : Tensor(), transposed))};
 }
 
 nn::PoolOptions pool_options(const Ctx& ctx, const Tensor& x, bool with_dilation) {
@@ -918,6 +922,217 @@ Outs avg_pool_node(Ctx& ctx) {
   auto mo = o;
   Tensor real_share = nn::avg_pool(pad_spatial(ones, mo, 0), po);
   return Outs{dev_value(sum_share.div(real_share))};
+}
+
+// --- quantization (ONNX's linear 8-bit scheme) ---
+//
+// Integer arithmetic runs in i32 (matmul) or f64 (conv, which takes floats
+// only): every product and partial sum of 8-bit operands is an integer far
+// below 2^53, so f64 holds it exactly in any summation order. Rounding is
+// half to even (Tensor::round), as ONNX's numpy reference (np.rint).
+
+// The saturation range of a quantized dtype (ONNX opset <= 17: u8, i8).
+std::pair<double, double> quant_range(DType t) {
+  return t == DType::i8 ? std::pair{-128.0, 127.0} : std::pair{0.0, 255.0};
+}
+
+// A zero point's dtype, which is the quantized dtype; UINT8 when absent.
+DType zero_point_dtype(const Ctx& ctx, size_t input, std::string_view what) {
+  if (!ctx.has(input)) return DType::u8;
+  const DType t = ctx.in(input).dtype();
+  if (t != DType::u8 && t != DType::i8)
+    ctx.fail(Errc::dtype_mismatch, std::string(what) + " must be u8 or i8, got " + std::string(name_of(t)));
+  return t;
+}
+
+void expect_quantized(const Ctx& ctx, size_t input, std::string_view what, bool i32_too = false) {
+  const DType t = ctx.in(input).dtype();
+  if (t != DType::u8 && t != DType::i8 && !(i32_too && t == DType::i32))
+    ctx.fail(Errc::dtype_mismatch, std::string(what) + " must be u8" + (i32_too ? ", i8 or i32" : " or i8") + ", got " +
+                                       std::string(name_of(t)));
+}
+
+void expect_same_dtype(const Ctx& ctx, size_t input, size_t like, std::string_view what, std::string_view of) {
+  if (ctx.has(input) && ctx.in(input).dtype() != ctx.in(like).dtype())
+    ctx.fail(Errc::dtype_mismatch, std::string(what) + " is " + std::string(name_of(ctx.in(input).dtype())) + ", " +
+                                       std::string(of) + " is " + std::string(name_of(ctx.in(like).dtype())));
+}
+
+// A scale or zero point: per tensor (a scalar or one element) or per slice
+// along `axis` (1-D of that axis's extent), shaped to broadcast against a
+// tensor of rank `rank`. axis < 0: only per tensor is allowed.
+Tensor quant_param(const Ctx& ctx, size_t input, std::string_view what, size_t rank, int64_t axis, int64_t extent) {
+  Tensor p = ctx.dev(input);
+  const Shape& s = p.shape();
+  if (s.rank() <= 1 && s.numel() == 1) return p.reshape({});
+  if (axis < 0 || s.rank() != 1 || s[0] != extent)
+    ctx.fail(Errc::shape_mismatch,
+             std::string(what) + " has shape " + s.to_string() +
+                 (axis < 0 ? "; only one value (per tensor) fits here"
+                           : "; want one value or " + std::to_string(extent) + " (one per slice)"));
+  Ints dims(rank, 1);
+  dims[static_cast<size_t>(axis)] = extent;
+  return p.reshape(Shape(dims));
+}
+
+// saturate(round(v) + zero_point) as `to`; v is floating.
+Tensor requantize(const Tensor& v, const Tensor& zero_point, DType to) {
+  Tensor q = v.round();
+  if (zero_point.defined()) q = q.add(zero_point.cast(q.dtype()));
+  auto [lo, hi] = quant_range(to);
+  return q.clamp(lo, hi).cast(to);
+}
+
+// The per-tensor or per-axis form of QuantizeLinear/DequantizeLinear: the
+// axis (opset 13) and its extent, or -1 when the scale is one value.
+std::pair<int64_t, int64_t> quant_axis(Ctx& ctx, size_t scale_input, const Shape& x) {
+  if (ctx.in(scale_input).shape().numel() == 1 && ctx.in(scale_input).shape().rank() <= 1) return {-1, 1};
+  if (ctx.opset() < 13) return {-1, 1};  // quant_param refuses the 1-D scale
+  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 1), x.rank());
+  return {axis, x[axis]};
+}
+
+Outs quantize_linear(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  const DType xt = x.dtype();
+  if (xt != DType::f32 && xt != DType::f64 && xt != DType::i32 && xt != DType::f16 && xt != DType::bf16)
+    ctx.fail(Errc::dtype_mismatch, "x must be floating or i32, got " + std::string(name_of(xt)));
+  const DType to = zero_point_dtype(ctx, 2, "y_zero_point");
+  auto [axis, extent] = quant_axis(ctx, 1, x.shape());
+  Tensor scale = quant_param(ctx, 1, "y_scale", x.rank(), axis, extent);
+  Tensor zp = ctx.has(2) ? quant_param(ctx, 2, "y_zero_point", x.rank(), axis, extent) : Tensor();
+  // numpy's x / y_scale: in f32 for f32 (and half) inputs, f64 for i32 or f64.
+  const DType ct = xt == DType::f64 || xt == DType::i32 || scale.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  return Outs{dev_value(requantize(x.cast(ct).div(scale.cast(ct)), zp, to))};
+}
+
+Outs dequantize_linear(Ctx& ctx) {
+  expect_quantized(ctx, 0, "x", true);
+  expect_same_dtype(ctx, 2, 0, "x_zero_point", "x");
+  Tensor x = ctx.dev(0);
+  auto [axis, extent] = quant_axis(ctx, 1, x.shape());
+  Tensor scale = quant_param(ctx, 1, "x_scale", x.rank(), axis, extent);
+  if (!is_floating(scale.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "x_scale must be floating, got " + std::string(name_of(scale.dtype())));
+  // (x - zero_point) is exact in f32 for 8-bit values; for i32 the zero
+  // point is 0 and the cast rounds as numpy's astype(float32).
+  const DType ct = scale.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor v = x.cast(ct);
+  if (ctx.has(2)) v = v.sub(quant_param(ctx, 2, "x_zero_point", x.rank(), axis, extent).cast(ct));
+  Tensor y = v.mul(scale.cast(ct));
+  return Outs{dev_value(y.dtype() == scale.dtype() ? y : y.cast(scale.dtype()))};
+}
+
+// DynamicQuantizeLinear (u8): the range [min(x, 0), max(x, 0)] onto
+// [0, 255], every step in x's float type as the spec's formula (and
+// numpy's reference) computes it.
+Outs dynamic_quantize_linear(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "x must be floating, got " + std::string(name_of(x.dtype())));
+  if (x.numel() == 0) ctx.fail(Errc::shape_mismatch, "x is empty (no range to quantize)");
+  const DType t = x.dtype();
+  Tensor lo = x.min().minimum(scalar_for(t, 0)), hi = x.max().maximum(scalar_for(t, 0));
+  Tensor scale = hi.sub(lo).div(scalar_for(t, 255));
+  Tensor zp = requantize(lo.neg().div(scale), Tensor(), DType::u8);
+  Tensor y = requantize(x.div(scale), zp, DType::u8);
+  return Outs{dev_value(y), dev_value(scale), dev_value(zp)};
+}
+
+// A matmul operand's scale or zero point: per tensor, per row of `of`
+// ([M] -> [M, 1], broadcasting over [..., M, K]) or per column ([N]).
+Tensor matrix_param(const Ctx& ctx, size_t input, std::string_view what, const Tensor& of, bool rows) {
+  const size_t r = of.rank();
+  if (r < 2) return quant_param(ctx, input, what, 0, -1, 1);
+  return quant_param(ctx, input, what, 2, rows ? 0 : 1, of.shape()[rows ? r - 2 : r - 1]);
+}
+
+// An 8-bit matmul operand as i32 minus its zero point: per tensor, or per
+// row of A ([M] -> [M, 1]) / per column of B ([N]).
+Tensor matmul_operand(Ctx& ctx, size_t input, size_t zp_input, bool rows, std::string_view name,
+                      std::string_view zp_name) {
+  expect_quantized(ctx, input, name);
+  if (ctx.has(zp_input)) expect_same_dtype(ctx, zp_input, input, zp_name, name);
+  Tensor v = ctx.dev(input).cast(DType::i32);
+  if (!ctx.has(zp_input)) return v;
+  return v.sub(matrix_param(ctx, zp_input, zp_name, v, rows).cast(DType::i32));
+}
+
+Outs matmul_integer(Ctx& ctx) {
+  Tensor a = matmul_operand(ctx, 0, 2, true, "A", "a_zero_point");
+  Tensor b = matmul_operand(ctx, 1, 3, false, "B", "b_zero_point");
+  return Outs{dev_value(a.matmul(b))};
+}
+
+// (a_scale * b_scale / y_scale) in the scales' float type, applied to the
+// exact i32 product in f64: numpy's reference (an i32 array times an f32
+// one is f64) and the spec's order.
+Tensor rescale(const Tensor& acc, const Tensor& in_scale, const Tensor& w_scale, const Tensor& y_scale) {
+  Tensor m = in_scale.mul(w_scale).div(y_scale);
+  return acc.cast(DType::f64).mul(m.cast(DType::f64));
+}
+
+void expect_float_scale(const Ctx& ctx, size_t input, std::string_view what) {
+  if (!is_floating(ctx.in(input).dtype()))
+    ctx.fail(Errc::dtype_mismatch,
+             std::string(what) + " must be floating, got " + std::string(name_of(ctx.in(input).dtype())));
+}
+
+Outs qlinear_matmul(Ctx& ctx) {
+  expect_float_scale(ctx, 1, "a_scale");
+  expect_float_scale(ctx, 4, "b_scale");
+  expect_float_scale(ctx, 6, "y_scale");
+  const DType to = zero_point_dtype(ctx, 7, "y_zero_point");
+  Tensor a = matmul_operand(ctx, 0, 2, true, "a", "a_zero_point");
+  Tensor b = matmul_operand(ctx, 3, 5, false, "b", "b_zero_point");
+  Tensor acc = a.matmul(b);
+  Tensor a_scale = matrix_param(ctx, 1, "a_scale", a, true);
+  Tensor b_scale = matrix_param(ctx, 4, "b_scale", b, false);
+  Tensor y_scale = matrix_param(ctx, 6, "y_scale", acc, true);
+  Tensor zp = ctx.has(7) ? matrix_param(ctx, 7, "y_zero_point", acc, true) : Tensor();
+  return Outs{dev_value(requantize(rescale(acc, a_scale, b_scale, y_scale), zp, to))};
+}
+
+// A conv operand as f64 minus its zero point: x per tensor only; w per
+// tensor or per output channel ([M] -> [M, 1, ...]).
+Tensor conv_operand(Ctx& ctx, size_t input, size_t zp_input, bool per_channel, std::string_view name,
+                    std::string_view zp_name) {
+  expect_quantized(ctx, input, name);
+  if (ctx.has(zp_input)) expect_same_dtype(ctx, zp_input, input, zp_name, name);
+  Tensor v = ctx.dev(input).cast(DType::f64);
+  if (!ctx.has(zp_input)) return v;
+  const int64_t m = v.rank() > 0 ? v.shape()[0] : 1;
+  Tensor zp = quant_param(ctx, zp_input, zp_name, v.rank(), per_channel ? 0 : -1, m);
+  return v.sub(zp.cast(DType::f64));
+}
+
+Outs conv_integer(Ctx& ctx) {
+  Tensor x = conv_operand(ctx, 0, 2, false, "x", "x_zero_point");
+  Tensor w = conv_operand(ctx, 1, 3, true, "w", "w_zero_point");
+  return Outs{dev_value(conv_of(ctx, x, w, Tensor(), false).cast(DType::i32))};
+}
+
+Outs qlinear_conv(Ctx& ctx) {
+  expect_float_scale(ctx, 1, "x_scale");
+  expect_float_scale(ctx, 4, "w_scale");
+  expect_float_scale(ctx, 6, "y_scale");
+  const DType to = zero_point_dtype(ctx, 7, "y_zero_point");
+  Tensor x = conv_operand(ctx, 0, 2, false, "x", "x_zero_point");
+  Tensor w = conv_operand(ctx, 3, 5, true, "w", "w_zero_point");
+  Tensor b;
+  if (ctx.has(8)) {
+    if (ctx.in(8).dtype() != DType::i32)
+      ctx.fail(Errc::dtype_mismatch, "B must be i32, got " + std::string(name_of(ctx.in(8).dtype())));
+    b = ctx.dev(8).cast(DType::f64);
+  }
+  Tensor acc = conv_of(ctx, x, w, b, false);
+  // Scales per tensor, w_scale also per output channel (axis 1 of y).
+  const int64_t m = w.shape()[0];
+  Tensor x_scale = quant_param(ctx, 1, "x_scale", acc.rank(), -1, 1);
+  Tensor w_scale = quant_param(ctx, 4, "w_scale", acc.rank(), 1, m);
+  Tensor y_scale = quant_param(ctx, 6, "y_scale", acc.rank(), -1, 1);
+  Tensor zp = ctx.has(7) ? quant_param(ctx, 7, "y_zero_point", acc.rank(), -1, 1) : Tensor();
+  return Outs{dev_value(requantize(rescale(acc, x_scale, w_scale, y_scale), zp, to))};
 }
 
 Tensor scatter_nd(Ctx& ctx, const Tensor& data, Tensor idx, const Tensor& updates) {
@@ -1682,6 +1897,14 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                   max_pool_node};
   t["AveragePool"] = {
       {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}, nullptr, avg_pool_node};
+  // --- quantization ---
+  t["QuantizeLinear"] = {{"axis"}, nullptr, quantize_linear};
+  t["DequantizeLinear"] = {{"axis"}, nullptr, dequantize_linear};
+  t["DynamicQuantizeLinear"] = {{}, nullptr, dynamic_quantize_linear};
+  t["MatMulInteger"] = {{}, nullptr, matmul_integer};
+  t["QLinearMatMul"] = {{}, nullptr, qlinear_matmul};
+  t["ConvInteger"] = {{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, nullptr, conv_integer};
+  t["QLinearConv"] = {{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, nullptr, qlinear_conv};
   t["TopK"] = {{"axis", "largest", "sorted"}, nullptr, [](Ctx& ctx) {
                  Tensor x = ctx.dev(0);
                  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
