@@ -669,3 +669,29 @@ TEST_CASE("onnx: QLinearConv with per-channel weights and an i8 output saturates
     CHECK(run_ints(model, {{"x", sy::TensorData::from(x, {1, 1, 2, 2})}}, "y") == std::vector<int64_t>{127, 28});
   }
 }
+
+TEST_CASE("onnx: window functions honour output_datatype and refuse a dtype Switchyard lacks", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(17);
+  m.init_i64("n", {4}, {});
+  attr_i(m.node("HannWindow", {"n"}, {"y"}, "hann"), "output_datatype", pb::TensorProto::DOUBLE);
+  m.output("y", pb::TensorProto::DOUBLE, {int64_t{4}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto y = model.run(sy::onnx::TensorMap{}).at("y");
+  CHECK(y.dtype() == sy::DType::f64);
+  const auto v = y.to_vector<double>();  // periodic: 0.5 - 0.5 cos(2 pi n / 4)
+  REQUIRE(v.size() == 4);
+  CHECK(v[0] == 0);
+  CHECK(v[1] == Approx(0.5).margin(1e-15));
+  CHECK(v[2] == 1);
+  CHECK(v[3] == Approx(0.5).margin(1e-15));
+
+  Builder u(17);
+  u.init_i64("n", {4}, {});
+  attr_i(u.node("BlackmanWindow", {"n"}, {"y"}, "bw"), "output_datatype", pb::TensorProto::UINT16);
+  u.output("y", pb::TensorProto::UINT16, {int64_t{4}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(u.bytes(), rt.cpu(), &code),
+             Catch::Contains("node 'bw' (BlackmanWindow)") && Catch::Contains("output_datatype UINT16"));
+  CHECK(code == sy::Errc::unsupported);
+}

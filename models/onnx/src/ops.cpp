@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <numeric>
 
 #include "onnx_internal.hpp"
@@ -1410,6 +1411,38 @@ Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double
   return x;
 }
 
+// --- window functions (opset 17): computed on the host in f64 from the
+// size, like Range and EyeLike; cos of 2 pi n / N with N = size
+// (periodic) or size - 1 (symmetric) ---
+
+std::string window_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute())
+    if (a.name() == "output_datatype" && !to_dtype(static_cast<int32_t>(a.i())))
+      return "output_datatype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+  return "";
+}
+
+// `terms` are the coefficients a_k of sum_k (-1)^k a_k cos(2 pi k n / N).
+OpSpec window(std::vector<double> terms) {
+  return {{"output_datatype", "periodic"}, window_check, [terms](Ctx& ctx) {
+            const auto size = ctx.ints(0);
+            if (size.size() != 1) ctx.fail(Errc::shape_mismatch, "size must hold one value");
+            if (size[0] < 0) ctx.fail(Errc::invalid_argument, "size " + std::to_string(size[0]));
+            const DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("output_datatype", 1)));
+            const double span = static_cast<double>(ctx.attr_i("periodic", 1) != 0 ? size[0] : size[0] - 1);
+            std::vector<double> v;
+            for (int64_t i = 0; i < size[0]; ++i) {
+              double w = 0, sign = 1;
+              for (size_t k = 0; k < terms.size(); ++k, sign = -sign)
+                w += sign * terms[k] * std::cos(2 * std::numbers::pi * static_cast<double>(k * i) / span);
+              v.push_back(w);
+            }
+            TensorData d = host_doubles(v, {size[0]}, to);
+            if (size[0] > kHostMax) return Outs{dev_value(ctx.device().from_data(std::move(d)))};
+            return Outs{host_value(std::move(d))};
+          }};
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -1897,6 +1930,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                   max_pool_node};
   t["AveragePool"] = {
       {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}, nullptr, avg_pool_node};
+  t["HannWindow"] = window({0.5, 0.5});
+  t["HammingWindow"] = window({25.0 / 46, 21.0 / 46});
+  t["BlackmanWindow"] = window({0.42, 0.5, 0.08});
   // --- quantization ---
   t["QuantizeLinear"] = {{"axis"}, nullptr, quantize_linear};
   t["DequantizeLinear"] = {{"axis"}, nullptr, dequantize_linear};
