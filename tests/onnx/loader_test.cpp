@@ -152,12 +152,13 @@ TEST_CASE("onnx: an op outside the op set fails at load naming the node and the 
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;
   m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
-  m.node("LpPool", {"x"}, {"y"}, "pool1");
+  m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}});
+  m.node("GridSample", {"x", "grid"}, {"y"}, "sample1");
   m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
   sy::Errc code{};
   std::string what = load_error(m.bytes(), rt.cpu(), &code);
   CHECK(code == sy::Errc::unsupported);
-  CHECK_THAT(what, Catch::Contains("node 'pool1'") && Catch::Contains("LpPool") &&
+  CHECK_THAT(what, Catch::Contains("node 'sample1'") && Catch::Contains("GridSample") &&
                        Catch::Contains("not in Switchyard's op set"));
 }
 
@@ -694,4 +695,112 @@ TEST_CASE("onnx: window functions honour output_datatype and refuse a dtype Swit
   CHECK_THAT(load_error(u.bytes(), rt.cpu(), &code),
              Catch::Contains("node 'bw' (BlackmanWindow)") && Catch::Contains("output_datatype UINT16"));
   CHECK(code == sy::Errc::unsupported);
+}
+
+namespace {
+
+void attr_ints(pb::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::INTS);
+  for (auto x : v) a->add_ints(x);
+}
+
+}  // namespace
+
+TEST_CASE("onnx: LpPool with p 1 and 2 and zero pads", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  auto model_for = [](int64_t p, std::vector<int64_t> pads, int64_t out_w) {
+    Builder m(11);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{3}});
+    auto& n = m.node("LpPool", {"x"}, {"y"}, "lp");
+    attr_ints(n, "kernel_shape", {2, 2});
+    attr_ints(n, "strides", {1, 1});
+    attr_ints(n, "pads", std::move(pads));
+    attr_i(n, "p", p);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, out_w});
+    return m.bytes();
+  };
+  const std::vector<float> x = {1, -2, 3, 4, 5, -6};
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    sy::onnx::DataMap in{{"x", sy::TensorData::from(x, {1, 1, 2, 3})}};
+    auto l1 = sy::onnx::Model::load_bytes(model_for(1, {0, 1, 0, 1}, 4), rt.device(dev));
+    auto y1 = run_doubles(l1, in, "y");
+    REQUIRE(y1.size() == 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(y1[i] == Approx(std::vector<double>{5, 12, 16, 9}[i]));
+    auto l2 = sy::onnx::Model::load_bytes(model_for(2, {0, 0, 0, 0}, 2), rt.device(dev));
+    auto y2 = run_doubles(l2, in, "y");
+    REQUIRE(y2.size() == 2);
+    CHECK(y2[0] == Approx(std::sqrt(46.0)));
+    CHECK(y2[1] == Approx(std::sqrt(74.0)));
+  }
+}
+
+TEST_CASE("onnx: LpNormalization along an axis and its refused p", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}});
+  auto& n = m.node("LpNormalization", {"x"}, {"y"}, "norm");
+  attr_i(n, "axis", 0);
+  attr_i(n, "p", 1);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}});
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    CHECK(run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{1, -3, 3, 1}, {2, 2})}}, "y") ==
+          std::vector<double>{0.25, -0.75, 0.75, 0.25});
+  }
+  Builder u;
+  u.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  attr_i(u.node("LpNormalization", {"x"}, {"y"}, "l3"), "p", 3);
+  u.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(u.bytes(), rt.cpu(), &code),
+             Catch::Contains("node 'l3' (LpNormalization)") && Catch::Contains("p=3 (1 and 2 only)"));
+  CHECK(code == sy::Errc::unsupported);
+}
+
+TEST_CASE("onnx: opset 6 broadcast=1 lines B up from axis and later opsets refuse the attribute", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m(6);
+  m.input("a", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{2}});
+  m.init("b", {10, 20, 30}, {3});
+  auto& n = m.node("Add", {"a", "b"}, {"y"}, "add");
+  attr_i(n, "broadcast", 1);
+  attr_i(n, "axis", 1);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{2}});
+  std::vector<float> a(12);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+  std::vector<double> want;
+  for (size_t i = 0; i < a.size(); ++i) want.push_back(a[i] + 10.0 * static_cast<double>((i / 2) % 3 + 1));
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    CHECK(run_doubles(model, {{"a", sy::TensorData::from(a, {2, 3, 2})}}, "y") == want);
+  }
+
+  Builder late(13);
+  late.input("a", pb::TensorProto::FLOAT, {int64_t{2}});
+  late.input("b", pb::TensorProto::FLOAT, {int64_t{2}});
+  attr_i(late.node("Mul", {"a", "b"}, {"y"}, "mul"), "broadcast", 1);
+  late.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(late.bytes(), rt.cpu(), &code),
+             Catch::Contains("node 'mul' (Mul)") && Catch::Contains("attribute 'broadcast' (opset 6 and earlier"));
+  CHECK(code == sy::Errc::unsupported);
+}
+
+TEST_CASE("onnx: Det pivots past a zero and gives 0 for a singular matrix", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m(11);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{3}});
+  m.node("Det", {"x"}, {"y"}, "det");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  const std::vector<float> x = {0, 2, 1, 1, 1, 1, 2, 1, 3,   // det -3
+                                1, 2, 3, 2, 4, 6, 1, 1, 1};  // rows 1 and 2 dependent: 0
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto y = run_doubles(model, {{"x", sy::TensorData::from(x, {2, 3, 3})}}, "y");
+    REQUIRE(y.size() == 2);
+    CHECK(y[0] == Approx(-3.0));
+    CHECK(y[1] == Approx(0.0).margin(1e-6));
+  }
 }

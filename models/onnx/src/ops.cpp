@@ -311,10 +311,44 @@ Tensor int_div(const Tensor& a, const Tensor& b) {
   return t.cast(a.dtype());
 }
 
+// Opset 6 and earlier: binary ops broadcast only with broadcast=1, and
+// then B's axes line up with A's from `axis` (default: A's trailing axes),
+// not numpy-style from the right. Later opsets dropped both attributes.
+const std::vector<std::string> kLegacyBroadcast = {"broadcast", "axis"};
+
+std::string legacy_broadcast_check(const ::onnx::NodeProto& n, int64_t opset) {
+  if (opset < 7) return "";
+  for (const auto& a : n.attribute())
+    if (a.name() == "broadcast" || a.name() == "axis")
+      return "attribute '" + a.name() + "' (opset 6 and earlier only; this model is opset " + std::to_string(opset) +
+             ")";
+  return "";
+}
+
+bool legacy_broadcast(const Ctx& ctx) { return ctx.opset() < 7 && ctx.attr_i("broadcast", 0) != 0; }
+
+// B reshaped so that numpy broadcasting lines it up with A from `axis`.
+Tensor rhs_operand(Ctx& ctx) {
+  if (!legacy_broadcast(ctx)) return ctx.dev(1);
+  const Shape &a = ctx.in(0).shape(), &b = ctx.in(1).shape();
+  const auto ra = static_cast<int64_t>(a.rank()), rb = static_cast<int64_t>(b.rank());
+  int64_t axis = ctx.attr("axis") ? ctx.attr_i("axis", 0) : ra - rb;
+  if (axis < 0) axis += ra;
+  bool fits = axis >= 0 && axis + rb <= ra;
+  for (int64_t i = 0; fits && i < rb; ++i) fits = b[i] == 1 || b[i] == a[axis + i];
+  if (!fits)
+    ctx.fail(Errc::shape_mismatch, "B " + b.to_string() + " does not broadcast onto A " + a.to_string() +
+                                       " from axis " + std::to_string(axis));
+  Ints dims(b.dims);
+  dims.insert(dims.end(), static_cast<size_t>(ra - axis - rb), 1);
+  return ctx.dev(1).reshape(Shape(dims));
+}
+
 OpSpec binary(BinaryKind k, const std::string& name) {
-  return {{}, nullptr, [k, name](Ctx& ctx) {
-            if (auto h = host_binary(ctx, name)) return Outs{*h};
-            return Outs{dev_value(ctx.dev(0).binary(k, ctx.dev(1)))};
+  return {kLegacyBroadcast, legacy_broadcast_check, [k, name](Ctx& ctx) {
+            if (!legacy_broadcast(ctx))
+              if (auto h = host_binary(ctx, name)) return Outs{*h};
+            return Outs{dev_value(ctx.dev(0).binary(k, rhs_operand(ctx)))};
           }};
 }
 
@@ -1136,6 +1170,152 @@ Outs qlinear_conv(Ctx& ctx) {
   return Outs{dev_value(requantize(rescale(acc, x_scale, w_scale, y_scale), zp, to))};
 }
 
+// LRN: x / (bias + alpha / size * sum of x^2 over the channel window)^beta,
+// the window [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)]: the
+// squares padded with zeros on axis 1, summed over `size` shifted slices.
+Outs lrn_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "x must be floating, got " + std::string(name_of(x.dtype())));
+  if (x.rank() < 3) ctx.fail(Errc::shape_mismatch, "x must be [N, C, ...], got " + x.shape().to_string());
+  const int64_t size = ctx.attr_i("size", 0);
+  if (size < 1) ctx.fail(Errc::invalid_argument, "size must be at least 1, got " + std::to_string(size));
+  const DType t = x.dtype();
+  const int64_t c = x.shape()[1];
+  Ints before(x.rank(), 0), after(x.rank(), 0);
+  before[1] = (size - 1) / 2;
+  after[1] = size - 1 - before[1];
+  Tensor sq = x.mul(x).pad(before, after);
+  Tensor sum = sq.slice(1, Slice{0, c});
+  for (int64_t k = 1; k < size; ++k) sum = sum.add(sq.slice(1, Slice{k, k + c}));
+  const double alpha = ctx.attr_f("alpha", 1e-4f), beta = ctx.attr_f("beta", 0.75f), bias = ctx.attr_f("bias", 1.0f);
+  Tensor denom =
+      sum.mul(scalar_for(t, alpha / static_cast<double>(size))).add(scalar_for(t, bias)).pow(scalar_for(t, beta));
+  return Outs{dev_value(x.div(denom))};
+}
+
+// ReverseSequence: along the time axis, batch entry b reverses its first
+// sequence_lens[b] steps; one gather with the source step of every
+// (time, batch) position, broadcast over the remaining axes.
+Outs reverse_sequence_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  const int64_t batch_axis = ctx.attr_i("batch_axis", 1), time_axis = ctx.attr_i("time_axis", 0);
+  if (!((batch_axis == 0 && time_axis == 1) || (batch_axis == 1 && time_axis == 0)))
+    ctx.fail(Errc::invalid_argument, "batch_axis " + std::to_string(batch_axis) + " and time_axis " +
+                                         std::to_string(time_axis) + " (one must be 0, the other 1)");
+  if (x.rank() < 2) ctx.fail(Errc::shape_mismatch, "input must have at least 2 axes, got " + x.shape().to_string());
+  const int64_t steps = x.shape()[time_axis], batch = x.shape()[batch_axis];
+  Tensor lens = ctx.dev(1);
+  if (lens.shape() != Shape{batch})
+    ctx.fail(Errc::shape_mismatch,
+             "sequence_lens has shape " + lens.shape().to_string() + ", want [" + std::to_string(batch) + "]");
+  Ints tshape(x.rank(), 1), bshape(x.rank(), 1);
+  tshape[time_axis] = steps;
+  bshape[batch_axis] = batch;
+  Tensor t = ctx.device().arange(0, static_cast<double>(steps)).reshape(Shape(tshape));
+  Tensor len = lens.cast(DType::i64).clamp(0, static_cast<double>(steps)).reshape(Shape(bshape));
+  Tensor src = where(t.lt(len), len.sub(Scalar(int64_t{1})).sub(t), t);
+  Ints full(x.shape().dims);
+  return Outs{dev_value(x.gather(time_axis, src.expand(Shape(full))))};
+}
+
+// MaxUnpool: values scattered to their flat indices in the unpooled shape
+// ((in - 1) * stride - pads + kernel). With output_shape, ONNX's test case
+// keeps each index's coordinates in that inferred shape and pads the
+// output at the end of each axis up to the requested extents.
+Outs max_unpool_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  auto kernel = ctx.attr_ints("kernel_shape");
+  if (!kernel || kernel->empty()) ctx.fail(Errc::invalid_argument, "kernel_shape is required");
+  const size_t spatial = kernel->size();
+  if (x.rank() != spatial + 2)
+    ctx.fail(Errc::shape_mismatch,
+             "input " + x.shape().to_string() + " for a kernel of " + std::to_string(spatial) + " axes");
+  const Ints stride = spatial_attr(ctx, "strides", spatial, 1);
+  const Ints pads = ctx.attr_ints("pads").value_or(Ints(2 * spatial, 0));
+  if (pads.size() != 2 * spatial)
+    ctx.fail(Errc::invalid_argument,
+             "pads has " + std::to_string(pads.size()) + " entries for " + std::to_string(spatial) + " spatial axes");
+  if (ctx.in(1).shape() != x.shape())
+    ctx.fail(Errc::shape_mismatch, "indices " + ctx.in(1).shape().to_string() + " for input " + x.shape().to_string());
+  Ints inferred{x.shape()[0], x.shape()[1]};
+  for (size_t a = 0; a < spatial; ++a)
+    inferred.push_back((x.shape()[a + 2] - 1) * stride[a] - pads[a] - pads[a + spatial] + (*kernel)[a]);
+  const Shape shape(inferred);
+  Tensor idx = ctx.dev(1).cast(DType::i64).flatten();
+  Tensor y = ctx.device().zeros({shape.numel()}, x.dtype()).scatter(0, idx, x.flatten()).reshape(shape);
+  if (!ctx.has(2) || ctx.in(2).shape().numel() == 0) return Outs{dev_value(y)};
+  const Ints want = ctx.ints(2);
+  if (want.size() != inferred.size())
+    ctx.fail(Errc::shape_mismatch, "output_shape has " + std::to_string(want.size()) + " entries for rank " +
+                                       std::to_string(inferred.size()));
+  Ints before(want.size(), 0), after(want.size(), 0);
+  for (size_t a = 0; a < want.size(); ++a) {
+    if (want[a] < inferred[a] || (a < 2 && want[a] != inferred[a]))
+      ctx.fail(Errc::shape_mismatch,
+               "output_shape " + Shape(want).to_string() + " is smaller than the unpooled " + shape.to_string());
+    after[a] = want[a] - inferred[a];
+  }
+  return Outs{dev_value(y.pad(before, after))};
+}
+
+// LpPool: (sum over the window of |x|^p)^(1/p); the window sum is the
+// average pool (zero pads counted) times the kernel's element count.
+Outs lp_pool_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "x must be floating, got " + std::string(name_of(x.dtype())));
+  auto o = pool_options(ctx, x, false);
+  const double p = static_cast<double>(ctx.attr_i("p", 2));
+  const DType t = x.dtype();
+  Tensor powed = p == 1 ? x.abs() : p == 2 ? x.mul(x) : x.abs().pow(scalar_for(t, p));
+  if (pads_exceed_half(o)) powed = pad_spatial(powed, o, 0);
+  o.count_include_pad = true;
+  int64_t window = 1;
+  for (auto k : o.kernel_size) window *= k;
+  Tensor sum = nn::avg_pool(powed, o).mul(scalar_for(t, static_cast<double>(window)));
+  if (p == 1) return Outs{dev_value(sum)};
+  return Outs{dev_value(p == 2 ? sum.sqrt() : sum.pow(scalar_for(t, 1.0 / p)))};
+}
+
+// Det: Gaussian elimination with partial pivoting over the batch at once,
+// unrolled over the (static) matrix extent: the product of the pivots,
+// negated for each row swap.
+Outs det_node(Ctx& ctx) {
+  Tensor a = ctx.dev(0);
+  const DType t = a.dtype();
+  if (!is_floating(t)) ctx.fail(Errc::dtype_mismatch, "x must be floating, got " + std::string(name_of(t)));
+  const Shape& s = a.shape();
+  if (s.rank() < 2 || s[s.rank() - 1] != s[s.rank() - 2])
+    ctx.fail(Errc::shape_mismatch, "x must be [..., M, M], got " + s.to_string());
+  const int64_t n = s[s.rank() - 1];
+  const Shape batch_shape(Ints(s.dims.begin(), s.dims.end() - 2));
+  const int64_t batch = batch_shape.numel();
+  const Device& d = ctx.device();
+  a = a.reshape({batch, n, n});
+  Tensor det = d.full({batch}, 1, t);
+  Tensor rows = d.arange(0, static_cast<double>(n)).reshape({1, n});
+  Tensor zero = d.zeros({}, t);
+  for (int64_t k = 0; k < n; ++k) {
+    Tensor col = a.slice(1, Slice{k, n}).slice(2, Slice{k, k + 1}).reshape({batch, n - k});
+    Tensor p = col.abs().argmax(1).add(Scalar(k)).reshape({batch, 1});
+    // Swap rows k and p of each matrix.
+    Tensor kk = d.full({}, static_cast<double>(k), DType::i64);
+    Tensor perm = where(rows.eq(Scalar(k)), p, where(rows.eq(p), kk, rows));
+    a = a.gather(1, perm.reshape({batch, n, 1}).expand({batch, n, n}));
+    det = where(p.reshape({batch}).ne(Scalar(k)), det.neg(), det);
+    Tensor pivot = a.slice(1, Slice{k, k + 1}).slice(2, Slice{k, k + 1});  // [batch, 1, 1]
+    det = det.mul(pivot.reshape({batch}));
+    if (k + 1 == n) break;
+    // A zero pivot means a zero column below it: nothing to eliminate.
+    Tensor below = a.slice(1, Slice{k + 1, n});
+    Tensor f = where(pivot.eq(Scalar(0.0)), zero, below.slice(2, Slice{k, k + 1}).div(pivot));
+    below = below.sub(f.mul(a.slice(1, Slice{k, k + 1})));
+    a = cat({a.slice(1, Slice{0, k + 1}), below}, 1);
+  }
+  return Outs{dev_value(det.reshape(batch_shape))};
+}
+
 Tensor scatter_nd(Ctx& ctx, const Tensor& data, Tensor idx, const Tensor& updates) {
   const auto& ds = data.shape();
   const auto& is = idx.shape();
@@ -1574,15 +1754,16 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Add"] = binary(BinaryKind::add, "Add");
   t["Sub"] = binary(BinaryKind::sub, "Sub");
   t["Mul"] = binary(BinaryKind::mul, "Mul");
-  t["Div"] = {{}, nullptr, [](Ctx& ctx) {
-                if (auto h = host_binary(ctx, "Div")) return Outs{*h};
-                Tensor a = ctx.dev(0), b = ctx.dev(1);
+  t["Div"] = {kLegacyBroadcast, legacy_broadcast_check, [](Ctx& ctx) {
+                if (!legacy_broadcast(ctx))
+                  if (auto h = host_binary(ctx, "Div")) return Outs{*h};
+                Tensor a = ctx.dev(0), b = rhs_operand(ctx);
                 if (!is_floating(a.dtype())) return Outs{dev_value(int_div(a, b))};
                 return Outs{dev_value(a.div(b))};
               }};
-  t["Pow"] = {{}, nullptr, [](Ctx& ctx) {
+  t["Pow"] = {kLegacyBroadcast, legacy_broadcast_check, [](Ctx& ctx) {
                 Tensor a = ctx.dev(0);
-                Tensor r = a.pow(ctx.dev(1));
+                Tensor r = a.pow(rhs_operand(ctx));
                 return Outs{dev_value(r.dtype() == a.dtype() ? r : r.cast(a.dtype()))};
               }};
   t["Mod"] = {{"fmod"}, nullptr, [](Ctx& ctx) {
@@ -1933,6 +2114,31 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["HannWindow"] = window({0.5, 0.5});
   t["HammingWindow"] = window({25.0 / 46, 21.0 / 46});
   t["BlackmanWindow"] = window({0.42, 0.5, 0.08});
+  t["LRN"] = {{"alpha", "beta", "bias", "size"}, nullptr, lrn_node};
+  t["ReverseSequence"] = {{"batch_axis", "time_axis"}, nullptr, reverse_sequence_node};
+  t["MaxUnpool"] = {{"kernel_shape", "pads", "strides"}, nullptr, max_unpool_node};
+  t["LpPool"] = {{"auto_pad", "kernel_shape", "p", "pads", "strides"},
+                 [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                   for (const auto& a : n.attribute())
+                     if (a.name() == "p" && a.i() < 1) return "p=" + std::to_string(a.i()) + " (p >= 1 only)";
+                   return "";
+                 },
+                 lp_pool_node};
+  t["LpNormalization"] = {{"axis", "p"},
+                          [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                            for (const auto& a : n.attribute())
+                              if (a.name() == "p" && a.i() != 1 && a.i() != 2)
+                                return "p=" + std::to_string(a.i()) + " (1 and 2 only)";
+                            return "";
+                          },
+                          [](Ctx& ctx) {
+                            Tensor x = ctx.dev(0);
+                            const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
+                            Tensor norm =
+                                ctx.attr_i("p", 2) == 1 ? x.abs().sum({axis}, true) : x.mul(x).sum({axis}, true).sqrt();
+                            return Outs{dev_value(x.div(norm))};
+                          }};
+  t["Det"] = {{}, nullptr, det_node};
   // --- quantization ---
   t["QuantizeLinear"] = {{"axis"}, nullptr, quantize_linear};
   t["DequantizeLinear"] = {{"axis"}, nullptr, dequantize_linear};
