@@ -201,9 +201,9 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   impl->device = device;
   for (const auto& op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") impl->opset = op.version();
-  // Opset 6 differs from 7 only by attributes (broadcast/axis on binary ops,
-  // is_test, consumed_inputs) that the attribute check below refuses, so the
-  // models of ops last changed in opset 6 (Elu, Selu, ...) load too.
+  // Opset 6 differs from 7 by attributes: broadcast/axis on binary ops (the
+  // op table honours them below opset 7), is_test and consumed_inputs (the
+  // attribute check below refuses them), so opset 6 models load too.
   if (impl->opset == 0) {
     std::string domains;
     for (const auto& op : model.opset_import()) domains += (domains.empty() ? "" : ", ") + op.domain();
