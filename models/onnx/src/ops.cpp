@@ -1177,7 +1177,7 @@ Outs lrn_node(Ctx& ctx) {
   Tensor x = ctx.dev(0);
   if (!is_floating(x.dtype()))
     ctx.fail(Errc::dtype_mismatch, "x must be floating, got " + std::string(name_of(x.dtype())));
-  if (x.rank() < 3) ctx.fail(Errc::shape_mismatch, "x must be [N, C, ...], got " + x.shape().to_string());
+  if (x.rank() < 2) ctx.fail(Errc::shape_mismatch, "x must be [N, C, ...], got " + x.shape().to_string());
   const int64_t size = ctx.attr_i("size", 0);
   if (size < 1) ctx.fail(Errc::invalid_argument, "size must be at least 1, got " + std::to_string(size));
   const DType t = x.dtype();
