@@ -168,10 +168,11 @@ void Batcher::dispatch(size_t r, std::vector<std::shared_ptr<Job>> jobs, int64_t
 }
 
 void Batcher::finish(size_t r) {
-  {
-    std::lock_guard lock(mu_);
-    --in_flight_[r];
-  }
+  // Notified under the lock: once stop() sees the last batch finish it may
+  // destroy the Batcher, and with it cv_, which a notify after the unlock
+  // could still be using (TSan caught it at shutdown).
+  std::lock_guard lock(mu_);
+  --in_flight_[r];
   cv_.notify_all();
 }
 

@@ -442,10 +442,10 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
 }
 
 void OnnxBatcher::finish(size_t replica) {
-  {
-    std::lock_guard lock(mu_);
-    --in_flight_[replica];
-  }
+  // Under the lock, as Batcher::finish: stop() may destroy cv_ as soon as it
+  // sees the last batch finish.
+  std::lock_guard lock(mu_);
+  --in_flight_[replica];
   cv_.notify_all();
 }
 

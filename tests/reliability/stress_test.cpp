@@ -72,6 +72,9 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
   std::atomic<int> continuations_run{0};
   std::atomic<int> chains_checked{0};
   std::atomic<int> failures{0};
+  // Catch2 v2's assertions are not thread-safe: the client threads count
+  // what they would have asserted, and the main thread checks the counts.
+  std::atomic<int> stalled_continuations{0};
   const auto stop_at = Clock::now() + duration;
 
   std::vector<std::thread> clients;
@@ -116,11 +119,13 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
         longest.time([&] { x = Tensor(); });
         ++step;
         if (pending.size() > 64) {
-          for (auto& f : pending) REQUIRE(f.wait_for(60s));
+          for (auto& f : pending)
+            if (!f.wait_for(60s)) stalled_continuations.fetch_add(1);
           pending.clear();
         }
       }
-      for (auto& f : pending) REQUIRE(f.wait_for(60s));
+      for (auto& f : pending)
+        if (!f.wait_for(60s)) stalled_continuations.fetch_add(1);
     });
   }
 
@@ -145,6 +150,7 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
       static_cast<unsigned long long>(longest.calls()), longest.worst_ms(), longest_call_bound_ms,
       continuations_run.load(), chains_checked.load(), runtimes_closed_in_continuation);
   CHECK(failures == 0);
+  CHECK(stalled_continuations == 0);
   CHECK(continuations_run > 0);
   CHECK(chains_checked > 0);
   CHECK(runtimes_closed_in_continuation > 0);

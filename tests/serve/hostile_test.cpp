@@ -24,6 +24,16 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Bounds on the server's memory and latency hold for its own bytes and speed;
+// a ThreadSanitizer build adds shadow memory and runs several times slower.
+#ifdef SERVE_UNDER_TSAN
+constexpr double kMemoryFactor = 5;
+constexpr double kSlowdownFactor = 4;
+#else
+constexpr double kMemoryFactor = 1;
+constexpr double kSlowdownFactor = 1;
+#endif
+
 /// One HTTP response as read off a raw socket.
 struct RawResponse {
   int status = -1;
@@ -424,7 +434,9 @@ TEST_CASE("200 peers each holding a nearly complete 1 MiB body cost at most the 
       refused, rss_before, rss_held);
   report("body-memory attack (200 peers holding 1 MiB bodies), /healthz", legit);
   CHECK(refused >= 200 - 64);
-  CHECK(rss_held - rss_before < 64 + 96);  // the budget plus buffers and allocator slack
+  // The budget plus buffers and allocator slack; under TSan the bodies' bytes
+  // also have their shadow (4 shadow bytes per application byte).
+  CHECK(rss_held - rss_before < (64 + 96) * kMemoryFactor);
   CHECK(legit.ok == legit.sent);
   check_rejected(during, 503, "--max-body-memory-bytes");
   // The body deadline cuts the holders and returns their budget.
@@ -643,8 +655,8 @@ TEST_CASE("1000 concurrent connections are all answered (real backlog, no thread
   CHECK(answered == kConns);
   // No connection waiting for a free thread (the old server: p99 14.6 s).
   // Generous for the sanitizer builds and a loaded machine; a quiet Release
-  // build sees ~0.3 s.
-  CHECK(p99 < 3.0);
+  // build sees ~0.3 s, a TSan build on 2 loaded cores ~3.4 s.
+  CHECK(p99 < 3.0 * kSlowdownFactor);
 }
 
 TEST_CASE("at --max-connections new connections wait in the backlog and are served once one closes",
