@@ -102,16 +102,19 @@ namespace {
 #define SY_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define SY_BF16_ENTRY SY_BF16_TARGET __attribute__((noinline))
 
-// 8 x 48: 24 accumulators, and per k pair 3 B loads + 8 broadcasts for 24
-// dot products, so loads stay well under the two-per-cycle FMA rate.
-constexpr int kMR = 8;
-constexpr int kNV = 3;
+// 6 x 64: 24 accumulators, and per k pair 4 B loads + 6 broadcasts for 24
+// dot products, so loads stay well under the two-per-cycle dot product
+// rate; 64 columns divide the power-of-two widths models use. (8 x 48 ran
+// as fast within the noise of a shared machine, but leaves a 16-wide edge
+// on such widths.)
+constexpr int kMR = 6;
+constexpr int kNV = 4;
 constexpr int64_t kNR = 16 * kNV;
 constexpr int64_t kKC = 512;  // even: only the last K block has an odd tail
 constexpr int64_t kMC = 192;  // a multiple of kMR
 constexpr int64_t kNC = 8 * kNR;
 
-static_assert(kKC % 2 == 0 && kMC % kMR == 0 && kNC % kNR == 0);
+static_assert(kKC % 2 == 0 && kMC % kMR == 0 && kNC % kNR == 0 && kNR % 32 == 0);
 
 /// Lanes (16-bit) of `v` that hold a bf16 subnormal: exponent 0, mantissa
 /// not 0. VDPBF16PS reads them as zero.
@@ -140,26 +143,35 @@ SY_BF16_ENTRY bool has_subnormal(const uint16_t* p, int64_t n) {
   return bad != 0;
 }
 
-/// Packs panel `panel` of a row-major k x n B: for each pair q, the two
-/// rows 2q and 2q+1 interleaved (row 2q+1 is zero past an odd k, columns
-/// past n are zero). Returns whether the panel holds a subnormal.
-SY_BF16_ENTRY bool pack_b_rows(const uint16_t* b, int64_t k, int64_t n, int64_t panel, uint16_t* out) {
-  const int64_t j0 = panel * kNR;
-  __mmask16 bad = 0;
-  for (int64_t q = 0; 2 * q < k; ++q) {
-    const uint16_t* r0 = b + 2 * q * n + j0;
+/// Packs k pairs [q0, q1) of a row-major k x n B into every panel: for
+/// pair q, rows 2q and 2q+1 interleaved (row 2q+1 is zero past an odd k,
+/// columns past n are zero). Row by row, not panel by panel: rows are then
+/// read once, in order, instead of as narrow strips 2n bytes apart.
+/// Returns whether those rows hold a subnormal.
+SY_BF16_ENTRY bool pack_b_rows(const uint16_t* b, int64_t k, int64_t n, int64_t q0, int64_t q1, int64_t panels,
+                               int64_t panel_elems, uint16_t* out) {
+  // vpermt2w indices: 16-bit lanes of x0 (0..31) and x1 (32..63) alternating,
+  // for columns 0..15 and 16..31 of a 32-column group.
+  alignas(64) static constexpr uint16_t lo_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  __mmask32 bad = 0;
+  for (int64_t q = q0; q < q1; ++q) {
+    const uint16_t* r0 = b + 2 * q * n;
     const bool second = 2 * q + 1 < k;
-    for (int v = 0; v < kNV; ++v) {
-      const int64_t cols = n - j0 - 16 * v;
-      __m512i pair = _mm512_setzero_si512();
-      if (cols > 0) {
-        const __mmask16 m = mask16(cols);
-        const __m256i x0 = _mm256_maskz_loadu_epi16(m, r0 + 16 * v);
-        const __m256i x1 = second ? _mm256_maskz_loadu_epi16(m, r0 + n + 16 * v) : _mm256_setzero_si256();
+    for (int64_t j = 0; j < panels * kNR; j += 32) {
+      __m512i x0 = _mm512_setzero_si512(), x1 = _mm512_setzero_si512();
+      if (j < n) {
+        const __mmask32 m = mask32(n - j);
+        x0 = _mm512_maskz_loadu_epi16(m, r0 + j);
+        if (second) x1 = _mm512_maskz_loadu_epi16(m, r0 + n + j);
         bad |= subnormal_lanes(x0) | subnormal_lanes(x1);
-        pair = _mm512_or_si512(_mm512_cvtepu16_epi32(x0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(x1), 16));
       }
-      _mm512_storeu_si512(out + q * 2 * kNR + 32 * v, pair);
+      uint16_t* dst = out + (j / kNR) * panel_elems + q * 2 * kNR + 2 * (j % kNR);
+      _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x0, lo, x1));
+      _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(x0, hi, x1));
     }
   }
   return bad != 0;
@@ -342,8 +354,11 @@ struct Gemm {
   }
 };
 
-/// Result tiles [begin, end) of (batch, m tile, n tile), full K each.
-SY_BF16_ENTRY void run_tiles(const Gemm& g, int64_t begin, int64_t end) {
+/// Result tiles of (batch, m tile, n tile), full K each, taken one at a
+/// time from `next` until none is left: tiles differ in size at the edges,
+/// and the pool's chunks (a few per thread) would leave a thread idle for
+/// up to a chunk at the end.
+SY_BF16_ENTRY void run_tiles(const Gemm& g, std::atomic<int64_t>& next) {
   // Partial sums between K blocks; per thread, reused, so no op pays for
   // fresh pages.
   thread_local std::vector<float> partial;
@@ -351,7 +366,9 @@ SY_BF16_ENTRY void run_tiles(const Gemm& g, int64_t begin, int64_t end) {
   const size_t rank = g.bias_strides.size();
   const int64_t bias_rs = rank >= 2 ? g.bias_strides[rank - 2] : 0;
   const bool bias_cols = rank >= 1 && g.bias_strides[rank - 1] != 0;
-  for (int64_t item = begin; item < end; ++item) {
+  const int64_t tiles = g.dims->batches * g.m_tiles * g.n_tiles;
+  for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < tiles;
+       item = next.fetch_add(1, std::memory_order_relaxed)) {
     const int64_t batch = item / (g.m_tiles * g.n_tiles);
     const int64_t rest = item % (g.m_tiles * g.n_tiles);
     const int64_t i0 = (rest / g.n_tiles) * kMC, j0 = (rest % g.n_tiles) * kNC;
@@ -434,7 +451,10 @@ std::optional<Expected<Bytes>> matmul_bf16(Context& ctx, const MatmulOp& op, con
   // 1. Pack every rhs matrix (broadcast batches share one), transpose a
   // transposed lhs, and look for subnormals in both.
   constexpr int64_t scan_chunk = 1 << 16;
-  const int64_t pack_items = b_matrices * g.panels;
+  constexpr int64_t pack_pairs = 32;  // k pairs per item of a row-major B
+  const int64_t pairs = (d.k + 1) / 2;
+  const int64_t pack_per_matrix = g.b_transposed ? g.panels : (pairs + pack_pairs - 1) / pack_pairs;
+  const int64_t pack_items = b_matrices * pack_per_matrix;
   const int64_t scan_items = (op.lhs.numel() + scan_chunk - 1) / scan_chunk;
   const int64_t transpose_items = op.transpose_lhs ? a_matrices : 0;
   const int64_t prep_items = pack_items + scan_items + transpose_items;
@@ -443,10 +463,14 @@ std::optional<Expected<Bytes>> matmul_bf16(Context& ctx, const MatmulOp& op, con
     for (int64_t it = begin; it < end; ++it) {
       bool found = false;
       if (it < pack_items) {
-        const int64_t matrix = it / g.panels, panel = it % g.panels;
+        const int64_t matrix = it / pack_per_matrix, part = it % pack_per_matrix;
         const uint16_t* b = g.b + matrix * d.k * d.n;
-        uint16_t* out = g.packed_b + matrix * g.packed_matrix_elems() + panel * g.panel_elems;
-        found = g.b_transposed ? pack_b_cols(b, d.k, d.n, panel, out) : pack_b_rows(b, d.k, d.n, panel, out);
+        uint16_t* out = g.packed_b + matrix * g.packed_matrix_elems();
+        if (g.b_transposed)
+          found = pack_b_cols(b, d.k, d.n, part, out + part * g.panel_elems);
+        else
+          found = pack_b_rows(b, d.k, d.n, part * pack_pairs, std::min(pairs, (part + 1) * pack_pairs), g.panels,
+                              g.panel_elems, out);
       } else if (it < pack_items + scan_items) {
         const int64_t first = (it - pack_items) * scan_chunk;
         found = has_subnormal(lhs + first, std::min(scan_chunk, op.lhs.numel() - first));
@@ -468,8 +492,9 @@ std::optional<Expected<Bytes>> matmul_bf16(Context& ctx, const MatmulOp& op, con
   }
   g.m_tiles = (d.m + kMC - 1) / kMC;
   g.n_tiles = (d.n + kNC - 1) / kNC;
-  const int64_t tiles = d.batches * g.m_tiles * g.n_tiles;
-  ctx.pool.parallel_for(tiles, serial ? tiles : 1, [&](int64_t begin, int64_t end) { run_tiles(g, begin, end); });
+  const auto takers = static_cast<int64_t>(ctx.pool.threads());
+  std::atomic<int64_t> next{0};
+  ctx.pool.parallel_for(takers, serial ? takers : 1, [&](int64_t, int64_t) { run_tiles(g, next); });
   native_runs.fetch_add(1, std::memory_order_relaxed);
   return Expected<Bytes>(std::move(out));
 }
