@@ -380,6 +380,23 @@ TEST_CASE("native bf16 GEMM rounds to nearest even like the f32 path", "[cpu][dt
   CHECK(native == run(*backends().reference, c));
 }
 
+TEST_CASE("native bf16 GEMM adds each pair's odd product first and rounds every addition", "[cpu][dtype][bf16_gemm]") {
+  if (skip_without_bf16_dot()) return;
+  // README: the sum runs in k order 1, 0, 3, 2, ... with each addition
+  // rounded (VDPBF16PS as the Intel SDM specifies it). After the first
+  // pair the sum is 1; then 1 + 2^-24 rounds back to 1 before -1 cancels
+  // it (0), but -1 first leaves 2^-24. Exact: 2^-24 both times.
+  const float e = 0x1p-24f;
+  Case c;
+  c.a = {2, 4};
+  c.b = {4, 1};
+  c.av = {bits_of(1), bits_of(0), bits_of(-1), bits_of(e),    // second pair: odd e, even -1
+          bits_of(1), bits_of(0), bits_of(e),  bits_of(-1)};  // second pair: odd -1, even e
+  c.bv.assign(4, bits_of(1));
+  CHECK(run_native(c) == std::vector<uint16_t>{bits_of(0), bits_of(e)});
+  CHECK(run(*backends().reference, c) == std::vector<uint16_t>{bits_of(e), bits_of(e)});
+}
+
 TEST_CASE("native bf16 GEMM propagates NaN and infinities as the f32 path", "[cpu][dtype][bf16_gemm]") {
   if (skip_without_bf16_dot()) return;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
