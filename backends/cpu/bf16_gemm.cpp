@@ -20,7 +20,9 @@
 // and n.
 //
 // Compiled with target attributes rather than -march, so the portable
-// build carries it; chosen at run time (cpu_has_bf16_dot). The entry points
+// build carries it; chosen at run time (cpu_has_bf16_dot). It needs no
+// target_clones, so SWITCHYARD_CPU_ONE_LEVEL builds (native, sanitizers)
+// keep it too, and ASan and TSan check its packing and threading. The entry points
 // are noinline: ThreadPool's run_for_this_cpu clones flatten whatever they
 // call, and must not try to inline AVX512-BF16 code into baseline code.
 
@@ -362,7 +364,8 @@ SY_BF16_ENTRY void run_tiles(const Gemm& g, std::atomic<int64_t>& next) {
   // Partial sums between K blocks; per thread, reused, so no op pays for
   // fresh pages.
   thread_local std::vector<float> partial;
-  if (partial.size() < static_cast<size_t>(kMC * kNC)) partial.resize(kMC * kNC);
+  const bool blocked = g.k > kKC;
+  if (blocked && partial.size() < static_cast<size_t>(kMC * kNC)) partial.resize(kMC * kNC);
   const size_t rank = g.bias_strides.size();
   const int64_t bias_rs = rank >= 2 ? g.bias_strides[rank - 2] : 0;
   const bool bias_cols = rank >= 1 && g.bias_strides[rank - 1] != 0;
@@ -393,7 +396,7 @@ SY_BF16_ENTRY void run_tiles(const Gemm& g, std::atomic<int64_t>& next) {
         const uint16_t* bpanel = pb + (jr / kNR) * g.panel_elems + (pc / 2) * 2 * kNR;
         for (int64_t ir = i0; ir < i1; ir += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, i1 - ir));
-          o.partial = partial.data() + (ir - i0) * kNC + (jr - j0);
+          o.partial = blocked ? partial.data() + (ir - i0) * kNC + (jr - j0) : nullptr;
           o.c = c + ir * g.n + jr;
           o.bias = bias == nullptr ? nullptr : bias + ir * bias_rs + (bias_cols ? jr : 0);
           kMicro[static_cast<size_t>((rows - 1) * kNV + vectors - 1)](a + ir * g.k + pc, g.k, bpanel, kc / 2,
