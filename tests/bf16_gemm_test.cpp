@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -479,7 +480,7 @@ TEST_CASE("bf16 matmul with a zero extent leaves the native kernel out", "[cpu][
   }
 }
 
-TEST_CASE("SWITCHYARD_CPU_BF16_GEMM and set_native_bf16_gemm switch the native kernel", "[cpu][dtype][bf16_gemm]") {
+TEST_CASE("set_native_bf16_gemm switches the native kernel", "[cpu][dtype][bf16_gemm]") {
   if (!cpu::cpu_has_bf16_dot()) {
     CHECK(!cpu::set_native_bf16_gemm(true));
     CHECK(!cpu::native_bf16_gemm_enabled());  // stays off without the instructions
@@ -491,4 +492,17 @@ TEST_CASE("SWITCHYARD_CPU_BF16_GEMM and set_native_bf16_gemm switch the native k
   CHECK(!cpu::set_native_bf16_gemm(true));
   CHECK(cpu::native_bf16_gemm_enabled());
   cpu::set_native_bf16_gemm(before);
+}
+
+TEST_CASE("SWITCHYARD_CPU_BF16_GEMM=0 in the environment leaves bf16 matmul on the f32 path", "[cpu][dtype][env]") {
+  // ctest runs this case once more with the variable set (bf16_gemm.env_off).
+  const char* env = std::getenv("SWITCHYARD_CPU_BF16_GEMM");
+  const bool off = env != nullptr && std::string(env) == "0";
+  CHECK(cpu::native_bf16_gemm_enabled() == (cpu::cpu_has_bf16_dot() && !off));
+  Draw r{7};
+  const Case c = make_case(r, {40, 70}, {70, 50}, false, false, Values::small_integers);
+  const auto before = cpu::native_bf16_gemm_runs();
+  const auto bits = run(*backends().cpu, c);
+  CHECK(cpu::native_bf16_gemm_runs() - before == (cpu::native_bf16_gemm_enabled() ? 1u : 0u));
+  CHECK(bits == run(*backends().reference, c));
 }
