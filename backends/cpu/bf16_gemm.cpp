@@ -9,15 +9,18 @@
 // A, broadcast to all lanes straight from memory. A transposed A is
 // transposed once into a scratch copy instead.
 //
-// Blocking, as BLIS does it: a result tile of kMC x kNC per work item (the
-// items go to the device's ThreadPool), split K into kKC blocks (f32
-// partial sums live in a per-thread scratch tile between blocks), and a
-// kMR x kNR register tile (kMR x kNV zmm accumulators) per micro-kernel
-// call, reusing one kKC x kNR B micro-panel (L1) for every row block of A
-// and the kMC x kKC A block (L2) for every panel. Edges run the same
-// kernel compiled for fewer rows or vectors and store under a mask, so no
-// shape needs padding of A or C; B's panels are zero-padded in k (odd K)
-// and n.
+// Blocking, as BLIS does it: a result tile of at most kMC x kNC per work
+// item, taken one at a time by the device's threads in a single
+// ThreadPool pass; K split into kKC blocks (f32 partial sums live in a
+// per-thread scratch tile between blocks); a kMR x kNR register tile
+// (kMR x kNV zmm accumulators) per micro-kernel call, reusing one kKC x kNR
+// B micro-panel (L1) for every row block of A and the kMC x kKC A block
+// (L2) for every panel. B is packed one n tile at a time by the first
+// tile that needs it, and A's rows are looked at for subnormals by the
+// first tile that reads them, so neither needs a pass (and a wake-up of
+// the threads) of its own. Edges run the same kernel compiled for fewer
+// rows or vectors and store under a mask, so no shape needs padding of A
+// or C; B's panels are zero-padded in k (odd K) and n.
 //
 // Compiled with target attributes rather than -march, so the portable
 // build carries it; chosen at run time (cpu_has_bf16_dot). It needs no
@@ -42,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -145,13 +149,13 @@ SY_BF16_ENTRY bool has_subnormal(const uint16_t* p, int64_t n) {
   return bad != 0;
 }
 
-/// Packs k pairs [q0, q1) of a row-major k x n B into every panel: for
-/// pair q, rows 2q and 2q+1 interleaved (row 2q+1 is zero past an odd k,
-/// columns past n are zero). Row by row, not panel by panel: rows are then
-/// read once, in order, instead of as narrow strips 2n bytes apart.
-/// Returns whether those rows hold a subnormal.
-SY_BF16_ENTRY bool pack_b_rows(const uint16_t* b, int64_t k, int64_t n, int64_t q0, int64_t q1, int64_t panels,
-                               int64_t panel_elems, uint16_t* out) {
+/// Packs panels [p0, p1) of a row-major k x n B: for pair q, rows 2q and
+/// 2q+1 interleaved (row 2q+1 is zero past an odd k, columns past n are
+/// zero). Row by row, not panel by panel: rows are then read in order, in
+/// stretches of the panels' width, instead of as narrow strips 2n bytes
+/// apart. Returns whether those columns hold a subnormal.
+SY_BF16_ENTRY bool pack_b_rows(const uint16_t* b, int64_t k, int64_t n, int64_t p0, int64_t p1, int64_t panel_elems,
+                               uint16_t* out) {
   // vpermt2w indices: 16-bit lanes of x0 (0..31) and x1 (32..63) alternating,
   // for columns 0..15 and 16..31 of a 32-column group.
   alignas(64) static constexpr uint16_t lo_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
@@ -160,10 +164,10 @@ SY_BF16_ENTRY bool pack_b_rows(const uint16_t* b, int64_t k, int64_t n, int64_t 
                                                       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
   __mmask32 bad = 0;
-  for (int64_t q = q0; q < q1; ++q) {
+  for (int64_t q = 0; 2 * q < k; ++q) {
     const uint16_t* r0 = b + 2 * q * n;
     const bool second = 2 * q + 1 < k;
-    for (int64_t j = 0; j < panels * kNR; j += 32) {
+    for (int64_t j = p0 * kNR; j < p1 * kNR; j += 32) {
       __m512i x0 = _mm512_setzero_si512(), x1 = _mm512_setzero_si512();
       if (j < n) {
         const __mmask32 m = mask32(n - j);
@@ -341,7 +345,16 @@ struct Gemm {
   uint16_t* c = nullptr;
   const uint16_t* bias = nullptr;
   std::vector<int64_t> bias_strides;  // per result axis, 0 where broadcast
+  int64_t nc = kNC;                   // n tile width: kNC, or less so that every thread starts on a B block of its own
   int64_t m_tiles = 0, n_tiles = 0;
+  // Per (rhs matrix, n tile): 0 not packed, 1 being packed, 2 packed. The
+  // first tile that needs a block packs it, so packing overlaps the other
+  // threads' products and needs no pass (and wake-up) of its own.
+  std::atomic<uint8_t>* b_state = nullptr;
+  // Per (lhs matrix, m tile), when the lhs is not transposed: whether a
+  // tile has looked for subnormals in those rows yet.
+  std::atomic<uint8_t>* a_scanned = nullptr;
+  std::atomic<bool>* subnormal = nullptr;
 
   [[nodiscard]] int64_t packed_matrix_elems() const { return panels * panel_elems; }
 
@@ -356,10 +369,38 @@ struct Gemm {
   }
 };
 
+/// Packs block (bm, nt) of B unless another tile has; waits while another
+/// thread packs it (a bounded wait: that thread is inside pack_b_*).
+SY_BF16_TARGET void ensure_packed(const Gemm& g, int64_t bm, int64_t nt) {
+  std::atomic<uint8_t>& state = g.b_state[bm * g.n_tiles + nt];
+  if (state.load(std::memory_order_acquire) == 2) return;
+  uint8_t expected = 0;
+  if (state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+    const int64_t p0 = nt * (g.nc / kNR), p1 = std::min(g.panels, p0 + g.nc / kNR);
+    const uint16_t* b = g.b + bm * g.k * g.n;
+    uint16_t* out = g.packed_b + bm * g.packed_matrix_elems();
+    bool found = false;
+    if (g.b_transposed)
+      for (int64_t p = p0; p < p1; ++p) found = pack_b_cols(b, g.k, g.n, p, out + p * g.panel_elems) || found;
+    else
+      found = pack_b_rows(b, g.k, g.n, p0, p1, g.panel_elems, out);
+    if (found) g.subnormal->store(true, std::memory_order_relaxed);
+    state.store(2, std::memory_order_release);
+    return;
+  }
+  for (int spins = 0; state.load(std::memory_order_acquire) != 2; ++spins) {
+    if (spins < 1000)
+      _mm_pause();
+    else
+      std::this_thread::yield();  // the packer may have lost its core
+  }
+}
+
 /// Result tiles of (batch, m tile, n tile), full K each, taken one at a
 /// time from `next` until none is left: tiles differ in size at the edges,
 /// and the pool's chunks (a few per thread) would leave a thread idle for
-/// up to a chunk at the end.
+/// up to a chunk at the end. Tiles next to each other in that order have
+/// different n tiles, so threads starting together pack different blocks.
 SY_BF16_ENTRY void run_tiles(const Gemm& g, std::atomic<int64_t>& next) {
   // Partial sums between K blocks; per thread, reused, so no op pays for
   // fresh pages.
@@ -374,10 +415,16 @@ SY_BF16_ENTRY void run_tiles(const Gemm& g, std::atomic<int64_t>& next) {
        item = next.fetch_add(1, std::memory_order_relaxed)) {
     const int64_t batch = item / (g.m_tiles * g.n_tiles);
     const int64_t rest = item % (g.m_tiles * g.n_tiles);
-    const int64_t i0 = (rest / g.n_tiles) * kMC, j0 = (rest % g.n_tiles) * kNC;
-    const int64_t i1 = std::min(g.m, i0 + kMC), j1 = std::min(g.n, j0 + kNC);
+    const int64_t i0 = (rest / g.n_tiles) * kMC, j0 = (rest % g.n_tiles) * g.nc;
+    const int64_t i1 = std::min(g.m, i0 + kMC), j1 = std::min(g.n, j0 + g.nc);
+    // An operand with a subnormal sends the op to the f32 path: stop.
+    if (g.subnormal->load(std::memory_order_relaxed)) return;
     const auto [am, bm] = g.dims->operands(batch);
     const uint16_t* a = g.a + am * g.m * g.k;
+    if (g.a_scanned != nullptr && g.a_scanned[am * g.m_tiles + i0 / kMC].exchange(1, std::memory_order_relaxed) == 0 &&
+        has_subnormal(a + i0 * g.k, (i1 - i0) * g.k))
+      g.subnormal->store(true, std::memory_order_relaxed);
+    ensure_packed(g, bm, j0 / g.nc);
     const uint16_t* pb = g.packed_b + bm * g.packed_matrix_elems();
     uint16_t* c = g.c + batch * g.m * g.n;
     const uint16_t* bias = g.bias == nullptr ? nullptr : g.bias + g.bias_offset(batch);
@@ -450,43 +497,22 @@ std::optional<Expected<Bytes>> matmul_bf16(Context& ctx, const MatmulOp& op, con
 
   // Below about a million multiply-adds threads cost more than they save.
   const bool serial = d.batches * d.m * d.n * d.k < (int64_t{1} << 20);
-
-  // 1. Pack every rhs matrix (broadcast batches share one), transpose a
-  // transposed lhs, and look for subnormals in both.
-  constexpr int64_t scan_chunk = 1 << 16;
-  constexpr int64_t pack_pairs = 32;  // k pairs per item of a row-major B
-  const int64_t pairs = (d.k + 1) / 2;
-  const int64_t pack_per_matrix = g.b_transposed ? g.panels : (pairs + pack_pairs - 1) / pack_pairs;
-  const int64_t pack_items = b_matrices * pack_per_matrix;
-  const int64_t scan_items = (op.lhs.numel() + scan_chunk - 1) / scan_chunk;
-  const int64_t transpose_items = op.transpose_lhs ? a_matrices : 0;
-  const int64_t prep_items = pack_items + scan_items + transpose_items;
   std::atomic<bool> subnormal{false};
-  ctx.pool.parallel_for(prep_items, serial ? prep_items : 1, [&](int64_t begin, int64_t end) {
-    for (int64_t it = begin; it < end; ++it) {
-      bool found = false;
-      if (it < pack_items) {
-        const int64_t matrix = it / pack_per_matrix, part = it % pack_per_matrix;
-        const uint16_t* b = g.b + matrix * d.k * d.n;
-        uint16_t* out = g.packed_b + matrix * g.packed_matrix_elems();
-        if (g.b_transposed)
-          found = pack_b_cols(b, d.k, d.n, part, out + part * g.panel_elems);
-        else
-          found = pack_b_rows(b, d.k, d.n, part * pack_pairs, std::min(pairs, (part + 1) * pack_pairs), g.panels,
-                              g.panel_elems, out);
-      } else if (it < pack_items + scan_items) {
-        const int64_t first = (it - pack_items) * scan_chunk;
-        found = has_subnormal(lhs + first, std::min(scan_chunk, op.lhs.numel() - first));
-      } else {
-        const int64_t matrix = it - pack_items - scan_items;
-        transpose_into(lhs + matrix * d.m * d.k, d.k, d.m, writable<uint16_t>(a_copy) + matrix * d.m * d.k);
-      }
-      if (found) subnormal.store(true, std::memory_order_relaxed);
-    }
-  });
-  if (subnormal.load(std::memory_order_relaxed)) return std::nullopt;
+  g.subnormal = &subnormal;
 
-  // 2. Result tiles.
+  // A transposed lhs (only the wire protocol sets it) is transposed first,
+  // and looked at for subnormals then.
+  if (op.transpose_lhs) {
+    ctx.pool.parallel_for(a_matrices, serial ? a_matrices : 1, [&](int64_t begin, int64_t end) {
+      for (int64_t matrix = begin; matrix < end; ++matrix) {
+        const uint16_t* src = lhs + matrix * d.m * d.k;
+        if (has_subnormal(src, d.m * d.k)) subnormal.store(true, std::memory_order_relaxed);
+        transpose_into(src, d.k, d.m, writable<uint16_t>(a_copy) + matrix * d.m * d.k);
+      }
+    });
+    if (subnormal.load(std::memory_order_relaxed)) return std::nullopt;
+  }
+
   auto out = ctx.buffers.allocate(op.out.bytes());
   g.c = writable<uint16_t>(out);
   if (op.has_bias()) {
@@ -494,10 +520,20 @@ std::optional<Expected<Bytes>> matmul_bf16(Context& ctx, const MatmulOp& op, con
     g.bias_strides = broadcast_strides(op.bias.shape, op.out.shape);
   }
   g.m_tiles = (d.m + kMC - 1) / kMC;
-  g.n_tiles = (d.n + kNC - 1) / kNC;
-  const auto takers = static_cast<int64_t>(ctx.pool.threads());
+  // Threads start on different n tiles (see run_tiles), so give each one
+  // a B block to pack while the others pack theirs.
+  const auto threads = static_cast<int64_t>(ctx.pool.threads());
+  g.nc = std::clamp((d.n + threads - 1) / threads + kNR - 1, kNR, kNC) / kNR * kNR;
+  g.n_tiles = (d.n + g.nc - 1) / g.nc;
+  std::vector<std::atomic<uint8_t>> b_state(static_cast<size_t>(b_matrices * g.n_tiles));
+  g.b_state = b_state.data();
+  std::vector<std::atomic<uint8_t>> a_scanned(op.transpose_lhs ? 0 : static_cast<size_t>(a_matrices * g.m_tiles));
+  g.a_scanned = op.transpose_lhs ? nullptr : a_scanned.data();
   std::atomic<int64_t> next{0};
-  ctx.pool.parallel_for(takers, serial ? takers : 1, [&](int64_t, int64_t) { run_tiles(g, next); });
+  ctx.pool.parallel_for(threads, serial ? threads : 1, [&](int64_t, int64_t) { run_tiles(g, next); });
+  // Every tile of an lhs matrix in the batch has run, so every row block
+  // that any tile reads has been looked at, and every B block packed.
+  if (subnormal.load(std::memory_order_relaxed)) return std::nullopt;
   native_runs.fetch_add(1, std::memory_order_relaxed);
   return Expected<Bytes>(std::move(out));
 }
