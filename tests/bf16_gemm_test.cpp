@@ -284,10 +284,11 @@ TEST_CASE("native bf16 GEMM equals widen plus sgemm and the reference bit for bi
 
 TEST_CASE("native bf16 GEMM blocks K and tiles M and N across threads", "[cpu][dtype][bf16_gemm]") {
   if (skip_without_bf16_dot()) return;
-  // Past one K block (512), several M tiles (192) and N tiles (384), odd
-  // K in the last block, both transposes; big enough to go parallel.
+  // Past one K block (1024) and three (K = 2049), several M tiles (192)
+  // and N tiles (up to 512 wide), odd K in the last block, both
+  // transposes; big enough to go parallel.
   Draw r{2};
-  for (auto [m, n, k] : {std::array<int64_t, 3>{300, 500, 1100}, {193, 385, 1025}, {64, 769, 513}, {1, 1000, 2049}}) {
+  for (auto [m, n, k] : {std::array<int64_t, 3>{300, 500, 1100}, {193, 385, 1025}, {64, 1300, 513}, {1, 1000, 2049}}) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
       const Case c = make_case(r, lhs_shape(m, k, ta), rhs_shape(k, n, tb), ta, tb, Values::small_integers);

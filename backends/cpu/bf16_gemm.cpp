@@ -116,8 +116,8 @@ namespace {
 constexpr int kMR = 6;
 constexpr int kNV = 4;
 constexpr int64_t kNR = 16 * kNV;
-constexpr int64_t kKC = 512;  // even: only the last K block has an odd tail
-constexpr int64_t kMC = 192;  // a multiple of kMR
+constexpr int64_t kKC = 1024;  // even: only the last K block has an odd tail
+constexpr int64_t kMC = 192;   // a multiple of kMR
 constexpr int64_t kNC = 8 * kNR;
 
 static_assert(kKC % 2 == 0 && kMC % kMR == 0 && kNC % kNR == 0 && kNR % 32 == 0);
