@@ -14,7 +14,7 @@
 // ThreadPool pass; K split into kKC blocks (f32 partial sums live in a
 // per-thread scratch tile between blocks); a kMR x kNR register tile
 // (kMR x kNV zmm accumulators) per micro-kernel call, reusing one kKC x kNR
-// B micro-panel (L1) for every row block of A and the kMC x kKC A block
+// B micro-panel (L2; 128 KiB) for every row block of A and the kMC x kKC A block
 // (L2) for every panel. B is packed one n tile at a time by the first
 // tile that needs it, and A's rows are looked at for subnormals by the
 // first tile that reads them, so neither needs a pass (and a wake-up of
