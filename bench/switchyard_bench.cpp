@@ -118,7 +118,9 @@ void chain_large(benchmark::State& state, bool reuse, bool fuse) { element_chain
 void gelu_large(benchmark::State& state, bool fuse) { element_chain(state, true, fuse, gelu_chain); }
 
 // 16-bit floats: 16M-element adds (2-byte storage, f32 arithmetic) and a
-// bf16 matmul (widened to f32 for sgemm, rounded once).
+// bf16 matmul (AVX512-BF16 dot products where the CPU has them, else
+// widened to f32 for sgemm; SWITCHYARD_CPU_BF16_GEMM=0 forces the latter),
+// rounded once.
 void half_add(benchmark::State& state, sy::DType t) {
   sy::Runtime rt(one_cpu());
   auto dev = rt.device("cpu:0");

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <thread>
 
+#include "backends/cpu/bf16_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 
@@ -70,6 +71,15 @@ class CpuBackend final : public HostBackend {
     size_t i = 0;
     op.each_input([&](const TensorIr& t) { host.add(t, inputs[i++]); });
     if (host.error) return std::move(host.error);
+    // bf16 matmul runs on the CPU's bf16 dot products where it has them,
+    // without the f32 copies below.
+    if (auto* mm = std::get_if<MatmulOp>(&op.op)) {
+      if (auto native = matmul_bf16(ctx_, *mm, host.view())) {
+        if (!*native) return std::move(native->error());
+        outputs[0] = std::make_shared<HostBuffer>(std::move(**native));
+        return {};
+      }
+    }
     std::vector<Bytes> widened;
     const auto narrow_to = widen_halves(ctx_, op, host.bytes(), host.consumable(), widened);
     auto result = std::visit([&](auto& o) { return run(o, host.view()); }, op.op);

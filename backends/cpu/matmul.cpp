@@ -5,32 +5,10 @@
 #include <cblas.h>
 
 #include "backends/cpu/loops.hpp"
+#include "backends/cpu/matmul_plan.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
-
-struct Dims {
-  int64_t m, k, n;
-  int64_t batches;
-  std::vector<int64_t> batch_dims, a_batch_strides, b_batch_strides;  // in matrices
-};
-
-Dims plan(const MatmulOp& op) {
-  const auto& a = op.lhs.shape.dims;
-  const auto& b = op.rhs.shape.dims;
-  Dims d{};
-  d.m = op.out.shape.dims[op.out.shape.rank() - 2];
-  d.n = op.out.shape.dims[op.out.shape.rank() - 1];
-  d.k = op.transpose_lhs ? a[a.size() - 2] : a[a.size() - 1];
-  Shape batch{std::vector<int64_t>(op.out.shape.dims.begin(), op.out.shape.dims.end() - 2)};
-  Shape ba{std::vector<int64_t>(a.begin(), a.end() - 2)};
-  Shape bb{std::vector<int64_t>(b.begin(), b.end() - 2)};
-  d.batch_dims = batch.dims;
-  d.a_batch_strides = broadcast_strides(ba, batch);
-  d.b_batch_strides = broadcast_strides(bb, batch);
-  d.batches = batch.numel();
-  return d;
-}
 
 template <class T>
 void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
@@ -49,9 +27,26 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
 
 }  // namespace
 
+MatmulDims plan_matmul(const MatmulOp& op) {
+  const auto& a = op.lhs.shape.dims;
+  const auto& b = op.rhs.shape.dims;
+  MatmulDims d;
+  d.m = op.out.shape.dims[op.out.shape.rank() - 2];
+  d.n = op.out.shape.dims[op.out.shape.rank() - 1];
+  d.k = op.transpose_lhs ? a[a.size() - 2] : a[a.size() - 1];
+  Shape batch{std::vector<int64_t>(op.out.shape.dims.begin(), op.out.shape.dims.end() - 2)};
+  Shape ba{std::vector<int64_t>(a.begin(), a.end() - 2)};
+  Shape bb{std::vector<int64_t>(b.begin(), b.end() - 2)};
+  d.batch_dims = batch.dims;
+  d.a_batch_strides = broadcast_strides(ba, batch);
+  d.b_batch_strides = broadcast_strides(bb, batch);
+  d.batches = batch.numel();
+  return d;
+}
+
 Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
-  const Dims d = plan(op);
+  const MatmulDims d = plan_matmul(op);
   const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, c_mat = d.m * d.n;
   bool ok = true;
   visit_dtype(op.out.dtype, [&](auto tag) {
@@ -63,13 +58,7 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
       const T* b = in.bytes[1]->as<const T>();
       T* c = writable<T>(out);
       auto one = [&](int64_t batch) {
-        int64_t rem = batch, ao = 0, bo = 0;
-        for (size_t i = d.batch_dims.size(); i-- > 0;) {
-          int64_t idx = rem % d.batch_dims[i];
-          rem /= d.batch_dims[i];
-          ao += idx * d.a_batch_strides[i];
-          bo += idx * d.b_batch_strides[i];
-        }
+        const auto [ao, bo] = d.operands(batch);
         // broadcast_strides count elements of the batch shape; scale to matrices.
         const T* pa = a + ao * a_mat;
         const T* pb = b + bo * b_mat;

@@ -9,7 +9,10 @@ DTypeSupport dtype_support(std::string_view kind, DType t) {
     if (is_half(t))
       return {true, true, true,
               "stored in 2 bytes; computed in f32 with one rounding to " + std::string(name_of(t)) +
-                  " per op (reductions accumulate in f32), as PyTorch's CPU"};
+                  " per op (reductions accumulate in f32), as PyTorch's CPU" +
+                  (t == DType::bf16 ? std::string("; matmul on AVX512-BF16 dot products (f32 accumulation) where the "
+                                                  "CPU has them")
+                                    : std::string())};
     return {true, true, true, "native"};
   }
   if (kind == "reference") {
