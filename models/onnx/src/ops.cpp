@@ -1113,11 +1113,18 @@ void expect_float_scale(const Ctx& ctx, size_t input, std::string_view what) {
              std::string(what) + " must be floating, got " + std::string(name_of(ctx.in(input).dtype())));
 }
 
-Outs qlinear_matmul(Ctx& ctx) {
-  expect_float_scale(ctx, 1, "a_scale");
-  expect_float_scale(ctx, 4, "b_scale");
+// QLinearMatMul and QLinearConv share their inputs' layout: the two
+// operands' scales at 1 and 4, the output's scale at 6 and zero point at 7.
+// Checks the scales; returns the output's dtype (the zero point's).
+DType qlinear_output_dtype(const Ctx& ctx, std::string_view lhs_scale, std::string_view rhs_scale) {
+  expect_float_scale(ctx, 1, lhs_scale);
+  expect_float_scale(ctx, 4, rhs_scale);
   expect_float_scale(ctx, 6, "y_scale");
-  const DType to = zero_point_dtype(ctx, 7, "y_zero_point");
+  return zero_point_dtype(ctx, 7, "y_zero_point");
+}
+
+Outs qlinear_matmul(Ctx& ctx) {
+  const DType to = qlinear_output_dtype(ctx, "a_scale", "b_scale");
   Tensor a = matmul_operand(ctx, 0, 2, true, "a", "a_zero_point");
   Tensor b = matmul_operand(ctx, 3, 5, false, "b", "b_zero_point");
   Tensor acc = a.matmul(b);
@@ -1148,10 +1155,7 @@ Outs conv_integer(Ctx& ctx) {
 }
 
 Outs qlinear_conv(Ctx& ctx) {
-  expect_float_scale(ctx, 1, "x_scale");
-  expect_float_scale(ctx, 4, "w_scale");
-  expect_float_scale(ctx, 6, "y_scale");
-  const DType to = zero_point_dtype(ctx, 7, "y_zero_point");
+  const DType to = qlinear_output_dtype(ctx, "x_scale", "w_scale");
   Tensor x = conv_operand(ctx, 0, 2, false, "x", "x_zero_point");
   Tensor w = conv_operand(ctx, 3, 5, true, "w", "w_zero_point");
   Tensor b;
