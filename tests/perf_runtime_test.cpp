@@ -2,6 +2,7 @@
 // Behaviour added for performance (issue 4): last-use buffer reuse must not
 // change results, and tracing must write a valid Chrome trace.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,17 @@ constexpr int64_t n = 4096;  // large enough for the pool, small for a test
 sy::RuntimeOptions cpu_only(bool reuse = true) {
   sy::RuntimeOptions o{.devices = {"cpu:0"}};
   o.reuse_last_use = reuse;
+  return o;
+}
+
+// Reuse needs the op and its input's drop in one batch. With the default
+// 200 us flush interval, a slow moment between the two (a loaded CI machine
+// under ASan) let the flusher send the op alone, and the address check
+// failed about once in 20 runs; holding the queue until the read sends it
+// makes the batch, and so the check, deterministic.
+sy::RuntimeOptions cpu_only_one_batch(bool reuse = true) {
+  auto o = cpu_only(reuse);
+  o.flush_interval = std::chrono::seconds(30);
   return o;
 }
 
@@ -68,17 +80,21 @@ TEST_CASE("a tensor being read is not overwritten by its last use", "[perf][reus
 }
 
 TEST_CASE("the last use of a tensor writes its result into the tensor's buffer", "[perf][reuse]") {
-  sy::Runtime rt(cpu_only());
+  sy::Runtime rt(cpu_only_one_batch());
   auto dev = rt.device("cpu:0");
   auto [a, p] = upload_ones(dev);
-  auto b = std::exchange(a, sy::Tensor{}) + 1.0;  // the temporary dies right after the op
+  auto b = a + 1.0;
+  // Longer than the default flush interval: the drop below still joins the
+  // op's batch, since nothing sends the queue before the read.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  a = sy::Tensor{};
   auto data = b.read().get();
   CHECK(data.bytes.data() == p);
   CHECK(data.to_vector<float>() == std::vector<float>(n, 2.0f));
 }
 
 TEST_CASE("with reuse_last_use off, results go to a fresh buffer", "[perf][reuse]") {
-  sy::Runtime rt(cpu_only(false));
+  sy::Runtime rt(cpu_only_one_batch(false));
   auto dev = rt.device("cpu:0");
   auto [a, p] = upload_ones(dev);
   auto b = std::exchange(a, sy::Tensor{}) + 1.0;
