@@ -12,6 +12,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <switchyard/switchyard.hpp>
@@ -52,18 +53,37 @@ class LongestCall {
   std::atomic<uint64_t> calls_{0};
 };
 
+// The stalls this test exists to catch last a whole second (the old
+// backpressure's give-up); 900 ms stays below them.
+constexpr double stall_bound_ms = 900;
 #ifdef SWITCHYARD_SANITIZED
-// Sanitizers slow every call several times over; the bound stays below the
-// one-second stalls this test exists to catch.
-constexpr double longest_call_bound_ms = 900;
+// Sanitizers slow every call several times over.
+constexpr double normal_bound_ms = stall_bound_ms;
 #else
-constexpr double longest_call_bound_ms = 100;
+constexpr double normal_bound_ms = 100;
 #endif
+
+// The 100 ms bound is for a machine that is not oversubscribed: at a load of
+// 12 on 2 cores (other builds beside the suite) the kernel itself left a
+// call off the CPU for 184 ms. Such a run keeps the stall bound and says so.
+double longest_call_bound_ms(double load) {
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  if (load <= 3 * cores) return normal_bound_ms;
+  std::printf("stress: load average %.1f on %.0f cores: oversubscribed, so the bound is %.0f ms instead of %.0f\n",
+              load, cores, stall_bound_ms, normal_bound_ms);
+  return stall_bound_ms;
+}
+
+double load_average() {
+  double load[1] = {0};
+  return ::getloadavg(load, 1) == 1 ? load[0] : 0;
+}
 
 }  // namespace
 
 TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never stall a call", "[stress][liveness]") {
   switchyard::testing::Watchdog watchdog(240s, "the concurrency stress test");
+  const double load_at_start = load_average();
   constexpr int threads = 8;
   const auto duration = 8s;
   LongestCall longest;
@@ -144,16 +164,17 @@ TEST_CASE("8 threads of chains, bridges, continuations and dying runtimes never 
   }
   for (auto& t : clients) t.join();
 
+  const double bound_ms = longest_call_bound_ms(std::max(load_at_start, load_average()));
   std::printf(
       "stress: %llu non-blocking calls, longest %.3f ms (bound %.0f ms); %d continuations, %d chains "
       "checked by blocking reads, %d runtimes destroyed inside a continuation\n",
-      static_cast<unsigned long long>(longest.calls()), longest.worst_ms(), longest_call_bound_ms,
-      continuations_run.load(), chains_checked.load(), runtimes_closed_in_continuation);
+      static_cast<unsigned long long>(longest.calls()), longest.worst_ms(), bound_ms, continuations_run.load(),
+      chains_checked.load(), runtimes_closed_in_continuation);
   CHECK(failures == 0);
   CHECK(stalled_continuations == 0);
   CHECK(continuations_run > 0);
   CHECK(chains_checked > 0);
   CHECK(runtimes_closed_in_continuation > 0);
   INFO("longest single non-blocking API call: " << longest.worst_ms() << " ms");
-  CHECK(longest.worst_ms() < longest_call_bound_ms);
+  CHECK(longest.worst_ms() < bound_ms);
 }
