@@ -272,6 +272,29 @@ TEST_CASE("onnx: an opset outside 7-17 fails at load", "[onnx]") {
   CHECK_THAT(load_error("not a model", rt.cpu()), Catch::Contains("not a valid ONNX model"));
 }
 
+TEST_CASE("onnx: opsets 1-5 load per op only where the op is defined as in opset 6", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // Softsign has one definition from opset 1 on: an opset-1 model runs.
+  Builder ok(1);
+  ok.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  ok.node("Softsign", {"x"}, {"y"}, "soft");
+  ok.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(ok.bytes(), rt.cpu());
+  auto y = model.run({{"x", rt.cpu().tensor(std::vector<float>{1, -3}, {2})}}).at("y");
+  CHECK(read_floats(y) == std::vector<float>{0.5f, -0.75f});
+  // Relu was redefined in opset 6 (consumed_inputs dropped): refused, naming the node and why.
+  Builder old(1);
+  old.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  old.node("Softsign", {"x"}, {"s"}, "soft");
+  old.node("Relu", {"s"}, {"y"}, "act");
+  old.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(old.bytes(), rt.cpu(), &code), Catch::Contains("node 'act' (Relu)") &&
+                                                           Catch::Contains("opset 1 of the default domain") &&
+                                                           Catch::Contains("Relu changed in opset 6"));
+  CHECK(code == sy::Errc::unsupported);
+}
+
 TEST_CASE("onnx: wrong inputs fail at the call naming the input", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   auto model = sy::onnx::Model::load_bytes(Mlp{}.bytes(), rt.cpu());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <mutex>
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <set>
 #include <sstream>
@@ -40,6 +41,22 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) 
     info.dim_names.push_back(d.has_dim_param() ? d.dim_param() : "");
   }
   return info;
+}
+
+// Opsets 1-5: an op is taken when the version of its definition that the
+// model's opset selects is the one opset 6 selects (the op did not change in
+// between), so it means what the op table implements. ONNX's own schema
+// registry holds the versions; no list of ours to keep in step.
+std::string older_opset_check(const ::onnx::NodeProto& node, int64_t opset) {
+  if (opset >= 6) return "";
+  const auto* at = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset));
+  const auto* at6 = ::onnx::OpSchemaRegistry::Schema(node.op_type(), 6);
+  if (at != nullptr && at6 != nullptr && at->since_version() == at6->since_version()) return "";
+  std::string why = at6 == nullptr  ? node.op_type() + " is newer than opset 6"
+                    : at == nullptr ? node.op_type() + " is newer than opset " + std::to_string(opset)
+                                    : node.op_type() + " changed in opset " + std::to_string(at6->since_version());
+  return "opset " + std::to_string(opset) +
+         " of the default domain; supported: 7-17 (and 6, and 1-5 for ops unchanged since; " + why + ")";
 }
 
 }  // namespace
@@ -203,15 +220,17 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     if (op.domain().empty() || op.domain() == "ai.onnx") impl->opset = op.version();
   // Opset 6 differs from 7 by attributes: broadcast/axis on binary ops (the
   // op table honours them below opset 7), is_test and consumed_inputs (the
-  // attribute check below refuses them), so opset 6 models load too.
+  // attribute check below refuses them), so opset 6 models load too; opsets
+  // 1-5 load when each node's op is defined there as in opset 6.
   if (impl->opset == 0) {
     std::string domains;
     for (const auto& op : model.opset_import()) domains += (domains.empty() ? "" : ", ") + op.domain();
     throw Error(Errc::unsupported, "onnx: the model imports no opset of the default domain (only " + domains + ")");
   }
-  if (impl->opset < 6 || impl->opset > 17)
+  if (impl->opset < 1 || impl->opset > 17)
     throw Error(Errc::unsupported,
-                "onnx: opset " + std::to_string(impl->opset) + " of the default domain; supported: 7-17 (and 6)");
+                "onnx: opset " + std::to_string(impl->opset) +
+                    " of the default domain; supported: 7-17 (and 6, and 1-5 for ops unchanged since)");
 
   // Types of intermediate values, so a dtype Switchyard lacks fails at load.
   ::onnx::ModelProto typed = model;
@@ -282,6 +301,8 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     if (it == table.end())
       throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
     const auto& spec = it->second;
+    if (std::string why = older_opset_check(node, impl->opset); !why.empty())
+      throw Error(Errc::unsupported, label + ": " + why);
     for (const auto& a : node.attribute())
       if (std::find(spec.attributes.begin(), spec.attributes.end(), a.name()) == spec.attributes.end())
         throw Error(Errc::unsupported, label + ": attribute '" + a.name() + "' is not supported");
