@@ -8,6 +8,7 @@
 // issues (conv/pool, f16/bf16/i8/i16) slot in the same way.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -1521,77 +1522,125 @@ OpSpec recurrent(const std::string& op) {
           }};
 }
 
-// --- Resize / Upsample: separable per axis; the source index (and linear
-// weights) of every output position is computed on the host from the
+// --- Resize / Upsample: separable per axis; the source taps (indices and
+// weights) of every output position are computed on the host from the
 // shapes, so the device sees index_selects and element-wise ops only ---
 
 std::string resize_check(const ::onnx::NodeProto& n, int64_t) {
-  for (const auto& a : n.attribute()) {
-    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear")
-      return "mode='" + a.s() + "' (nearest and linear only)";
-    if (a.name() == "coordinate_transformation_mode" && a.s() == "tf_crop_and_resize")
-      return "coordinate_transformation_mode='tf_crop_and_resize'";
-    if (a.name() == "exclude_outside" && a.i() != 0) return "exclude_outside=1";
-  }
+  for (const auto& a : n.attribute())
+    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear" && a.s() != "cubic")
+      return "mode='" + a.s() + "' (nearest, linear and cubic only)";
   return "";
 }
 
-Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double scale, const std::string& coord,
-                   const std::string& mode, const std::string& nearest) {
+// How one node resizes: ONNX's attributes (opset 10 and Upsample fix the
+// coordinate and rounding modes) and, for tf_crop_and_resize, the roi.
+struct ResizeMode {
+  std::string mode, coord, nearest;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0;
+  std::vector<double> roi;  // starts of every axis, then ends
+};
+
+// ONNX's cubic convolution weights for the taps at distances 1 + r, r,
+// 1 - r and 2 - r from the source coordinate (r its fractional part).
+std::array<double, 4> cubic_weights(double r, double a) {
+  auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };       // |d| <= 1
+  auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < |d| < 2
+  return {far(1 + r), near(r), near(1 - r), far(2 - r)};
+}
+
+// The source coordinate of output position o along an axis of extent `in`
+// resized to `out` (scale: out / in unless given), as ONNX's reference.
+double resize_source(Ctx& ctx, const ResizeMode& m, int64_t o, int64_t in, int64_t out, double scale, int64_t axis,
+                     size_t rank) {
+  const double width = static_cast<double>(in) * scale;  // the unrounded resized extent
+  const std::string& c = m.coord;
+  if (c == "half_pixel") return (o + 0.5) / scale - 0.5;
+  if (c == "pytorch_half_pixel") return out > 1 ? (o + 0.5) / scale - 0.5 : -0.5;
+  if (c == "align_corners") return width == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (width - 1);
+  if (c == "asymmetric") return o / scale;
+  if (c == "tf_half_pixel_for_nn") return (o + 0.5) / scale;
+  if (c == "tf_crop_and_resize") {
+    const double begin = m.roi[static_cast<size_t>(axis)], end = m.roi[rank + static_cast<size_t>(axis)];
+    const double span = (end - begin) * static_cast<double>(in - 1);
+    return begin * static_cast<double>(in - 1) + (out == 1 ? span / 2 : static_cast<double>(o) * span / (out - 1));
+  }
+  ctx.fail(Errc::unsupported, "coordinate_transformation_mode '" + c + "'");
+}
+
+Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double scale, const ResizeMode& m) {
   const int64_t in = x.shape()[axis];
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w1;
+  const size_t taps = m.mode == "nearest" ? 1 : m.mode == "linear" ? 2 : 4;
+  std::vector<Ints> index(taps);
+  std::vector<std::vector<double>> weight(taps);
+  std::vector<bool> outside;  // tf_crop_and_resize: takes extrapolation_value
+  auto clampi = [&](double v) { return std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1); };
   for (int64_t o = 0; o < out; ++o) {
-    double src = 0;
-    if (coord == "half_pixel")
-      src = (o + 0.5) / scale - 0.5;
-    else if (coord == "pytorch_half_pixel")
-      src = out > 1 ? (o + 0.5) / scale - 0.5 : 0;
-    else if (coord == "align_corners")  // ONNX divides by the unrounded resized length, in * scale
-      src = in * scale == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (in * scale - 1);
-    else if (coord == "asymmetric")
-      src = o / scale;
-    else if (coord == "tf_half_pixel_for_nn")
-      src = (o + 0.5) / scale;
-    else
-      ctx.fail(Errc::unsupported, "coordinate_transformation_mode '" + coord + "'");
-    auto clampi = [&](double v) { return std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1); };
-    if (mode == "nearest") {
+    const double src = resize_source(ctx, m, o, in, out, scale, axis, x.rank());
+    outside.push_back(m.coord == "tf_crop_and_resize" && (src < 0 || src > static_cast<double>(in - 1)));
+    if (m.mode == "nearest") {
       double r = 0;
-      if (nearest == "round_prefer_floor")
+      if (m.nearest == "round_prefer_floor")
         r = std::ceil(src - 0.5);
-      else if (nearest == "round_prefer_ceil")
+      else if (m.nearest == "round_prefer_ceil")
         r = std::floor(src + 0.5);
-      else if (nearest == "floor")
+      else if (m.nearest == "floor")
         r = std::floor(src);
-      else if (nearest == "ceil")
+      else if (m.nearest == "ceil")
         r = std::ceil(src);
       else
-        ctx.fail(Errc::unsupported, "nearest_mode '" + nearest + "'");
-      i0.push_back(clampi(r));
-    } else {
-      src = std::clamp(src, 0.0, static_cast<double>(in - 1));
-      const double f = std::floor(src);
-      i0.push_back(clampi(f));
-      i1.push_back(clampi(f + 1));
-      w1.push_back(src - f);
+        ctx.fail(Errc::unsupported, "nearest_mode '" + m.nearest + "'");
+      index[0].push_back(clampi(r));
+      weight[0].push_back(1);
+      continue;
+    }
+    // The taps around src (the input's edge repeated beyond it); with
+    // exclude_outside, taps beyond the edge weigh 0 and the rest are
+    // renormalized.
+    const double f = std::floor(src), r = src - f;
+    std::vector<double> w;
+    if (m.mode == "linear")
+      w = {1 - r, r};
+    else {
+      auto c = cubic_weights(r, m.cubic_a);
+      w.assign(c.begin(), c.end());
+    }
+    const auto first = static_cast<int64_t>(f) - (taps == 4 ? 1 : 0);
+    double total = 0;
+    for (size_t k = 0; k < taps; ++k) {
+      const int64_t i = first + static_cast<int64_t>(k);
+      if (m.exclude_outside && (i < 0 || i >= in)) w[k] = 0;
+      total += w[k];
+    }
+    for (size_t k = 0; k < taps; ++k) {
+      index[k].push_back(std::clamp<int64_t>(first + static_cast<int64_t>(k), 0, in - 1));
+      weight[k].push_back(m.exclude_outside && total != 0 ? w[k] / total : w[k]);
     }
   }
   const Device& d = ctx.device();
-  Tensor a = x.index_select(axis, d.from_data(TensorData::from(i0, {out})));
-  if (mode == "nearest") return a;
-  Tensor b = x.index_select(axis, d.from_data(TensorData::from(i1, {out})));
   Ints wshape(x.rank(), 1);
   wshape[axis] = out;
-  Tensor w = d.from_data(host_doubles(w1, {out}, x.dtype())).reshape(Shape(wshape));
-  return a.add(b.sub(a).mul(w));
+  // Integers are interpolated in f32 and cast back.
+  const DType t = is_floating(x.dtype()) || m.mode == "nearest" ? x.dtype() : DType::f32;
+  Tensor y;
+  for (size_t k = 0; k < taps; ++k) {
+    Tensor v = x.index_select(axis, d.from_data(TensorData::from(index[k], {out})));
+    if (m.mode != "nearest") v = v.cast(t).mul(d.from_data(host_doubles(weight[k], {out}, t)).reshape(Shape(wshape)));
+    y = y.defined() ? y.add(v) : v;
+  }
+  if (std::find(outside.begin(), outside.end(), true) != outside.end()) {
+    Tensor mask = d.from_data(TensorData::from(outside, {out})).reshape(Shape(wshape));
+    y = where(mask, d.full({}, m.extrapolation, t), y);
+  }
+  return y.dtype() == x.dtype() ? y : y.cast(x.dtype());
 }
 
-Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const std::string& coord,
-              const std::string& mode, const std::string& nearest) {
+Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const ResizeMode& m) {
   for (size_t a = 0; a < x.rank(); ++a)
-    if (out_dims[a] != x.shape()[a] || scales[a] != 1.0)
-      x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], coord, mode, nearest);
+    if (out_dims[a] != x.shape()[a] || scales[a] != 1.0 || m.coord == "tf_crop_and_resize")
+      x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], m);
   return x;
 }
 
@@ -2378,25 +2427,44 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                    } else {
                      ctx.fail(Errc::invalid_argument, "neither scales nor sizes given");
                    }
-                   const std::string coord =
+                   ResizeMode m;
+                   m.mode = ctx.attr_s("mode", "nearest");
+                   m.coord =
                        ctx.opset() < 11 ? "asymmetric" : ctx.attr_s("coordinate_transformation_mode", "half_pixel");
-                   const std::string nearest =
-                       ctx.opset() < 11 ? "floor" : ctx.attr_s("nearest_mode", "round_prefer_floor");
-                   return Outs{dev_value(resize(ctx, x, out, scales, coord, ctx.attr_s("mode", "nearest"), nearest))};
+                   m.nearest = ctx.opset() < 11 ? "floor" : ctx.attr_s("nearest_mode", "round_prefer_floor");
+                   m.cubic_a = ctx.attr_f("cubic_coeff_a", -0.75f);
+                   m.exclude_outside = ctx.attr_i("exclude_outside", 0) != 0;
+                   m.extrapolation = ctx.attr_f("extrapolation_value", 0);
+                   if (m.coord == "tf_crop_and_resize") {
+                     if (!ctx.has(1) || ctx.in(1).shape().numel() != static_cast<int64_t>(2 * r))
+                       ctx.fail(Errc::invalid_argument,
+                                "tf_crop_and_resize needs roi with 2 * rank (" + std::to_string(2 * r) + ") entries");
+                     m.roi = ctx.host(1).to_vector<double>();
+                   }
+                   return Outs{dev_value(resize(ctx, x, out, scales, m))};
                  }};
-  t["Upsample"] = {
-      {"mode", "scales"}, resize_check, [](Ctx& ctx) {
-        Tensor x = ctx.dev(0);
-        std::vector<double> scales;
-        if (auto a = ctx.attr("scales"))
-          scales.assign(a->floats().begin(), a->floats().end());
-        else
-          scales = ctx.host(1).to_vector<double>();
-        if (scales.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
-        Ints out;
-        for (size_t a = 0; a < x.rank(); ++a) out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
-        return Outs{dev_value(resize(ctx, x, out, scales, "asymmetric", ctx.attr_s("mode", "nearest"), "floor"))};
-      }};
+  t["Upsample"] = {{"mode", "scales"},
+                   [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                     for (const auto& a : n.attribute())
+                       if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear")
+                         return "mode='" + a.s() + "' (nearest and linear only)";
+                     return "";
+                   },
+                   [](Ctx& ctx) {
+                     Tensor x = ctx.dev(0);
+                     std::vector<double> scales;
+                     if (auto a = ctx.attr("scales"))
+                       scales.assign(a->floats().begin(), a->floats().end());
+                     else
+                       scales = ctx.host(1).to_vector<double>();
+                     if (scales.size() != x.rank())
+                       ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
+                     Ints out;
+                     for (size_t a = 0; a < x.rank(); ++a)
+                       out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
+                     return Outs{dev_value(resize(ctx, x, out, scales,
+                                                  ResizeMode{ctx.attr_s("mode", "nearest"), "asymmetric", "floor"}))};
+                   }};
   for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
   return t;
 }
