@@ -827,3 +827,94 @@ TEST_CASE("onnx: Det pivots past a zero and gives 0 for a singular matrix", "[on
     CHECK(y[1] == Approx(0.0).margin(1e-6));
   }
 }
+
+// --- data-dependent shapes ---
+
+TEST_CASE("onnx: NonZero and Compress of a computed value follow the data on every run", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // The condition is computed on the device (x > 0): each run reads it
+  // back, so no plan is kept and a new x gives new shapes.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{6}});
+  m.init("zero", {0.0f}, {});
+  m.node("Greater", {"x", "zero"}, {"positive"}, "gt");
+  m.node("Compress", {"x", "positive"}, {"y"}, "keep");
+  m.node("NonZero", {"positive"}, {"where"}, "nz");
+  m.output("y", pb::TensorProto::FLOAT, {std::string("n")});
+  m.output("where", pb::TensorProto::INT64, {int64_t{1}, std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto run = [&](std::vector<float> x) {
+    auto out = model.run({{"x", rt.cpu().tensor(x, {6})}});
+    std::vector<int64_t> where = out.at("where").to_vector<int64_t>();
+    return std::pair{read_floats(out.at("y")), where};
+  };
+  auto [y1, w1] = run({1, -2, 3, -4, 5, -6});
+  CHECK(y1 == std::vector<float>{1, 3, 5});
+  CHECK(w1 == std::vector<int64_t>{0, 2, 4});
+  auto [y2, w2] = run({-1, 2, -3, -4, -5, 6});
+  CHECK(y2 == std::vector<float>{2, 6});
+  CHECK(w2 == std::vector<int64_t>{1, 5});
+  CHECK(model.cached_plans() == 0);
+}
+
+TEST_CASE("onnx: a data-dependent op fails at run time naming the node and the model runs on", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.input("cond", pb::TensorProto::BOOL, {std::string("c")});
+  attr_i(m.node("Compress", {"x", "cond"}, {"y"}, "pick"), "axis", 1);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  auto cond = [](std::vector<bool> c) {
+    const auto n = static_cast<int64_t>(c.size());
+    return sy::TensorData::from(c, {n});
+  };
+  try {
+    (void)model.infer({{"x", x}, {"cond", cond({true, false, true, true})}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("node 'pick' (Compress)") && Catch::Contains("condition has 4 entries"));
+  }
+  // The condition may be shorter than the axis; an input read on the host
+  // keys the plan by its contents.
+  auto out = model.infer({{"x", x}, {"cond", cond({false, true})}});
+  REQUIRE(out.wait_for(kWait));
+  CHECK(out.get().at("y").to_vector<float>() == std::vector<float>{2, 5});
+  auto again = model.infer({{"x", x}, {"cond", cond({true, false, true})}});
+  REQUIRE(again.wait_for(kWait));
+  CHECK(again.get().at("y").to_vector<float>() == std::vector<float>{1, 3, 4, 6});
+}
+
+TEST_CASE("onnx: Unique without sorting keeps first occurrences and NonMaxSuppression honours its limit", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{6}});
+  attr_i(m.node("Unique", {"x"}, {"u", "first", "inverse", "counts"}, "uniq"), "sorted", 0);
+  m.output("u", pb::TensorProto::FLOAT, {std::string("n")});
+  m.output("first", pb::TensorProto::INT64, {std::string("n")});
+  m.output("inverse", pb::TensorProto::INT64, {int64_t{6}});
+  m.output("counts", pb::TensorProto::INT64, {std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto f = model.infer({{"x", sy::TensorData::from(std::vector<float>{3, 1, 3, 2, 1, 3}, {6})}});
+  REQUIRE(f.wait_for(kWait));
+  auto out = f.get();
+  CHECK(out.at("u").to_vector<float>() == std::vector<float>{3, 1, 2});
+  CHECK(out.at("first").to_vector<int64_t>() == std::vector<int64_t>{0, 1, 3});
+  CHECK(out.at("inverse").to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 2, 1, 0});
+  CHECK(out.at("counts").to_vector<int64_t>() == std::vector<int64_t>{3, 2, 1});
+
+  // Three disjoint boxes, one class: the limit of 2 keeps the two best.
+  Builder n;
+  n.input("boxes", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{3}, int64_t{4}});
+  n.input("scores", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{3}});
+  n.init_i64("limit", {2}, {1});
+  n.node("NonMaxSuppression", {"boxes", "scores", "limit"}, {"sel"}, "nms");
+  n.output("sel", pb::TensorProto::INT64, {std::string("k"), int64_t{3}});
+  auto nms = sy::onnx::Model::load_bytes(n.bytes(), rt.cpu());
+  auto boxes = sy::TensorData::from(std::vector<float>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5}, {1, 3, 4});
+  auto scores = sy::TensorData::from(std::vector<float>{0.2f, 0.9f, 0.5f}, {1, 1, 3});
+  CHECK(run_ints(nms, {{"boxes", boxes}, {"scores", scores}}, "sel") == std::vector<int64_t>{0, 0, 1, 0, 0, 2});
+}

@@ -37,6 +37,12 @@ Value host_value(TensorData d) {
   v.host = std::move(d);
   return v;
 }
+// A result computed on the host: kept there when small (shape arithmetic
+// may fold it), uploaded when large.
+Value host_or_dev(const Ctx& ctx, TensorData d) {
+  if (d.numel() > kHostMax) return dev_value(ctx.device().from_data(d));
+  return host_value(std::move(d));
+}
 
 int64_t axis_of(const Ctx& ctx, int64_t axis, size_t rank) {
   auto a = normalize_axis(axis, rank);
@@ -1670,10 +1676,179 @@ OpSpec window(std::vector<double> terms) {
                 w += sign * terms[k] * std::cos(2 * std::numbers::pi * static_cast<double>(k * i) / span);
               v.push_back(w);
             }
-            TensorData d = host_doubles(v, {size[0]}, to);
-            if (size[0] > kHostMax) return Outs{dev_value(ctx.device().from_data(std::move(d)))};
-            return Outs{host_value(std::move(d))};
+            return Outs{host_or_dev(ctx, host_doubles(v, {size[0]}, to))};
           }};
+}
+
+// --- data-dependent shapes: the input is read on the host (a sync with
+// the device; a plan that follows from a computed value is not cached) and
+// the result computed there, or its indices fed to an index_select ---
+
+// Elements of host data as doubles (floats) or int64 (integers, bool), so
+// that comparisons are exact for both.
+template <class F>
+auto with_elements(const TensorData& d, F f) {
+  if (is_floating(d.dtype)) return f(d.to_vector<double>());
+  return f(d.to_vector<int64_t>());
+}
+
+Outs nonzero_node(Ctx& ctx) {
+  const TensorData& x = ctx.host(0);
+  const Shape& s = x.shape;
+  const auto r = static_cast<int64_t>(s.rank());
+  Ints flat;
+  with_elements(x, [&](const auto& v) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] != 0) flat.push_back(static_cast<int64_t>(i));
+    return 0;
+  });
+  const auto n = static_cast<int64_t>(flat.size());
+  Ints out(static_cast<size_t>(r * n));
+  const auto strides = s.strides();
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t a = 0; a < r; ++a) out[static_cast<size_t>(a * n + k)] = flat[k] / strides[a] % s[a];
+  return Outs{host_or_dev(ctx, host_ints(out, {r, n}))};
+}
+
+// Compress: the positions where the condition holds (it may be shorter
+// than the axis), picked from the device data by one index_select.
+Outs compress_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  const TensorData& cond = ctx.host(1);
+  if (cond.shape.rank() != 1) ctx.fail(Errc::shape_mismatch, "condition must be 1-D, got " + cond.shape.to_string());
+  int64_t axis = 0;
+  if (ctx.attr("axis"))
+    axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+  else
+    x = x.flatten();
+  const auto c = cond.to_vector<int64_t>();
+  if (static_cast<int64_t>(c.size()) > x.shape()[axis])
+    ctx.fail(Errc::shape_mismatch, "condition has " + std::to_string(c.size()) + " entries for an axis of extent " +
+                                       std::to_string(x.shape()[axis]));
+  Ints picked;
+  for (size_t i = 0; i < c.size(); ++i)
+    if (c[i] != 0) picked.push_back(static_cast<int64_t>(i));
+  const auto n = static_cast<int64_t>(picked.size());
+  return Outs{dev_value(x.index_select(axis, ctx.device().from_data(host_ints(picked, {n}))))};
+}
+
+// Unique over elements (no axis: the flattened input) or slices along
+// `axis`; sorted ascending (slices lexicographically) or in order of first
+// occurrence. Outputs Y, the first occurrence of each, the inverse indices
+// and the counts.
+Outs unique_node(Ctx& ctx) {
+  const TensorData& in = ctx.host(0);
+  const bool has_axis = ctx.attr("axis") != nullptr;
+  const TensorData x = has_axis ? in : host_reshape(in, {in.numel()});
+  const int64_t axis = has_axis ? axis_of(ctx, ctx.attr_i("axis", 0), x.shape.rank()) : 0;
+  const int64_t extent = x.shape[axis];
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < axis; ++a) outer *= x.shape[a];
+  for (size_t a = static_cast<size_t>(axis) + 1; a < x.shape.rank(); ++a) inner *= x.shape[a];
+  Ints first, inverse(static_cast<size_t>(extent)), counts;
+  with_elements(x, [&](const auto& v) {
+    // Slice i's elements in row-major order, compared as tuples.
+    auto slice = [&](int64_t i) {
+      std::vector<typename std::decay_t<decltype(v)>::value_type> e;
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < inner; ++k) e.push_back(v[static_cast<size_t>((o * extent + i) * inner + k)]);
+      return e;
+    };
+    std::vector<decltype(slice(0))> keys;
+    for (int64_t i = 0; i < extent; ++i) {
+      auto key = slice(i);
+      auto it = std::find(keys.begin(), keys.end(), key);
+      if (it == keys.end()) {
+        inverse[static_cast<size_t>(i)] = static_cast<int64_t>(keys.size());
+        keys.push_back(std::move(key));
+        first.push_back(i);
+        counts.push_back(1);
+      } else {
+        inverse[static_cast<size_t>(i)] = it - keys.begin();
+        ++counts[static_cast<size_t>(it - keys.begin())];
+      }
+    }
+    if (ctx.attr_i("sorted", 1) == 0) return 0;
+    Ints order(keys.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
+    Ints rank_of(keys.size()), sorted_first, sorted_counts;
+    for (size_t k = 0; k < order.size(); ++k) {
+      rank_of[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+      sorted_first.push_back(first[static_cast<size_t>(order[k])]);
+      sorted_counts.push_back(counts[static_cast<size_t>(order[k])]);
+    }
+    for (auto& i : inverse) i = rank_of[static_cast<size_t>(i)];
+    first = std::move(sorted_first);
+    counts = std::move(sorted_counts);
+    return 0;
+  });
+  Shape ys = x.shape;
+  ys.dims[static_cast<size_t>(axis)] = static_cast<int64_t>(first.size());
+  const auto strides = x.shape.strides();
+  TensorData y = host_gather_elems(x, ys, [&](const Ints& i) {
+    int64_t off = 0;
+    for (size_t a = 0; a < i.size(); ++a)
+      off += (static_cast<int64_t>(a) == axis ? first[static_cast<size_t>(i[a])] : i[a]) * strides[a];
+    return off;
+  });
+  const auto u = static_cast<int64_t>(first.size());
+  return Outs{host_or_dev(ctx, std::move(y)), host_or_dev(ctx, host_ints(first, {u})),
+              host_or_dev(ctx, host_ints(inverse, {extent})), host_or_dev(ctx, host_ints(counts, {u}))};
+}
+
+// NonMaxSuppression, per batch and class as ONNX's reference: boxes above
+// score_threshold in descending score (ties: lower index first), each kept
+// unless its IoU with a kept box exceeds iou_threshold, at most
+// max_output_boxes_per_class of them.
+Outs nms_node(Ctx& ctx) {
+  const TensorData& boxes = ctx.host(0);
+  const TensorData& scores = ctx.host(1);
+  if (boxes.shape.rank() != 3 || boxes.shape[2] != 4)
+    ctx.fail(Errc::shape_mismatch, "boxes must be [batches, boxes, 4], got " + boxes.shape.to_string());
+  if (scores.shape.rank() != 3 || scores.shape[0] != boxes.shape[0] || scores.shape[2] != boxes.shape[1])
+    ctx.fail(Errc::shape_mismatch,
+             "scores " + scores.shape.to_string() + " do not fit boxes " + boxes.shape.to_string());
+  const int64_t max_out = ctx.has(2) && ctx.in(2).shape().numel() > 0 ? ctx.ints(2).at(0) : 0;
+  const double iou_max = ctx.has(3) && ctx.in(3).shape().numel() > 0 ? ctx.host(3).at(0) : 0.0;
+  const bool by_score = ctx.has(4) && ctx.in(4).shape().numel() > 0;
+  const double score_min = by_score ? ctx.host(4).at(0) : 0.0;
+  const bool center = ctx.attr_i("center_point_box", 0) != 0;
+  const auto b = boxes.to_vector<double>(), sc = scores.to_vector<double>();
+  const int64_t batches = boxes.shape[0], n = boxes.shape[1], classes = scores.shape[1];
+  // Corners (y1, x1, y2, x2) with y1 <= y2, x1 <= x2.
+  auto corners = [&](int64_t bi, int64_t i) {
+    const double* p = &b[static_cast<size_t>((bi * n + i) * 4)];
+    if (center) return std::array<double, 4>{p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
+    return std::array<double, 4>{std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]),
+                                 std::max(p[1], p[3])};
+  };
+  auto overlaps = [&](const std::array<double, 4>& p, const std::array<double, 4>& q) {
+    const double h = std::min(p[2], q[2]) - std::max(p[0], q[0]), w = std::min(p[3], q[3]) - std::max(p[1], q[1]);
+    if (h <= 0 || w <= 0) return false;
+    const double inter = h * w, ap = (p[2] - p[0]) * (p[3] - p[1]), aq = (q[2] - q[0]) * (q[3] - q[1]);
+    const double uni = ap + aq - inter;
+    if (ap <= 0 || aq <= 0 || uni <= 0) return false;
+    return inter / uni > iou_max;
+  };
+  Ints selected;
+  for (int64_t bi = 0; bi < batches; ++bi)
+    for (int64_t c = 0; c < classes; ++c) {
+      const double* s = &sc[static_cast<size_t>((bi * classes + c) * n)];
+      Ints order;
+      for (int64_t i = 0; i < n; ++i)
+        if (!by_score || s[i] > score_min) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return s[p] > s[q]; });
+      std::vector<std::array<double, 4>> kept;
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_out) break;
+        auto box = corners(bi, i);
+        if (std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return overlaps(k, box); })) continue;
+        kept.push_back(box);
+        selected.insert(selected.end(), {bi, c, i});
+      }
+    }
+  return Outs{host_or_dev(ctx, host_ints(selected, {static_cast<int64_t>(selected.size()) / 3, 3}))};
 }
 
 std::map<std::string, OpSpec, std::less<>> build_table() {
@@ -2466,6 +2641,10 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                                                   ResizeMode{ctx.attr_s("mode", "nearest"), "asymmetric", "floor"}))};
                    }};
   for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
+  t["NonZero"] = {{}, nullptr, nonzero_node};
+  t["Compress"] = {{"axis"}, nullptr, compress_node};
+  t["Unique"] = {{"axis", "sorted"}, nullptr, unique_node};
+  t["NonMaxSuppression"] = {{"center_point_box"}, nullptr, nms_node};
   return t;
 }
 
