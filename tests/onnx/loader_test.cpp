@@ -150,15 +150,15 @@ std::string load_error(const std::string& bytes, const sy::Device& d, sy::Errc* 
 
 TEST_CASE("onnx: an op outside the op set fails at load naming the node and the op", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
-  Builder m;
-  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
-  m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}});
-  m.node("GridSample", {"x", "grid"}, {"y"}, "sample1");
-  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  // Bernoulli draws random numbers, which the op set leaves out.
+  Builder m(15);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  m.node("Bernoulli", {"x"}, {"y"}, "coin1");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
   sy::Errc code{};
   std::string what = load_error(m.bytes(), rt.cpu(), &code);
   CHECK(code == sy::Errc::unsupported);
-  CHECK_THAT(what, Catch::Contains("node 'sample1'") && Catch::Contains("GridSample") &&
+  CHECK_THAT(what, Catch::Contains("node 'coin1'") && Catch::Contains("Bernoulli") &&
                        Catch::Contains("not in Switchyard's op set"));
 }
 
@@ -917,4 +917,70 @@ TEST_CASE("onnx: Unique without sorting keeps first occurrences and NonMaxSuppre
   auto boxes = sy::TensorData::from(std::vector<float>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5}, {1, 3, 4});
   auto scores = sy::TensorData::from(std::vector<float>{0.2f, 0.9f, 0.5f}, {1, 1, 3});
   CHECK(run_ints(nms, {{"boxes", boxes}, {"scores", scores}}, "sel") == std::vector<int64_t>{0, 0, 1, 0, 0, 2});
+}
+
+// --- GridSample and RoiAlign: the modes ONNX's backend tests leave out ---
+
+TEST_CASE("onnx: GridSample bicubic with border padding and nearest with reflection", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](const std::string& mode, const std::string& padding) {
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{4}});
+    m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{2}});
+    auto& n = m.node("GridSample", {"x", "grid"}, {"y"}, "sample");
+    attr_s(n, "mode", mode);
+    attr_s(n, "padding_mode", padding);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{3}});
+    return m.bytes();
+  };
+  // Points at x = 1.25 and 1.5 (beyond the right edge) and -3 (far left).
+  auto grid = sy::TensorData::from(std::vector<float>{1.25f, 0, 1.5f, 0, -3, 0}, {1, 1, 3, 2});
+  // Border padding on a constant image: every bicubic tap reads 7 and the
+  // weights sum to 1.
+  auto bicubic = sy::onnx::Model::load_bytes(model_of("bicubic", "border"), rt.cpu());
+  auto flat = sy::TensorData::from(std::vector<float>(4, 7.0f), {1, 1, 1, 4});
+  for (double v : run_doubles(bicubic, {{"x", flat}, {"grid", grid}}, "y")) CHECK(v == Approx(7.0));
+  // Reflection about the pixel borders (align_corners=0): x = 1.25 maps to
+  // pixel 4.0, mirrored to 3; 1.5 to 4.5, mirrored to 2.5, rounded to even
+  // 2; -3 to -4.5, mirrored to 3.5, clamped to 3.
+  auto nearest = sy::onnx::Model::load_bytes(model_of("nearest", "reflection"), rt.cpu());
+  auto ramp = sy::TensorData::from(std::vector<float>{10, 11, 12, 13}, {1, 1, 1, 4});
+  CHECK(run_doubles(nearest, {{"x", ramp}, {"grid", grid}}, "y") == std::vector<double>{13, 12, 13});
+  // A grid of the wrong shape fails at run time naming the node.
+  try {
+    auto bad = sy::TensorData::from(std::vector<float>(9, 0), {1, 1, 3, 3});
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{4}});
+    m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}});
+    m.node("GridSample", {"x", "grid"}, {"y"}, "sample");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{3}});
+    (void)sy::onnx::Model::load_bytes(m.bytes(), rt.cpu()).infer({{"x", ramp}, {"grid", bad}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'sample' (GridSample)") && Catch::Contains("grid must be"));
+  }
+}
+
+TEST_CASE("onnx: RoiAlign max takes the largest weighted tap and avg the mean of the samples", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](const std::string& mode) {
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+    m.init("rois", {0, 0, 1, 1}, {1, 4});
+    m.init_i64("batch", {0}, {1});
+    auto& n = m.node("RoiAlign", {"x", "rois", "batch"}, {"y"}, "roi");
+    attr_s(n, "mode", mode);
+    attr_i(n, "sampling_ratio", 2);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{1}});
+    return m.bytes();
+  };
+  // half_pixel: samples at (y, x) in {-0.25, 0.25}^2, -0.25 clamped to 0.
+  // Their bilinear values are 1, 1.25, 1.5 and 1.75 (mean 1.375); the
+  // largest single weighted tap is 1 (the sample at (0, 0) reading x[0][0]).
+  auto x = sy::TensorData::from(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2});
+  auto avg = sy::onnx::Model::load_bytes(model_of("avg"), rt.cpu());
+  CHECK(run_doubles(avg, {{"x", x}}, "y") == std::vector<double>{1.375});
+  auto max = sy::onnx::Model::load_bytes(model_of("max"), rt.cpu());
+  CHECK(run_doubles(max, {{"x", x}}, "y") == std::vector<double>{1.0});
 }

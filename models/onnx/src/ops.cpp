@@ -1851,6 +1851,223 @@ Outs nms_node(Ctx& ctx) {
   return Outs{host_or_dev(ctx, host_ints(selected, {static_cast<int64_t>(selected.size()) / 3, 3}))};
 }
 
+// --- sampling at computed coordinates: GridSample and RoiAlign gather
+// taps of X viewed flat and weight them; out-of-range taps weigh 0 ---
+
+std::string grid_sample_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "mode" && a.s() != "bilinear" && a.s() != "nearest" && a.s() != "bicubic")
+      return "mode='" + a.s() + "' (bilinear, nearest and bicubic only)";
+    if (a.name() == "padding_mode" && a.s() != "zeros" && a.s() != "border" && a.s() != "reflection")
+      return "padding_mode='" + a.s() + "' (zeros, border and reflection only)";
+  }
+  return "";
+}
+
+// A coordinate folded back into [0, size - 1] as PyTorch's grid_sample
+// (which ONNX's tests follow): border clamps, reflection mirrors at the
+// edges (pixel centres with align_corners, pixel borders without), then
+// clamps.
+Tensor grid_padded(const Tensor& c, int64_t size, const std::string& padding, bool align) {
+  const DType t = c.dtype();
+  const double hi = static_cast<double>(size - 1);
+  if (padding == "zeros") return c;
+  if (padding == "border") return c.clamp(0, hi);
+  const double lo2 = align ? 0 : -1, hi2 = align ? 2 * hi : 2 * static_cast<double>(size) - 1;
+  if (lo2 == hi2) return c.mul(scalar_for(t, 0));
+  const double low = lo2 / 2, span = (hi2 - lo2) / 2;
+  Tensor in = c.sub(scalar_for(t, low)).abs();
+  Tensor flips = in.div(scalar_for(t, span)).floor();
+  Tensor extra = in.sub(flips.mul(scalar_for(t, span)));
+  Tensor odd = flips.sub(flips.div(scalar_for(t, 2)).floor().mul(scalar_for(t, 2))).ne(Scalar(0.0));
+  Tensor r = where(odd, extra.neg().add(scalar_for(t, span + low)), extra.add(scalar_for(t, low)));
+  return r.clamp(0, hi);
+}
+
+Outs grid_sample_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0), grid = ctx.dev(1);
+  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
+  const auto& s = x.shape();
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  if (grid.rank() != 4 || grid.shape()[0] != n || grid.shape()[3] != 2)
+    ctx.fail(Errc::shape_mismatch,
+             "grid must be [" + std::to_string(n) + ", H_out, W_out, 2], got " + grid.shape().to_string());
+  const DType xt = x.dtype();
+  if (!is_floating(xt)) ctx.fail(Errc::dtype_mismatch, "X must be floating, got " + std::string(name_of(xt)));
+  const DType t = xt == DType::f64 ? DType::f64 : DType::f32;
+  const std::string mode = ctx.attr_s("mode", "bilinear"), padding = ctx.attr_s("padding_mode", "zeros");
+  const bool align = ctx.attr_i("align_corners", 0) != 0;
+  const int64_t ho = grid.shape()[1], wo = grid.shape()[2];
+  grid = grid.cast(t).reshape({n, ho * wo, 2});
+  auto unnormalize = [&](const Tensor& g, int64_t size) {
+    const auto sz = static_cast<double>(size);
+    return align ? g.add(scalar_for(t, 1)).mul(scalar_for(t, (sz - 1) / 2))
+                 : g.add(scalar_for(t, 1)).mul(scalar_for(t, sz)).sub(scalar_for(t, 1)).div(scalar_for(t, 2));
+  };
+  Tensor ix = unnormalize(grid.slice(2, Slice{0, 1}).reshape({n, ho * wo}), w);
+  Tensor iy = unnormalize(grid.slice(2, Slice{1, 2}).reshape({n, ho * wo}), h);
+  Tensor flat = x.cast(t).reshape({n, c, h * w});
+  // The value at integer tap (ty, tx) times `weight`; 0 outside the input.
+  auto tap = [&](const Tensor& ty, const Tensor& tx, const Tensor& weight) {
+    Tensor inside = tx.ge(Scalar(0.0))
+                        .logical_and(tx.le(Scalar(static_cast<double>(w - 1))))
+                        .logical_and(ty.ge(Scalar(0.0)))
+                        .logical_and(ty.le(Scalar(static_cast<double>(h - 1))));
+    Tensor lin = ty.clamp(0, static_cast<double>(h - 1))
+                     .mul(scalar_for(t, static_cast<double>(w)))
+                     .add(tx.clamp(0, static_cast<double>(w - 1)))
+                     .cast(DType::i64);
+    Tensor v = flat.gather(2, lin.reshape({n, 1, ho * wo}).expand({n, c, ho * wo}));
+    return v.mul(weight.mul(inside.cast(t)).reshape({n, 1, ho * wo}));
+  };
+  Tensor y;
+  auto accumulate = [&](const Tensor& v) { y = y.defined() ? y.add(v) : v; };
+  if (mode == "bicubic") {
+    // Taps floor - 1 .. floor + 2 of the unpadded coordinate, each folded
+    // by the padding mode (PyTorch's order), A = -0.75.
+    Tensor x0 = ix.floor(), y0 = iy.floor();
+    Tensor rx = ix.sub(x0), ry = iy.sub(y0);
+    const double a = -0.75;
+    auto weights = [&](const Tensor& r) {
+      auto near = [&](const Tensor& d) {
+        return d.mul(scalar_for(t, a + 2)).sub(scalar_for(t, a + 3)).mul(d).mul(d).add(scalar_for(t, 1));
+      };
+      auto far = [&](const Tensor& d) {
+        return d.mul(scalar_for(t, a))
+            .sub(scalar_for(t, 5 * a))
+            .mul(d)
+            .add(scalar_for(t, 8 * a))
+            .mul(d)
+            .sub(scalar_for(t, 4 * a));
+      };
+      Tensor one_minus = r.neg().add(scalar_for(t, 1));
+      return std::array<Tensor, 4>{far(r.add(scalar_for(t, 1))), near(r), near(one_minus),
+                                   far(one_minus.add(scalar_for(t, 1)))};
+    };
+    auto wx = weights(rx), wy = weights(ry);
+    for (int64_t j = 0; j < 4; ++j) {
+      Tensor ty = grid_padded(y0.add(scalar_for(t, static_cast<double>(j - 1))), h, padding, align).floor();
+      for (int64_t i = 0; i < 4; ++i) {
+        Tensor tx = grid_padded(x0.add(scalar_for(t, static_cast<double>(i - 1))), w, padding, align).floor();
+        accumulate(tap(ty, tx, wy[j].mul(wx[i])));
+      }
+    }
+  } else {
+    ix = grid_padded(ix, w, padding, align);
+    iy = grid_padded(iy, h, padding, align);
+    if (mode == "nearest") {
+      accumulate(tap(iy.round(), ix.round(), ctx.device().full({}, 1, t)));
+    } else {
+      Tensor x0 = ix.floor(), y0 = iy.floor();
+      Tensor x1 = x0.add(scalar_for(t, 1)), y1 = y0.add(scalar_for(t, 1));
+      Tensor wx1 = ix.sub(x0), wy1 = iy.sub(y0);
+      Tensor wx0 = wx1.neg().add(scalar_for(t, 1)), wy0 = wy1.neg().add(scalar_for(t, 1));
+      accumulate(tap(y0, x0, wy0.mul(wx0)));
+      accumulate(tap(y0, x1, wy0.mul(wx1)));
+      accumulate(tap(y1, x0, wy1.mul(wx0)));
+      accumulate(tap(y1, x1, wy1.mul(wx1)));
+    }
+  }
+  y = y.reshape({n, c, ho, wo});
+  return Outs{dev_value(y.dtype() == xt ? y : y.cast(xt))};
+}
+
+// RoiAlign as ONNX's reference (ONNX Runtime's kernel): each output bin
+// averages (or takes the largest weighted tap of) a grid of bilinear
+// samples. The rois are read on the host, which computes every sample's
+// four taps; the device gathers rows of X viewed [N * H * W, C].
+Outs roi_align_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "X must be floating, got " + std::string(name_of(x.dtype())));
+  const TensorData& rois = ctx.host(1);
+  const auto batch = ctx.ints(2);
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  if (rois.shape.rank() != 2 || rois.shape[1] != 4)
+    ctx.fail(Errc::shape_mismatch, "rois must be [num_rois, 4], got " + rois.shape.to_string());
+  const int64_t num = rois.shape[0];
+  if (static_cast<int64_t>(batch.size()) != num)
+    ctx.fail(Errc::shape_mismatch,
+             "batch_indices has " + std::to_string(batch.size()) + " entries for " + std::to_string(num) + " rois");
+  const int64_t ph = ctx.attr_i("output_height", 1), pw = ctx.attr_i("output_width", 1);
+  const int64_t ratio = ctx.attr_i("sampling_ratio", 0);
+  const double scale = ctx.attr_f("spatial_scale", 1.0f);
+  if (ph < 1 || pw < 1) ctx.fail(Errc::invalid_argument, "output_height and output_width must be at least 1");
+  const bool half_pixel =
+      ctx.opset() >= 16 && ctx.attr_s("coordinate_transformation_mode", "half_pixel") == "half_pixel";
+  const bool is_max = ctx.attr_s("mode", "avg") == "max";
+  const auto r = rois.to_vector<double>();
+  // Per bin, its taps (row of the flat X, weight); padded to the most taps
+  // of any bin with weight-0 taps (avg) or copies of the bin's first (max).
+  std::vector<std::vector<std::pair<int64_t, double>>> bins;
+  size_t most = 1;
+  for (int64_t k = 0; k < num; ++k) {
+    const int64_t b = batch[static_cast<size_t>(k)];
+    if (b < 0 || b >= n)
+      ctx.fail(Errc::index_out_of_range, "batch index " + std::to_string(b) + " for a batch of " + std::to_string(n));
+    const double off = half_pixel ? 0.5 : 0;
+    const double x1 = r[k * 4] * scale - off, y1 = r[k * 4 + 1] * scale - off;
+    double rw = r[k * 4 + 2] * scale - off - x1, rh = r[k * 4 + 3] * scale - off - y1;
+    if (!half_pixel) {
+      rw = std::max(rw, 1.0);
+      rh = std::max(rh, 1.0);
+    }
+    const double bh = rh / static_cast<double>(ph), bw = rw / static_cast<double>(pw);
+    const auto gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(ph)));
+    const auto gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(pw)));
+    const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+    for (int64_t py = 0; py < ph; ++py)
+      for (int64_t px = 0; px < pw; ++px) {
+        auto& bin = bins.emplace_back();
+        for (int64_t iy = 0; iy < gh; ++iy)
+          for (int64_t jx = 0; jx < gw; ++jx) {
+            double yy =
+                y1 + static_cast<double>(py) * bh + (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+            double xx =
+                x1 + static_cast<double>(px) * bw + (static_cast<double>(jx) + 0.5) * bw / static_cast<double>(gw);
+            if (yy < -1.0 || yy > static_cast<double>(h) || xx < -1.0 || xx > static_cast<double>(w)) {
+              for (int q = 0; q < 4; ++q) bin.emplace_back(b * h * w, 0.0);
+              continue;
+            }
+            yy = std::max(yy, 0.0);
+            xx = std::max(xx, 0.0);
+            auto ylo = static_cast<int64_t>(yy), xlo = static_cast<int64_t>(xx);
+            int64_t yhi = ylo + 1, xhi = xlo + 1;
+            if (ylo >= h - 1) yhi = ylo = h - 1, yy = static_cast<double>(ylo);
+            if (xlo >= w - 1) xhi = xlo = w - 1, xx = static_cast<double>(xlo);
+            const double ly = yy - static_cast<double>(ylo), lx = xx - static_cast<double>(xlo);
+            const double hy = 1 - ly, hx = 1 - lx, div = is_max ? 1 : count;
+            const int64_t base = b * h * w;
+            bin.emplace_back(base + ylo * w + xlo, hy * hx / div);
+            bin.emplace_back(base + ylo * w + xhi, hy * lx / div);
+            bin.emplace_back(base + yhi * w + xlo, ly * hx / div);
+            bin.emplace_back(base + yhi * w + xhi, ly * lx / div);
+          }
+        if (bin.empty()) bin.emplace_back(b * h * w, 0.0);
+        most = std::max(most, bin.size());
+      }
+  }
+  Ints index;
+  std::vector<double> weight;
+  for (auto& bin : bins) {
+    const auto fill = is_max ? bin.front() : std::pair<int64_t, double>{bin.front().first, 0.0};
+    bin.resize(most, fill);
+    for (auto& [i, wt] : bin) {
+      index.push_back(i);
+      weight.push_back(wt);
+    }
+  }
+  const auto rows = static_cast<int64_t>(index.size());
+  const Device& d = ctx.device();
+  Tensor table = x.reshape({n, c, h * w}).permute({0, 2, 1}).reshape({n * h * w, c});
+  Tensor v = table.index_select(0, d.from_data(host_ints(index, {rows})))
+                 .mul(d.from_data(host_doubles(weight, {rows, 1}, x.dtype())))
+                 .reshape({num, ph, pw, static_cast<int64_t>(most), c});
+  Tensor y = is_max ? v.max({3}) : v.sum({3});
+  return Outs{dev_value(y.permute({0, 3, 1, 2}))};
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -2641,6 +2858,18 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                                                   ResizeMode{ctx.attr_s("mode", "nearest"), "asymmetric", "floor"}))};
                    }};
   for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
+  t["GridSample"] = {{"align_corners", "mode", "padding_mode"}, grid_sample_check, grid_sample_node};
+  t["RoiAlign"] = {
+      {"coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"},
+      [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+        for (const auto& a : n.attribute()) {
+          if (a.name() == "mode" && a.s() != "avg" && a.s() != "max") return "mode='" + a.s() + "' (avg and max only)";
+          if (a.name() == "coordinate_transformation_mode" && a.s() != "half_pixel" && a.s() != "output_half_pixel")
+            return "coordinate_transformation_mode='" + a.s() + "'";
+        }
+        return "";
+      },
+      roi_align_node};
   t["NonZero"] = {{}, nullptr, nonzero_node};
   t["Compress"] = {{"axis"}, nullptr, compress_node};
   t["Unique"] = {{"axis", "sorted"}, nullptr, unique_node};
