@@ -984,3 +984,161 @@ TEST_CASE("onnx: RoiAlign max takes the largest weighted tap and avg the mean of
   auto max = sy::onnx::Model::load_bytes(model_of("max"), rt.cpu());
   CHECK(run_doubles(max, {{"x", x}}, "y") == std::vector<double>{1.0});
 }
+
+// --- control flow ---
+
+namespace {
+
+// A subgraph for an If branch or a Loop/Scan body.
+struct Body {
+  pb::GraphProto g;
+  explicit Body(const std::string& name) { g.set_name(name); }
+  pb::NodeProto& node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* n = g.add_node();
+    n->set_op_type(op);
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return *n;
+  }
+  void input(const std::string& name, int elem, std::vector<std::variant<int64_t, std::string>> dims) {
+    set_type(g.add_input(), name, elem, std::move(dims));
+  }
+  void output(const std::string& name, int elem, std::vector<std::variant<int64_t, std::string>> dims) {
+    set_type(g.add_output(), name, elem, std::move(dims));
+  }
+};
+
+void attr_g(pb::NodeProto& n, const std::string& name, const Body& b) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::GRAPH);
+  *a->mutable_g() = b.g;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: an If whose condition the device computes takes the branch the data asks for", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // y = sum(x) > 0 ? x * 2 : -x; both branches read the outer x.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.init("zero", {0.0f}, {});
+  m.init("two", {2.0f}, {});
+  attr_i(m.node("ReduceSum", {"x"}, {"s"}, "sum"), "keepdims", 0);
+  m.node("Greater", {"s", "zero"}, {"positive"}, "gt");
+  Body then_b("double_it"), else_b("negate_it");
+  then_b.node("Mul", {"x", "two"}, {"t"});
+  then_b.output("t", pb::TensorProto::FLOAT, {int64_t{3}});
+  else_b.node("Neg", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{3}});
+  auto& n = m.node("If", {"positive"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto run = [&](std::vector<float> x) { return read_floats(model.run({{"x", rt.cpu().tensor(x, {3})}}).at("y")); };
+  CHECK(run({1, 2, -1}) == std::vector<float>{2, 4, -2});
+  CHECK(run({1, -5, 1}) == std::vector<float>{-1, 5, -1});
+  CHECK(run({3, 0, 0}) == std::vector<float>{6, 0, 0});
+  CHECK(model.cached_plans() == 0);  // the condition came from the device
+}
+
+TEST_CASE("onnx: an If on a graph input keys the plan by the condition", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("c", pb::TensorProto::BOOL, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  Body then_b("relu"), else_b("ident");
+  then_b.node("Relu", {"x"}, {"t"});
+  then_b.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
+  else_b.node("Identity", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto& n = m.node("If", {"c"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{-1, 2}, {2});
+  for (bool c : {true, false, true}) {
+    auto out = model.infer({{"c", sy::TensorData::from(std::vector<bool>{c}, {})}, {"x", x}});
+    REQUIRE(out.wait_for(kWait));
+    CHECK(out.get().at("y").to_vector<float>() == (c ? std::vector<float>{0, 2} : std::vector<float>{-1, 2}));
+  }
+  CHECK(model.cached_plans() == 2);
+}
+
+TEST_CASE("onnx: a Loop carries a value and stacks a scan output reading an outer value", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // acc += x, M times; the scan output is acc after each step.
+  Builder m;
+  m.input("M", pb::TensorProto::INT64, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  m.init("acc0", {0, 0}, {2});
+  Body body("accumulate");
+  body.input("i", pb::TensorProto::INT64, {});
+  body.input("cond_in", pb::TensorProto::BOOL, {});
+  body.input("acc", pb::TensorProto::FLOAT, {int64_t{2}});
+  body.node("Identity", {"cond_in"}, {"cond_out"});
+  body.node("Add", {"acc", "x"}, {"next"});
+  body.node("Identity", {"next"}, {"seen"});
+  body.output("cond_out", pb::TensorProto::BOOL, {});
+  body.output("next", pb::TensorProto::FLOAT, {int64_t{2}});
+  body.output("seen", pb::TensorProto::FLOAT, {int64_t{2}});
+  attr_g(m.node("Loop", {"M", "", "acc0"}, {"sum", "steps"}, "repeat"), "body", body);
+  m.output("sum", pb::TensorProto::FLOAT, {int64_t{2}});
+  m.output("steps", pb::TensorProto::FLOAT, {std::string("M"), int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto f = model.infer({{"M", sy::TensorData::from(std::vector<int64_t>{3}, {})},
+                        {"x", sy::TensorData::from(std::vector<float>{1, 10}, {2})}});
+  REQUIRE(f.wait_for(kWait));
+  auto out = f.get();
+  CHECK(out.at("sum").to_vector<float>() == std::vector<float>{3, 30});
+  CHECK(out.at("steps").shape == sy::Shape{3, 2});
+  CHECK(out.at("steps").to_vector<float>() == std::vector<float>{1, 10, 2, 20, 3, 30});
+}
+
+TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node and the other runs", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("c", pb::TensorProto::BOOL, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  Body then_b("two_outputs"), else_b("one_output");
+  then_b.node("Identity", {"x"}, {"t1"});
+  then_b.node("Identity", {"x"}, {"t2"});
+  then_b.output("t1", pb::TensorProto::FLOAT, {int64_t{2}});
+  then_b.output("t2", pb::TensorProto::FLOAT, {int64_t{2}});
+  else_b.node("Neg", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto& n = m.node("If", {"c"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{-1, 2}, {2});
+  try {
+    (void)model.infer({{"c", sy::TensorData::from(std::vector<bool>{true}, {})}, {"x", x}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'choose' (If)") &&
+                                          Catch::Contains("then_branch has 2 outputs, the node expects 1"));
+  }
+  auto out = model.infer({{"c", sy::TensorData::from(std::vector<bool>{false}, {})}, {"x", x}});
+  REQUIRE(out.wait_for(kWait));
+  CHECK(out.get().at("y").to_vector<float>() == std::vector<float>{1, -2});
+
+  // An op outside the op set inside a branch fails at load, naming it.
+  Builder bad;
+  bad.input("c", pb::TensorProto::BOOL, {});
+  bad.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  Body coin("coin"), plain("plain");
+  coin.node("Bernoulli", {"x"}, {"t"}).set_name("flip");
+  coin.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
+  plain.node("Identity", {"x"}, {"e"});
+  plain.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto& nb = bad.node("If", {"c"}, {"y"}, "choose");
+  attr_g(nb, "then_branch", coin);
+  attr_g(nb, "else_branch", plain);
+  bad.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  CHECK_THAT(load_error(bad.bytes(), rt.cpu()),
+             Catch::Contains("node 'flip' (Bernoulli)") && Catch::Contains("not in Switchyard's op set"));
+}

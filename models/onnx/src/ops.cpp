@@ -2068,6 +2068,171 @@ Outs roi_align_node(Ctx& ctx) {
   return Outs{dev_value(y.permute({0, 3, 1, 2}))};
 }
 
+// --- control flow: subgraphs run by the loader on this run's values;
+// conditions and trip counts are read on the host (a sync when the device
+// computed them, and then the model is replanned on every run) ---
+
+// A subgraph's results for the node's outputs: their count must match.
+Outs expect_outputs(Ctx& ctx, Outs outs, size_t want, std::string_view what) {
+  if (outs.size() != want)
+    ctx.fail(Errc::invalid_argument, std::string(what) + " has " + std::to_string(outs.size()) +
+                                         " outputs, the node expects " + std::to_string(want));
+  return outs;
+}
+
+bool read_flag(Ctx& ctx, const Value& v, std::string_view what) {
+  const TensorData& d = ctx.read(v);
+  if (d.numel() != 1)
+    ctx.fail(Errc::shape_mismatch, std::string(what) + " must hold one value, got shape " + d.shape.to_string());
+  return d.at(0) != 0;
+}
+
+// Values stacked along a new axis (host data stays on the host while small).
+Value stack_values(Ctx& ctx, const std::vector<Value>& parts, int64_t axis) {
+  std::vector<Value> lifted;
+  bool host = true;
+  for (const auto& p : parts) {
+    lifted.push_back(unsqueeze_value(ctx, p, {axis}));
+    host = host && lifted.back().host && p.shape().numel() * static_cast<int64_t>(parts.size()) <= kHostMax;
+  }
+  if (host) {
+    std::vector<const TensorData*> data;
+    for (const auto& v : lifted) data.push_back(&*v.host);
+    return host_value(host_concat(data, axis));
+  }
+  std::vector<Tensor> tensors;
+  for (const auto& v : lifted) tensors.push_back(v.dev.defined() ? v.dev : ctx.device().from_data(*v.host));
+  return dev_value(cat(tensors, axis));
+}
+
+// Element t along `axis`, that axis dropped.
+Value take_along(Ctx& ctx, const Value& x, int64_t axis, int64_t t) {
+  Value s = slice_value(ctx, x, {t}, {t + 1}, {axis}, {});
+  Ints dims = s.shape().dims;
+  dims.erase(dims.begin() + axis);
+  return do_reshape(ctx, s, dims, true);
+}
+
+Outs if_node(Ctx& ctx) {
+  const bool taken = read_flag(ctx, ctx.in(0), "cond");
+  const auto want = static_cast<size_t>(ctx.node().output_size());
+  return expect_outputs(ctx, ctx.run_subgraph(taken ? "then_branch" : "else_branch", {}), want,
+                        taken ? "then_branch" : "else_branch");
+}
+
+// Loop: body(iteration, cond, carried...) -> (cond, carried..., scan...),
+// while the trip count (M) and the condition allow; scan outputs stacked.
+Outs loop_node(Ctx& ctx) {
+  const bool has_trip = ctx.has(0) && ctx.in(0).shape().numel() > 0, has_cond = ctx.has(1);
+  if (!has_trip && !has_cond) ctx.fail(Errc::unsupported, "a loop with neither M nor cond never ends");
+  const int64_t trip = has_trip ? ctx.ints(0).at(0) : 0;
+  bool cond = has_cond ? read_flag(ctx, ctx.in(1), "cond") : true;
+  Outs carried;
+  for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.in(i));
+  const auto outputs = static_cast<size_t>(ctx.node().output_size());
+  if (outputs < carried.size()) ctx.fail(Errc::invalid_argument, "fewer outputs than loop-carried values");
+  std::vector<Outs> scans(outputs - carried.size());
+  for (int64_t i = 0; (!has_trip || i < trip) && cond; ++i) {
+    Outs in{host_value(host_ints({i}, {})), host_value(host_ints({cond ? 1 : 0}, {}, DType::boolean))};
+    in.insert(in.end(), carried.begin(), carried.end());
+    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), 1 + outputs, "body");
+    cond = read_flag(ctx, out[0], "the body's cond");
+    for (size_t k = 0; k < carried.size(); ++k) carried[k] = out[1 + k];
+    for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[1 + carried.size() + k]);
+  }
+  Outs result = carried;
+  for (auto& parts : scans) {
+    if (parts.empty()) ctx.fail(Errc::unsupported, "scan outputs of a loop that ran no iteration");
+    result.push_back(stack_values(ctx, parts, 0));
+  }
+  return result;
+}
+
+// Scan over `seq` steps: body(state..., scan input slices...) ->
+// (state..., scan output elements...). Returns the final states, then
+// the scan outputs stacked along their axes.
+Outs scan_steps(Ctx& ctx, Outs state, const Outs& scan_in, const Ints& in_axes, const Ints& in_dirs,
+                const Ints& out_axes, const Ints& out_dirs, size_t outputs) {
+  int64_t seq = -1;
+  for (size_t j = 0; j < scan_in.size(); ++j) {
+    const int64_t len = scan_in[j].shape()[in_axes[j]];
+    if (seq >= 0 && len != seq)
+      ctx.fail(Errc::shape_mismatch,
+               "scan inputs differ in length (" + std::to_string(seq) + " and " + std::to_string(len) + ")");
+    seq = len;
+  }
+  if (seq < 1) ctx.fail(Errc::unsupported, "a scan of no steps");
+  const size_t n_state = state.size();
+  if (outputs < n_state) ctx.fail(Errc::invalid_argument, "fewer outputs than state values");
+  std::vector<Outs> scans(outputs - n_state);
+  for (int64_t t = 0; t < seq; ++t) {
+    Outs in = state;
+    for (size_t j = 0; j < scan_in.size(); ++j)
+      in.push_back(take_along(ctx, scan_in[j], in_axes[j], in_dirs[j] != 0 ? seq - 1 - t : t));
+    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
+    for (size_t k = 0; k < n_state; ++k) state[k] = out[k];
+    for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[n_state + k]);
+  }
+  for (size_t k = 0; k < scans.size(); ++k) {
+    if (k < out_dirs.size() && out_dirs[k] != 0) std::reverse(scans[k].begin(), scans[k].end());
+    const auto rank = static_cast<size_t>(scans[k][0].shape().rank()) + 1;
+    state.push_back(stack_values(ctx, scans[k], axis_of(ctx, k < out_axes.size() ? out_axes[k] : 0, rank)));
+  }
+  return state;
+}
+
+// Scan-9 and later: axes and directions per scan input and output. Scan-8:
+// sequence_lens first, every input batched on axis 0 and scanned on axis 1
+// (each batch entry its own scan).
+Outs scan_node(Ctx& ctx) {
+  const int64_t m = ctx.attr_i("num_scan_inputs", 0);
+  const bool v8 = ctx.opset() < 9;
+  const size_t first = v8 ? 1 : 0;
+  if (m < 1 || first + static_cast<size_t>(m) > ctx.num_inputs())
+    ctx.fail(Errc::invalid_argument,
+             "num_scan_inputs " + std::to_string(m) + " for " + std::to_string(ctx.num_inputs() - first) + " inputs");
+  const size_t n_state = ctx.num_inputs() - first - static_cast<size_t>(m);
+  const auto outputs = static_cast<size_t>(ctx.node().output_size());
+  Outs state, scan_in;
+  for (size_t i = first; i < first + n_state; ++i) state.push_back(ctx.in(i));
+  for (size_t i = first + n_state; i < ctx.num_inputs(); ++i) scan_in.push_back(ctx.in(i));
+  if (!v8) {
+    Ints in_axes = ctx.attr_ints("scan_input_axes").value_or(Ints(static_cast<size_t>(m), 0));
+    for (size_t j = 0; j < in_axes.size() && j < scan_in.size(); ++j)
+      in_axes[j] = axis_of(ctx, in_axes[j], scan_in[j].shape().rank());
+    const Ints in_dirs = ctx.attr_ints("scan_input_directions").value_or(Ints(static_cast<size_t>(m), 0));
+    if (in_axes.size() != scan_in.size() || in_dirs.size() != scan_in.size())
+      ctx.fail(Errc::invalid_argument, "scan_input_axes and scan_input_directions need one entry per scan input");
+    return scan_steps(ctx, state, scan_in, in_axes, in_dirs, ctx.attr_ints("scan_output_axes").value_or(Ints{}),
+                      ctx.attr_ints("scan_output_directions").value_or(Ints{}), outputs);
+  }
+  if (ctx.has(0)) {
+    const int64_t seq = scan_in[0].shape().rank() > 1 ? scan_in[0].shape()[1] : -1;
+    for (auto len : ctx.ints(0))
+      if (len != seq)
+        ctx.fail(Errc::unsupported, "sequence_lens shorter than the sequence (" + std::to_string(len) + " of " +
+                                        std::to_string(seq) + ")");
+  }
+  const Ints dirs = ctx.attr_ints("directions").value_or(Ints(static_cast<size_t>(m), 0));
+  if (dirs.size() != scan_in.size()) ctx.fail(Errc::invalid_argument, "directions needs one entry per scan input");
+  const int64_t batch = scan_in[0].shape().rank() > 0 ? scan_in[0].shape()[0] : 0;
+  std::vector<Outs> per_batch;
+  for (int64_t b = 0; b < batch; ++b) {
+    Outs st, sc;
+    for (const auto& v : state) st.push_back(take_along(ctx, v, 0, b));
+    for (const auto& v : scan_in) sc.push_back(take_along(ctx, v, 0, b));
+    per_batch.push_back(scan_steps(ctx, st, sc, Ints(sc.size(), 0), dirs, {}, {}, outputs));
+  }
+  if (per_batch.empty()) ctx.fail(Errc::unsupported, "a scan over an empty batch");
+  Outs result;
+  for (size_t k = 0; k < outputs; ++k) {
+    Outs parts;
+    for (auto& r : per_batch) parts.push_back(r[k]);
+    result.push_back(stack_values(ctx, parts, 0));
+  }
+  return result;
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -2870,6 +3035,12 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
         return "";
       },
       roi_align_node};
+  t["If"] = {{"then_branch", "else_branch"}, nullptr, if_node};
+  t["Loop"] = {{"body"}, nullptr, loop_node};
+  t["Scan"] = {{"body", "num_scan_inputs", "directions", "scan_input_axes", "scan_input_directions", "scan_output_axes",
+                "scan_output_directions"},
+               nullptr,
+               scan_node};
   t["NonZero"] = {{}, nullptr, nonzero_node};
   t["Compress"] = {{"axis"}, nullptr, compress_node};
   t["Unique"] = {{"axis", "sorted"}, nullptr, unique_node};
