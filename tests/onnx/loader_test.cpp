@@ -1142,3 +1142,42 @@ TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node
   CHECK_THAT(load_error(bad.bytes(), rt.cpu()),
              Catch::Contains("node 'flip' (Bernoulli)") && Catch::Contains("not in Switchyard's op set"));
 }
+
+// --- spectral ops and BitShift ---
+
+TEST_CASE("onnx: DFT zero-pads to dft_length and keeps n / 2 + 1 bins one-sided", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(17);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{3}, int64_t{1}});
+  m.init_i64("n", {8}, {});
+  attr_i(m.node("DFT", {"x", "n"}, {"y"}, "dft"), "onesided", 1);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{5}, int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  // An impulse at 0 (padded to 8 points) has a flat spectrum: 1 + 0i.
+  auto y = run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{1, 0, 0}, {1, 3, 1})}}, "y");
+  REQUIRE(y.size() == 10);
+  for (size_t k = 0; k < 5; ++k) {
+    CHECK(y[2 * k] == Approx(1.0));
+    CHECK(y[2 * k + 1] == Approx(0.0).margin(1e-6));
+  }
+}
+
+TEST_CASE("onnx: BitShift on u8 wraps left shifts and refuses an unknown direction", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](const std::string& direction) {
+    Builder m(11);
+    m.input("x", pb::TensorProto::UINT8, {int64_t{4}});
+    m.input("y", pb::TensorProto::UINT8, {int64_t{4}});
+    attr_s(m.node("BitShift", {"x", "y"}, {"z"}, "shift"), "direction", direction);
+    m.output("z", pb::TensorProto::UINT8, {int64_t{4}});
+    return m.bytes();
+  };
+  auto x = sy::TensorData::from(std::vector<uint8_t>{0xF0, 1, 255, 3}, {4});
+  auto y = sy::TensorData::from(std::vector<uint8_t>{2, 7, 8, 200}, {4});
+  auto left = sy::onnx::Model::load_bytes(model_of("LEFT"), rt.cpu());
+  CHECK(run_ints(left, {{"x", x}, {"y", y}}, "z") == std::vector<int64_t>{0xC0, 128, 0, 0});
+  auto right = sy::onnx::Model::load_bytes(model_of("RIGHT"), rt.cpu());
+  CHECK(run_ints(right, {{"x", x}, {"y", y}}, "z") == std::vector<int64_t>{0x3C, 0, 0, 0});
+  CHECK_THAT(load_error(model_of("UP"), rt.cpu()),
+             Catch::Contains("node 'shift' (BitShift)") && Catch::Contains("direction='UP'"));
+}

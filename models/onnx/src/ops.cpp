@@ -2233,6 +2233,162 @@ Outs scan_node(Ctx& ctx) {
   return result;
 }
 
+// --- spectral ops (opset 17): the DFT as two matmuls against cos and
+// sin matrices computed on the host from the (static) lengths ---
+
+// The DFT of re (+ i im) along the last axis, zero-padded or cut to n
+// points; `bins` outputs (n, or n / 2 + 1 one-sided). Returns [..., bins, 2].
+Tensor dft_last_axis(Ctx& ctx, Tensor re, Tensor im, int64_t n, int64_t bins, bool inverse) {
+  const int64_t len = re.shape()[re.rank() - 1];
+  const auto last = static_cast<int64_t>(re.rank()) - 1;
+  auto fit = [&](const Tensor& t) {
+    if (len == n) return t;
+    if (len > n) return t.slice(last, Slice{0, n});
+    Ints before(t.rank(), 0), after(t.rank(), 0);
+    after[static_cast<size_t>(last)] = n - len;
+    return t.pad(before, after);
+  };
+  re = fit(re);
+  if (im.defined()) im = fit(im);
+  // W[j, k] = exp(-+ 2 pi i j k / n) = c + i d; inverse also scales by 1/n.
+  std::vector<double> c, d;
+  const double sign = inverse ? 1 : -1, scale = inverse ? 1.0 / static_cast<double>(n) : 1.0;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = 0; k < bins; ++k) {
+      // j * k mod n keeps the angle small, so large products stay exact.
+      const double theta = 2 * std::numbers::pi * static_cast<double>((j * k) % n) / static_cast<double>(n);
+      c.push_back(std::cos(theta) * scale);
+      d.push_back(sign * std::sin(theta) * scale);
+    }
+  const DType t = re.dtype();
+  Tensor cm = ctx.device().from_data(host_doubles(c, {n, bins}, t));
+  Tensor dm = ctx.device().from_data(host_doubles(d, {n, bins}, t));
+  Tensor out_re = re.matmul(cm), out_im = re.matmul(dm);
+  if (im.defined()) {
+    out_re = out_re.sub(im.matmul(dm));
+    out_im = out_im.add(im.matmul(cm));
+  }
+  return stack({out_re, out_im}, -1);
+}
+
+// x [..., 1 or 2] as its real part and (for complex input) imaginary part.
+std::pair<Tensor, Tensor> complex_parts(Ctx& ctx, const Tensor& x) {
+  const auto r = static_cast<int64_t>(x.rank());
+  const int64_t comp = r > 0 ? x.shape()[r - 1] : 0;
+  if (r < 2 || (comp != 1 && comp != 2))
+    ctx.fail(Errc::shape_mismatch,
+             "input must end in an axis of 1 (real) or 2 (complex), got " + x.shape().to_string());
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "input must be floating, got " + std::string(name_of(x.dtype())));
+  Tensor re = x.slice(r - 1, Slice{0, 1}).squeeze(r - 1);
+  return {re, comp == 2 ? x.slice(r - 1, Slice{1, 2}).squeeze(r - 1) : Tensor()};
+}
+
+Outs dft_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  auto [re, im] = complex_parts(ctx, x);
+  const auto rank = static_cast<int64_t>(re.rank());  // without the complex axis
+  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 1), static_cast<size_t>(rank));
+  const bool inverse = ctx.attr_i("inverse", 0) != 0, onesided = ctx.attr_i("onesided", 0) != 0;
+  const int64_t n = ctx.has(1) && ctx.in(1).shape().numel() > 0 ? ctx.ints(1).at(0) : re.shape()[axis];
+  if (n < 1) ctx.fail(Errc::invalid_argument, "dft_length " + std::to_string(n));
+  if (onesided && inverse) ctx.fail(Errc::unsupported, "onesided with inverse");
+  auto to_last = [&](const Tensor& t) { return axis == rank - 1 ? t : t.transpose(axis, rank - 1); };
+  re = to_last(re);
+  if (im.defined()) im = to_last(im);
+  Tensor y = dft_last_axis(ctx, re, im, n, onesided ? n / 2 + 1 : n, inverse);  // [..., bins, 2]
+  return Outs{dev_value(axis == rank - 1 ? y : y.transpose(axis, rank - 1))};
+}
+
+// STFT: frames of frame_length every frame_step samples, times the
+// window, each transformed (one-sided by default).
+Outs stft_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  auto [re, im] = complex_parts(ctx, x);
+  if (re.rank() != 2)
+    ctx.fail(Errc::shape_mismatch, "signal must be [batch, length, 1 or 2], got " + x.shape().to_string());
+  const int64_t step = ctx.ints(1).at(0);
+  Tensor window = ctx.has(2) ? ctx.dev(2) : Tensor();
+  int64_t frame = ctx.has(3) ? ctx.ints(3).at(0) : -1;
+  if (window.defined()) {
+    if (window.rank() != 1) ctx.fail(Errc::shape_mismatch, "window must be 1-D, got " + window.shape().to_string());
+    if (frame >= 0 && frame != window.shape()[0])
+      ctx.fail(Errc::shape_mismatch,
+               "frame_length " + std::to_string(frame) + " and a window of " + std::to_string(window.shape()[0]));
+    frame = window.shape()[0];
+  }
+  const int64_t length = re.shape()[1];
+  if (frame < 1 || frame > length || step < 1)
+    ctx.fail(Errc::invalid_argument, "frame_length " + std::to_string(frame) + " and frame_step " +
+                                         std::to_string(step) + " for a signal of " + std::to_string(length));
+  const int64_t frames = 1 + (length - frame) / step, batch = re.shape()[0];
+  Ints index;
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t k = 0; k < frame; ++k) index.push_back(f * step + k);
+  Tensor idx = ctx.device().from_data(host_ints(index, {frames * frame}));
+  auto framed = [&](const Tensor& t) {
+    Tensor v = t.index_select(1, idx).reshape({batch, frames, frame});
+    return window.defined() ? v.mul(window.cast(v.dtype())) : v;
+  };
+  const bool onesided = ctx.attr_i("onesided", 1) != 0;
+  return Outs{dev_value(dft_last_axis(ctx, framed(re), im.defined() ? framed(im) : Tensor(), frame,
+                                      onesided ? frame / 2 + 1 : frame, false))};
+}
+
+// MelWeightMatrix as ONNX's reference computes it (mel edges spaced by
+// (high - low) / (bins + 2), bin indices floor((dft_length + 1) f / rate)),
+// on the host.
+Outs mel_weight_matrix_node(Ctx& ctx) {
+  auto one = [&](size_t i) { return ctx.host(i).at(0); };
+  const auto mels = static_cast<int64_t>(one(0)), dft = static_cast<int64_t>(one(1));
+  const double rate = one(2);
+  const float lower = static_cast<float>(one(3)), upper = static_cast<float>(one(4));
+  if (mels < 1 || dft < 1 || rate <= 0)
+    ctx.fail(Errc::invalid_argument, "num_mel_bins, dft_length and sample_rate must be positive");
+  const int64_t spectrum = dft / 2 + 1;
+  // The edges' mels in f32, as the reference's f32 inputs make numpy do.
+  auto mel = [](float hz) { return 2595.0f * std::log10(1.0f + hz / 700.0f); };
+  const float low = mel(lower), high = mel(upper);
+  const double step = static_cast<double>(high - low) / static_cast<double>(mels + 2);
+  Ints edge;
+  for (int64_t i = 0; i < mels + 2; ++i) {
+    const double hz = 700 * (std::pow(10.0, (static_cast<double>(i) * step + low) / 2595) - 1);
+    edge.push_back(static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * hz / rate)));
+  }
+  std::vector<double> w(static_cast<size_t>(spectrum * mels), 0.0);
+  auto at = [&](int64_t j, int64_t i) -> double& {
+    if (j < 0 || j >= spectrum)
+      ctx.fail(Errc::invalid_argument,
+               "mel band edge " + std::to_string(j) + " beyond the " + std::to_string(spectrum) + " spectrum bins");
+    return w[static_cast<size_t>(j * mels + i)];
+  };
+  for (int64_t i = 0; i < mels; ++i) {
+    const int64_t lo = edge[i], mid = edge[i + 1], hi = edge[i + 2];
+    if (mid == lo)
+      at(mid, i) = 1;
+    else
+      for (int64_t j = lo; j <= mid; ++j) at(j, i) = static_cast<double>(j - lo) / static_cast<double>(mid - lo);
+    if (hi > mid)
+      for (int64_t j = mid; j < hi; ++j) at(j, i) = static_cast<double>(hi - j) / static_cast<double>(hi - mid);
+  }
+  const DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("output_datatype", 1)));
+  return Outs{host_or_dev(ctx, host_doubles(w, {spectrum, mels}, to))};
+}
+
+// BitShift on u8 (the only unsigned dtype Switchyard has): through f64,
+// where x * 2^y and floor(x / 2^y) are exact; shifts of 8 or more give 0.
+Outs bit_shift_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0), y = ctx.dev(1);
+  if (x.dtype() != DType::u8 || y.dtype() != DType::u8)
+    ctx.fail(Errc::dtype_mismatch,
+             "x and y must be u8, got " + std::string(name_of(x.dtype())) + " and " + std::string(name_of(y.dtype())));
+  Tensor p = ctx.device().full({}, 2, DType::f64).pow(y.cast(DType::f64).clamp(0, 8));
+  Tensor xf = x.cast(DType::f64);
+  const bool left = ctx.attr_s("direction", "") == "LEFT";
+  Tensor r = left ? xf.mul(p).remainder(Scalar(256.0)) : xf.div(p).floor();
+  return Outs{dev_value(r.cast(DType::u8))};
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -3041,6 +3197,17 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                 "scan_output_directions"},
                nullptr,
                scan_node};
+  t["DFT"] = {{"axis", "inverse", "onesided"}, nullptr, dft_node};
+  t["STFT"] = {{"onesided"}, nullptr, stft_node};
+  t["MelWeightMatrix"] = {{"output_datatype"}, window_check, mel_weight_matrix_node};
+  t["BitShift"] = {{"direction"},
+                   [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                     for (const auto& a : n.attribute())
+                       if (a.name() == "direction")
+                         return a.s() == "LEFT" || a.s() == "RIGHT" ? "" : "direction='" + a.s() + "' (LEFT or RIGHT)";
+                     return "direction is required (LEFT or RIGHT)";
+                   },
+                   bit_shift_node};
   t["NonZero"] = {{}, nullptr, nonzero_node};
   t["Compress"] = {{"axis"}, nullptr, compress_node};
   t["Unique"] = {{"axis", "sorted"}, nullptr, unique_node};
