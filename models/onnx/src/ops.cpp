@@ -934,7 +934,6 @@ Outs max_pool_node(Ctx& ctx) {
     Tensor y = nn::max_pool(x, o);
     return Outs{dev_value(is_floating(dtype) ? y : y.cast(dtype))};
   }
-  if (ctx.attr_i("storage_order", 0) != 0) ctx.fail(Errc::unsupported, "storage_order=1 (column-major indices)");
   if (pads_exceed_half(o)) ctx.fail(Errc::unsupported, "Indices with pads wider than half the kernel");
   auto [values, plane_index] = nn::max_pool_with_indices(x, o);
   // ONNX indexes the whole input (row-major over N, C and the spatial axes);
@@ -942,6 +941,19 @@ Outs max_pool_node(Ctx& ctx) {
   const auto& s = x.shape();
   int64_t plane = 1;
   for (size_t a = 2; a < s.rank(); ++a) plane *= s[a];
+  if (ctx.attr_i("storage_order", 0) != 0) {
+    // Column-major within the plane: the spatial coordinates recombined
+    // with the first spatial axis varying fastest.
+    Tensor col = zeros_like_scalar(plane_index);
+    int64_t row_stride = plane, col_stride = 1;
+    for (size_t a = 2; a < s.rank(); ++a) {
+      row_stride /= s[a];
+      Tensor coord = plane_index.floor_divide(Scalar(row_stride)).remainder(Scalar(s[a]));
+      col = col.add(coord.mul(Scalar(col_stride)));
+      col_stride *= s[a];
+    }
+    plane_index = col;
+  }
   Ints base_shape(s.rank(), 1);
   base_shape[0] = s[0];
   base_shape[1] = s[1];
