@@ -1015,6 +1015,21 @@ void attr_g(pb::NodeProto& n, const std::string& name, const Body& b) {
   *a->mutable_g() = b.g;
 }
 
+// y = If(c) then_b else_b, with a BOOL scalar c and x [2] as inputs: the
+// branches read x from the outer graph.
+std::string if_model(const Body& then_b, const Body& else_b) {
+  Builder m;
+  m.input("c", pb::TensorProto::BOOL, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto& n = m.node("If", {"c"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  return m.bytes();
+}
+
+sy::TensorData flag(bool c) { return sy::TensorData::from(std::vector<bool>{c}, {}); }
+
 }  // namespace
 
 TEST_CASE("onnx: an If whose condition the device computes takes the branch the data asks for", "[onnx]") {
@@ -1045,22 +1060,15 @@ TEST_CASE("onnx: an If whose condition the device computes takes the branch the 
 
 TEST_CASE("onnx: an If on a graph input keys the plan by the condition", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
-  Builder m;
-  m.input("c", pb::TensorProto::BOOL, {});
-  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
   Body then_b("relu"), else_b("ident");
   then_b.node("Relu", {"x"}, {"t"});
   then_b.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
   else_b.node("Identity", {"x"}, {"e"});
   else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
-  auto& n = m.node("If", {"c"}, {"y"}, "choose");
-  attr_g(n, "then_branch", then_b);
-  attr_g(n, "else_branch", else_b);
-  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
-  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto model = sy::onnx::Model::load_bytes(if_model(then_b, else_b), rt.cpu());
   auto x = sy::TensorData::from(std::vector<float>{-1, 2}, {2});
   for (bool c : {true, false, true}) {
-    auto out = model.infer({{"c", sy::TensorData::from(std::vector<bool>{c}, {})}, {"x", x}});
+    auto out = model.infer({{"c", flag(c)}, {"x", x}});
     REQUIRE(out.wait_for(kWait));
     CHECK(out.get().at("y").to_vector<float>() == (c ? std::vector<float>{0, 2} : std::vector<float>{-1, 2}));
   }
@@ -1099,9 +1107,6 @@ TEST_CASE("onnx: a Loop carries a value and stacks a scan output reading an oute
 
 TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node and the other runs", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
-  Builder m;
-  m.input("c", pb::TensorProto::BOOL, {});
-  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
   Body then_b("two_outputs"), else_b("one_output");
   then_b.node("Identity", {"x"}, {"t1"});
   then_b.node("Identity", {"x"}, {"t2"});
@@ -1109,37 +1114,26 @@ TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node
   then_b.output("t2", pb::TensorProto::FLOAT, {int64_t{2}});
   else_b.node("Neg", {"x"}, {"e"});
   else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
-  auto& n = m.node("If", {"c"}, {"y"}, "choose");
-  attr_g(n, "then_branch", then_b);
-  attr_g(n, "else_branch", else_b);
-  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
-  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto model = sy::onnx::Model::load_bytes(if_model(then_b, else_b), rt.cpu());
   auto x = sy::TensorData::from(std::vector<float>{-1, 2}, {2});
   try {
-    (void)model.infer({{"c", sy::TensorData::from(std::vector<bool>{true}, {})}, {"x", x}});
+    (void)model.infer({{"c", flag(true)}, {"x", x}});
     FAIL("expected an error");
   } catch (const sy::Error& e) {
     CHECK_THAT(std::string(e.what()), Catch::Contains("node 'choose' (If)") &&
                                           Catch::Contains("then_branch has 2 outputs, the node expects 1"));
   }
-  auto out = model.infer({{"c", sy::TensorData::from(std::vector<bool>{false}, {})}, {"x", x}});
+  auto out = model.infer({{"c", flag(false)}, {"x", x}});
   REQUIRE(out.wait_for(kWait));
   CHECK(out.get().at("y").to_vector<float>() == std::vector<float>{1, -2});
 
   // An op outside the op set inside a branch fails at load, naming it.
-  Builder bad;
-  bad.input("c", pb::TensorProto::BOOL, {});
-  bad.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
   Body coin("coin"), plain("plain");
   coin.node("Bernoulli", {"x"}, {"t"}).set_name("flip");
   coin.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
   plain.node("Identity", {"x"}, {"e"});
   plain.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
-  auto& nb = bad.node("If", {"c"}, {"y"}, "choose");
-  attr_g(nb, "then_branch", coin);
-  attr_g(nb, "else_branch", plain);
-  bad.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
-  CHECK_THAT(load_error(bad.bytes(), rt.cpu()),
+  CHECK_THAT(load_error(if_model(coin, plain), rt.cpu()),
              Catch::Contains("node 'flip' (Bernoulli)") && Catch::Contains("not in Switchyard's op set"));
 }
 
