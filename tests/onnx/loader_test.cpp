@@ -1175,3 +1175,34 @@ TEST_CASE("onnx: BitShift on u8 wraps left shifts and refuses an unknown directi
   CHECK_THAT(load_error(model_of("UP"), rt.cpu()),
              Catch::Contains("node 'shift' (BitShift)") && Catch::Contains("direction='UP'"));
 }
+
+TEST_CASE("onnx: RoiAlign with an adaptive sampling grid matches the fixed grid of the same size", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // sampling_ratio 0 reads the rois on the host (the grid follows their
+  // size); a 3 x 3 roi over 2 x 2 bins samples ceil(3 / 2) = 2 a side,
+  // which sampling_ratio 2 computes on the device.
+  auto model_of = [](const std::string& mode, int64_t ratio) {
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{1}, int64_t{4}, int64_t{4}});
+    m.input("rois", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{4}});
+    m.init_i64("batch", {1, 0}, {2});
+    auto& n = m.node("RoiAlign", {"x", "rois", "batch"}, {"y"}, "roi");
+    attr_s(n, "mode", mode);
+    attr_i(n, "sampling_ratio", ratio);
+    attr_i(n, "output_height", 2);
+    attr_i(n, "output_width", 2);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{1}, int64_t{2}, int64_t{2}});
+    return m.bytes();
+  };
+  std::vector<float> xv(32);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 11) - 3.0f;
+  const sy::onnx::DataMap in{{"x", sy::TensorData::from(xv, {2, 1, 4, 4})},
+                             {"rois", sy::TensorData::from(std::vector<float>{0.5f, 0, 3.5f, 3, 1, 1, 4, 4}, {2, 4})}};
+  for (const char* mode : {"avg", "max"}) {
+    auto adaptive = sy::onnx::Model::load_bytes(model_of(mode, 0), rt.cpu());
+    auto fixed = sy::onnx::Model::load_bytes(model_of(mode, 2), rt.cpu());
+    auto a = run_doubles(adaptive, in, "y"), f = run_doubles(fixed, in, "y");
+    REQUIRE(a.size() == f.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(f[i]).margin(1e-6));
+  }
+}

@@ -1986,29 +1986,82 @@ Outs grid_sample_node(Ctx& ctx) {
 
 // RoiAlign as ONNX's reference (ONNX Runtime's kernel): each output bin
 // averages (or takes the largest weighted tap of) a grid of bilinear
-// samples. The rois are read on the host, which computes every sample's
-// four taps; the device gathers rows of X viewed [N * H * W, C].
-Outs roi_align_node(Ctx& ctx) {
-  Tensor x = ctx.dev(0);
-  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
-  if (!is_floating(x.dtype()))
-    ctx.fail(Errc::dtype_mismatch, "X must be floating, got " + std::string(name_of(x.dtype())));
+// samples, gathered as rows of X viewed [N * H * W, C].
+struct RoiAlign {
+  int64_t ph, pw, ratio;
+  double scale;
+  bool half_pixel, is_max;
+};
+
+// A fixed sampling_ratio: every roi has the same grid of samples, so the
+// device computes their coordinates from the rois (no sync). Per axis a
+// sample at -1 or beyond the extent counts as 0; otherwise it is clamped
+// at 0 and its low tap at extent - 1.
+Tensor roi_align_device(Ctx& ctx, const Tensor& x, const RoiAlign& p) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const DType t = x.dtype();
+  Tensor rois = ctx.dev(1).cast(t);
+  const int64_t num = rois.shape()[0], g = p.ratio;
+  auto col = [&](int64_t k) {
+    return rois.slice(1, Slice{k, k + 1}).mul(scalar_for(t, p.scale)).sub(scalar_for(t, p.half_pixel ? 0.5 : 0));
+  };
+  // One axis: [num, bins * g] sample taps (low, high), weights and validity.
+  struct Axis {
+    Tensor lo, hi, wlo, whi, out;
+  };
+  auto axis = [&](const Tensor& begin, const Tensor& end, int64_t bins, int64_t extent) {
+    Tensor len = end.sub(begin);
+    if (!p.half_pixel) len = len.clamp_min(1);
+    std::vector<double> f;  // sample offsets in bins: bin + (i + 0.5) / g
+    for (int64_t b = 0; b < bins; ++b)
+      for (int64_t i = 0; i < g; ++i)
+        f.push_back(static_cast<double>(b) + (static_cast<double>(i) + 0.5) / static_cast<double>(g));
+    Tensor at = begin.add(len.div(scalar_for(t, static_cast<double>(bins)))
+                              .mul(ctx.device().from_data(host_doubles(f, {1, bins * g}, t))));
+    const auto last = static_cast<double>(extent - 1);
+    Tensor out = at.lt(Scalar(-1.0)).logical_or(at.gt(Scalar(static_cast<double>(extent))));
+    Tensor v = at.clamp_min(0);
+    Tensor lo = v.floor();
+    Tensor edge = lo.ge(Scalar(last));
+    Tensor top = ctx.device().full({}, last, t);
+    lo = where(edge, top, lo);
+    Tensor hi = where(edge, top, lo.add(scalar_for(t, 1)));
+    Tensor frac = where(edge, lo, v).sub(lo);
+    return Axis{lo, hi, frac.neg().add(scalar_for(t, 1)), frac, out};
+  };
+  Axis ay = axis(col(1), col(3), p.ph, h), ax = axis(col(0), col(2), p.pw, w);
+  const int64_t sy = p.ph * g, sx = p.pw * g;
+  // Rows of the flat X: batch * H * W + y * W + x; a batch index outside
+  // [0, N) poisons the row so that the gather fails.
+  Tensor b = ctx.dev(2).cast(DType::i64).reshape({num, 1, 1});
+  Tensor base = where(b.lt(Scalar(int64_t{0})).logical_or(b.ge(Scalar(n))),
+                      ctx.device().full({}, -static_cast<double>(int64_t{1} << 62), DType::i64), b.mul(Scalar(h * w)));
+  Tensor valid = ay.out.reshape({num, sy, 1}).logical_or(ax.out.reshape({num, 1, sx})).logical_not().cast(t);
+  if (!p.is_max) valid = valid.div(scalar_for(t, static_cast<double>(g * g)));
+  Tensor table = x.reshape({n, c, h * w}).permute({0, 2, 1}).reshape({n * h * w, c});
+  Tensor y;
+  for (const auto& [ty, wy] : {std::pair{ay.lo, ay.wlo}, std::pair{ay.hi, ay.whi}})
+    for (const auto& [tx, wx] : {std::pair{ax.lo, ax.wlo}, std::pair{ax.hi, ax.whi}}) {
+      Tensor row = ty.reshape({num, sy, 1}).mul(scalar_for(t, static_cast<double>(w))).add(tx.reshape({num, 1, sx}));
+      row = row.cast(DType::i64).add(base);
+      Tensor weight = wy.reshape({num, sy, 1}).mul(wx.reshape({num, 1, sx})).mul(valid);
+      Tensor v = table.index_select(0, row.flatten()).mul(weight.reshape({num * sy * sx, 1}));
+      y = !y.defined() ? v : p.is_max ? y.maximum(v) : y.add(v);
+    }
+  y = y.reshape({num, p.ph, g, p.pw, g, c});
+  return (p.is_max ? y.max({2, 4}) : y.sum({2, 4})).permute({0, 3, 1, 2});
+}
+
+// sampling_ratio 0: each roi's grid is ceil(roi extent / bins) samples a
+// side, which depends on the rois' values: they are read on the host (a
+// sync), which lays out every sample's four taps.
+Tensor roi_align_host(Ctx& ctx, const Tensor& x, const RoiAlign& p) {
   const TensorData& rois = ctx.host(1);
   const auto batch = ctx.ints(2);
   const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
-  if (rois.shape.rank() != 2 || rois.shape[1] != 4)
-    ctx.fail(Errc::shape_mismatch, "rois must be [num_rois, 4], got " + rois.shape.to_string());
-  const int64_t num = rois.shape[0];
-  if (static_cast<int64_t>(batch.size()) != num)
-    ctx.fail(Errc::shape_mismatch,
-             "batch_indices has " + std::to_string(batch.size()) + " entries for " + std::to_string(num) + " rois");
-  const int64_t ph = ctx.attr_i("output_height", 1), pw = ctx.attr_i("output_width", 1);
-  const int64_t ratio = ctx.attr_i("sampling_ratio", 0);
-  const double scale = ctx.attr_f("spatial_scale", 1.0f);
-  if (ph < 1 || pw < 1) ctx.fail(Errc::invalid_argument, "output_height and output_width must be at least 1");
-  const bool half_pixel =
-      ctx.opset() >= 16 && ctx.attr_s("coordinate_transformation_mode", "half_pixel") == "half_pixel";
-  const bool is_max = ctx.attr_s("mode", "avg") == "max";
+  const int64_t num = rois.shape[0], ph = p.ph, pw = p.pw, ratio = p.ratio;
+  const double scale = p.scale;
+  const bool half_pixel = p.half_pixel, is_max = p.is_max;
   const auto r = rois.to_vector<double>();
   // Per bin, its taps (row of the flat X, weight); padded to the most taps
   // of any bin with weight-0 taps (avg) or copies of the bin's first (max).
@@ -2077,7 +2130,28 @@ Outs roi_align_node(Ctx& ctx) {
                  .mul(d.from_data(host_doubles(weight, {rows, 1}, x.dtype())))
                  .reshape({num, ph, pw, static_cast<int64_t>(most), c});
   Tensor y = is_max ? v.max({3}) : v.sum({3});
-  return Outs{dev_value(y.permute({0, 3, 1, 2}))};
+  return y.permute({0, 3, 1, 2});
+}
+
+Outs roi_align_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "X must be floating, got " + std::string(name_of(x.dtype())));
+  const Shape& rs = ctx.in(1).shape();
+  if (rs.rank() != 2 || rs[1] != 4) ctx.fail(Errc::shape_mismatch, "rois must be [num_rois, 4], got " + rs.to_string());
+  if (ctx.in(2).shape() != Shape{rs[0]})
+    ctx.fail(Errc::shape_mismatch,
+             "batch_indices has shape " + ctx.in(2).shape().to_string() + " for " + std::to_string(rs[0]) + " rois");
+  const RoiAlign p{ctx.attr_i("output_height", 1),
+                   ctx.attr_i("output_width", 1),
+                   ctx.attr_i("sampling_ratio", 0),
+                   ctx.attr_f("spatial_scale", 1.0f),
+                   ctx.opset() >= 16 && ctx.attr_s("coordinate_transformation_mode", "half_pixel") == "half_pixel",
+                   ctx.attr_s("mode", "avg") == "max"};
+  if (p.ph < 1 || p.pw < 1) ctx.fail(Errc::invalid_argument, "output_height and output_width must be at least 1");
+  if (p.ratio > 0) return Outs{dev_value(roi_align_device(ctx, x, p))};
+  return Outs{dev_value(roi_align_host(ctx, x, p))};
 }
 
 // --- control flow: subgraphs run by the loader on this run's values;
