@@ -1206,3 +1206,48 @@ TEST_CASE("onnx: RoiAlign with an adaptive sampling grid matches the fixed grid 
     for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(f[i]).margin(1e-6));
   }
 }
+
+TEST_CASE("onnx: TfIdfVectorizer weighs counts in IDF and TFIDF modes and refuses string pools", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto ints = [](pb::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(pb::AttributeProto::INTS);
+    for (auto x : v) a->add_ints(x);
+  };
+  auto model_of = [&](const std::string& mode, bool strings) {
+    Builder m(9);
+    m.input("x", pb::TensorProto::INT64, {int64_t{4}});
+    auto& n = m.node("TfIdfVectorizer", {"x"}, {"y"}, "tfidf");
+    attr_s(n, "mode", mode);
+    attr_i(n, "min_gram_length", 1);
+    attr_i(n, "max_gram_length", 2);
+    attr_i(n, "max_skip_count", 1);
+    ints(n, "ngram_counts", {0, 2});
+    ints(n, "ngram_indexes", {0, 1, 2});
+    ints(n, "pool_int64s", {1, 3, 1, 2});  // unigrams 1 and 3, the bigram (1, 2)
+    auto* w = n.add_attribute();
+    w->set_name("weights");
+    w->set_type(pb::AttributeProto::FLOATS);
+    for (float v : {0.5f, 2.0f, 4.0f}) w->add_floats(v);
+    if (strings) {
+      auto* s = n.add_attribute();
+      s->set_name("pool_strings");
+      s->set_type(pb::AttributeProto::STRINGS);
+      s->add_strings("a");
+    }
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{3}});
+    return m.bytes();
+  };
+  // In [1, 2, 1, 2]: 1 twice, 3 never, (1, 2) twice adjacent and never
+  // two apart.
+  const sy::onnx::DataMap in{{"x", sy::TensorData::from(std::vector<int64_t>{1, 2, 1, 2}, {4})}};
+  auto run = [&](const std::string& mode) {
+    return run_doubles(sy::onnx::Model::load_bytes(model_of(mode, false), rt.cpu()), in, "y");
+  };
+  CHECK(run("TF") == std::vector<double>{2, 0, 2});
+  CHECK(run("IDF") == std::vector<double>{0.5, 0, 4});
+  CHECK(run("TFIDF") == std::vector<double>{1, 0, 8});
+  CHECK_THAT(load_error(model_of("TF", true), rt.cpu()),
+             Catch::Contains("node 'tfidf' (TfIdfVectorizer)") && Catch::Contains("pool_strings"));
+}

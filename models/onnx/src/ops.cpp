@@ -2475,6 +2475,90 @@ Outs bit_shift_node(Ctx& ctx) {
   return Outs{dev_value(r.cast(DType::u8))};
 }
 
+// --- TfIdfVectorizer over integer tokens: every pool n-gram counted by
+// comparing shifted slices of X with its tokens (the pool is a fixed,
+// small attribute), then scattered to its output index by a matmul ---
+
+std::string tfidf_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "pool_strings") return "attribute 'pool_strings' (string tokens)";
+    if (a.name() == "mode" && a.s() != "TF" && a.s() != "IDF" && a.s() != "TFIDF")
+      return "mode='" + a.s() + "' (TF, IDF or TFIDF)";
+  }
+  return "";
+}
+
+// Counts as ONNX's reference (ONNX Runtime's kernel) does: an n-gram of
+// n >= 2 at every skip distance d in 1 .. max_skip_count + 1 (tokens d
+// apart), a unigram once.
+Outs tfidf_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (x.dtype() != DType::i32 && x.dtype() != DType::i64)
+    ctx.fail(Errc::dtype_mismatch, "X must be i32 or i64, got " + std::string(name_of(x.dtype())));
+  if (x.rank() != 1 && x.rank() != 2)
+    ctx.fail(Errc::shape_mismatch, "X must be [C] or [N, C], got " + x.shape().to_string());
+  const bool batched = x.rank() == 2;
+  const int64_t rows = batched ? x.shape()[0] : 1, len = x.shape()[x.rank() - 1];
+  x = x.cast(DType::i64).reshape({rows, len});
+  const Ints pool = ctx.attr_ints("pool_int64s").value_or(Ints{});
+  const Ints starts = ctx.attr_ints("ngram_counts").value_or(Ints{});
+  const Ints indexes = ctx.attr_ints("ngram_indexes").value_or(Ints{});
+  const int64_t min_n = ctx.attr_i("min_gram_length", 1), max_n = ctx.attr_i("max_gram_length", 1);
+  const int64_t max_skip = ctx.attr_i("max_skip_count", 0);
+  if (starts.empty() || indexes.empty() || min_n < 1 || max_n < min_n || max_skip < 0)
+    ctx.fail(Errc::invalid_argument, "ngram_counts, ngram_indexes, min/max_gram_length or max_skip_count is off");
+  const int64_t out_size = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  const Device& d = ctx.device();
+  std::vector<Tensor> counts;   // per n-gram length present in the pool: [rows, grams]
+  size_t entry = 0;             // n-grams so far (their position in ngram_indexes)
+  std::vector<double> scatter;  // [entries, out_size] one-hot
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const auto n = static_cast<int64_t>(k) + 1;
+    const int64_t begin = starts[k], end = k + 1 < starts.size() ? starts[k + 1] : static_cast<int64_t>(pool.size());
+    if (begin < 0 || end < begin || end > static_cast<int64_t>(pool.size()) || (end - begin) % n != 0)
+      ctx.fail(Errc::invalid_argument, "ngram_counts does not split pool_int64s into " + std::to_string(n) + "-grams");
+    const int64_t grams = (end - begin) / n;
+    if (grams == 0) continue;
+    Tensor c;
+    if (n >= min_n && n <= max_n)
+      for (int64_t dist = 1; dist <= (n == 1 ? 1 : max_skip + 1); ++dist) {
+        const int64_t positions = len - (n - 1) * dist;
+        if (positions <= 0) break;
+        Tensor hit;
+        for (int64_t j = 0; j < n; ++j) {
+          Ints tokens;
+          for (int64_t g = 0; g < grams; ++g) tokens.push_back(pool[static_cast<size_t>(begin + g * n + j)]);
+          Tensor at = x.slice(1, Slice{j * dist, j * dist + positions}).reshape({rows, positions, 1});
+          Tensor eq = at.eq(d.from_data(host_ints(tokens, {1, 1, grams})));
+          hit = hit.defined() ? hit.logical_and(eq) : eq;
+        }
+        Tensor sum = hit.cast(DType::f32).sum({1});
+        c = c.defined() ? c.add(sum) : sum;
+      }
+    counts.push_back(c.defined() ? c : d.zeros({rows, grams}));
+    for (int64_t g = 0; g < grams; ++g, ++entry) {
+      if (entry >= indexes.size()) ctx.fail(Errc::invalid_argument, "fewer ngram_indexes than n-grams in the pool");
+      std::vector<double> row(static_cast<size_t>(out_size), 0.0);
+      row[static_cast<size_t>(indexes[entry])] = 1;
+      scatter.insert(scatter.end(), row.begin(), row.end());
+    }
+  }
+  const auto entries = static_cast<int64_t>(entry);
+  Tensor y = cat(counts, 1).matmul(d.from_data(host_doubles(scatter, {entries, out_size}, DType::f32)));
+  const std::string mode = ctx.attr_s("mode", "TF");
+  if (mode != "TF") {
+    auto a = ctx.attr("weights");
+    std::vector<double> wv = a ? std::vector<double>(a->floats().begin(), a->floats().end())
+                               : std::vector<double>(static_cast<size_t>(out_size), 1.0);
+    if (static_cast<int64_t>(wv.size()) != out_size)
+      ctx.fail(Errc::invalid_argument,
+               "weights has " + std::to_string(wv.size()) + " entries for " + std::to_string(out_size) + " outputs");
+    Tensor w = d.from_data(host_doubles(wv, {1, out_size}, DType::f32));
+    y = mode == "TFIDF" ? y.mul(w) : where(y.gt(Scalar(0.0)), w, d.zeros({}, DType::f32));
+  }
+  return Outs{dev_value(batched ? y : y.reshape({out_size}))};
+}
+
 std::map<std::string, OpSpec, std::less<>> build_table() {
   std::map<std::string, OpSpec, std::less<>> t;
   // --- element-wise unary, direct ---
@@ -3294,6 +3378,10 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                      return "direction is required (LEFT or RIGHT)";
                    },
                    bit_shift_node};
+  t["TfIdfVectorizer"] = {{"max_gram_length", "max_skip_count", "min_gram_length", "mode", "ngram_counts",
+                           "ngram_indexes", "pool_int64s", "pool_strings", "weights"},
+                          tfidf_check,
+                          tfidf_node};
   t["NonZero"] = {{}, nullptr, nonzero_node};
   t["Compress"] = {{"axis"}, nullptr, compress_node};
   t["Unique"] = {{"axis", "sorted"}, nullptr, unique_node};
