@@ -181,7 +181,8 @@ constexpr const char* kBlocked = R"(## What is not supported, and why
 - **Random ops** (Bernoulli, RandomUniform(Like), RandomNormal(Like), Dropout in training mode): the device's
   stream cannot reproduce ONNX's expected outputs. Training (BatchNormalization's training_mode, the
   ai.onnx.preview.training domain) is out of scope.
-- **Not mapped yet**: TfIdfVectorizer (an n-gram count: no fixed composition of the op set), CenterCropPad, Col2Im.
+- **Strings**: TfIdfVectorizer runs on integer tokens; its string pools, like every STRING value, are refused.
+- **Not mapped yet** (opset 18 and later, beyond the supported opsets): CenterCropPad, Col2Im.
 - **Opset**: 7-17 of the default domain, and 6 (binary ops' `broadcast`/`axis` are honoured; its other
   differences from 7 are attributes the loader refuses when present); 1-5 node by node where ONNX's schema
   registry shows the node's op defined there as in opset 6. Models of other domains only (training ops) are
