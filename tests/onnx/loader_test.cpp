@@ -854,6 +854,9 @@ TEST_CASE("onnx: NonZero and Compress of a computed value follow the data on eve
   auto [y2, w2] = run({-1, 2, -3, -4, -5, 6});
   CHECK(y2 == std::vector<float>{2, 6});
   CHECK(w2 == std::vector<int64_t>{1, 5});
+  auto [y3, w3] = run({-1, -2, -3, -4, -5, -6});
+  CHECK(y3.empty());
+  CHECK(w3.empty());
   CHECK(model.cached_plans() == 0);
 }
 
@@ -886,6 +889,10 @@ TEST_CASE("onnx: a data-dependent op fails at run time naming the node and the m
   auto again = model.infer({{"x", x}, {"cond", cond({true, false, true})}});
   REQUIRE(again.wait_for(kWait));
   CHECK(again.get().at("y").to_vector<float>() == std::vector<float>{1, 3, 4, 6});
+  // Nothing selected: an empty axis.
+  auto none = model.infer({{"x", x}, {"cond", cond({false, false, false})}});
+  REQUIRE(none.wait_for(kWait));
+  CHECK(none.get().at("y").shape == sy::Shape{2, 0});
 }
 
 TEST_CASE("onnx: Unique without sorting keeps first occurrences and NonMaxSuppression honours its limit", "[onnx]") {
@@ -1086,7 +1093,8 @@ TEST_CASE("onnx: a Loop carries a value and stacks a scan output reading an oute
   body.input("i", pb::TensorProto::INT64, {});
   body.input("cond_in", pb::TensorProto::BOOL, {});
   body.input("acc", pb::TensorProto::FLOAT, {int64_t{2}});
-  body.node("Identity", {"cond_in"}, {"cond_out"});
+  // The body says stop, which a loop without a cond input ignores.
+  body.node("Not", {"cond_in"}, {"cond_out"});
   body.node("Add", {"acc", "x"}, {"next"});
   body.node("Identity", {"next"}, {"seen"});
   body.output("cond_out", pb::TensorProto::BOOL, {});

@@ -2222,7 +2222,8 @@ Outs loop_node(Ctx& ctx) {
     Outs in{host_value(host_ints({i}, {})), host_value(host_ints({cond ? 1 : 0}, {}, DType::boolean))};
     in.insert(in.end(), carried.begin(), carried.end());
     Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), 1 + outputs, "body");
-    cond = read_flag(ctx, out[0], "the body's cond");
+    // Without a cond input the body's condition is ignored (ONNX's spec).
+    if (has_cond) cond = read_flag(ctx, out[0], "the body's cond");
     for (size_t k = 0; k < carried.size(); ++k) carried[k] = out[1 + k];
     for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[1 + carried.size() + k]);
   }
