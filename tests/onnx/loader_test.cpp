@@ -1152,7 +1152,9 @@ TEST_CASE("onnx: DFT zero-pads to dft_length and keeps n / 2 + 1 bins one-sided"
   Builder m(17);
   m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{3}, int64_t{1}});
   m.init_i64("n", {8}, {});
-  attr_i(m.node("DFT", {"x", "n"}, {"y"}, "dft"), "onesided", 1);
+  auto& dft = m.node("DFT", {"x", "n"}, {"y"}, "dft");
+  attr_i(dft, "onesided", 1);
+  attr_i(dft, "axis", -2);  // counted with the complex axis: the signal axis, 1
   m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{5}, int64_t{2}});
   auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
   // An impulse at 0 (padded to 8 points) has a flat spectrum: 1 + 0i.

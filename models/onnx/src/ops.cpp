@@ -2375,7 +2375,11 @@ Outs dft_node(Ctx& ctx) {
   Tensor x = ctx.dev(0);
   auto [re, im] = complex_parts(ctx, x);
   const auto rank = static_cast<int64_t>(re.rank());  // without the complex axis
-  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 1), static_cast<size_t>(rank));
+  // A negative axis counts from the back of the input, complex axis
+  // included (so -2 is the last signal axis).
+  const int64_t given = ctx.attr_i("axis", 1), axis = given < 0 ? given + rank + 1 : given;
+  if (axis < 0 || axis >= rank)
+    ctx.fail(Errc::invalid_argument, "axis " + std::to_string(given) + " for input " + x.shape().to_string());
   const bool inverse = ctx.attr_i("inverse", 0) != 0, onesided = ctx.attr_i("onesided", 0) != 0;
   const int64_t n = ctx.has(1) && ctx.in(1).shape().numel() > 0 ? ctx.ints(1).at(0) : re.shape()[axis];
   if (n < 1) ctx.fail(Errc::invalid_argument, "dft_length " + std::to_string(n));
