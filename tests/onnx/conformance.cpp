@@ -163,26 +163,30 @@ const char* label(Outcome o) {
 // with the table the run generates below it).
 constexpr const char* kBlocked = R"(## What is not supported, and why
 
-- **Convolution and pooling**: Conv, ConvTranspose, MaxPool (with Indices; pads wider than half the kernel are
-  applied to the input first, integer inputs pooled in f64), AveragePool, LpPool and GlobalAverage/MaxPool run on
-  the native ops of issue #18 (LeNet-5 and a ResNet-18-shaped export pass); MaxUnpool is a scatter, LRN a sum of
-  shifted channel slices. Not mapped: RoiAlign, MaxPool with storage_order=1.
+- **Convolution and pooling**: Conv, ConvTranspose, MaxPool (with Indices, row- or column-major; pads wider than
+  half the kernel are applied to the input first, integer inputs pooled in f64), AveragePool, LpPool and
+  GlobalAverage/MaxPool run on the native ops of issue #18 (LeNet-5 and a ResNet-18-shaped export pass); MaxUnpool
+  is a scatter, LRN a sum of shifted channel slices, GridSample and RoiAlign gathers of weighted taps.
 - **Quantization** (issue #17's u8/i8): QuantizeLinear and DequantizeLinear (per tensor and per axis),
   DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv are compositions of public
   ops: integer products in i32 (matmul) or f64 (conv, exact for 8-bit operands), rounding half to even, then
   saturation; their outputs match ONNX's bit for bit.
 - **Dtypes Switchyard lacks** (UINT16, UINT32, UINT64, STRING, complex, float8): no issue. FLOAT16, BFLOAT16,
   INT8 and INT16 load (issue #17); ONNX 1.12's BFLOAT16 cast cases store their data as UINT16 and are refused.
-- **Data-dependent output shapes** (NonZero, Unique, Compress, NonMaxSuppression; TopK runs, reading K on the host): a run would have to read
-  values back before it could size the next op; the loader plans shapes from input shapes only.
-- **Control flow and non-tensor values** (If, Loop, Scan, sequences, maps, optionals): not mapped.
+  BitShift runs on UINT8 only, so its 16/32/64-bit cases are refused.
+- **Data-dependent output shapes** (NonZero, Unique, Compress, NonMaxSuppression) run: they read their input on
+  the host (a sync when the device computed it; the model is then replanned on every run).
+- **Control flow**: If, Loop and Scan run their subgraphs (which read outer values). **Non-tensor values**
+  (sequences, maps, optionals) have no Switchyard counterpart: cases that take or build one are refused.
 - **Random ops** (Bernoulli, RandomUniform(Like), RandomNormal(Like), Dropout in training mode): the device's
-  stream cannot reproduce ONNX's expected outputs.
-- **Not mapped yet** (most are compositions of existing ops, left for time): Resize with mode cubic or
-  tf_crop_and_resize, DFT/STFT, MelWeightMatrix, BitShift, TfIdfVectorizer, GridSample, CenterCropPad, Col2Im.
+  stream cannot reproduce ONNX's expected outputs. Training (BatchNormalization's training_mode, the
+  ai.onnx.preview.training domain) is out of scope.
+- **Strings**: TfIdfVectorizer runs on integer tokens; its string pools, like every STRING value, are refused.
+- **Not mapped yet** (opset 18 and later, beyond the supported opsets): CenterCropPad, Col2Im.
 - **Opset**: 7-17 of the default domain, and 6 (binary ops' `broadcast`/`axis` are honoured; its other
-  differences from 7 are attributes the loader refuses when present). Opsets 1-5 (old pytorch-converted models)
-  and models of other domains only (training ops) are refused.
+  differences from 7 are attributes the loader refuses when present); 1-5 node by node where ONNX's schema
+  registry shows the node's op defined there as in opset 6. Models of other domains only (training ops) are
+  refused.
 
 )";
 

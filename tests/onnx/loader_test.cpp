@@ -150,15 +150,15 @@ std::string load_error(const std::string& bytes, const sy::Device& d, sy::Errc* 
 
 TEST_CASE("onnx: an op outside the op set fails at load naming the node and the op", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
-  Builder m;
-  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
-  m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}});
-  m.node("GridSample", {"x", "grid"}, {"y"}, "sample1");
-  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  // Bernoulli draws random numbers, which the op set leaves out.
+  Builder m(15);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  m.node("Bernoulli", {"x"}, {"y"}, "coin1");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
   sy::Errc code{};
   std::string what = load_error(m.bytes(), rt.cpu(), &code);
   CHECK(code == sy::Errc::unsupported);
-  CHECK_THAT(what, Catch::Contains("node 'sample1'") && Catch::Contains("GridSample") &&
+  CHECK_THAT(what, Catch::Contains("node 'coin1'") && Catch::Contains("Bernoulli") &&
                        Catch::Contains("not in Switchyard's op set"));
 }
 
@@ -270,6 +270,29 @@ TEST_CASE("onnx: an opset outside 7-17 fails at load", "[onnx]") {
   CHECK_THAT(load_error(m.bytes(), rt.cpu(), &code), Catch::Contains("opset 18"));
   CHECK(code == sy::Errc::unsupported);
   CHECK_THAT(load_error("not a model", rt.cpu()), Catch::Contains("not a valid ONNX model"));
+}
+
+TEST_CASE("onnx: opsets 1-5 load per op only where the op is defined as in opset 6", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // Softsign has one definition from opset 1 on: an opset-1 model runs.
+  Builder ok(1);
+  ok.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  ok.node("Softsign", {"x"}, {"y"}, "soft");
+  ok.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(ok.bytes(), rt.cpu());
+  auto y = model.run({{"x", rt.cpu().tensor(std::vector<float>{1, -3}, {2})}}).at("y");
+  CHECK(read_floats(y) == std::vector<float>{0.5f, -0.75f});
+  // Relu was redefined in opset 6 (consumed_inputs dropped): refused, naming the node and why.
+  Builder old(1);
+  old.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  old.node("Softsign", {"x"}, {"s"}, "soft");
+  old.node("Relu", {"s"}, {"y"}, "act");
+  old.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(old.bytes(), rt.cpu(), &code), Catch::Contains("node 'act' (Relu)") &&
+                                                           Catch::Contains("opset 1 of the default domain") &&
+                                                           Catch::Contains("Relu changed in opset 6"));
+  CHECK(code == sy::Errc::unsupported);
 }
 
 TEST_CASE("onnx: wrong inputs fail at the call naming the input", "[onnx]") {
@@ -803,4 +826,438 @@ TEST_CASE("onnx: Det pivots past a zero and gives 0 for a singular matrix", "[on
     CHECK(y[0] == Approx(-3.0));
     CHECK(y[1] == Approx(0.0).margin(1e-6));
   }
+}
+
+// --- data-dependent shapes ---
+
+TEST_CASE("onnx: NonZero and Compress of a computed value follow the data on every run", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // The condition is computed on the device (x > 0): each run reads it
+  // back, so no plan is kept and a new x gives new shapes.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{6}});
+  m.init("zero", {0.0f}, {});
+  m.node("Greater", {"x", "zero"}, {"positive"}, "gt");
+  m.node("Compress", {"x", "positive"}, {"y"}, "keep");
+  m.node("NonZero", {"positive"}, {"where"}, "nz");
+  m.output("y", pb::TensorProto::FLOAT, {std::string("n")});
+  m.output("where", pb::TensorProto::INT64, {int64_t{1}, std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto run = [&](std::vector<float> x) {
+    auto out = model.run({{"x", rt.cpu().tensor(x, {6})}});
+    std::vector<int64_t> where = out.at("where").to_vector<int64_t>();
+    return std::pair{read_floats(out.at("y")), where};
+  };
+  auto [y1, w1] = run({1, -2, 3, -4, 5, -6});
+  CHECK(y1 == std::vector<float>{1, 3, 5});
+  CHECK(w1 == std::vector<int64_t>{0, 2, 4});
+  auto [y2, w2] = run({-1, 2, -3, -4, -5, 6});
+  CHECK(y2 == std::vector<float>{2, 6});
+  CHECK(w2 == std::vector<int64_t>{1, 5});
+  auto [y3, w3] = run({-1, -2, -3, -4, -5, -6});
+  CHECK(y3.empty());
+  CHECK(w3.empty());
+  CHECK(model.cached_plans() == 0);
+}
+
+TEST_CASE("onnx: a data-dependent op fails at run time naming the node and the model runs on", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.input("cond", pb::TensorProto::BOOL, {std::string("c")});
+  attr_i(m.node("Compress", {"x", "cond"}, {"y"}, "pick"), "axis", 1);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  auto cond = [](std::vector<bool> c) {
+    const auto n = static_cast<int64_t>(c.size());
+    return sy::TensorData::from(c, {n});
+  };
+  try {
+    (void)model.infer({{"x", x}, {"cond", cond({true, false, true, true})}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("node 'pick' (Compress)") && Catch::Contains("condition has 4 entries"));
+  }
+  // The condition may be shorter than the axis; an input read on the host
+  // keys the plan by its contents.
+  auto out = model.infer({{"x", x}, {"cond", cond({false, true})}});
+  REQUIRE(out.wait_for(kWait));
+  CHECK(out.get().at("y").to_vector<float>() == std::vector<float>{2, 5});
+  auto again = model.infer({{"x", x}, {"cond", cond({true, false, true})}});
+  REQUIRE(again.wait_for(kWait));
+  CHECK(again.get().at("y").to_vector<float>() == std::vector<float>{1, 3, 4, 6});
+  // Nothing selected: an empty axis.
+  auto none = model.infer({{"x", x}, {"cond", cond({false, false, false})}});
+  REQUIRE(none.wait_for(kWait));
+  CHECK(none.get().at("y").shape == sy::Shape{2, 0});
+}
+
+TEST_CASE("onnx: Unique without sorting keeps first occurrences and NonMaxSuppression honours its limit", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{6}});
+  attr_i(m.node("Unique", {"x"}, {"u", "first", "inverse", "counts"}, "uniq"), "sorted", 0);
+  m.output("u", pb::TensorProto::FLOAT, {std::string("n")});
+  m.output("first", pb::TensorProto::INT64, {std::string("n")});
+  m.output("inverse", pb::TensorProto::INT64, {int64_t{6}});
+  m.output("counts", pb::TensorProto::INT64, {std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto f = model.infer({{"x", sy::TensorData::from(std::vector<float>{3, 1, 3, 2, 1, 3}, {6})}});
+  REQUIRE(f.wait_for(kWait));
+  auto out = f.get();
+  CHECK(out.at("u").to_vector<float>() == std::vector<float>{3, 1, 2});
+  CHECK(out.at("first").to_vector<int64_t>() == std::vector<int64_t>{0, 1, 3});
+  CHECK(out.at("inverse").to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 2, 1, 0});
+  CHECK(out.at("counts").to_vector<int64_t>() == std::vector<int64_t>{3, 2, 1});
+
+  // Three disjoint boxes, one class: the limit of 2 keeps the two best.
+  Builder n;
+  n.input("boxes", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{3}, int64_t{4}});
+  n.input("scores", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{3}});
+  n.init_i64("limit", {2}, {1});
+  n.node("NonMaxSuppression", {"boxes", "scores", "limit"}, {"sel"}, "nms");
+  n.output("sel", pb::TensorProto::INT64, {std::string("k"), int64_t{3}});
+  auto nms = sy::onnx::Model::load_bytes(n.bytes(), rt.cpu());
+  auto boxes = sy::TensorData::from(std::vector<float>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5}, {1, 3, 4});
+  auto scores = sy::TensorData::from(std::vector<float>{0.2f, 0.9f, 0.5f}, {1, 1, 3});
+  CHECK(run_ints(nms, {{"boxes", boxes}, {"scores", scores}}, "sel") == std::vector<int64_t>{0, 0, 1, 0, 0, 2});
+}
+
+// --- GridSample and RoiAlign: the modes ONNX's backend tests leave out ---
+
+TEST_CASE("onnx: GridSample bicubic with border padding and nearest with reflection", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](const std::string& mode, const std::string& padding) {
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{4}});
+    m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{2}});
+    auto& n = m.node("GridSample", {"x", "grid"}, {"y"}, "sample");
+    attr_s(n, "mode", mode);
+    attr_s(n, "padding_mode", padding);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{3}});
+    return m.bytes();
+  };
+  // Points at x = 1.25 and 1.5 (beyond the right edge) and -3 (far left).
+  auto grid = sy::TensorData::from(std::vector<float>{1.25f, 0, 1.5f, 0, -3, 0}, {1, 1, 3, 2});
+  // Border padding on a constant image: every bicubic tap reads 7 and the
+  // weights sum to 1.
+  auto bicubic = sy::onnx::Model::load_bytes(model_of("bicubic", "border"), rt.cpu());
+  auto flat = sy::TensorData::from(std::vector<float>(4, 7.0f), {1, 1, 1, 4});
+  for (double v : run_doubles(bicubic, {{"x", flat}, {"grid", grid}}, "y")) CHECK(v == Approx(7.0));
+  // Reflection about the pixel borders (align_corners=0): x = 1.25 maps to
+  // pixel 4.0, mirrored to 3; 1.5 to 4.5, mirrored to 2.5, rounded to even
+  // 2; -3 to -4.5, mirrored to 3.5, clamped to 3.
+  auto nearest = sy::onnx::Model::load_bytes(model_of("nearest", "reflection"), rt.cpu());
+  auto ramp = sy::TensorData::from(std::vector<float>{10, 11, 12, 13}, {1, 1, 1, 4});
+  CHECK(run_doubles(nearest, {{"x", ramp}, {"grid", grid}}, "y") == std::vector<double>{13, 12, 13});
+  // A grid of the wrong shape fails at run time naming the node.
+  try {
+    auto bad = sy::TensorData::from(std::vector<float>(9, 0), {1, 1, 3, 3});
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{4}});
+    m.input("grid", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}});
+    m.node("GridSample", {"x", "grid"}, {"y"}, "sample");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{3}});
+    (void)sy::onnx::Model::load_bytes(m.bytes(), rt.cpu()).infer({{"x", ramp}, {"grid", bad}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'sample' (GridSample)") && Catch::Contains("grid must be"));
+  }
+}
+
+TEST_CASE("onnx: RoiAlign max takes the largest weighted tap and avg the mean of the samples", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](const std::string& mode) {
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+    m.init("rois", {0, 0, 1, 1}, {1, 4});
+    m.init_i64("batch", {0}, {1});
+    auto& n = m.node("RoiAlign", {"x", "rois", "batch"}, {"y"}, "roi");
+    attr_s(n, "mode", mode);
+    attr_i(n, "sampling_ratio", 2);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{1}});
+    return m.bytes();
+  };
+  // half_pixel: samples at (y, x) in {-0.25, 0.25}^2, -0.25 clamped to 0.
+  // Their bilinear values are 1, 1.25, 1.5 and 1.75 (mean 1.375); the
+  // largest single weighted tap is 1 (the sample at (0, 0) reading x[0][0]).
+  auto x = sy::TensorData::from(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2});
+  auto avg = sy::onnx::Model::load_bytes(model_of("avg"), rt.cpu());
+  CHECK(run_doubles(avg, {{"x", x}}, "y") == std::vector<double>{1.375});
+  auto max = sy::onnx::Model::load_bytes(model_of("max"), rt.cpu());
+  CHECK(run_doubles(max, {{"x", x}}, "y") == std::vector<double>{1.0});
+}
+
+// --- control flow ---
+
+namespace {
+
+// A subgraph for an If branch or a Loop/Scan body.
+struct Body {
+  pb::GraphProto g;
+  explicit Body(const std::string& name) { g.set_name(name); }
+  pb::NodeProto& node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* n = g.add_node();
+    n->set_op_type(op);
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return *n;
+  }
+  void input(const std::string& name, int elem, std::vector<std::variant<int64_t, std::string>> dims) {
+    set_type(g.add_input(), name, elem, std::move(dims));
+  }
+  void output(const std::string& name, int elem, std::vector<std::variant<int64_t, std::string>> dims) {
+    set_type(g.add_output(), name, elem, std::move(dims));
+  }
+};
+
+void attr_g(pb::NodeProto& n, const std::string& name, const Body& b) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::GRAPH);
+  *a->mutable_g() = b.g;
+}
+
+// y = If(c) then_b else_b, with a BOOL scalar c and x [2] as inputs: the
+// branches read x from the outer graph.
+std::string if_model(const Body& then_b, const Body& else_b) {
+  Builder m;
+  m.input("c", pb::TensorProto::BOOL, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto& n = m.node("If", {"c"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  return m.bytes();
+}
+
+sy::TensorData flag(bool c) { return sy::TensorData::from(std::vector<bool>{c}, {}); }
+
+}  // namespace
+
+TEST_CASE("onnx: an If whose condition the device computes takes the branch the data asks for", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // y = sum(x) > 0 ? x * 2 : -x; both branches read the outer x.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.init("zero", {0.0f}, {});
+  m.init("two", {2.0f}, {});
+  attr_i(m.node("ReduceSum", {"x"}, {"s"}, "sum"), "keepdims", 0);
+  m.node("Greater", {"s", "zero"}, {"positive"}, "gt");
+  Body then_b("double_it"), else_b("negate_it");
+  then_b.node("Mul", {"x", "two"}, {"t"});
+  then_b.output("t", pb::TensorProto::FLOAT, {int64_t{3}});
+  else_b.node("Neg", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{3}});
+  auto& n = m.node("If", {"positive"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto run = [&](std::vector<float> x) { return read_floats(model.run({{"x", rt.cpu().tensor(x, {3})}}).at("y")); };
+  CHECK(run({1, 2, -1}) == std::vector<float>{2, 4, -2});
+  CHECK(run({1, -5, 1}) == std::vector<float>{-1, 5, -1});
+  CHECK(run({3, 0, 0}) == std::vector<float>{6, 0, 0});
+  CHECK(model.cached_plans() == 0);  // the condition came from the device
+}
+
+TEST_CASE("onnx: an If on a graph input keys the plan by the condition", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Body then_b("relu"), else_b("ident");
+  then_b.node("Relu", {"x"}, {"t"});
+  then_b.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
+  else_b.node("Identity", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(if_model(then_b, else_b), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{-1, 2}, {2});
+  for (bool c : {true, false, true}) {
+    auto out = model.infer({{"c", flag(c)}, {"x", x}});
+    REQUIRE(out.wait_for(kWait));
+    CHECK(out.get().at("y").to_vector<float>() == (c ? std::vector<float>{0, 2} : std::vector<float>{-1, 2}));
+  }
+  CHECK(model.cached_plans() == 2);
+}
+
+TEST_CASE("onnx: a Loop carries a value and stacks a scan output reading an outer value", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // acc += x, M times; the scan output is acc after each step.
+  Builder m;
+  m.input("M", pb::TensorProto::INT64, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  m.init("acc0", {0, 0}, {2});
+  Body body("accumulate");
+  body.input("i", pb::TensorProto::INT64, {});
+  body.input("cond_in", pb::TensorProto::BOOL, {});
+  body.input("acc", pb::TensorProto::FLOAT, {int64_t{2}});
+  // The body says stop, which a loop without a cond input ignores.
+  body.node("Not", {"cond_in"}, {"cond_out"});
+  body.node("Add", {"acc", "x"}, {"next"});
+  body.node("Identity", {"next"}, {"seen"});
+  body.output("cond_out", pb::TensorProto::BOOL, {});
+  body.output("next", pb::TensorProto::FLOAT, {int64_t{2}});
+  body.output("seen", pb::TensorProto::FLOAT, {int64_t{2}});
+  attr_g(m.node("Loop", {"M", "", "acc0"}, {"sum", "steps"}, "repeat"), "body", body);
+  m.output("sum", pb::TensorProto::FLOAT, {int64_t{2}});
+  m.output("steps", pb::TensorProto::FLOAT, {std::string("M"), int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto f = model.infer({{"M", sy::TensorData::from(std::vector<int64_t>{3}, {})},
+                        {"x", sy::TensorData::from(std::vector<float>{1, 10}, {2})}});
+  REQUIRE(f.wait_for(kWait));
+  auto out = f.get();
+  CHECK(out.at("sum").to_vector<float>() == std::vector<float>{3, 30});
+  CHECK(out.at("steps").shape == sy::Shape{3, 2});
+  CHECK(out.at("steps").to_vector<float>() == std::vector<float>{1, 10, 2, 20, 3, 30});
+}
+
+TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node and the other runs", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Body then_b("two_outputs"), else_b("one_output");
+  then_b.node("Identity", {"x"}, {"t1"});
+  then_b.node("Identity", {"x"}, {"t2"});
+  then_b.output("t1", pb::TensorProto::FLOAT, {int64_t{2}});
+  then_b.output("t2", pb::TensorProto::FLOAT, {int64_t{2}});
+  else_b.node("Neg", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(if_model(then_b, else_b), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{-1, 2}, {2});
+  try {
+    (void)model.infer({{"c", flag(true)}, {"x", x}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'choose' (If)") &&
+                                          Catch::Contains("then_branch has 2 outputs, the node expects 1"));
+  }
+  auto out = model.infer({{"c", flag(false)}, {"x", x}});
+  REQUIRE(out.wait_for(kWait));
+  CHECK(out.get().at("y").to_vector<float>() == std::vector<float>{1, -2});
+
+  // An op outside the op set inside a branch fails at load, naming it.
+  Body coin("coin"), plain("plain");
+  coin.node("Bernoulli", {"x"}, {"t"}).set_name("flip");
+  coin.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
+  plain.node("Identity", {"x"}, {"e"});
+  plain.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  CHECK_THAT(load_error(if_model(coin, plain), rt.cpu()),
+             Catch::Contains("node 'flip' (Bernoulli)") && Catch::Contains("not in Switchyard's op set"));
+}
+
+// --- spectral ops and BitShift ---
+
+TEST_CASE("onnx: DFT zero-pads to dft_length and keeps n / 2 + 1 bins one-sided", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(17);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{3}, int64_t{1}});
+  m.init_i64("n", {8}, {});
+  auto& dft = m.node("DFT", {"x", "n"}, {"y"}, "dft");
+  attr_i(dft, "onesided", 1);
+  attr_i(dft, "axis", -2);  // counted with the complex axis: the signal axis, 1
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{5}, int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  // An impulse at 0 (padded to 8 points) has a flat spectrum: 1 + 0i.
+  auto y = run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{1, 0, 0}, {1, 3, 1})}}, "y");
+  REQUIRE(y.size() == 10);
+  for (size_t k = 0; k < 5; ++k) {
+    CHECK(y[2 * k] == Approx(1.0));
+    CHECK(y[2 * k + 1] == Approx(0.0).margin(1e-6));
+  }
+}
+
+TEST_CASE("onnx: BitShift on u8 wraps left shifts and refuses an unknown direction", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](const std::string& direction) {
+    Builder m(11);
+    m.input("x", pb::TensorProto::UINT8, {int64_t{4}});
+    m.input("y", pb::TensorProto::UINT8, {int64_t{4}});
+    attr_s(m.node("BitShift", {"x", "y"}, {"z"}, "shift"), "direction", direction);
+    m.output("z", pb::TensorProto::UINT8, {int64_t{4}});
+    return m.bytes();
+  };
+  auto x = sy::TensorData::from(std::vector<uint8_t>{0xF0, 1, 255, 3}, {4});
+  auto y = sy::TensorData::from(std::vector<uint8_t>{2, 7, 8, 200}, {4});
+  auto left = sy::onnx::Model::load_bytes(model_of("LEFT"), rt.cpu());
+  CHECK(run_ints(left, {{"x", x}, {"y", y}}, "z") == std::vector<int64_t>{0xC0, 128, 0, 0});
+  auto right = sy::onnx::Model::load_bytes(model_of("RIGHT"), rt.cpu());
+  CHECK(run_ints(right, {{"x", x}, {"y", y}}, "z") == std::vector<int64_t>{0x3C, 0, 0, 0});
+  CHECK_THAT(load_error(model_of("UP"), rt.cpu()),
+             Catch::Contains("node 'shift' (BitShift)") && Catch::Contains("direction='UP'"));
+}
+
+TEST_CASE("onnx: RoiAlign with an adaptive sampling grid matches the fixed grid of the same size", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // sampling_ratio 0 reads the rois on the host (the grid follows their
+  // size); a 3 x 3 roi over 2 x 2 bins samples ceil(3 / 2) = 2 a side,
+  // which sampling_ratio 2 computes on the device.
+  auto model_of = [](const std::string& mode, int64_t ratio) {
+    Builder m(16);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{1}, int64_t{4}, int64_t{4}});
+    m.input("rois", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{4}});
+    m.init_i64("batch", {1, 0}, {2});
+    auto& n = m.node("RoiAlign", {"x", "rois", "batch"}, {"y"}, "roi");
+    attr_s(n, "mode", mode);
+    attr_i(n, "sampling_ratio", ratio);
+    attr_i(n, "output_height", 2);
+    attr_i(n, "output_width", 2);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{1}, int64_t{2}, int64_t{2}});
+    return m.bytes();
+  };
+  std::vector<float> xv(32);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 11) - 3.0f;
+  const sy::onnx::DataMap in{{"x", sy::TensorData::from(xv, {2, 1, 4, 4})},
+                             {"rois", sy::TensorData::from(std::vector<float>{0.5f, 0, 3.5f, 3, 1, 1, 4, 4}, {2, 4})}};
+  for (const char* mode : {"avg", "max"}) {
+    auto adaptive = sy::onnx::Model::load_bytes(model_of(mode, 0), rt.cpu());
+    auto fixed = sy::onnx::Model::load_bytes(model_of(mode, 2), rt.cpu());
+    auto a = run_doubles(adaptive, in, "y"), f = run_doubles(fixed, in, "y");
+    REQUIRE(a.size() == f.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(f[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("onnx: TfIdfVectorizer weighs counts in IDF and TFIDF modes and refuses string pools", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto ints = [](pb::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(pb::AttributeProto::INTS);
+    for (auto x : v) a->add_ints(x);
+  };
+  auto model_of = [&](const std::string& mode, bool strings) {
+    Builder m(9);
+    m.input("x", pb::TensorProto::INT64, {int64_t{4}});
+    auto& n = m.node("TfIdfVectorizer", {"x"}, {"y"}, "tfidf");
+    attr_s(n, "mode", mode);
+    attr_i(n, "min_gram_length", 1);
+    attr_i(n, "max_gram_length", 2);
+    attr_i(n, "max_skip_count", 1);
+    ints(n, "ngram_counts", {0, 2});
+    ints(n, "ngram_indexes", {0, 1, 2});
+    ints(n, "pool_int64s", {1, 3, 1, 2});  // unigrams 1 and 3, the bigram (1, 2)
+    auto* w = n.add_attribute();
+    w->set_name("weights");
+    w->set_type(pb::AttributeProto::FLOATS);
+    for (float v : {0.5f, 2.0f, 4.0f}) w->add_floats(v);
+    if (strings) {
+      auto* s = n.add_attribute();
+      s->set_name("pool_strings");
+      s->set_type(pb::AttributeProto::STRINGS);
+      s->add_strings("a");
+    }
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{3}});
+    return m.bytes();
+  };
+  // In [1, 2, 1, 2]: 1 twice, 3 never, (1, 2) twice adjacent and never
+  // two apart.
+  const sy::onnx::DataMap in{{"x", sy::TensorData::from(std::vector<int64_t>{1, 2, 1, 2}, {4})}};
+  auto run = [&](const std::string& mode) {
+    return run_doubles(sy::onnx::Model::load_bytes(model_of(mode, false), rt.cpu()), in, "y");
+  };
+  CHECK(run("TF") == std::vector<double>{2, 0, 2});
+  CHECK(run("IDF") == std::vector<double>{0.5, 0, 4});
+  CHECK(run("TFIDF") == std::vector<double>{1, 0, 8});
+  CHECK_THAT(load_error(model_of("TF", true), rt.cpu()),
+             Catch::Contains("node 'tfidf' (TfIdfVectorizer)") && Catch::Contains("pool_strings"));
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <mutex>
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <set>
 #include <sstream>
@@ -42,7 +43,151 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) 
   return info;
 }
 
+// Opsets 1-5: an op is taken when the version of its definition that the
+// model's opset selects is the one opset 6 selects (the op did not change in
+// between), so it means what the op table implements. ONNX's own schema
+// registry holds the versions; no list of ours to keep in step.
+std::string older_opset_check(const ::onnx::NodeProto& node, int64_t opset) {
+  if (opset >= 6) return "";
+  const auto* at = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset));
+  const auto* at6 = ::onnx::OpSchemaRegistry::Schema(node.op_type(), 6);
+  if (at != nullptr && at6 != nullptr && at->since_version() == at6->since_version()) return "";
+  std::string why = at6 == nullptr  ? node.op_type() + " is newer than opset 6"
+                    : at == nullptr ? node.op_type() + " is newer than opset " + std::to_string(opset)
+                                    : node.op_type() + " changed in opset " + std::to_string(at6->since_version());
+  return "opset " + std::to_string(opset) +
+         " of the default domain; supported: 7-17 (and 6, and 1-5 for ops unchanged since; " + why + ")";
+}
+
 }  // namespace
+
+/// Names to slots of the run's value vector. A subgraph's scope sees its
+/// outer scopes' names (If branches, Loop and Scan bodies read outer
+/// values) and gives its own names fresh slots, so running it never
+/// overwrites an outer value.
+class Scope {
+ public:
+  explicit Scope(int* next, const Scope* outer = nullptr) : next_(next), outer_(outer) {}
+  /// The slot of `name` in this scope (a new one the first time).
+  int define(const std::string& name) {
+    auto [it, fresh] = names_.emplace(name, 0);
+    if (fresh) it->second = (*next_)++;
+    return it->second;
+  }
+  /// The slot `name` refers to here or in an outer scope; -1 if none.
+  [[nodiscard]] int find(const std::string& name) const {
+    if (auto it = names_.find(name); it != names_.end()) return it->second;
+    return outer_ != nullptr ? outer_->find(name) : -1;
+  }
+
+ private:
+  std::unordered_map<std::string, int> names_;
+  int* next_;
+  const Scope* outer_;
+};
+
+/// A graph's nodes, checked and resolved to slots: the model's graph or a
+/// subgraph (whose formal inputs, outputs and initializers have slots too).
+struct Graph {
+  std::vector<::onnx::NodeProto> nodes;
+  std::vector<const detail::OpSpec*> specs;
+  std::vector<std::vector<int>> node_in, node_out;
+  /// Per node, its subgraphs by attribute name.
+  std::vector<std::map<std::string, std::shared_ptr<const Graph>, std::less<>>> bodies;
+  std::vector<int> input_slots, output_slots;
+  std::vector<std::pair<int, TensorData>> constants;  // a subgraph's initializers
+};
+
+// An initializer's host data; a dtype Switchyard lacks fails naming it.
+TensorData initializer(const ::onnx::TensorProto& t, const std::string& base_dir) {
+  if (!detail::to_dtype(t.data_type()))
+    throw Error(Errc::unsupported, "onnx: initializer '" + t.name() + "' has dtype " +
+                                       detail::onnx_type_name(t.data_type()) + ", which Switchyard lacks");
+  return detail::to_data(t, base_dir);
+}
+
+// Checks a graph's nodes against the op table and resolves their names to
+// slots, subgraphs (node attributes of type GRAPH) included, recursively.
+struct Compiler {
+  int64_t opset;
+  const std::string& base_dir;
+  const std::unordered_map<std::string, int32_t>& elem_type;
+  int& num_slots;
+  std::vector<int>& inner_slots;
+
+  void nodes(const ::onnx::GraphProto& graph, Graph& g, Scope& scope) {
+    const auto& table = detail::op_table();
+    for (int n = 0; n < graph.node_size(); ++n) {
+      const auto& node = graph.node(n);
+      std::string label = "onnx: " + node_label(node, n);
+      if (!node.domain().empty() && node.domain() != "ai.onnx")
+        throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' is not supported");
+      auto it = table.find(node.op_type());
+      if (it == table.end())
+        throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
+      const auto& spec = it->second;
+      if (std::string why = older_opset_check(node, opset); !why.empty())
+        throw Error(Errc::unsupported, label + ": " + why);
+      for (const auto& a : node.attribute())
+        if (std::find(spec.attributes.begin(), spec.attributes.end(), a.name()) == spec.attributes.end())
+          throw Error(Errc::unsupported, label + ": attribute '" + a.name() + "' is not supported");
+      if (spec.check) {
+        std::string missing = spec.check(node, opset);
+        if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
+      }
+      for (const auto& o : node.output()) {
+        auto et = elem_type.find(o);
+        if (et != elem_type.end() && et->second != 0 && !detail::to_dtype(et->second))
+          throw Error(Errc::unsupported, label + ": output '" + o + "' has dtype " +
+                                             detail::onnx_type_name(et->second) + ", which Switchyard lacks");
+      }
+      std::vector<int> ins, outs;
+      for (const auto& i : node.input()) {
+        const int s = i.empty() ? -1 : scope.find(i);
+        if (!i.empty() && s < 0)
+          throw Error(Errc::invalid_argument, label + ": input '" + i + "' is never produced (graph not sorted?)");
+        ins.push_back(s);
+      }
+      std::map<std::string, std::shared_ptr<const Graph>, std::less<>> bodies;
+      for (const auto& a : node.attribute())
+        if (a.type() == ::onnx::AttributeProto::GRAPH) bodies[a.name()] = subgraph(a.g(), scope, label);
+      for (const auto& o : node.output()) outs.push_back(o.empty() ? -1 : scope.define(o));
+      g.nodes.push_back(node);
+      g.specs.push_back(&spec);
+      g.node_in.push_back(std::move(ins));
+      g.node_out.push_back(std::move(outs));
+      g.bodies.push_back(std::move(bodies));
+    }
+  }
+
+  std::shared_ptr<const Graph> subgraph(const ::onnx::GraphProto& graph, const Scope& outer, const std::string& label) {
+    auto g = std::make_shared<Graph>();
+    Scope scope(&num_slots, &outer);
+    const int first = num_slots;
+    for (const auto& t : graph.initializer())
+      g->constants.emplace_back(scope.define(t.name()), initializer(t, base_dir));
+    for (const auto& v : graph.input()) {
+      if (v.type().has_sequence_type() || v.type().has_optional_type() || v.type().has_map_type())
+        throw Error(Errc::unsupported, label + ": subgraph '" + graph.name() + "' input '" + v.name() +
+                                           "' is not a tensor (sequences, maps and optionals are not supported)");
+      g->input_slots.push_back(scope.define(v.name()));
+    }
+    for (const auto& v : graph.output())
+      if (v.type().has_sequence_type() || v.type().has_optional_type() || v.type().has_map_type())
+        throw Error(Errc::unsupported, label + ": subgraph '" + graph.name() + "' output '" + v.name() +
+                                           "' is not a tensor (sequences, maps and optionals are not supported)");
+    nodes(graph, *g, scope);
+    for (const auto& v : graph.output()) {
+      const int s = scope.find(v.name());
+      if (s < 0)
+        throw Error(Errc::invalid_argument,
+                    label + ": subgraph '" + graph.name() + "' output '" + v.name() + "' is never produced");
+      g->output_slots.push_back(s);
+    }
+    for (int s = first; s < num_slots; ++s) inner_slots.push_back(s);
+    return g;
+  }
+};
 
 /// A cached plan for one input signature: the values known on the host
 /// (and their uploads), and which nodes they make unnecessary.
@@ -55,9 +200,8 @@ struct Model::Impl {
   Device device;                    // the first stage's
   std::vector<Device> node_device;  // per node (a pipeline places ranges)
   int64_t opset = 0;
-  std::vector<::onnx::NodeProto> nodes;
-  std::vector<const detail::OpSpec*> specs;
-  std::vector<std::vector<int>> node_in, node_out;
+  Graph graph;
+  std::vector<int> inner_slots;  // the subgraphs' values: not kept by a plan
   std::vector<ValueInfo> inputs, outputs;
   std::vector<int> input_slots, output_slots;
   std::vector<char> input_has_default;
@@ -67,31 +211,55 @@ struct Model::Impl {
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
   mutable std::set<size_t> value_inputs;  // inputs whose contents the plan depends on
 
-  void execute(std::vector<Value>& env, const std::vector<char>* skip, bool* computed_read = nullptr) const;
+  /// Runs g's nodes on env; `on` is the device of a subgraph's nodes (its
+  /// owner's), nullptr for the model's graph (placed per node).
+  void execute(const Graph& g, std::vector<Value>& env, const std::vector<char>* skip, const Device* on,
+               bool* computed_read) const;
   TensorMap run_values(std::vector<Value> given) const;
   std::string signature(const std::vector<Value>& given, const std::set<size_t>& vi) const;
 };
 
-void Model::Impl::execute(std::vector<Value>& env, const std::vector<char>* skip, bool* computed_read) const {
-  for (size_t n = 0; n < nodes.size(); ++n) {
+void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::vector<char>* skip, const Device* on,
+                          bool* computed_read) const {
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
     if (skip != nullptr && (*skip)[n]) continue;
     std::vector<Value*> ins;
-    for (int s : node_in[n]) {
+    for (int s : g.node_in[n]) {
       if (s >= 0 && !env[s].present())
-        throw Error(Errc::invalid_argument, "onnx: " + node_label(nodes[n], n) + ": input has no value");
+        throw Error(Errc::invalid_argument, "onnx: " + node_label(g.nodes[n], n) + ": input has no value");
       ins.push_back(s < 0 ? nullptr : &env[s]);
     }
-    detail::Ctx ctx(nodes[n], opset, node_device[n], std::move(ins), computed_read);
+    const Device& device = on != nullptr ? *on : node_device[n];
+    // A subgraph runs on this run's values: its formal inputs bound, its
+    // outputs returned (outer values stay visible through the slots).
+    detail::SubgraphRunner body = [&, n](std::string_view attribute, std::vector<Value> given) {
+      auto it = g.bodies[n].find(attribute);
+      if (it == g.bodies[n].end())
+        throw Error(Errc::invalid_argument,
+                    "onnx: " + node_label(g.nodes[n], n) + ": no subgraph '" + std::string(attribute) + "'");
+      const Graph& sub = *it->second;
+      if (given.size() != sub.input_slots.size())
+        throw Error(Errc::invalid_argument,
+                    "onnx: " + node_label(g.nodes[n], n) + ": subgraph '" + std::string(attribute) + "' takes " +
+                        std::to_string(sub.input_slots.size()) + " inputs, given " + std::to_string(given.size()));
+      for (const auto& [slot, data] : sub.constants) env[slot] = Value{Tensor(), data};
+      for (size_t i = 0; i < given.size(); ++i) env[sub.input_slots[i]] = std::move(given[i]);
+      execute(sub, env, nullptr, &device, computed_read);
+      std::vector<Value> outs;
+      for (int s : sub.output_slots) outs.push_back(env[s]);
+      return outs;
+    };
+    detail::Ctx ctx(g.nodes[n], opset, device, std::move(ins), computed_read, &body);
     std::vector<Value> outs;
     try {
-      outs = specs[n]->run(ctx);
+      outs = g.specs[n]->run(ctx);
     } catch (const Error& e) {
       std::string what = e.what();
       if (what.rfind("onnx: ", 0) == 0) throw;
-      throw Error(e.code(), "onnx: " + node_label(nodes[n], n) + ": " + what);
+      throw Error(e.code(), "onnx: " + node_label(g.nodes[n], n) + ": " + what);
     }
-    for (size_t k = 0; k < node_out[n].size() && k < outs.size(); ++k)
-      if (node_out[n][k] >= 0) env[node_out[n][k]] = std::move(outs[k]);
+    for (size_t k = 0; k < g.node_out[n].size() && k < outs.size(); ++k)
+      if (g.node_out[n][k] >= 0) env[g.node_out[n][k]] = std::move(outs[k]);
   }
 }
 
@@ -126,7 +294,7 @@ TensorMap Model::Impl::run_values(std::vector<Value> given) const {
   for (size_t i = 0; i < given.size(); ++i)
     if (given[i].present()) env[input_slots[i]] = given[i];
   bool computed_read = false;
-  execute(env, plan ? &plan->skip : nullptr, &computed_read);
+  execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read);
 
   TensorMap out;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -141,20 +309,22 @@ TensorMap Model::Impl::run_values(std::vector<Value> given) const {
 
   // First run of this signature: keep what the host computed, drop the rest.
   auto built = std::make_shared<Plan>();
+  const auto& nodes = graph.nodes;
   built->skip.assign(nodes.size(), 0);
   std::set<size_t> read_inputs;
   for (size_t i = 0; i < given.size(); ++i)
     if (given[i].input_read && *given[i].input_read) read_inputs.insert(i);
   for (size_t n = 0; n < nodes.size(); ++n) {
     bool all_host = true;
-    for (int s : node_out[n])
+    for (int s : graph.node_out[n])
       if (s >= 0 && !env[s].host) all_host = false;
     built->skip[n] = all_host ? 1 : 0;
   }
   for (size_t n = 0; n < nodes.size(); ++n)
     if (!built->skip[n])
-      for (int s : node_out[n])
+      for (int s : graph.node_out[n])
         if (s >= 0) env[s] = Value{};
+  for (int s : inner_slots) env[s] = Value{};
   for (size_t i = 0; i < given.size(); ++i) env[input_slots[i]] = base[input_slots[i]];
   built->env = std::move(env);
   std::lock_guard lock(mu);
@@ -203,15 +373,17 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     if (op.domain().empty() || op.domain() == "ai.onnx") impl->opset = op.version();
   // Opset 6 differs from 7 by attributes: broadcast/axis on binary ops (the
   // op table honours them below opset 7), is_test and consumed_inputs (the
-  // attribute check below refuses them), so opset 6 models load too.
+  // attribute check below refuses them), so opset 6 models load too; opsets
+  // 1-5 load when each node's op is defined there as in opset 6.
   if (impl->opset == 0) {
     std::string domains;
     for (const auto& op : model.opset_import()) domains += (domains.empty() ? "" : ", ") + op.domain();
     throw Error(Errc::unsupported, "onnx: the model imports no opset of the default domain (only " + domains + ")");
   }
-  if (impl->opset < 6 || impl->opset > 17)
+  if (impl->opset < 1 || impl->opset > 17)
     throw Error(Errc::unsupported,
-                "onnx: opset " + std::to_string(impl->opset) + " of the default domain; supported: 7-17 (and 6)");
+                "onnx: opset " + std::to_string(impl->opset) +
+                    " of the default domain; supported: 7-17 (and 6, and 1-5 for ops unchanged since)");
 
   // Types of intermediate values, so a dtype Switchyard lacks fails at load.
   ::onnx::ModelProto typed = model;
@@ -221,24 +393,17 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     // Inference is a check only; a model it cannot follow still loads.
   }
   const auto& graph = model.graph();
-  std::unordered_map<std::string, int> slot;
-  auto slot_of = [&](const std::string& name) {
-    auto [it, fresh] = slot.emplace(name, static_cast<int>(slot.size()));
-    return it->second;
-  };
+  int num_slots = 0;
+  Scope scope(&num_slots);
   std::vector<std::pair<int, TensorData>> inits;
   std::set<std::string> init_names;
   for (const auto& t : graph.initializer()) {
-    auto dt = detail::to_dtype(t.data_type());
-    if (!dt)
-      throw Error(Errc::unsupported, "onnx: initializer '" + t.name() + "' has dtype " +
-                                         detail::onnx_type_name(t.data_type()) + ", which Switchyard lacks");
-    inits.emplace_back(slot_of(t.name()), detail::to_data(t, base_dir));
+    inits.emplace_back(scope.define(t.name()), initializer(t, base_dir));
     init_names.insert(t.name());
   }
   for (const auto& v : graph.input()) {
     auto info = value_info(v, "onnx: input");
-    impl->input_slots.push_back(slot_of(v.name()));
+    impl->input_slots.push_back(scope.define(v.name()));
     impl->input_has_default.push_back(init_names.count(v.name()) ? 1 : 0);
     if (!init_names.count(v.name())) impl->inputs.push_back(info);
   }
@@ -272,68 +437,37 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   for (const auto& v : typed.graph().output())
     if (v.type().has_tensor_type()) elem_type[v.name()] = v.type().tensor_type().elem_type();
 
-  const auto& table = detail::op_table();
-  for (int n = 0; n < graph.node_size(); ++n) {
-    const auto& node = graph.node(n);
-    std::string label = "onnx: " + node_label(node, n);
-    if (!node.domain().empty() && node.domain() != "ai.onnx")
-      throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' is not supported");
-    auto it = table.find(node.op_type());
-    if (it == table.end())
-      throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
-    const auto& spec = it->second;
-    for (const auto& a : node.attribute())
-      if (std::find(spec.attributes.begin(), spec.attributes.end(), a.name()) == spec.attributes.end())
-        throw Error(Errc::unsupported, label + ": attribute '" + a.name() + "' is not supported");
-    if (spec.check) {
-      std::string missing = spec.check(node, impl->opset);
-      if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
-    }
-    for (const auto& o : node.output()) {
-      auto et = elem_type.find(o);
-      if (et != elem_type.end() && et->second != 0 && !detail::to_dtype(et->second))
-        throw Error(Errc::unsupported, label + ": output '" + o + "' has dtype " + detail::onnx_type_name(et->second) +
-                                           ", which Switchyard lacks");
-    }
-    impl->nodes.push_back(node);
-    impl->specs.push_back(&spec);
-    std::vector<int> ins, outs;
-    for (const auto& i : node.input()) {
-      if (i.empty()) {
-        ins.push_back(-1);
-        continue;
-      }
-      if (!slot.count(i))
-        throw Error(Errc::invalid_argument, label + ": input '" + i + "' is never produced (graph not sorted?)");
-      ins.push_back(slot.at(i));
-    }
-    for (const auto& o : node.output()) outs.push_back(o.empty() ? -1 : slot_of(o));
-    impl->node_in.push_back(std::move(ins));
-    impl->node_out.push_back(std::move(outs));
-  }
+  // A sequence or optional output is the clearest reason, before the nodes
+  // that build it.
+  for (const auto& v : graph.output())
+    if (!v.type().has_tensor_type()) (void)value_info(v, "onnx: output");
+  Compiler compiler{impl->opset, base_dir, elem_type, num_slots, impl->inner_slots};
+  compiler.nodes(graph, impl->graph, scope);
   for (const auto& v : graph.output()) {
     impl->outputs.push_back(value_info(v, "onnx: output"));
-    if (!slot.count(v.name())) throw Error(Errc::invalid_argument, "onnx: output '" + v.name() + "' is never produced");
-    impl->output_slots.push_back(slot.at(v.name()));
+    const int s = scope.find(v.name());
+    if (s < 0) throw Error(Errc::invalid_argument, "onnx: output '" + v.name() + "' is never produced");
+    impl->output_slots.push_back(s);
   }
-  if (stages.back().first_node >= impl->nodes.size() && stages.size() > 1)
+  const auto& nodes = impl->graph.nodes;
+  if (stages.back().first_node >= nodes.size() && stages.size() > 1)
     throw Error(Errc::invalid_argument, "onnx: a stage starts at node " + std::to_string(stages.back().first_node) +
-                                            " of a graph of " + std::to_string(impl->nodes.size()) + " nodes");
+                                            " of a graph of " + std::to_string(nodes.size()) + " nodes");
   size_t stage = 0;
-  for (size_t n = 0; n < impl->nodes.size(); ++n) {
+  for (size_t n = 0; n < nodes.size(); ++n) {
     while (stage + 1 < stages.size() && stages[stage + 1].first_node <= n) ++stage;
     impl->node_device.push_back(stages[stage].device);
   }
   // Each initializer goes to the device of its first consumer.
-  std::vector<Device> home(slot.size(), device);
-  std::vector<char> placed(slot.size(), 0);
-  for (size_t n = 0; n < impl->nodes.size(); ++n)
-    for (int s : impl->node_in[n])
+  std::vector<Device> home(static_cast<size_t>(num_slots), device);
+  std::vector<char> placed(static_cast<size_t>(num_slots), 0);
+  for (size_t n = 0; n < nodes.size(); ++n)
+    for (int s : impl->graph.node_in[n])
       if (s >= 0 && !placed[s]) {
         home[s] = impl->node_device[n];
         placed[s] = 1;
       }
-  impl->base.resize(slot.size());
+  impl->base.resize(static_cast<size_t>(num_slots));
   for (auto& [s, data] : inits) {
     Value v;
     // Weights go to the device now; small integer tensors (shapes, axes)
@@ -349,7 +483,7 @@ const std::vector<ValueInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<ValueInfo>& Model::outputs() const { return impl_->outputs; }
 int64_t Model::opset() const { return impl_->opset; }
 Device Model::device() const { return impl_->device; }
-size_t Model::num_nodes() const { return impl_->nodes.size(); }
+size_t Model::num_nodes() const { return impl_->graph.nodes.size(); }
 size_t Model::cached_plans() const {
   std::lock_guard lock(impl_->mu);
   return impl_->plans.size();

@@ -41,6 +41,11 @@ struct Value {
 /// onnx.TensorProto -> host data; external data is read relative to base_dir.
 [[nodiscard]] TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir);
 
+/// Runs one of the node's subgraphs (an If branch, a Loop or Scan body,
+/// named by its attribute) with its formal inputs bound to `inputs`;
+/// returns its outputs. The subgraph sees the outer graph's values.
+using SubgraphRunner = std::function<std::vector<Value>(std::string_view attribute, std::vector<Value> inputs)>;
+
 /// What one node's implementation sees: its attributes, its inputs (absent
 /// optional inputs are nullptr) and helpers that upload host values.
 class Ctx {
@@ -48,12 +53,13 @@ class Ctx {
   /// `computed_read` (optional) is set when an op reads a computed device
   /// value on the host: a plan cannot cache what follows from it.
   Ctx(const ::onnx::NodeProto& node, int64_t opset, Device device, std::vector<Value*> inputs,
-      bool* computed_read = nullptr)
+      bool* computed_read = nullptr, const SubgraphRunner* subgraphs = nullptr)
       : node_(node),
         opset_(opset),
         device_(std::move(device)),
         inputs_(std::move(inputs)),
-        computed_read_(computed_read) {}
+        computed_read_(computed_read),
+        subgraphs_(subgraphs) {}
 
   [[nodiscard]] const ::onnx::NodeProto& node() const { return node_; }
   [[nodiscard]] int64_t opset() const { return opset_; }
@@ -68,6 +74,9 @@ class Ctx {
   /// Input i's host value; the op needs it there (a shape, axes, pads): a
   /// value only the device holds is read back (blocking).
   [[nodiscard]] const TensorData& host(size_t i) const;
+  /// Any value's contents on the host, read back as host(i) does (e.g. a
+  /// subgraph's output: a Loop's condition).
+  [[nodiscard]] const TensorData& read(const Value& v) const;
   /// Input i's host value as integers (axes, shapes, pads).
   [[nodiscard]] std::vector<int64_t> ints(size_t i) const;
   /// Whether every present input is a host constant.
@@ -79,6 +88,9 @@ class Ctx {
   [[nodiscard]] std::string attr_s(std::string_view name, std::string fallback) const;
   [[nodiscard]] std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
 
+  /// Runs the subgraph in `attribute` (see SubgraphRunner).
+  [[nodiscard]] std::vector<Value> run_subgraph(std::string_view attribute, std::vector<Value> inputs) const;
+
   /// Throws Error naming this node.
   [[noreturn]] void fail(Errc code, const std::string& what) const;
 
@@ -88,6 +100,7 @@ class Ctx {
   Device device_;
   std::vector<Value*> inputs_;
   bool* computed_read_;
+  const SubgraphRunner* subgraphs_;
 };
 
 /// One ONNX op: the attributes it understands, a load-time check (returns

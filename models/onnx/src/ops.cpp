@@ -8,6 +8,7 @@
 // issues (conv/pool, f16/bf16/i8/i16) slot in the same way.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -35,6 +36,12 @@ Value host_value(TensorData d) {
   Value v;
   v.host = std::move(d);
   return v;
+}
+// A result computed on the host: kept there when small (shape arithmetic
+// may fold it), uploaded when large.
+Value host_or_dev(const Ctx& ctx, TensorData d) {
+  if (d.numel() > kHostMax) return dev_value(ctx.device().from_data(d));
+  return host_value(std::move(d));
 }
 
 int64_t axis_of(const Ctx& ctx, int64_t axis, size_t rank) {
@@ -927,7 +934,6 @@ Outs max_pool_node(Ctx& ctx) {
     Tensor y = nn::max_pool(x, o);
     return Outs{dev_value(is_floating(dtype) ? y : y.cast(dtype))};
   }
-  if (ctx.attr_i("storage_order", 0) != 0) ctx.fail(Errc::unsupported, "storage_order=1 (column-major indices)");
   if (pads_exceed_half(o)) ctx.fail(Errc::unsupported, "Indices with pads wider than half the kernel");
   auto [values, plane_index] = nn::max_pool_with_indices(x, o);
   // ONNX indexes the whole input (row-major over N, C and the spatial axes);
@@ -935,6 +941,19 @@ Outs max_pool_node(Ctx& ctx) {
   const auto& s = x.shape();
   int64_t plane = 1;
   for (size_t a = 2; a < s.rank(); ++a) plane *= s[a];
+  if (ctx.attr_i("storage_order", 0) != 0) {
+    // Column-major within the plane: the spatial coordinates recombined
+    // with the first spatial axis varying fastest.
+    Tensor col = zeros_like_scalar(plane_index);
+    int64_t row_stride = plane, col_stride = 1;
+    for (size_t a = 2; a < s.rank(); ++a) {
+      row_stride /= s[a];
+      Tensor coord = plane_index.floor_divide(Scalar(row_stride)).remainder(Scalar(s[a]));
+      col = col.add(coord.mul(Scalar(col_stride)));
+      col_stride *= s[a];
+    }
+    plane_index = col;
+  }
   Ints base_shape(s.rank(), 1);
   base_shape[0] = s[0];
   base_shape[1] = s[1];
@@ -1521,77 +1540,125 @@ OpSpec recurrent(const std::string& op) {
           }};
 }
 
-// --- Resize / Upsample: separable per axis; the source index (and linear
-// weights) of every output position is computed on the host from the
+// --- Resize / Upsample: separable per axis; the source taps (indices and
+// weights) of every output position are computed on the host from the
 // shapes, so the device sees index_selects and element-wise ops only ---
 
 std::string resize_check(const ::onnx::NodeProto& n, int64_t) {
-  for (const auto& a : n.attribute()) {
-    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear")
-      return "mode='" + a.s() + "' (nearest and linear only)";
-    if (a.name() == "coordinate_transformation_mode" && a.s() == "tf_crop_and_resize")
-      return "coordinate_transformation_mode='tf_crop_and_resize'";
-    if (a.name() == "exclude_outside" && a.i() != 0) return "exclude_outside=1";
-  }
+  for (const auto& a : n.attribute())
+    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear" && a.s() != "cubic")
+      return "mode='" + a.s() + "' (nearest, linear and cubic only)";
   return "";
 }
 
-Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double scale, const std::string& coord,
-                   const std::string& mode, const std::string& nearest) {
+// How one node resizes: ONNX's attributes (opset 10 and Upsample fix the
+// coordinate and rounding modes) and, for tf_crop_and_resize, the roi.
+struct ResizeMode {
+  std::string mode, coord, nearest;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0;
+  std::vector<double> roi;  // starts of every axis, then ends
+};
+
+// ONNX's cubic convolution weights for the taps at distances 1 + r, r,
+// 1 - r and 2 - r from the source coordinate (r its fractional part).
+std::array<double, 4> cubic_weights(double r, double a) {
+  auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };       // |d| <= 1
+  auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < |d| < 2
+  return {far(1 + r), near(r), near(1 - r), far(2 - r)};
+}
+
+// The source coordinate of output position o along an axis of extent `in`
+// resized to `out` (scale: out / in unless given), as ONNX's reference.
+double resize_source(Ctx& ctx, const ResizeMode& m, int64_t o, int64_t in, int64_t out, double scale, int64_t axis,
+                     size_t rank) {
+  const double width = static_cast<double>(in) * scale;  // the unrounded resized extent
+  const std::string& c = m.coord;
+  if (c == "half_pixel") return (o + 0.5) / scale - 0.5;
+  if (c == "pytorch_half_pixel") return out > 1 ? (o + 0.5) / scale - 0.5 : -0.5;
+  if (c == "align_corners") return width == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (width - 1);
+  if (c == "asymmetric") return o / scale;
+  if (c == "tf_half_pixel_for_nn") return (o + 0.5) / scale;
+  if (c == "tf_crop_and_resize") {
+    const double begin = m.roi[static_cast<size_t>(axis)], end = m.roi[rank + static_cast<size_t>(axis)];
+    const double span = (end - begin) * static_cast<double>(in - 1);
+    return begin * static_cast<double>(in - 1) + (out == 1 ? span / 2 : static_cast<double>(o) * span / (out - 1));
+  }
+  ctx.fail(Errc::unsupported, "coordinate_transformation_mode '" + c + "'");
+}
+
+Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double scale, const ResizeMode& m) {
   const int64_t in = x.shape()[axis];
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w1;
+  const size_t taps = m.mode == "nearest" ? 1 : m.mode == "linear" ? 2 : 4;
+  std::vector<Ints> index(taps);
+  std::vector<std::vector<double>> weight(taps);
+  std::vector<bool> outside;  // tf_crop_and_resize: takes extrapolation_value
+  auto clampi = [&](double v) { return std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1); };
   for (int64_t o = 0; o < out; ++o) {
-    double src = 0;
-    if (coord == "half_pixel")
-      src = (o + 0.5) / scale - 0.5;
-    else if (coord == "pytorch_half_pixel")
-      src = out > 1 ? (o + 0.5) / scale - 0.5 : 0;
-    else if (coord == "align_corners")  // ONNX divides by the unrounded resized length, in * scale
-      src = in * scale == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (in * scale - 1);
-    else if (coord == "asymmetric")
-      src = o / scale;
-    else if (coord == "tf_half_pixel_for_nn")
-      src = (o + 0.5) / scale;
-    else
-      ctx.fail(Errc::unsupported, "coordinate_transformation_mode '" + coord + "'");
-    auto clampi = [&](double v) { return std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1); };
-    if (mode == "nearest") {
+    const double src = resize_source(ctx, m, o, in, out, scale, axis, x.rank());
+    outside.push_back(m.coord == "tf_crop_and_resize" && (src < 0 || src > static_cast<double>(in - 1)));
+    if (m.mode == "nearest") {
       double r = 0;
-      if (nearest == "round_prefer_floor")
+      if (m.nearest == "round_prefer_floor")
         r = std::ceil(src - 0.5);
-      else if (nearest == "round_prefer_ceil")
+      else if (m.nearest == "round_prefer_ceil")
         r = std::floor(src + 0.5);
-      else if (nearest == "floor")
+      else if (m.nearest == "floor")
         r = std::floor(src);
-      else if (nearest == "ceil")
+      else if (m.nearest == "ceil")
         r = std::ceil(src);
       else
-        ctx.fail(Errc::unsupported, "nearest_mode '" + nearest + "'");
-      i0.push_back(clampi(r));
-    } else {
-      src = std::clamp(src, 0.0, static_cast<double>(in - 1));
-      const double f = std::floor(src);
-      i0.push_back(clampi(f));
-      i1.push_back(clampi(f + 1));
-      w1.push_back(src - f);
+        ctx.fail(Errc::unsupported, "nearest_mode '" + m.nearest + "'");
+      index[0].push_back(clampi(r));
+      weight[0].push_back(1);
+      continue;
+    }
+    // The taps around src (the input's edge repeated beyond it); with
+    // exclude_outside, taps beyond the edge weigh 0 and the rest are
+    // renormalized.
+    const double f = std::floor(src), r = src - f;
+    std::vector<double> w;
+    if (m.mode == "linear")
+      w = {1 - r, r};
+    else {
+      auto c = cubic_weights(r, m.cubic_a);
+      w.assign(c.begin(), c.end());
+    }
+    const auto first = static_cast<int64_t>(f) - (taps == 4 ? 1 : 0);
+    double total = 0;
+    for (size_t k = 0; k < taps; ++k) {
+      const int64_t i = first + static_cast<int64_t>(k);
+      if (m.exclude_outside && (i < 0 || i >= in)) w[k] = 0;
+      total += w[k];
+    }
+    for (size_t k = 0; k < taps; ++k) {
+      index[k].push_back(std::clamp<int64_t>(first + static_cast<int64_t>(k), 0, in - 1));
+      weight[k].push_back(m.exclude_outside && total != 0 ? w[k] / total : w[k]);
     }
   }
   const Device& d = ctx.device();
-  Tensor a = x.index_select(axis, d.from_data(TensorData::from(i0, {out})));
-  if (mode == "nearest") return a;
-  Tensor b = x.index_select(axis, d.from_data(TensorData::from(i1, {out})));
   Ints wshape(x.rank(), 1);
   wshape[axis] = out;
-  Tensor w = d.from_data(host_doubles(w1, {out}, x.dtype())).reshape(Shape(wshape));
-  return a.add(b.sub(a).mul(w));
+  // Integers are interpolated in f32 and cast back.
+  const DType t = is_floating(x.dtype()) || m.mode == "nearest" ? x.dtype() : DType::f32;
+  Tensor y;
+  for (size_t k = 0; k < taps; ++k) {
+    Tensor v = x.index_select(axis, d.from_data(TensorData::from(index[k], {out})));
+    if (m.mode != "nearest") v = v.cast(t).mul(d.from_data(host_doubles(weight[k], {out}, t)).reshape(Shape(wshape)));
+    y = y.defined() ? y.add(v) : v;
+  }
+  if (std::find(outside.begin(), outside.end(), true) != outside.end()) {
+    Tensor mask = d.from_data(TensorData::from(outside, {out})).reshape(Shape(wshape));
+    y = where(mask, d.full({}, m.extrapolation, t), y);
+  }
+  return y.dtype() == x.dtype() ? y : y.cast(x.dtype());
 }
 
-Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const std::string& coord,
-              const std::string& mode, const std::string& nearest) {
+Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const ResizeMode& m) {
   for (size_t a = 0; a < x.rank(); ++a)
-    if (out_dims[a] != x.shape()[a] || scales[a] != 1.0)
-      x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], coord, mode, nearest);
+    if (out_dims[a] != x.shape()[a] || scales[a] != 1.0 || m.coord == "tf_crop_and_resize")
+      x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], m);
   return x;
 }
 
@@ -1621,10 +1688,880 @@ OpSpec window(std::vector<double> terms) {
                 w += sign * terms[k] * std::cos(2 * std::numbers::pi * static_cast<double>(k * i) / span);
               v.push_back(w);
             }
-            TensorData d = host_doubles(v, {size[0]}, to);
-            if (size[0] > kHostMax) return Outs{dev_value(ctx.device().from_data(std::move(d)))};
-            return Outs{host_value(std::move(d))};
+            return Outs{host_or_dev(ctx, host_doubles(v, {size[0]}, to))};
           }};
+}
+
+// --- data-dependent shapes: the input is read on the host (a sync with
+// the device; a plan that follows from a computed value is not cached) and
+// the result computed there, or its indices fed to an index_select ---
+
+// Elements of host data as doubles (floats) or int64 (integers, bool), so
+// that comparisons are exact for both.
+template <class F>
+auto with_elements(const TensorData& d, F f) {
+  if (is_floating(d.dtype)) return f(d.to_vector<double>());
+  return f(d.to_vector<int64_t>());
+}
+
+Outs nonzero_node(Ctx& ctx) {
+  const TensorData& x = ctx.host(0);
+  const Shape& s = x.shape;
+  const auto r = static_cast<int64_t>(s.rank());
+  Ints flat;
+  with_elements(x, [&](const auto& v) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] != 0) flat.push_back(static_cast<int64_t>(i));
+    return 0;
+  });
+  const auto n = static_cast<int64_t>(flat.size());
+  Ints out(static_cast<size_t>(r * n));
+  const auto strides = s.strides();
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t a = 0; a < r; ++a) out[static_cast<size_t>(a * n + k)] = flat[k] / strides[a] % s[a];
+  return Outs{host_or_dev(ctx, host_ints(out, {r, n}))};
+}
+
+// Compress: the positions where the condition holds (it may be shorter
+// than the axis), picked from the device data by one index_select.
+Outs compress_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  const TensorData& cond = ctx.host(1);
+  if (cond.shape.rank() != 1) ctx.fail(Errc::shape_mismatch, "condition must be 1-D, got " + cond.shape.to_string());
+  int64_t axis = 0;
+  if (ctx.attr("axis"))
+    axis = axis_of(ctx, ctx.attr_i("axis", 0), x.rank());
+  else
+    x = x.flatten();
+  const auto c = cond.to_vector<int64_t>();
+  if (static_cast<int64_t>(c.size()) > x.shape()[axis])
+    ctx.fail(Errc::shape_mismatch, "condition has " + std::to_string(c.size()) + " entries for an axis of extent " +
+                                       std::to_string(x.shape()[axis]));
+  Ints picked;
+  for (size_t i = 0; i < c.size(); ++i)
+    if (c[i] != 0) picked.push_back(static_cast<int64_t>(i));
+  const auto n = static_cast<int64_t>(picked.size());
+  return Outs{dev_value(x.index_select(axis, ctx.device().from_data(host_ints(picked, {n}))))};
+}
+
+// Unique over elements (no axis: the flattened input) or slices along
+// `axis`; sorted ascending (slices lexicographically) or in order of first
+// occurrence. Outputs Y, the first occurrence of each, the inverse indices
+// and the counts.
+Outs unique_node(Ctx& ctx) {
+  const TensorData& in = ctx.host(0);
+  const bool has_axis = ctx.attr("axis") != nullptr;
+  const TensorData x = has_axis ? in : host_reshape(in, {in.numel()});
+  const int64_t axis = has_axis ? axis_of(ctx, ctx.attr_i("axis", 0), x.shape.rank()) : 0;
+  const int64_t extent = x.shape[axis];
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < axis; ++a) outer *= x.shape[a];
+  for (size_t a = static_cast<size_t>(axis) + 1; a < x.shape.rank(); ++a) inner *= x.shape[a];
+  Ints first, inverse(static_cast<size_t>(extent)), counts;
+  with_elements(x, [&](const auto& v) {
+    // Slice i's elements in row-major order, compared as tuples.
+    auto slice = [&](int64_t i) {
+      std::vector<typename std::decay_t<decltype(v)>::value_type> e;
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < inner; ++k) e.push_back(v[static_cast<size_t>((o * extent + i) * inner + k)]);
+      return e;
+    };
+    std::vector<decltype(slice(0))> keys;
+    for (int64_t i = 0; i < extent; ++i) {
+      auto key = slice(i);
+      auto it = std::find(keys.begin(), keys.end(), key);
+      if (it == keys.end()) {
+        inverse[static_cast<size_t>(i)] = static_cast<int64_t>(keys.size());
+        keys.push_back(std::move(key));
+        first.push_back(i);
+        counts.push_back(1);
+      } else {
+        inverse[static_cast<size_t>(i)] = it - keys.begin();
+        ++counts[static_cast<size_t>(it - keys.begin())];
+      }
+    }
+    if (ctx.attr_i("sorted", 1) == 0) return 0;
+    Ints order(keys.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
+    Ints rank_of(keys.size()), sorted_first, sorted_counts;
+    for (size_t k = 0; k < order.size(); ++k) {
+      rank_of[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+      sorted_first.push_back(first[static_cast<size_t>(order[k])]);
+      sorted_counts.push_back(counts[static_cast<size_t>(order[k])]);
+    }
+    for (auto& i : inverse) i = rank_of[static_cast<size_t>(i)];
+    first = std::move(sorted_first);
+    counts = std::move(sorted_counts);
+    return 0;
+  });
+  Shape ys = x.shape;
+  ys.dims[static_cast<size_t>(axis)] = static_cast<int64_t>(first.size());
+  const auto strides = x.shape.strides();
+  TensorData y = host_gather_elems(x, ys, [&](const Ints& i) {
+    int64_t off = 0;
+    for (size_t a = 0; a < i.size(); ++a)
+      off += (static_cast<int64_t>(a) == axis ? first[static_cast<size_t>(i[a])] : i[a]) * strides[a];
+    return off;
+  });
+  const auto u = static_cast<int64_t>(first.size());
+  return Outs{host_or_dev(ctx, std::move(y)), host_or_dev(ctx, host_ints(first, {u})),
+              host_or_dev(ctx, host_ints(inverse, {extent})), host_or_dev(ctx, host_ints(counts, {u}))};
+}
+
+// NonMaxSuppression, per batch and class as ONNX's reference: boxes above
+// score_threshold in descending score (ties: lower index first), each kept
+// unless its IoU with a kept box exceeds iou_threshold, at most
+// max_output_boxes_per_class of them.
+Outs nms_node(Ctx& ctx) {
+  const TensorData& boxes = ctx.host(0);
+  const TensorData& scores = ctx.host(1);
+  if (boxes.shape.rank() != 3 || boxes.shape[2] != 4)
+    ctx.fail(Errc::shape_mismatch, "boxes must be [batches, boxes, 4], got " + boxes.shape.to_string());
+  if (scores.shape.rank() != 3 || scores.shape[0] != boxes.shape[0] || scores.shape[2] != boxes.shape[1])
+    ctx.fail(Errc::shape_mismatch,
+             "scores " + scores.shape.to_string() + " do not fit boxes " + boxes.shape.to_string());
+  const int64_t max_out = ctx.has(2) && ctx.in(2).shape().numel() > 0 ? ctx.ints(2).at(0) : 0;
+  const double iou_max = ctx.has(3) && ctx.in(3).shape().numel() > 0 ? ctx.host(3).at(0) : 0.0;
+  const bool by_score = ctx.has(4) && ctx.in(4).shape().numel() > 0;
+  const double score_min = by_score ? ctx.host(4).at(0) : 0.0;
+  const bool center = ctx.attr_i("center_point_box", 0) != 0;
+  const auto b = boxes.to_vector<double>(), sc = scores.to_vector<double>();
+  const int64_t batches = boxes.shape[0], n = boxes.shape[1], classes = scores.shape[1];
+  // Corners (y1, x1, y2, x2) with y1 <= y2, x1 <= x2.
+  auto corners = [&](int64_t bi, int64_t i) {
+    const double* p = &b[static_cast<size_t>((bi * n + i) * 4)];
+    if (center) return std::array<double, 4>{p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
+    return std::array<double, 4>{std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]),
+                                 std::max(p[1], p[3])};
+  };
+  auto overlaps = [&](const std::array<double, 4>& p, const std::array<double, 4>& q) {
+    const double h = std::min(p[2], q[2]) - std::max(p[0], q[0]), w = std::min(p[3], q[3]) - std::max(p[1], q[1]);
+    if (h <= 0 || w <= 0) return false;
+    const double inter = h * w, ap = (p[2] - p[0]) * (p[3] - p[1]), aq = (q[2] - q[0]) * (q[3] - q[1]);
+    const double uni = ap + aq - inter;
+    if (ap <= 0 || aq <= 0 || uni <= 0) return false;
+    return inter / uni > iou_max;
+  };
+  Ints selected;
+  for (int64_t bi = 0; bi < batches; ++bi)
+    for (int64_t c = 0; c < classes; ++c) {
+      const double* s = &sc[static_cast<size_t>((bi * classes + c) * n)];
+      Ints order;
+      for (int64_t i = 0; i < n; ++i)
+        if (!by_score || s[i] > score_min) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return s[p] > s[q]; });
+      std::vector<std::array<double, 4>> kept;
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_out) break;
+        auto box = corners(bi, i);
+        if (std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return overlaps(k, box); })) continue;
+        kept.push_back(box);
+        selected.insert(selected.end(), {bi, c, i});
+      }
+    }
+  return Outs{host_or_dev(ctx, host_ints(selected, {static_cast<int64_t>(selected.size()) / 3, 3}))};
+}
+
+// --- sampling at computed coordinates: GridSample and RoiAlign gather
+// taps of X viewed flat and weight them; out-of-range taps weigh 0 ---
+
+std::string grid_sample_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "mode" && a.s() != "bilinear" && a.s() != "nearest" && a.s() != "bicubic")
+      return "mode='" + a.s() + "' (bilinear, nearest and bicubic only)";
+    if (a.name() == "padding_mode" && a.s() != "zeros" && a.s() != "border" && a.s() != "reflection")
+      return "padding_mode='" + a.s() + "' (zeros, border and reflection only)";
+  }
+  return "";
+}
+
+// A coordinate folded back into [0, size - 1] as PyTorch's grid_sample
+// (which ONNX's tests follow): border clamps, reflection mirrors at the
+// edges (pixel centres with align_corners, pixel borders without), then
+// clamps.
+Tensor grid_padded(const Tensor& c, int64_t size, const std::string& padding, bool align) {
+  const DType t = c.dtype();
+  const double hi = static_cast<double>(size - 1);
+  if (padding == "zeros") return c;
+  if (padding == "border") return c.clamp(0, hi);
+  const double lo2 = align ? 0 : -1, hi2 = align ? 2 * hi : 2 * static_cast<double>(size) - 1;
+  if (lo2 == hi2) return c.mul(scalar_for(t, 0));
+  const double low = lo2 / 2, span = (hi2 - lo2) / 2;
+  Tensor in = c.sub(scalar_for(t, low)).abs();
+  Tensor flips = in.div(scalar_for(t, span)).floor();
+  Tensor extra = in.sub(flips.mul(scalar_for(t, span)));
+  Tensor odd = flips.sub(flips.div(scalar_for(t, 2)).floor().mul(scalar_for(t, 2))).ne(Scalar(0.0));
+  Tensor r = where(odd, extra.neg().add(scalar_for(t, span + low)), extra.add(scalar_for(t, low)));
+  return r.clamp(0, hi);
+}
+
+Outs grid_sample_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0), grid = ctx.dev(1);
+  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
+  const auto& s = x.shape();
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  if (grid.rank() != 4 || grid.shape()[0] != n || grid.shape()[3] != 2)
+    ctx.fail(Errc::shape_mismatch,
+             "grid must be [" + std::to_string(n) + ", H_out, W_out, 2], got " + grid.shape().to_string());
+  const DType xt = x.dtype();
+  if (!is_floating(xt)) ctx.fail(Errc::dtype_mismatch, "X must be floating, got " + std::string(name_of(xt)));
+  const DType t = xt == DType::f64 ? DType::f64 : DType::f32;
+  const std::string mode = ctx.attr_s("mode", "bilinear"), padding = ctx.attr_s("padding_mode", "zeros");
+  const bool align = ctx.attr_i("align_corners", 0) != 0;
+  const int64_t ho = grid.shape()[1], wo = grid.shape()[2];
+  grid = grid.cast(t).reshape({n, ho * wo, 2});
+  auto unnormalize = [&](const Tensor& g, int64_t size) {
+    const auto sz = static_cast<double>(size);
+    return align ? g.add(scalar_for(t, 1)).mul(scalar_for(t, (sz - 1) / 2))
+                 : g.add(scalar_for(t, 1)).mul(scalar_for(t, sz)).sub(scalar_for(t, 1)).div(scalar_for(t, 2));
+  };
+  Tensor ix = unnormalize(grid.slice(2, Slice{0, 1}).reshape({n, ho * wo}), w);
+  Tensor iy = unnormalize(grid.slice(2, Slice{1, 2}).reshape({n, ho * wo}), h);
+  Tensor flat = x.cast(t).reshape({n, c, h * w});
+  // The value at integer tap (ty, tx) times `weight`; 0 outside the input.
+  auto tap = [&](const Tensor& ty, const Tensor& tx, const Tensor& weight) {
+    Tensor inside = tx.ge(Scalar(0.0))
+                        .logical_and(tx.le(Scalar(static_cast<double>(w - 1))))
+                        .logical_and(ty.ge(Scalar(0.0)))
+                        .logical_and(ty.le(Scalar(static_cast<double>(h - 1))));
+    Tensor lin = ty.clamp(0, static_cast<double>(h - 1))
+                     .mul(scalar_for(t, static_cast<double>(w)))
+                     .add(tx.clamp(0, static_cast<double>(w - 1)))
+                     .cast(DType::i64);
+    Tensor v = flat.gather(2, lin.reshape({n, 1, ho * wo}).expand({n, c, ho * wo}));
+    return v.mul(weight.mul(inside.cast(t)).reshape({n, 1, ho * wo}));
+  };
+  Tensor y;
+  auto accumulate = [&](const Tensor& v) { y = y.defined() ? y.add(v) : v; };
+  if (mode == "bicubic") {
+    // Taps floor - 1 .. floor + 2 of the unpadded coordinate, each folded
+    // by the padding mode (PyTorch's order), A = -0.75.
+    Tensor x0 = ix.floor(), y0 = iy.floor();
+    Tensor rx = ix.sub(x0), ry = iy.sub(y0);
+    const double a = -0.75;
+    auto weights = [&](const Tensor& r) {
+      auto near = [&](const Tensor& d) {
+        return d.mul(scalar_for(t, a + 2)).sub(scalar_for(t, a + 3)).mul(d).mul(d).add(scalar_for(t, 1));
+      };
+      auto far = [&](const Tensor& d) {
+        return d.mul(scalar_for(t, a))
+            .sub(scalar_for(t, 5 * a))
+            .mul(d)
+            .add(scalar_for(t, 8 * a))
+            .mul(d)
+            .sub(scalar_for(t, 4 * a));
+      };
+      Tensor one_minus = r.neg().add(scalar_for(t, 1));
+      return std::array<Tensor, 4>{far(r.add(scalar_for(t, 1))), near(r), near(one_minus),
+                                   far(one_minus.add(scalar_for(t, 1)))};
+    };
+    auto wx = weights(rx), wy = weights(ry);
+    for (int64_t j = 0; j < 4; ++j) {
+      Tensor ty = grid_padded(y0.add(scalar_for(t, static_cast<double>(j - 1))), h, padding, align).floor();
+      for (int64_t i = 0; i < 4; ++i) {
+        Tensor tx = grid_padded(x0.add(scalar_for(t, static_cast<double>(i - 1))), w, padding, align).floor();
+        accumulate(tap(ty, tx, wy[j].mul(wx[i])));
+      }
+    }
+  } else {
+    ix = grid_padded(ix, w, padding, align);
+    iy = grid_padded(iy, h, padding, align);
+    if (mode == "nearest") {
+      accumulate(tap(iy.round(), ix.round(), ctx.device().full({}, 1, t)));
+    } else {
+      Tensor x0 = ix.floor(), y0 = iy.floor();
+      Tensor x1 = x0.add(scalar_for(t, 1)), y1 = y0.add(scalar_for(t, 1));
+      Tensor wx1 = ix.sub(x0), wy1 = iy.sub(y0);
+      Tensor wx0 = wx1.neg().add(scalar_for(t, 1)), wy0 = wy1.neg().add(scalar_for(t, 1));
+      accumulate(tap(y0, x0, wy0.mul(wx0)));
+      accumulate(tap(y0, x1, wy0.mul(wx1)));
+      accumulate(tap(y1, x0, wy1.mul(wx0)));
+      accumulate(tap(y1, x1, wy1.mul(wx1)));
+    }
+  }
+  y = y.reshape({n, c, ho, wo});
+  return Outs{dev_value(y.dtype() == xt ? y : y.cast(xt))};
+}
+
+// RoiAlign as ONNX's reference (ONNX Runtime's kernel): each output bin
+// averages (or takes the largest weighted tap of) a grid of bilinear
+// samples, gathered as rows of X viewed [N * H * W, C].
+struct RoiAlign {
+  int64_t ph, pw, ratio;
+  double scale;
+  bool half_pixel, is_max;
+};
+
+// A fixed sampling_ratio: every roi has the same grid of samples, so the
+// device computes their coordinates from the rois (no sync). Per axis a
+// sample at -1 or beyond the extent counts as 0; otherwise it is clamped
+// at 0 and its low tap at extent - 1.
+Tensor roi_align_device(Ctx& ctx, const Tensor& x, const RoiAlign& p) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const DType t = x.dtype();
+  Tensor rois = ctx.dev(1).cast(t);
+  const int64_t num = rois.shape()[0], g = p.ratio;
+  auto col = [&](int64_t k) {
+    return rois.slice(1, Slice{k, k + 1}).mul(scalar_for(t, p.scale)).sub(scalar_for(t, p.half_pixel ? 0.5 : 0));
+  };
+  // One axis: [num, bins * g] sample taps (low, high), weights and validity.
+  struct Axis {
+    Tensor lo, hi, wlo, whi, out;
+  };
+  auto axis = [&](const Tensor& begin, const Tensor& end, int64_t bins, int64_t extent) {
+    Tensor len = end.sub(begin);
+    if (!p.half_pixel) len = len.clamp_min(1);
+    std::vector<double> f;  // sample offsets in bins: bin + (i + 0.5) / g
+    for (int64_t b = 0; b < bins; ++b)
+      for (int64_t i = 0; i < g; ++i)
+        f.push_back(static_cast<double>(b) + (static_cast<double>(i) + 0.5) / static_cast<double>(g));
+    Tensor at = begin.add(len.div(scalar_for(t, static_cast<double>(bins)))
+                              .mul(ctx.device().from_data(host_doubles(f, {1, bins * g}, t))));
+    const auto last = static_cast<double>(extent - 1);
+    Tensor out = at.lt(Scalar(-1.0)).logical_or(at.gt(Scalar(static_cast<double>(extent))));
+    Tensor v = at.clamp_min(0);
+    Tensor lo = v.floor();
+    Tensor edge = lo.ge(Scalar(last));
+    Tensor top = ctx.device().full({}, last, t);
+    lo = where(edge, top, lo);
+    Tensor hi = where(edge, top, lo.add(scalar_for(t, 1)));
+    Tensor frac = where(edge, lo, v).sub(lo);
+    return Axis{lo, hi, frac.neg().add(scalar_for(t, 1)), frac, out};
+  };
+  Axis ay = axis(col(1), col(3), p.ph, h), ax = axis(col(0), col(2), p.pw, w);
+  const int64_t sy = p.ph * g, sx = p.pw * g;
+  // Rows of the flat X: batch * H * W + y * W + x; a batch index outside
+  // [0, N) poisons the row so that the gather fails.
+  Tensor b = ctx.dev(2).cast(DType::i64).reshape({num, 1, 1});
+  Tensor base = where(b.lt(Scalar(int64_t{0})).logical_or(b.ge(Scalar(n))),
+                      ctx.device().full({}, -static_cast<double>(int64_t{1} << 62), DType::i64), b.mul(Scalar(h * w)));
+  Tensor valid = ay.out.reshape({num, sy, 1}).logical_or(ax.out.reshape({num, 1, sx})).logical_not().cast(t);
+  if (!p.is_max) valid = valid.div(scalar_for(t, static_cast<double>(g * g)));
+  Tensor table = x.reshape({n, c, h * w}).permute({0, 2, 1}).reshape({n * h * w, c});
+  Tensor y;
+  for (const auto& [ty, wy] : {std::pair{ay.lo, ay.wlo}, std::pair{ay.hi, ay.whi}})
+    for (const auto& [tx, wx] : {std::pair{ax.lo, ax.wlo}, std::pair{ax.hi, ax.whi}}) {
+      Tensor row = ty.reshape({num, sy, 1}).mul(scalar_for(t, static_cast<double>(w))).add(tx.reshape({num, 1, sx}));
+      row = row.cast(DType::i64).add(base);
+      Tensor weight = wy.reshape({num, sy, 1}).mul(wx.reshape({num, 1, sx})).mul(valid);
+      Tensor v = table.index_select(0, row.flatten()).mul(weight.reshape({num * sy * sx, 1}));
+      y = !y.defined() ? v : p.is_max ? y.maximum(v) : y.add(v);
+    }
+  y = y.reshape({num, p.ph, g, p.pw, g, c});
+  return (p.is_max ? y.max({2, 4}) : y.sum({2, 4})).permute({0, 3, 1, 2});
+}
+
+// sampling_ratio 0: each roi's grid is ceil(roi extent / bins) samples a
+// side, which depends on the rois' values: they are read on the host (a
+// sync), which lays out every sample's four taps.
+Tensor roi_align_host(Ctx& ctx, const Tensor& x, const RoiAlign& p) {
+  const TensorData& rois = ctx.host(1);
+  const auto batch = ctx.ints(2);
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t num = rois.shape[0], ph = p.ph, pw = p.pw, ratio = p.ratio;
+  const double scale = p.scale;
+  const bool half_pixel = p.half_pixel, is_max = p.is_max;
+  const auto r = rois.to_vector<double>();
+  // Per bin, its taps (row of the flat X, weight); padded to the most taps
+  // of any bin with weight-0 taps (avg) or copies of the bin's first (max).
+  std::vector<std::vector<std::pair<int64_t, double>>> bins;
+  size_t most = 1;
+  for (int64_t k = 0; k < num; ++k) {
+    const int64_t b = batch[static_cast<size_t>(k)];
+    if (b < 0 || b >= n)
+      ctx.fail(Errc::index_out_of_range, "batch index " + std::to_string(b) + " for a batch of " + std::to_string(n));
+    const double off = half_pixel ? 0.5 : 0;
+    const double x1 = r[k * 4] * scale - off, y1 = r[k * 4 + 1] * scale - off;
+    double rw = r[k * 4 + 2] * scale - off - x1, rh = r[k * 4 + 3] * scale - off - y1;
+    if (!half_pixel) {
+      rw = std::max(rw, 1.0);
+      rh = std::max(rh, 1.0);
+    }
+    const double bh = rh / static_cast<double>(ph), bw = rw / static_cast<double>(pw);
+    const auto gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(ph)));
+    const auto gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(pw)));
+    const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+    for (int64_t py = 0; py < ph; ++py)
+      for (int64_t px = 0; px < pw; ++px) {
+        auto& bin = bins.emplace_back();
+        for (int64_t iy = 0; iy < gh; ++iy)
+          for (int64_t jx = 0; jx < gw; ++jx) {
+            double yy =
+                y1 + static_cast<double>(py) * bh + (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+            double xx =
+                x1 + static_cast<double>(px) * bw + (static_cast<double>(jx) + 0.5) * bw / static_cast<double>(gw);
+            if (yy < -1.0 || yy > static_cast<double>(h) || xx < -1.0 || xx > static_cast<double>(w)) {
+              for (int q = 0; q < 4; ++q) bin.emplace_back(b * h * w, 0.0);
+              continue;
+            }
+            yy = std::max(yy, 0.0);
+            xx = std::max(xx, 0.0);
+            auto ylo = static_cast<int64_t>(yy), xlo = static_cast<int64_t>(xx);
+            int64_t yhi = ylo + 1, xhi = xlo + 1;
+            if (ylo >= h - 1) yhi = ylo = h - 1, yy = static_cast<double>(ylo);
+            if (xlo >= w - 1) xhi = xlo = w - 1, xx = static_cast<double>(xlo);
+            const double ly = yy - static_cast<double>(ylo), lx = xx - static_cast<double>(xlo);
+            const double hy = 1 - ly, hx = 1 - lx, div = is_max ? 1 : count;
+            const int64_t base = b * h * w;
+            bin.emplace_back(base + ylo * w + xlo, hy * hx / div);
+            bin.emplace_back(base + ylo * w + xhi, hy * lx / div);
+            bin.emplace_back(base + yhi * w + xlo, ly * hx / div);
+            bin.emplace_back(base + yhi * w + xhi, ly * lx / div);
+          }
+        if (bin.empty()) bin.emplace_back(b * h * w, 0.0);
+        most = std::max(most, bin.size());
+      }
+  }
+  Ints index;
+  std::vector<double> weight;
+  for (auto& bin : bins) {
+    const auto fill = is_max ? bin.front() : std::pair<int64_t, double>{bin.front().first, 0.0};
+    bin.resize(most, fill);
+    for (auto& [i, wt] : bin) {
+      index.push_back(i);
+      weight.push_back(wt);
+    }
+  }
+  const auto rows = static_cast<int64_t>(index.size());
+  const Device& d = ctx.device();
+  Tensor table = x.reshape({n, c, h * w}).permute({0, 2, 1}).reshape({n * h * w, c});
+  Tensor v = table.index_select(0, d.from_data(host_ints(index, {rows})))
+                 .mul(d.from_data(host_doubles(weight, {rows, 1}, x.dtype())))
+                 .reshape({num, ph, pw, static_cast<int64_t>(most), c});
+  Tensor y = is_max ? v.max({3}) : v.sum({3});
+  return y.permute({0, 3, 1, 2});
+}
+
+Outs roi_align_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "X must be floating, got " + std::string(name_of(x.dtype())));
+  const Shape& rs = ctx.in(1).shape();
+  if (rs.rank() != 2 || rs[1] != 4) ctx.fail(Errc::shape_mismatch, "rois must be [num_rois, 4], got " + rs.to_string());
+  if (ctx.in(2).shape() != Shape{rs[0]})
+    ctx.fail(Errc::shape_mismatch,
+             "batch_indices has shape " + ctx.in(2).shape().to_string() + " for " + std::to_string(rs[0]) + " rois");
+  const RoiAlign p{ctx.attr_i("output_height", 1),
+                   ctx.attr_i("output_width", 1),
+                   ctx.attr_i("sampling_ratio", 0),
+                   ctx.attr_f("spatial_scale", 1.0f),
+                   ctx.opset() >= 16 && ctx.attr_s("coordinate_transformation_mode", "half_pixel") == "half_pixel",
+                   ctx.attr_s("mode", "avg") == "max"};
+  if (p.ph < 1 || p.pw < 1) ctx.fail(Errc::invalid_argument, "output_height and output_width must be at least 1");
+  if (p.ratio > 0) return Outs{dev_value(roi_align_device(ctx, x, p))};
+  return Outs{dev_value(roi_align_host(ctx, x, p))};
+}
+
+// --- control flow: subgraphs run by the loader on this run's values;
+// conditions and trip counts are read on the host (a sync when the device
+// computed them, and then the model is replanned on every run) ---
+
+// A subgraph's results for the node's outputs: their count must match.
+Outs expect_outputs(Ctx& ctx, Outs outs, size_t want, std::string_view what) {
+  if (outs.size() != want)
+    ctx.fail(Errc::invalid_argument, std::string(what) + " has " + std::to_string(outs.size()) +
+                                         " outputs, the node expects " + std::to_string(want));
+  return outs;
+}
+
+bool read_flag(Ctx& ctx, const Value& v, std::string_view what) {
+  const TensorData& d = ctx.read(v);
+  if (d.numel() != 1)
+    ctx.fail(Errc::shape_mismatch, std::string(what) + " must hold one value, got shape " + d.shape.to_string());
+  return d.at(0) != 0;
+}
+
+// Values stacked along a new axis (host data stays on the host while small).
+Value stack_values(Ctx& ctx, const std::vector<Value>& parts, int64_t axis) {
+  std::vector<Value> lifted;
+  bool host = true;
+  for (const auto& p : parts) {
+    lifted.push_back(unsqueeze_value(ctx, p, {axis}));
+    host = host && lifted.back().host && p.shape().numel() * static_cast<int64_t>(parts.size()) <= kHostMax;
+  }
+  if (host) {
+    std::vector<const TensorData*> data;
+    for (const auto& v : lifted) data.push_back(&*v.host);
+    return host_value(host_concat(data, axis));
+  }
+  std::vector<Tensor> tensors;
+  for (const auto& v : lifted) tensors.push_back(v.dev.defined() ? v.dev : ctx.device().from_data(*v.host));
+  return dev_value(cat(tensors, axis));
+}
+
+// Element t along `axis`, that axis dropped.
+Value take_along(Ctx& ctx, const Value& x, int64_t axis, int64_t t) {
+  Value s = slice_value(ctx, x, {t}, {t + 1}, {axis}, {});
+  Ints dims = s.shape().dims;
+  dims.erase(dims.begin() + axis);
+  return do_reshape(ctx, s, dims, true);
+}
+
+Outs if_node(Ctx& ctx) {
+  const bool taken = read_flag(ctx, ctx.in(0), "cond");
+  const auto want = static_cast<size_t>(ctx.node().output_size());
+  return expect_outputs(ctx, ctx.run_subgraph(taken ? "then_branch" : "else_branch", {}), want,
+                        taken ? "then_branch" : "else_branch");
+}
+
+// Loop: body(iteration, cond, carried...) -> (cond, carried..., scan...),
+// while the trip count (M) and the condition allow; scan outputs stacked.
+Outs loop_node(Ctx& ctx) {
+  const bool has_trip = ctx.has(0) && ctx.in(0).shape().numel() > 0, has_cond = ctx.has(1);
+  if (!has_trip && !has_cond) ctx.fail(Errc::unsupported, "a loop with neither M nor cond never ends");
+  const int64_t trip = has_trip ? ctx.ints(0).at(0) : 0;
+  bool cond = has_cond ? read_flag(ctx, ctx.in(1), "cond") : true;
+  Outs carried;
+  for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.in(i));
+  const auto outputs = static_cast<size_t>(ctx.node().output_size());
+  if (outputs < carried.size()) ctx.fail(Errc::invalid_argument, "fewer outputs than loop-carried values");
+  std::vector<Outs> scans(outputs - carried.size());
+  for (int64_t i = 0; (!has_trip || i < trip) && cond; ++i) {
+    Outs in{host_value(host_ints({i}, {})), host_value(host_ints({cond ? 1 : 0}, {}, DType::boolean))};
+    in.insert(in.end(), carried.begin(), carried.end());
+    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), 1 + outputs, "body");
+    // Without a cond input the body's condition is ignored (ONNX's spec).
+    if (has_cond) cond = read_flag(ctx, out[0], "the body's cond");
+    for (size_t k = 0; k < carried.size(); ++k) carried[k] = out[1 + k];
+    for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[1 + carried.size() + k]);
+  }
+  Outs result = carried;
+  for (auto& parts : scans) {
+    if (parts.empty()) ctx.fail(Errc::unsupported, "scan outputs of a loop that ran no iteration");
+    result.push_back(stack_values(ctx, parts, 0));
+  }
+  return result;
+}
+
+// Scan over `seq` steps: body(state..., scan input slices...) ->
+// (state..., scan output elements...). Returns the final states, then
+// the scan outputs stacked along their axes.
+Outs scan_steps(Ctx& ctx, Outs state, const Outs& scan_in, const Ints& in_axes, const Ints& in_dirs,
+                const Ints& out_axes, const Ints& out_dirs, size_t outputs) {
+  int64_t seq = -1;
+  for (size_t j = 0; j < scan_in.size(); ++j) {
+    const int64_t len = scan_in[j].shape()[in_axes[j]];
+    if (seq >= 0 && len != seq)
+      ctx.fail(Errc::shape_mismatch,
+               "scan inputs differ in length (" + std::to_string(seq) + " and " + std::to_string(len) + ")");
+    seq = len;
+  }
+  if (seq < 1) ctx.fail(Errc::unsupported, "a scan of no steps");
+  const size_t n_state = state.size();
+  if (outputs < n_state) ctx.fail(Errc::invalid_argument, "fewer outputs than state values");
+  std::vector<Outs> scans(outputs - n_state);
+  for (int64_t t = 0; t < seq; ++t) {
+    Outs in = state;
+    for (size_t j = 0; j < scan_in.size(); ++j)
+      in.push_back(take_along(ctx, scan_in[j], in_axes[j], in_dirs[j] != 0 ? seq - 1 - t : t));
+    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
+    for (size_t k = 0; k < n_state; ++k) state[k] = out[k];
+    for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[n_state + k]);
+  }
+  for (size_t k = 0; k < scans.size(); ++k) {
+    if (k < out_dirs.size() && out_dirs[k] != 0) std::reverse(scans[k].begin(), scans[k].end());
+    const auto rank = static_cast<size_t>(scans[k][0].shape().rank()) + 1;
+    state.push_back(stack_values(ctx, scans[k], axis_of(ctx, k < out_axes.size() ? out_axes[k] : 0, rank)));
+  }
+  return state;
+}
+
+// Scan-9 and later: axes and directions per scan input and output. Scan-8:
+// sequence_lens first, every input batched on axis 0 and scanned on axis 1
+// (each batch entry its own scan).
+Outs scan_node(Ctx& ctx) {
+  const int64_t m = ctx.attr_i("num_scan_inputs", 0);
+  const bool v8 = ctx.opset() < 9;
+  const size_t first = v8 ? 1 : 0;
+  if (m < 1 || first + static_cast<size_t>(m) > ctx.num_inputs())
+    ctx.fail(Errc::invalid_argument,
+             "num_scan_inputs " + std::to_string(m) + " for " + std::to_string(ctx.num_inputs() - first) + " inputs");
+  const size_t n_state = ctx.num_inputs() - first - static_cast<size_t>(m);
+  const auto outputs = static_cast<size_t>(ctx.node().output_size());
+  Outs state, scan_in;
+  for (size_t i = first; i < first + n_state; ++i) state.push_back(ctx.in(i));
+  for (size_t i = first + n_state; i < ctx.num_inputs(); ++i) scan_in.push_back(ctx.in(i));
+  if (!v8) {
+    Ints in_axes = ctx.attr_ints("scan_input_axes").value_or(Ints(static_cast<size_t>(m), 0));
+    for (size_t j = 0; j < in_axes.size() && j < scan_in.size(); ++j)
+      in_axes[j] = axis_of(ctx, in_axes[j], scan_in[j].shape().rank());
+    const Ints in_dirs = ctx.attr_ints("scan_input_directions").value_or(Ints(static_cast<size_t>(m), 0));
+    if (in_axes.size() != scan_in.size() || in_dirs.size() != scan_in.size())
+      ctx.fail(Errc::invalid_argument, "scan_input_axes and scan_input_directions need one entry per scan input");
+    return scan_steps(ctx, state, scan_in, in_axes, in_dirs, ctx.attr_ints("scan_output_axes").value_or(Ints{}),
+                      ctx.attr_ints("scan_output_directions").value_or(Ints{}), outputs);
+  }
+  if (ctx.has(0)) {
+    const int64_t seq = scan_in[0].shape().rank() > 1 ? scan_in[0].shape()[1] : -1;
+    for (auto len : ctx.ints(0))
+      if (len != seq)
+        ctx.fail(Errc::unsupported, "sequence_lens shorter than the sequence (" + std::to_string(len) + " of " +
+                                        std::to_string(seq) + ")");
+  }
+  const Ints dirs = ctx.attr_ints("directions").value_or(Ints(static_cast<size_t>(m), 0));
+  if (dirs.size() != scan_in.size()) ctx.fail(Errc::invalid_argument, "directions needs one entry per scan input");
+  const int64_t batch = scan_in[0].shape().rank() > 0 ? scan_in[0].shape()[0] : 0;
+  std::vector<Outs> per_batch;
+  for (int64_t b = 0; b < batch; ++b) {
+    Outs st, sc;
+    for (const auto& v : state) st.push_back(take_along(ctx, v, 0, b));
+    for (const auto& v : scan_in) sc.push_back(take_along(ctx, v, 0, b));
+    per_batch.push_back(scan_steps(ctx, st, sc, Ints(sc.size(), 0), dirs, {}, {}, outputs));
+  }
+  if (per_batch.empty()) ctx.fail(Errc::unsupported, "a scan over an empty batch");
+  Outs result;
+  for (size_t k = 0; k < outputs; ++k) {
+    Outs parts;
+    for (auto& r : per_batch) parts.push_back(r[k]);
+    result.push_back(stack_values(ctx, parts, 0));
+  }
+  return result;
+}
+
+// --- spectral ops (opset 17): the DFT as two matmuls against cos and
+// sin matrices computed on the host from the (static) lengths ---
+
+// The DFT of re (+ i im) along the last axis, zero-padded or cut to n
+// points; `bins` outputs (n, or n / 2 + 1 one-sided). Returns [..., bins, 2].
+Tensor dft_last_axis(Ctx& ctx, Tensor re, Tensor im, int64_t n, int64_t bins, bool inverse) {
+  const int64_t len = re.shape()[re.rank() - 1];
+  const auto last = static_cast<int64_t>(re.rank()) - 1;
+  auto fit = [&](const Tensor& t) {
+    if (len == n) return t;
+    if (len > n) return t.slice(last, Slice{0, n});
+    Ints before(t.rank(), 0), after(t.rank(), 0);
+    after[static_cast<size_t>(last)] = n - len;
+    return t.pad(before, after);
+  };
+  re = fit(re);
+  if (im.defined()) im = fit(im);
+  // W[j, k] = exp(-+ 2 pi i j k / n) = c + i d; inverse also scales by 1/n.
+  std::vector<double> c, d;
+  const double sign = inverse ? 1 : -1, scale = inverse ? 1.0 / static_cast<double>(n) : 1.0;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = 0; k < bins; ++k) {
+      // j * k mod n keeps the angle small, so large products stay exact.
+      const double theta = 2 * std::numbers::pi * static_cast<double>((j * k) % n) / static_cast<double>(n);
+      c.push_back(std::cos(theta) * scale);
+      d.push_back(sign * std::sin(theta) * scale);
+    }
+  const DType t = re.dtype();
+  Tensor cm = ctx.device().from_data(host_doubles(c, {n, bins}, t));
+  Tensor dm = ctx.device().from_data(host_doubles(d, {n, bins}, t));
+  Tensor out_re = re.matmul(cm), out_im = re.matmul(dm);
+  if (im.defined()) {
+    out_re = out_re.sub(im.matmul(dm));
+    out_im = out_im.add(im.matmul(cm));
+  }
+  return stack({out_re, out_im}, -1);
+}
+
+// x [..., 1 or 2] as its real part and (for complex input) imaginary part.
+std::pair<Tensor, Tensor> complex_parts(Ctx& ctx, const Tensor& x) {
+  const auto r = static_cast<int64_t>(x.rank());
+  const int64_t comp = r > 0 ? x.shape()[r - 1] : 0;
+  if (r < 2 || (comp != 1 && comp != 2))
+    ctx.fail(Errc::shape_mismatch,
+             "input must end in an axis of 1 (real) or 2 (complex), got " + x.shape().to_string());
+  if (!is_floating(x.dtype()))
+    ctx.fail(Errc::dtype_mismatch, "input must be floating, got " + std::string(name_of(x.dtype())));
+  Tensor re = x.slice(r - 1, Slice{0, 1}).squeeze(r - 1);
+  return {re, comp == 2 ? x.slice(r - 1, Slice{1, 2}).squeeze(r - 1) : Tensor()};
+}
+
+Outs dft_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  auto [re, im] = complex_parts(ctx, x);
+  const auto rank = static_cast<int64_t>(re.rank());  // without the complex axis
+  // A negative axis counts from the back of the input, complex axis
+  // included (so -2 is the last signal axis).
+  const int64_t given = ctx.attr_i("axis", 1), axis = given < 0 ? given + rank + 1 : given;
+  if (axis < 0 || axis >= rank)
+    ctx.fail(Errc::invalid_argument, "axis " + std::to_string(given) + " for input " + x.shape().to_string());
+  const bool inverse = ctx.attr_i("inverse", 0) != 0, onesided = ctx.attr_i("onesided", 0) != 0;
+  const int64_t n = ctx.has(1) && ctx.in(1).shape().numel() > 0 ? ctx.ints(1).at(0) : re.shape()[axis];
+  if (n < 1) ctx.fail(Errc::invalid_argument, "dft_length " + std::to_string(n));
+  if (onesided && inverse) ctx.fail(Errc::unsupported, "onesided with inverse");
+  auto to_last = [&](const Tensor& t) { return axis == rank - 1 ? t : t.transpose(axis, rank - 1); };
+  re = to_last(re);
+  if (im.defined()) im = to_last(im);
+  Tensor y = dft_last_axis(ctx, re, im, n, onesided ? n / 2 + 1 : n, inverse);  // [..., bins, 2]
+  return Outs{dev_value(axis == rank - 1 ? y : y.transpose(axis, rank - 1))};
+}
+
+// STFT: frames of frame_length every frame_step samples, times the
+// window, each transformed (one-sided by default).
+Outs stft_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  auto [re, im] = complex_parts(ctx, x);
+  if (re.rank() != 2)
+    ctx.fail(Errc::shape_mismatch, "signal must be [batch, length, 1 or 2], got " + x.shape().to_string());
+  const int64_t step = ctx.ints(1).at(0);
+  Tensor window = ctx.has(2) ? ctx.dev(2) : Tensor();
+  int64_t frame = ctx.has(3) ? ctx.ints(3).at(0) : -1;
+  if (window.defined()) {
+    if (window.rank() != 1) ctx.fail(Errc::shape_mismatch, "window must be 1-D, got " + window.shape().to_string());
+    if (frame >= 0 && frame != window.shape()[0])
+      ctx.fail(Errc::shape_mismatch,
+               "frame_length " + std::to_string(frame) + " and a window of " + std::to_string(window.shape()[0]));
+    frame = window.shape()[0];
+  }
+  const int64_t length = re.shape()[1];
+  if (frame < 1 || frame > length || step < 1)
+    ctx.fail(Errc::invalid_argument, "frame_length " + std::to_string(frame) + " and frame_step " +
+                                         std::to_string(step) + " for a signal of " + std::to_string(length));
+  const int64_t frames = 1 + (length - frame) / step, batch = re.shape()[0];
+  Ints index;
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t k = 0; k < frame; ++k) index.push_back(f * step + k);
+  Tensor idx = ctx.device().from_data(host_ints(index, {frames * frame}));
+  auto framed = [&](const Tensor& t) {
+    Tensor v = t.index_select(1, idx).reshape({batch, frames, frame});
+    return window.defined() ? v.mul(window.cast(v.dtype())) : v;
+  };
+  const bool onesided = ctx.attr_i("onesided", 1) != 0;
+  return Outs{dev_value(dft_last_axis(ctx, framed(re), im.defined() ? framed(im) : Tensor(), frame,
+                                      onesided ? frame / 2 + 1 : frame, false))};
+}
+
+// MelWeightMatrix as ONNX's reference computes it (mel edges spaced by
+// (high - low) / (bins + 2), bin indices floor((dft_length + 1) f / rate)),
+// on the host.
+Outs mel_weight_matrix_node(Ctx& ctx) {
+  auto one = [&](size_t i) { return ctx.host(i).at(0); };
+  const auto mels = static_cast<int64_t>(one(0)), dft = static_cast<int64_t>(one(1));
+  const double rate = one(2);
+  const float lower = static_cast<float>(one(3)), upper = static_cast<float>(one(4));
+  if (mels < 1 || dft < 1 || rate <= 0)
+    ctx.fail(Errc::invalid_argument, "num_mel_bins, dft_length and sample_rate must be positive");
+  const int64_t spectrum = dft / 2 + 1;
+  // The edges' mels in f32, as the reference's f32 inputs make numpy do.
+  auto mel = [](float hz) { return 2595.0f * std::log10(1.0f + hz / 700.0f); };
+  const float low = mel(lower), high = mel(upper);
+  const double step = static_cast<double>(high - low) / static_cast<double>(mels + 2);
+  Ints edge;
+  for (int64_t i = 0; i < mels + 2; ++i) {
+    const double hz = 700 * (std::pow(10.0, (static_cast<double>(i) * step + low) / 2595) - 1);
+    edge.push_back(static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * hz / rate)));
+  }
+  std::vector<double> w(static_cast<size_t>(spectrum * mels), 0.0);
+  auto at = [&](int64_t j, int64_t i) -> double& {
+    if (j < 0 || j >= spectrum)
+      ctx.fail(Errc::invalid_argument,
+               "mel band edge " + std::to_string(j) + " beyond the " + std::to_string(spectrum) + " spectrum bins");
+    return w[static_cast<size_t>(j * mels + i)];
+  };
+  for (int64_t i = 0; i < mels; ++i) {
+    const int64_t lo = edge[i], mid = edge[i + 1], hi = edge[i + 2];
+    if (mid == lo)
+      at(mid, i) = 1;
+    else
+      for (int64_t j = lo; j <= mid; ++j) at(j, i) = static_cast<double>(j - lo) / static_cast<double>(mid - lo);
+    if (hi > mid)
+      for (int64_t j = mid; j < hi; ++j) at(j, i) = static_cast<double>(hi - j) / static_cast<double>(hi - mid);
+  }
+  const DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("output_datatype", 1)));
+  return Outs{host_or_dev(ctx, host_doubles(w, {spectrum, mels}, to))};
+}
+
+// BitShift on u8 (the only unsigned dtype Switchyard has): through f64,
+// where x * 2^y and floor(x / 2^y) are exact; shifts of 8 or more give 0.
+Outs bit_shift_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0), y = ctx.dev(1);
+  if (x.dtype() != DType::u8 || y.dtype() != DType::u8)
+    ctx.fail(Errc::dtype_mismatch,
+             "x and y must be u8, got " + std::string(name_of(x.dtype())) + " and " + std::string(name_of(y.dtype())));
+  Tensor p = ctx.device().full({}, 2, DType::f64).pow(y.cast(DType::f64).clamp(0, 8));
+  Tensor xf = x.cast(DType::f64);
+  const bool left = ctx.attr_s("direction", "") == "LEFT";
+  Tensor r = left ? xf.mul(p).remainder(Scalar(256.0)) : xf.div(p).floor();
+  return Outs{dev_value(r.cast(DType::u8))};
+}
+
+// --- TfIdfVectorizer over integer tokens: every pool n-gram counted by
+// comparing shifted slices of X with its tokens (the pool is a fixed,
+// small attribute), then scattered to its output index by a matmul ---
+
+std::string tfidf_check(const ::onnx::NodeProto& n, int64_t) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "pool_strings") return "attribute 'pool_strings' (string tokens)";
+    if (a.name() == "mode" && a.s() != "TF" && a.s() != "IDF" && a.s() != "TFIDF")
+      return "mode='" + a.s() + "' (TF, IDF or TFIDF)";
+  }
+  return "";
+}
+
+// Counts as ONNX's reference (ONNX Runtime's kernel) does: an n-gram of
+// n >= 2 at every skip distance d in 1 .. max_skip_count + 1 (tokens d
+// apart), a unigram once.
+Outs tfidf_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (x.dtype() != DType::i32 && x.dtype() != DType::i64)
+    ctx.fail(Errc::dtype_mismatch, "X must be i32 or i64, got " + std::string(name_of(x.dtype())));
+  if (x.rank() != 1 && x.rank() != 2)
+    ctx.fail(Errc::shape_mismatch, "X must be [C] or [N, C], got " + x.shape().to_string());
+  const bool batched = x.rank() == 2;
+  const int64_t rows = batched ? x.shape()[0] : 1, len = x.shape()[x.rank() - 1];
+  x = x.cast(DType::i64).reshape({rows, len});
+  const Ints pool = ctx.attr_ints("pool_int64s").value_or(Ints{});
+  const Ints starts = ctx.attr_ints("ngram_counts").value_or(Ints{});
+  const Ints indexes = ctx.attr_ints("ngram_indexes").value_or(Ints{});
+  const int64_t min_n = ctx.attr_i("min_gram_length", 1), max_n = ctx.attr_i("max_gram_length", 1);
+  const int64_t max_skip = ctx.attr_i("max_skip_count", 0);
+  if (starts.empty() || indexes.empty() || min_n < 1 || max_n < min_n || max_skip < 0)
+    ctx.fail(Errc::invalid_argument, "ngram_counts, ngram_indexes, min/max_gram_length or max_skip_count is off");
+  const int64_t out_size = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  const Device& d = ctx.device();
+  std::vector<Tensor> counts;   // per n-gram length present in the pool: [rows, grams]
+  size_t entry = 0;             // n-grams so far (their position in ngram_indexes)
+  std::vector<double> scatter;  // [entries, out_size] one-hot
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const auto n = static_cast<int64_t>(k) + 1;
+    const int64_t begin = starts[k], end = k + 1 < starts.size() ? starts[k + 1] : static_cast<int64_t>(pool.size());
+    if (begin < 0 || end < begin || end > static_cast<int64_t>(pool.size()) || (end - begin) % n != 0)
+      ctx.fail(Errc::invalid_argument, "ngram_counts does not split pool_int64s into " + std::to_string(n) + "-grams");
+    const int64_t grams = (end - begin) / n;
+    if (grams == 0) continue;
+    Tensor c;
+    if (n >= min_n && n <= max_n)
+      for (int64_t dist = 1; dist <= (n == 1 ? 1 : max_skip + 1); ++dist) {
+        const int64_t positions = len - (n - 1) * dist;
+        if (positions <= 0) break;
+        Tensor hit;
+        for (int64_t j = 0; j < n; ++j) {
+          Ints tokens;
+          for (int64_t g = 0; g < grams; ++g) tokens.push_back(pool[static_cast<size_t>(begin + g * n + j)]);
+          Tensor at = x.slice(1, Slice{j * dist, j * dist + positions}).reshape({rows, positions, 1});
+          Tensor eq = at.eq(d.from_data(host_ints(tokens, {1, 1, grams})));
+          hit = hit.defined() ? hit.logical_and(eq) : eq;
+        }
+        Tensor sum = hit.cast(DType::f32).sum({1});
+        c = c.defined() ? c.add(sum) : sum;
+      }
+    counts.push_back(c.defined() ? c : d.zeros({rows, grams}));
+    for (int64_t g = 0; g < grams; ++g, ++entry) {
+      if (entry >= indexes.size()) ctx.fail(Errc::invalid_argument, "fewer ngram_indexes than n-grams in the pool");
+      std::vector<double> row(static_cast<size_t>(out_size), 0.0);
+      row[static_cast<size_t>(indexes[entry])] = 1;
+      scatter.insert(scatter.end(), row.begin(), row.end());
+    }
+  }
+  const auto entries = static_cast<int64_t>(entry);
+  Tensor y = cat(counts, 1).matmul(d.from_data(host_doubles(scatter, {entries, out_size}, DType::f32)));
+  const std::string mode = ctx.attr_s("mode", "TF");
+  if (mode != "TF") {
+    auto a = ctx.attr("weights");
+    std::vector<double> wv = a ? std::vector<double>(a->floats().begin(), a->floats().end())
+                               : std::vector<double>(static_cast<size_t>(out_size), 1.0);
+    if (static_cast<int64_t>(wv.size()) != out_size)
+      ctx.fail(Errc::invalid_argument,
+               "weights has " + std::to_string(wv.size()) + " entries for " + std::to_string(out_size) + " outputs");
+    Tensor w = d.from_data(host_doubles(wv, {1, out_size}, DType::f32));
+    y = mode == "TFIDF" ? y.mul(w) : where(y.gt(Scalar(0.0)), w, d.zeros({}, DType::f32));
+  }
+  return Outs{dev_value(batched ? y : y.reshape({out_size}))};
 }
 
 std::map<std::string, OpSpec, std::less<>> build_table() {
@@ -2378,26 +3315,82 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                    } else {
                      ctx.fail(Errc::invalid_argument, "neither scales nor sizes given");
                    }
-                   const std::string coord =
+                   ResizeMode m;
+                   m.mode = ctx.attr_s("mode", "nearest");
+                   m.coord =
                        ctx.opset() < 11 ? "asymmetric" : ctx.attr_s("coordinate_transformation_mode", "half_pixel");
-                   const std::string nearest =
-                       ctx.opset() < 11 ? "floor" : ctx.attr_s("nearest_mode", "round_prefer_floor");
-                   return Outs{dev_value(resize(ctx, x, out, scales, coord, ctx.attr_s("mode", "nearest"), nearest))};
+                   m.nearest = ctx.opset() < 11 ? "floor" : ctx.attr_s("nearest_mode", "round_prefer_floor");
+                   m.cubic_a = ctx.attr_f("cubic_coeff_a", -0.75f);
+                   m.exclude_outside = ctx.attr_i("exclude_outside", 0) != 0;
+                   m.extrapolation = ctx.attr_f("extrapolation_value", 0);
+                   if (m.coord == "tf_crop_and_resize") {
+                     if (!ctx.has(1) || ctx.in(1).shape().numel() != static_cast<int64_t>(2 * r))
+                       ctx.fail(Errc::invalid_argument,
+                                "tf_crop_and_resize needs roi with 2 * rank (" + std::to_string(2 * r) + ") entries");
+                     m.roi = ctx.host(1).to_vector<double>();
+                   }
+                   return Outs{dev_value(resize(ctx, x, out, scales, m))};
                  }};
-  t["Upsample"] = {
-      {"mode", "scales"}, resize_check, [](Ctx& ctx) {
-        Tensor x = ctx.dev(0);
-        std::vector<double> scales;
-        if (auto a = ctx.attr("scales"))
-          scales.assign(a->floats().begin(), a->floats().end());
-        else
-          scales = ctx.host(1).to_vector<double>();
-        if (scales.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
-        Ints out;
-        for (size_t a = 0; a < x.rank(); ++a) out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
-        return Outs{dev_value(resize(ctx, x, out, scales, "asymmetric", ctx.attr_s("mode", "nearest"), "floor"))};
-      }};
+  t["Upsample"] = {{"mode", "scales"},
+                   [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                     for (const auto& a : n.attribute())
+                       if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear")
+                         return "mode='" + a.s() + "' (nearest and linear only)";
+                     return "";
+                   },
+                   [](Ctx& ctx) {
+                     Tensor x = ctx.dev(0);
+                     std::vector<double> scales;
+                     if (auto a = ctx.attr("scales"))
+                       scales.assign(a->floats().begin(), a->floats().end());
+                     else
+                       scales = ctx.host(1).to_vector<double>();
+                     if (scales.size() != x.rank())
+                       ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
+                     Ints out;
+                     for (size_t a = 0; a < x.rank(); ++a)
+                       out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
+                     return Outs{dev_value(resize(ctx, x, out, scales,
+                                                  ResizeMode{ctx.attr_s("mode", "nearest"), "asymmetric", "floor"}))};
+                   }};
   for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = recurrent(op);
+  t["GridSample"] = {{"align_corners", "mode", "padding_mode"}, grid_sample_check, grid_sample_node};
+  t["RoiAlign"] = {
+      {"coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"},
+      [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+        for (const auto& a : n.attribute()) {
+          if (a.name() == "mode" && a.s() != "avg" && a.s() != "max") return "mode='" + a.s() + "' (avg and max only)";
+          if (a.name() == "coordinate_transformation_mode" && a.s() != "half_pixel" && a.s() != "output_half_pixel")
+            return "coordinate_transformation_mode='" + a.s() + "'";
+        }
+        return "";
+      },
+      roi_align_node};
+  t["If"] = {{"then_branch", "else_branch"}, nullptr, if_node};
+  t["Loop"] = {{"body"}, nullptr, loop_node};
+  t["Scan"] = {{"body", "num_scan_inputs", "directions", "scan_input_axes", "scan_input_directions", "scan_output_axes",
+                "scan_output_directions"},
+               nullptr,
+               scan_node};
+  t["DFT"] = {{"axis", "inverse", "onesided"}, nullptr, dft_node};
+  t["STFT"] = {{"onesided"}, nullptr, stft_node};
+  t["MelWeightMatrix"] = {{"output_datatype"}, window_check, mel_weight_matrix_node};
+  t["BitShift"] = {{"direction"},
+                   [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                     for (const auto& a : n.attribute())
+                       if (a.name() == "direction")
+                         return a.s() == "LEFT" || a.s() == "RIGHT" ? "" : "direction='" + a.s() + "' (LEFT or RIGHT)";
+                     return "direction is required (LEFT or RIGHT)";
+                   },
+                   bit_shift_node};
+  t["TfIdfVectorizer"] = {{"max_gram_length", "max_skip_count", "min_gram_length", "mode", "ngram_counts",
+                           "ngram_indexes", "pool_int64s", "pool_strings", "weights"},
+                          tfidf_check,
+                          tfidf_node};
+  t["NonZero"] = {{}, nullptr, nonzero_node};
+  t["Compress"] = {{"axis"}, nullptr, compress_node};
+  t["Unique"] = {{"axis", "sorted"}, nullptr, unique_node};
+  t["NonMaxSuppression"] = {{"center_point_box"}, nullptr, nms_node};
   return t;
 }
 

@@ -158,8 +158,9 @@ Tensor Ctx::dev(size_t i) const {
   return v.dev;
 }
 
-const TensorData& Ctx::host(size_t i) const {
-  Value& v = in(i);
+const TensorData& Ctx::host(size_t i) const { return read(in(i)); }
+
+const TensorData& Ctx::read(const Value& v) const {
   if (v.host) return *v.host;
   if (v.input_read)
     *v.input_read = true;
@@ -206,6 +207,11 @@ std::optional<std::vector<int64_t>> Ctx::attr_ints(std::string_view name) const 
   const auto* a = attr(name);
   if (!a) return std::nullopt;
   return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+std::vector<Value> Ctx::run_subgraph(std::string_view attribute, std::vector<Value> inputs) const {
+  if (subgraphs_ == nullptr) fail(Errc::invalid_argument, "no subgraphs here");
+  return (*subgraphs_)(attribute, std::move(inputs));
 }
 
 void Ctx::fail(Errc code, const std::string& what) const {
