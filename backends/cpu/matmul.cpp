@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Batched matrix products: OpenBLAS for floating types, a blocked loop for
-// integers, bias broadcast onto the result (linear).
+// integers, bias broadcast onto the result (linear). f32 products whose
+// result rows are at least 16 wide run on the native AVX-512 GEMM where the
+// CPU has it (f32_gemm.cpp): at every size of bench/gemm_bench it ran 1.1-2x
+// faster than OpenBLAS with OPENBLAS_CORETYPE=Haswell (docs/PERFORMANCE.md);
+// narrower rows fill less than one of its 16-lane vectors, and there
+// OpenBLAS was faster.
 
 #include <cblas.h>
 
+#include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/loops.hpp"
 #include "backends/cpu/matmul_plan.hpp"
 
@@ -23,6 +29,33 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
       else
         for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + av * b[p * n + j]);
     }
+}
+
+// Result columns below which OpenBLAS keeps f32 products (see above).
+constexpr int64_t native_min_n = 16;
+
+// c = a b for every batch entry on the native f32 GEMM; false when it is off
+// or the shape is one it is not used for.
+bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const float* a, const float* b, float* c) {
+  if (d.n < native_min_n) return false;
+  F32Gemm g;
+  g.m = d.m;
+  g.n = d.n;
+  g.k = d.k;
+  g.batches = d.batches;
+  g.lda = op.transpose_lhs ? d.m : d.k;
+  g.a_transposed = op.transpose_lhs;
+  // A is packed per batch entry: a broadcast lhs is packed again for each
+  // entry, which costs 1/n of the products.
+  g.a_count = d.batches;
+  g.ldb = op.transpose_rhs ? d.k : d.n;
+  g.b_transposed = op.transpose_rhs;
+  g.ldc = d.n;
+  g.locate = [&](int64_t batch) {
+    const auto [ao, bo] = d.operands(batch);
+    return F32GemmOperands{a + ao * d.m * d.k, batch, b + bo * d.k * d.n, c + batch * d.m * d.n, nullptr};
+  };
+  return gemm_f32(ctx.pool, g);
 }
 
 }  // namespace
@@ -75,9 +108,11 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
         else
           int_gemm(op.transpose_lhs, op.transpose_rhs, d.m, d.n, d.k, pa, pb, pc);
       };
+      bool native = false;
+      if constexpr (std::is_same_v<T, float>) native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c);
       if (d.k == 0) {
         std::fill(c, c + op.out.numel(), T(0));
-      } else if (c_mat > 0) {
+      } else if (c_mat > 0 && !native) {
         for (int64_t i = 0; i < d.batches; ++i) one(i);
       }
       if (op.has_bias()) {
