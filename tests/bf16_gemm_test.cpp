@@ -17,10 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.hpp"
 #include "backends/common/host_buffer.hpp"
-#include "backends/cpu/cpu_backend.hpp"
-#include "backends/reference/reference_backend.hpp"
+#include "support/native_gemm.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace sy = switchyard;
@@ -34,17 +32,7 @@ namespace cpu = sy::backends::cpu;
 uint16_t bits_of(float f) { return sy::BFloat16(f).bits; }
 double value_of(uint16_t b) { return static_cast<float>(sy::BFloat16::from_bits(b)); }
 
-/// Deterministic values: LCG draws.
-struct Draw {
-  uint64_t state;
-  double uniform() {  // [0, 1)
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<double>(state >> 11) * 0x1p-53;
-  }
-  int64_t integer(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(uniform() * static_cast<double>(hi - lo + 1));
-  }
-};
+using sy::testing::Draw;
 
 /// How operand values are drawn.
 enum class Values {
@@ -129,25 +117,11 @@ std::vector<uint16_t> run(sy::backends::Backend& backend, const Case& c) {
   return bits;
 }
 
-struct Backends {
-  std::unique_ptr<sy::backends::Backend> cpu = cpu::backend_kind().create(0, {});
-  std::unique_ptr<sy::backends::Backend> reference = sy::backends::reference::backend_kind().create(0, {});
-};
-Backends& backends() {
-  static Backends b;
-  return b;
-}
+sy::testing::Backends& backends() { return sy::testing::shared_backends(); }
 
 /// Runs the cpu with the native kernel on or off (restored on scope exit).
-class NativeGemm {
- public:
-  explicit NativeGemm(bool on) : before_(cpu::set_native_bf16_gemm(on)) {}
-  ~NativeGemm() { cpu::set_native_bf16_gemm(before_); }
-  NativeGemm(const NativeGemm&) = delete;
-  NativeGemm& operator=(const NativeGemm&) = delete;
-
- private:
-  bool before_;
+struct NativeGemm : sy::testing::KernelSwitch {
+  explicit NativeGemm(bool on) : KernelSwitch(&cpu::set_native_bf16_gemm, on) {}
 };
 
 /// The cpu's result with the native kernel, checking that it did run it
