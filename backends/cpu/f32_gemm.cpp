@@ -10,8 +10,9 @@
 // (L2: the tile's kMC x kKC block). C itself holds the sums between K
 // blocks. Two tiles of one batch entry that share columns pack the same B
 // block twice, which costs 1/kMC of the work; in exchange no tile waits for
-// another, and B can come from a caller's fill function (a convolution's
-// image read as its column matrix) without a column buffer of its own.
+// another, and B can come from a caller's fill function, or as shifted rows
+// of one buffer (a convolution's image read as its column matrix), without
+// a column buffer of its own.
 // A is packed once per call, before the tiles, into panels of kMR rows
 // stored k by k, so that the micro-kernel broadcasts from one stream (A's
 // own rows, a power of two apart, would fight over L1 sets).
@@ -106,6 +107,7 @@ constexpr int64_t kNR = 16 * kNV;
 constexpr int64_t kKC = SY_F32_KC;  // a B micro-panel, kKC x kNR, stays in L1
 constexpr int64_t kMC = 16 * kMR;   // a tile's A block, kMC x kKC, in L2
 constexpr int64_t kNC = 32 * kNR;
+constexpr int64_t kFillRows = 8;  // rows of B a fill_b call writes (8 x kNC floats: 32 KiB at most)
 
 SY_F32_TARGET inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1u);
@@ -196,17 +198,35 @@ SY_F32_ENTRY void pack_a(const F32Gemm& g, int64_t begin, int64_t end, float* ou
   }
 }
 
-/// Packs kc rows x `cols` columns of a row-major B (rows ld apart) into
-/// panels of kNR columns, kc x kNR each, zero past `cols`.
-SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t kc, int64_t cols, float* out) {
+/// Packs `rows` rows x `cols` columns of a row-major B (rows ld apart) into
+/// panels of kNR columns, `panel` floats apart (zero past `cols`).
+SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t panel) {
   const int64_t panels = (cols + kNR - 1) / kNR;
-  for (int64_t p = 0; p < kc; ++p) {
+  for (int64_t p = 0; p < rows; ++p) {
     const float* row = src + p * ld;
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
         const int64_t j = q * kNR + 16 * v;
-        _mm512_store_ps(out + (q * kc + p) * kNR + 16 * v, _mm512_maskz_loadu_ps(mask16(cols - j), row + j));
+        _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(mask16(cols - j), row + j));
+      }
+  }
+}
+
+/// Packs rows [p0, p0 + rows) x columns [j0, j0 + cols) of a B given as
+/// shifted rows (F32Gemm::row_offset), panels `panel` floats apart.
+SY_F32_TARGET void pack_shifted(const F32Gemm& g, const float* b, int64_t p0, int64_t rows, int64_t j0, int64_t cols,
+                                float* out, int64_t panel) {
+  const int64_t panels = (cols + kNR - 1) / kNR;
+  for (int64_t p = 0; p < rows; ++p) {
+    const float* row = b + g.row_offset[p0 + p] + j0;
+    const uint16_t* mask = g.row_mask + g.row_class[p0 + p] * g.mask_words + j0 / 16;
+    for (int64_t q = 0; q < panels; ++q)
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) {
+        const int64_t j = q * kNR + 16 * v;
+        const __mmask16 m = j < cols ? static_cast<__mmask16>(mask[j / 16] & mask16(cols - j)) : __mmask16(0);
+        _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(m, row + j));
       }
   }
 }
@@ -281,7 +301,7 @@ struct Scratch {
 SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, const float* packed_a, std::atomic<int64_t>& next) {
   thread_local Scratch packed, filled;
   float* pb = packed.get(static_cast<size_t>(kKC * grid.nc));
-  float* fb = g.fill_b ? filled.get(static_cast<size_t>(kKC * grid.nc)) : nullptr;
+  float* fb = g.fill_b ? filled.get(static_cast<size_t>(kFillRows * grid.nc)) : nullptr;
   const int64_t a_panels = (g.m + kMR - 1) / kMR;
   const int64_t per_batch = grid.m_tiles * grid.n_tiles;
   const int64_t tiles = g.batches * per_batch;
@@ -297,12 +317,19 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, const float* pac
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
       if (g.fill_b) {
-        g.fill_b(batch, pc, pc + kc, j0, j1, fb, cols);
-        pack_rows(fb, cols, kc, cols, pb);
+        // A few rows at a time, so that what the caller writes is still in
+        // L1 when it is packed.
+        for (int64_t p = pc; p < pc + kc; p += kFillRows) {
+          const int64_t p1 = std::min(pc + kc, p + kFillRows);
+          g.fill_b(batch, p, p1, j0, j1, fb, cols);
+          pack_rows(fb, cols, p1 - p, cols, pb + (p - pc) * kNR, kc * kNR);
+        }
+      } else if (g.row_offset != nullptr) {
+        pack_shifted(g, ops.b, pc, kc, j0, cols, pb, kc * kNR);
       } else if (g.b_transposed) {
         pack_cols(ops.b + j0 * g.ldb + pc, g.ldb, kc, cols, pb);
       } else {
-        pack_rows(ops.b + pc * g.ldb + j0, g.ldb, kc, cols, pb);
+        pack_rows(ops.b + pc * g.ldb + j0, g.ldb, kc, cols, pb, kc * kNR);
       }
       for (int64_t jr = j0; jr < j1; jr += kNR) {
         const int64_t jc = std::min(kNR, j1 - jr);

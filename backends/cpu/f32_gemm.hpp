@@ -61,6 +61,15 @@ struct F32Gemm {
   int64_t ldb = 0;
   bool b_transposed = false;
   std::function<void(int64_t batch, int64_t p0, int64_t p1, int64_t j0, int64_t j1, float* dst, int64_t ld_dst)> fill_b;
+  /// Or B as shifted rows of the entry's b (a convolution's column matrix
+  /// when every stride is 1 and the output has the input's extent): B(p, j)
+  /// = b[row_offset[p] + j] where bit j % 16 of
+  /// row_mask[row_class[p] * mask_words + j / 16] is set, else 0. Packed
+  /// with masked vector loads, so it costs little more than a copy.
+  const int64_t* row_offset = nullptr;
+  const int32_t* row_class = nullptr;
+  const uint16_t* row_mask = nullptr;
+  int64_t mask_words = 0;
   int64_t ldc = 0;
   /// C += A B (C's values are kept), else C = A B (C is only written).
   bool accumulate = false;
