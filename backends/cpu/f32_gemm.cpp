@@ -231,20 +231,28 @@ SY_F32_TARGET void pack_shifted(const F32Gemm& g, const float* b, int64_t p0, in
   }
 }
 
-/// The same from a transposed B (column j at bt + j * ld, kc values).
+/// The same from a transposed B (column j at bt + j * ld, kc values; a
+/// linear's weight): 16 columns x 16 k at a time, transposed in registers.
 SY_F32_TARGET void pack_cols(const float* bt, int64_t ld, int64_t kc, int64_t cols, float* out) {
-  const int64_t panels = (cols + kNR - 1) / kNR;
-  for (int64_t q = 0; q < panels; ++q) {
-    float* panel = out + q * kc * kNR;
-    for (int64_t jj = 0; jj < kNR; ++jj) {
-      const int64_t j = q * kNR + jj;
-      if (j < cols) {
-        const float* col = bt + j * ld;
-        for (int64_t p = 0; p < kc; ++p) panel[p * kNR + jj] = col[p];
-      } else {
-        for (int64_t p = 0; p < kc; ++p) panel[p * kNR + jj] = 0.0f;
+  const int64_t groups = (cols + 15) / 16;  // of 16 columns; a panel holds kNV
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    float* dst = out + (grp / kNV) * kc * kNR + (grp % kNV) * 16;
+    for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+      const __mmask16 m = mask16(kc - p0);
+      __m512i r[16];
+      for (int t = 0; t < 16; ++t) {
+        const int64_t j = grp * 16 + t;
+        r[t] = j < cols ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, bt + j * ld + p0)) : _mm512_setzero_si512();
       }
+      transpose16x16(r);
+      const int64_t n = std::min<int64_t>(16, kc - p0);
+      for (int64_t c = 0; c < n; ++c) _mm512_store_ps(dst + (p0 + c) * kNR, _mm512_castsi512_ps(r[c]));
     }
+  }
+  // Columns past the last group, up to the panel's width, are zero.
+  for (int64_t grp = groups; grp % kNV != 0; ++grp) {
+    float* dst = out + (grp / kNV) * kc * kNR + (grp % kNV) * 16;
+    for (int64_t p = 0; p < kc; ++p) _mm512_store_ps(dst + p * kNR, _mm512_setzero_ps());
   }
 }
 
