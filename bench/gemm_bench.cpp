@@ -41,7 +41,8 @@ const Shape shapes[] = {
     {"layer4_512x49x4608", 512, 49, 4608, false},  {"matmul_256", 256, 256, 256, false},
     {"matmul_1024", 1024, 1024, 1024, false},      {"matmul_2048", 2048, 2048, 2048, false},
     {"mlp_64x512x784_T", 64, 512, 784, true},      {"mlp_64x512x512_T", 64, 512, 512, true},
-    {"mlp_64x10x512_T", 64, 10, 512, true},
+    {"mlp_64x10x512_T", 64, 10, 512, true},        {"linear_1x256x256_T", 1, 256, 256, true},
+    {"matmul_64x4x64", 64, 4, 64, false},          {"matmul_17x17x17", 17, 17, 17, false},
 };
 
 bool cpu_time = false;

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Batched matrix products: OpenBLAS for floating types, a blocked loop for
 // integers, bias broadcast onto the result (linear). f32 products whose
-// result rows are at least 16 wide run on the native AVX-512 GEMM where the
-// CPU has it (f32_gemm.cpp): at every size of bench/gemm_bench it ran 1.1-2x
-// faster than OpenBLAS with OPENBLAS_CORETYPE=Haswell (docs/PERFORMANCE.md);
-// narrower rows fill less than one of its 16-lane vectors, and there
-// OpenBLAS was faster.
+// result rows are at least 8 wide run on the native AVX-512 GEMM where the
+// CPU has it (f32_gemm.cpp): bench/gemm_bench measured it 1.2-2.5x faster
+// than OpenBLAS with OPENBLAS_CORETYPE=Haswell at every shape from
+// 64x10x512 to 2048^3 and 1x256x256 (docs/PERFORMANCE.md), but 0.85x at
+// 64x4x64, where a row fills a quarter of one of its 16-lane vectors.
 
 #include <cblas.h>
 
@@ -32,7 +32,7 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
 }
 
 // Result columns below which OpenBLAS keeps f32 products (see above).
-constexpr int64_t native_min_n = 16;
+constexpr int64_t native_min_n = 8;
 
 // c = a b for every batch entry on the native f32 GEMM; false when it is off
 // or the shape is one it is not used for.
