@@ -170,6 +170,14 @@ bool skip_without_avx512f() {
   return true;
 }
 
+/// Matmuls take the native kernel only while OpenBLAS runs AVX2 kernels.
+bool skip_native_matmul() {
+  if (skip_without_avx512f()) return true;
+  if (!cpu::openblas_runs_avx512()) return false;
+  WARN("skipped: OpenBLAS runs AVX-512 kernels here (OPENBLAS_CORETYPE), so f32 matmul stays on it");
+  return true;
+}
+
 /// Elements where got and want differ by more than f32 sums in any order
 /// may: each is a sum of `terms` products (plus the bias), so it is off the
 /// exact value by at most about terms * 2^-24 * sum |products|, which the
@@ -213,7 +221,7 @@ Shape rhs_shape(int64_t k, int64_t n, bool tb) { return tb ? Shape{n, k} : Shape
 }  // namespace
 
 TEST_CASE("native f32 GEMM matmul matches OpenBLAS and the reference on odd sizes and transposes", "[cpu][f32_gemm]") {
-  if (skip_without_avx512f()) return;
+  if (skip_native_matmul()) return;
   Draw r{1};
   const std::vector<int64_t> sizes = {1, 7, 16, 17, 33, 257};
   for (int64_t m : sizes)
@@ -225,7 +233,7 @@ TEST_CASE("native f32 GEMM matmul matches OpenBLAS and the reference on odd size
 }
 
 TEST_CASE("native f32 GEMM tiles M N and K across threads", "[cpu][f32_gemm]") {
-  if (skip_without_avx512f()) return;
+  if (skip_native_matmul()) return;
   // Several K blocks (256), M tiles (224) and N tiles, with edges.
   Draw r{2};
   // One transpose combination per shape (the reference's double loops are
@@ -239,7 +247,7 @@ TEST_CASE("native f32 GEMM tiles M N and K across threads", "[cpu][f32_gemm]") {
 }
 
 TEST_CASE("native f32 GEMM broadcasts batches and adds linear's bias", "[cpu][f32_gemm]") {
-  if (skip_without_avx512f()) return;
+  if (skip_native_matmul()) return;
   Draw r{3};
   struct Shapes {
     Shape a, b;
@@ -265,7 +273,7 @@ TEST_CASE("native f32 GEMM broadcasts batches and adds linear's bias", "[cpu][f3
 }
 
 TEST_CASE("f32 matmul keeps rows narrower than 8 on OpenBLAS", "[cpu][f32_gemm]") {
-  if (skip_without_avx512f()) return;
+  if (skip_native_matmul()) return;
   Draw r{4};
   const Case narrow = matmul_case(r, {64, 512}, {4, 512}, false, true, Shape{4});
   INFO(narrow.what);
@@ -322,7 +330,7 @@ TEST_CASE("native f32 GEMM keeps depthwise convolutions on their direct kernel",
 }
 
 TEST_CASE("native f32 GEMM propagates NaN and Inf as IEEE says, 0 times Inf included", "[cpu][f32_gemm]") {
-  if (skip_without_avx512f()) return;
+  if (skip_native_matmul()) return;
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Draw r{7};
@@ -397,7 +405,7 @@ TEST_CASE("native f32 GEMM conv multiplies zero padding like the OpenBLAS path",
 }
 
 TEST_CASE("native f32 GEMM handles zero-size dimensions", "[cpu][f32_gemm]") {
-  if (skip_without_avx512f()) return;
+  if (skip_native_matmul()) return;
   Draw r{8};
   // K = 0: the result is zero, or the bias.
   for (const Case& c :

@@ -37,8 +37,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cblas.h>
+#include <cctype>
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -74,6 +77,16 @@ NativeKernelSwitch& kernel_switch() {
 }
 
 }  // namespace
+
+bool openblas_runs_avx512() noexcept {
+  static const bool avx512 = [] {
+    const char* name = openblas_get_corename();
+    std::string core = name == nullptr ? "" : name;
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+    return core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
+  }();
+  return avx512;
+}
 
 bool native_f32_gemm_enabled() noexcept { return kernel_switch().enabled(); }
 bool set_native_f32_gemm(bool on) noexcept { return kernel_switch().set(on); }

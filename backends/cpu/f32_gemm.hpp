@@ -35,6 +35,11 @@ bool set_native_f32_gemm(bool on) noexcept;
 /// this process (the tests check that the path they mean to test ran).
 [[nodiscard]] uint64_t native_f32_gemm_runs() noexcept;
 
+/// Whether OpenBLAS runs AVX-512 kernels in this process (its core is
+/// SkylakeX, CooperLake or SapphireRapids: OPENBLAS_CORETYPE, or what it
+/// detected). f32 matmuls stay on OpenBLAS then (see matmul.cpp).
+[[nodiscard]] bool openblas_runs_avx512() noexcept;
+
 /// One batch entry's operands.
 struct F32GemmOperands {
   const float* a = nullptr;

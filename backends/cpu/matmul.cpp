@@ -5,7 +5,11 @@
 // CPU has it (f32_gemm.cpp): bench/gemm_bench measured it 1.2-2.5x faster
 // than OpenBLAS with OPENBLAS_CORETYPE=Haswell at every shape from
 // 64x10x512 to 2048^3 and 1x256x256 (docs/PERFORMANCE.md), but 0.85x at
-// 64x4x64, where a row fills a quarter of one of its 16-lane vectors.
+// 64x4x64, where a row fills a quarter of one of its 16-lane vectors. When
+// OpenBLAS itself runs AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX) matmuls
+// stay with it: there it measured 1.0-1.4x the native kernel on the large
+// products and 2-4x on the small ones (its small-matrix kernels).
+// Convolutions use the native kernel either way (conv.cpp).
 
 #include <cblas.h>
 
@@ -37,7 +41,7 @@ constexpr int64_t native_min_n = 8;
 // c = a b for every batch entry on the native f32 GEMM; false when it is off
 // or the shape is one it is not used for.
 bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const float* a, const float* b, float* c) {
-  if (d.n < native_min_n) return false;
+  if (d.n < native_min_n || openblas_runs_avx512()) return false;
   F32Gemm g;
   g.m = d.m;
   g.n = d.n;
