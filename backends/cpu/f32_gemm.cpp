@@ -397,10 +397,15 @@ bool gemm_f32(ThreadPool& pool, const F32Gemm& g) {
   // Below about a million multiply-adds threads cost more than they save.
   const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 20);
   // A's packed panels, on the calling thread (the device's runner), which
-  // runs one op at a time.
+  // runs one op at a time. Up to 8 MiB they stay for the next call; a
+  // larger one (a big batched lhs) is freed when this call returns, so an
+  // idle device does not hold the largest it ever multiplied.
+  constexpr size_t kept = size_t{2} << 20;  // floats
   thread_local Scratch packed_a;
+  Scratch once;
   const int64_t a_panels = (g.m + kMR - 1) / kMR;
-  float* pa = packed_a.get(static_cast<size_t>(g.a_count * a_panels * kMR * g.k));
+  const auto a_floats = static_cast<size_t>(g.a_count * a_panels * kMR * g.k);
+  float* pa = (a_floats <= kept ? packed_a : once).get(a_floats);
   const int64_t a_items = g.a_count * a_panels;
   pool.parallel_for(a_items, serial ? a_items : std::max<int64_t>(1, (int64_t{1} << 15) / (kMR * g.k)),
                     [&](int64_t begin, int64_t end) { pack_a(g, begin, end, pa); });
