@@ -300,25 +300,7 @@ TEST_CASE("native bf16 GEMM broadcasts batches and adds linear's bias before its
           "[cpu][dtype][bf16_gemm]") {
   if (skip_without_bf16_dot()) return;
   Draw r{4};
-  struct Shapes {
-    Shape a, b;
-    bool ta, tb;
-    std::optional<Shape> bias;
-  };
-  const std::vector<Shapes> shapes = {
-      {{2, 3, 17, 33}, {33, 31}, false, false, std::nullopt},      // lhs batches, one rhs
-      {{17, 33}, {4, 33, 31}, false, false, std::nullopt},         // one lhs, rhs batches
-      {{2, 1, 15, 3}, {1, 3, 3, 16}, false, false, std::nullopt},  // both broadcast
-      {{2, 3, 33, 17}, {3, 64, 33}, true, true, std::nullopt},     // transposed, batch broadcast
-      {{5, 7, 100}, {48, 100}, false, true, Shape{48}},            // linear: x @ w^T + b
-      {{5, 7, 101}, {50, 101}, false, true, Shape{7, 1}},          // bias per row
-      {{3, 7, 33}, {33, 20}, false, false, Shape{3, 1, 20}},       // bias per batch and column
-      {{2, 9, 31}, {2, 31, 19}, false, false, Shape{2, 9, 19}},    // full bias
-      {{1, 257}, {300, 257}, false, true, Shape{300}},             // one row
-      {{4, 2, 2}, {2, 2}, false, false, Shape{1}},                 // tiny, scalar-like bias
-      {{6, 1, 1}, {1, 5}, false, false, std::nullopt},             // K = 1
-      {{2, 700, 64}, {2, 700, 400}, true, false, Shape{400}},      // parallel, K blocked
-  };
+  const auto shapes = sy::testing::broadcast_matmul_shapes();
   for (const auto& s : shapes)
     for (Values v : {Values::small_integers, Values::real}) {
       const Case c = make_case(r, s.a, s.b, s.ta, s.tb, v, s.bias);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
@@ -51,5 +53,32 @@ class KernelSwitch {
   Set set_;
   bool before_;
 };
+
+/// A matmul's operand shapes as stored (a transposed one as its transpose)
+/// and an optional bias.
+struct MatmulShapes {
+  Shape a, b;
+  bool ta, tb;
+  std::optional<Shape> bias;
+};
+
+/// Batch broadcasts, transposes and bias shapes that every matmul kernel
+/// must get right.
+inline std::vector<MatmulShapes> broadcast_matmul_shapes() {
+  return {
+      {{2, 3, 17, 33}, {33, 31}, false, false, std::nullopt},      // lhs batches, one rhs
+      {{17, 33}, {4, 33, 31}, false, false, std::nullopt},         // one lhs, rhs batches
+      {{2, 1, 15, 3}, {1, 3, 3, 16}, false, false, std::nullopt},  // both broadcast
+      {{2, 3, 33, 17}, {3, 64, 33}, true, true, std::nullopt},     // transposed, batch broadcast
+      {{5, 7, 100}, {48, 100}, false, true, Shape{48}},            // linear: x @ w^T + b
+      {{5, 7, 101}, {50, 101}, false, true, Shape{7, 1}},          // bias per row
+      {{3, 7, 33}, {33, 20}, false, false, Shape{3, 1, 20}},       // bias per batch and column
+      {{2, 9, 31}, {2, 31, 19}, false, false, Shape{2, 9, 19}},    // full bias
+      {{1, 257}, {300, 257}, false, true, Shape{300}},             // one row
+      {{4, 2, 2}, {2, 2}, false, false, Shape{1}},                 // tiny, scalar-like bias
+      {{6, 1, 1}, {1, 5}, false, false, std::nullopt},             // K = 1
+      {{2, 700, 64}, {2, 700, 400}, true, false, Shape{400}},      // parallel, K blocked
+  };
+}
 
 }  // namespace switchyard::testing
