@@ -2,7 +2,9 @@
 // Convolution workloads through Switchyard's cpu device, for bench/conv_compare
 // (which interleaves rounds of this binary with PyTorch and takes medians).
 //
-//     conv_bench ROUNDS_ITERS   -> one JSON line: {"name": [seconds per call, ...], ...}
+//     conv_bench ITERS [NAME]   -> one JSON line: {"name": [seconds per call, ...], ...}
+//
+// NAME runs only the workloads whose name contains it (for profiling one).
 //
 // Each call is conv + read (the read waits for the result; on the cpu device
 // it shares the bytes, no copy).
@@ -33,6 +35,8 @@ const Workload workloads[] = {
     {"conv3x3_64ch_56_b8", {8, 64, 56, 56}, {64, 64, 3, 3}, 1, 1},
     {"conv1x1_256to64_56_b1", {1, 256, 56, 56}, {64, 256, 1, 1}, 0, 1},
     {"depthwise3x3_128ch_56_b1", {1, 128, 56, 56}, {128, 1, 3, 3}, 1, 128},
+    {"conv3x3_256ch_14_b1", {1, 256, 14, 14}, {256, 256, 3, 3}, 1, 1},
+    {"conv3x3_512ch_7_b1", {1, 512, 7, 7}, {512, 512, 3, 3}, 1, 1},
 };
 
 }  // namespace
@@ -42,7 +46,9 @@ int main(int argc, char** argv) {
   sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0"}});
   auto dev = rt.device("cpu:0");
   std::string json = "{";
+  const std::string only = argc > 2 ? argv[2] : "";
   for (const auto& w : workloads) {
+    if (std::string(w.name).find(only) == std::string::npos) continue;
     auto x = dev.uniform(w.input, -1, 1);
     auto k = dev.uniform(w.weight, -1, 1);
     auto b = dev.uniform({w.weight.dims[0]}, -1, 1);

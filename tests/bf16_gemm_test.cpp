@@ -17,10 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.hpp"
 #include "backends/common/host_buffer.hpp"
-#include "backends/cpu/cpu_backend.hpp"
-#include "backends/reference/reference_backend.hpp"
+#include "support/native_gemm.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace sy = switchyard;
@@ -34,17 +32,7 @@ namespace cpu = sy::backends::cpu;
 uint16_t bits_of(float f) { return sy::BFloat16(f).bits; }
 double value_of(uint16_t b) { return static_cast<float>(sy::BFloat16::from_bits(b)); }
 
-/// Deterministic values: LCG draws.
-struct Draw {
-  uint64_t state;
-  double uniform() {  // [0, 1)
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<double>(state >> 11) * 0x1p-53;
-  }
-  int64_t integer(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(uniform() * static_cast<double>(hi - lo + 1));
-  }
-};
+using sy::testing::Draw;
 
 /// How operand values are drawn.
 enum class Values {
@@ -129,25 +117,11 @@ std::vector<uint16_t> run(sy::backends::Backend& backend, const Case& c) {
   return bits;
 }
 
-struct Backends {
-  std::unique_ptr<sy::backends::Backend> cpu = cpu::backend_kind().create(0, {});
-  std::unique_ptr<sy::backends::Backend> reference = sy::backends::reference::backend_kind().create(0, {});
-};
-Backends& backends() {
-  static Backends b;
-  return b;
-}
+sy::testing::Backends& backends() { return sy::testing::shared_backends(); }
 
 /// Runs the cpu with the native kernel on or off (restored on scope exit).
-class NativeGemm {
- public:
-  explicit NativeGemm(bool on) : before_(cpu::set_native_bf16_gemm(on)) {}
-  ~NativeGemm() { cpu::set_native_bf16_gemm(before_); }
-  NativeGemm(const NativeGemm&) = delete;
-  NativeGemm& operator=(const NativeGemm&) = delete;
-
- private:
-  bool before_;
+struct NativeGemm : sy::testing::KernelSwitch {
+  explicit NativeGemm(bool on) : KernelSwitch(&cpu::set_native_bf16_gemm, on) {}
 };
 
 /// The cpu's result with the native kernel, checking that it did run it
@@ -326,25 +300,7 @@ TEST_CASE("native bf16 GEMM broadcasts batches and adds linear's bias before its
           "[cpu][dtype][bf16_gemm]") {
   if (skip_without_bf16_dot()) return;
   Draw r{4};
-  struct Shapes {
-    Shape a, b;
-    bool ta, tb;
-    std::optional<Shape> bias;
-  };
-  const std::vector<Shapes> shapes = {
-      {{2, 3, 17, 33}, {33, 31}, false, false, std::nullopt},      // lhs batches, one rhs
-      {{17, 33}, {4, 33, 31}, false, false, std::nullopt},         // one lhs, rhs batches
-      {{2, 1, 15, 3}, {1, 3, 3, 16}, false, false, std::nullopt},  // both broadcast
-      {{2, 3, 33, 17}, {3, 64, 33}, true, true, std::nullopt},     // transposed, batch broadcast
-      {{5, 7, 100}, {48, 100}, false, true, Shape{48}},            // linear: x @ w^T + b
-      {{5, 7, 101}, {50, 101}, false, true, Shape{7, 1}},          // bias per row
-      {{3, 7, 33}, {33, 20}, false, false, Shape{3, 1, 20}},       // bias per batch and column
-      {{2, 9, 31}, {2, 31, 19}, false, false, Shape{2, 9, 19}},    // full bias
-      {{1, 257}, {300, 257}, false, true, Shape{300}},             // one row
-      {{4, 2, 2}, {2, 2}, false, false, Shape{1}},                 // tiny, scalar-like bias
-      {{6, 1, 1}, {1, 5}, false, false, std::nullopt},             // K = 1
-      {{2, 700, 64}, {2, 700, 400}, true, false, Shape{400}},      // parallel, K blocked
-  };
+  const auto shapes = sy::testing::broadcast_matmul_shapes();
   for (const auto& s : shapes)
     for (Values v : {Values::small_integers, Values::real}) {
       const Case c = make_case(r, s.a, s.b, s.ta, s.tb, v, s.bias);

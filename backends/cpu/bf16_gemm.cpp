@@ -42,19 +42,20 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "backends/cpu/matmul_plan.hpp"
+#include "backends/cpu/native_gemm.hpp"
 
 #if defined(__x86_64__) && \
     ((defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define SY_BF16_GEMM 1
 #include <immintrin.h>
+
+#include "backends/cpu/avx512_transpose.hpp"
 #endif
 
 namespace switchyard::backends::cpu {
@@ -75,27 +76,16 @@ bool cpu_has_bf16_dot() noexcept {
 
 namespace {
 
-std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> flag{[] {
-    if (!cpu_has_bf16_dot()) return false;
-    const char* env = std::getenv("SWITCHYARD_CPU_BF16_GEMM");
-    const std::string_view v = env == nullptr ? "" : env;
-    return !(v == "0" || v == "off" || v == "OFF");
-  }()};
-  return flag;
+NativeKernelSwitch& kernel_switch() {
+  static NativeKernelSwitch s(cpu_has_bf16_dot(), "SWITCHYARD_CPU_BF16_GEMM");
+  return s;
 }
-
-std::atomic<uint64_t> native_runs{0};
 
 }  // namespace
 
-uint64_t native_bf16_gemm_runs() noexcept { return native_runs.load(std::memory_order_relaxed); }
-
-bool native_bf16_gemm_enabled() noexcept { return enabled_flag().load(std::memory_order_relaxed); }
-
-bool set_native_bf16_gemm(bool on) noexcept {
-  return enabled_flag().exchange(on && cpu_has_bf16_dot(), std::memory_order_relaxed);
-}
+uint64_t native_bf16_gemm_runs() noexcept { return kernel_switch().runs(); }
+bool native_bf16_gemm_enabled() noexcept { return kernel_switch().enabled(); }
+bool set_native_bf16_gemm(bool on) noexcept { return kernel_switch().set(on); }
 
 #ifndef SY_BF16_GEMM
 
@@ -181,34 +171,6 @@ SY_BF16_ENTRY bool pack_b_rows(const uint16_t* b, int64_t k, int64_t n, int64_t 
     }
   }
   return bad != 0;
-}
-
-/// r[t] (16 lanes of 32 bits) becomes column t of the 16 x 16 matrix the
-/// rows r[0..15] form.
-SY_BF16_TARGET inline void transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // s[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c.
-  __m512i s[16];
-  for (int i = 0; i < 4; ++i) {
-    s[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    s[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    s[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    s[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i p0 = _mm512_shuffle_i32x4(s[c], s[4 + c], 0x44);
-    const __m512i p1 = _mm512_shuffle_i32x4(s[c], s[4 + c], 0xee);
-    const __m512i p2 = _mm512_shuffle_i32x4(s[8 + c], s[12 + c], 0x44);
-    const __m512i p3 = _mm512_shuffle_i32x4(s[8 + c], s[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(p0, p2, 0x88);
-    r[c + 4] = _mm512_shuffle_i32x4(p0, p2, 0xdd);
-    r[c + 8] = _mm512_shuffle_i32x4(p1, p3, 0x88);
-    r[c + 12] = _mm512_shuffle_i32x4(p1, p3, 0xdd);
-  }
 }
 
 /// Packs panel `panel` of a B given as its n x k transpose (linear's
@@ -529,12 +491,11 @@ std::optional<Expected<Bytes>> matmul_bf16(Context& ctx, const MatmulOp& op, con
   g.b_state = b_state.data();
   std::vector<std::atomic<uint8_t>> a_scanned(op.transpose_lhs ? 0 : static_cast<size_t>(a_matrices * g.m_tiles));
   g.a_scanned = op.transpose_lhs ? nullptr : a_scanned.data();
-  std::atomic<int64_t> next{0};
-  ctx.pool.parallel_for(threads, serial ? threads : 1, [&](int64_t, int64_t) { run_tiles(g, next); });
+  run_work_items(ctx.pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, next); });
   // Every tile of an lhs matrix in the batch has run, so every row block
   // that any tile reads has been looked at, and every B block packed.
   if (subnormal.load(std::memory_order_relaxed)) return std::nullopt;
-  native_runs.fetch_add(1, std::memory_order_relaxed);
+  kernel_switch().count_run();
   return Expected<Bytes>(std::move(out));
 }
 

@@ -7,6 +7,12 @@
 //    overhead;
 //  - everything else goes through im2col in tiles of output positions whose
 //    column matrix fits in cache, each tile one OpenBLAS GEMM.
+// f32 convolutions on a CPU with AVX-512F run the first and last as one call
+// of the native GEMM (f32_gemm.cpp) per op instead, over every image and
+// group, with the bias as the sums' start; its B panels are packed straight
+// from the image (implicit im2col), so no column matrix is written: with
+// stride 1 and the input's extent (ResNet's 3x3 convs) as masked shifted
+// rows of the image, otherwise through im2col_rows a few rows at a time.
 // Transposed convolution is one GEMM (W^T X) per image and group followed by
 // col2im, a scatter-add parallel over output channels (each thread owns its
 // planes, so no two threads write one element).
@@ -17,8 +23,10 @@
 #include <algorithm>
 #include <cblas.h>
 #include <cstring>
+#include <vector>
 
 #include "backends/common/conv_geometry.hpp"
+#include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
 
 namespace switchyard::backends::cpu {
@@ -55,60 +63,102 @@ void valid_range(int64_t offset, int64_t stride, int64_t extent, int64_t outs, i
   hi = std::clamp(hi, lo, outs);
 }
 
-// Fills rows of the column matrix for output positions [p0, p0 + cols):
-// row r = (c, k0, k1, k2) holds x[c, o * stride - pad + k * dilation].
+// Output position p as (o0, o1, o2), and the step to the next output line.
+struct Position {
+  int64_t o0 = 0, o1 = 0, o2 = 0;
+  Position(const ConvGeometry& g, int64_t p)
+      : o0(p / (g.out[1] * g.out[2])), o1(p / g.out[2] % g.out[1]), o2(p % g.out[2]) {}
+  void next_line(const ConvGeometry& g) {
+    o2 = 0;
+    if (++o1 == g.out[1]) {
+      o1 = 0;
+      ++o0;
+    }
+  }
+};
+
+// Whether every axis has stride 1 and the output's extent: column row
+// (c, k) is then the input plane shifted by one offset, but for the
+// positions whose tap falls in the padding.
+bool same_shape_stride1(const ConvGeometry& g) {
+  for (int a = 0; a < 3; ++a)
+    if (g.stride[a] != 1 || g.in[a] != g.out[a]) return false;
+  return true;
+}
+
+// Fills rows [r0, r1) of the column matrix for output positions
+// [p0, p0 + cols), row r at dst + (r - r0) * ld: row r = (c, k0, k1, k2)
+// holds x[c, o * stride - pad + k * dilation]. Walks the positions one
+// output line (fixed o0, o1) at a time, without a division per line: the
+// native GEMM calls this for a few rows of a few hundred positions at a
+// time, so its cost per element competes with the multiply-adds.
 template <class T>
-void im2col(Context& ctx, const ConvGeometry& g, const T* x, int64_t channels, int64_t p0, int64_t cols, T* col) {
+void im2col_rows(const ConvGeometry& g, const T* x, int64_t r0, int64_t r1, int64_t p0, int64_t cols, T* dst_rows,
+                 int64_t ld) {
   const int64_t ksize = g.kernel_size();
-  const int64_t rows = channels * ksize;
-  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(cols, 1));
-  ctx.pool.parallel_for(rows, grain, [&](int64_t rb, int64_t re) {
-    for (int64_t r = rb; r < re; ++r) {
-      const int64_t c = r / ksize;
-      int64_t k = r % ksize;
-      const int64_t k2 = k % g.kernel[2];
-      k /= g.kernel[2];
-      const int64_t k1 = k % g.kernel[1];
-      const int64_t k0 = k / g.kernel[1];
-      const T* plane = x + c * g.in_plane();
-      T* dst = col + r * cols;
-      const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
-      const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
-      const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
-      int64_t lo2 = 0, hi2 = 0;
-      valid_range(off2, g.stride[2], g.in[2], g.out[2], lo2, hi2);
-      // Walk the tile one output row (fixed o0, o1) at a time.
-      int64_t p = p0;
-      const int64_t end = p0 + cols;
-      while (p < end) {
-        const int64_t o2_first = p % g.out[2];
-        const int64_t row = p / g.out[2];
-        const int64_t o1 = row % g.out[1];
-        const int64_t o0 = row / g.out[1];
-        const int64_t o2_end = std::min(g.out[2], o2_first + (end - p));
-        T* d = dst + (p - p0) - o2_first;  // d[o2] is position (o0, o1, o2)
-        const int64_t i0 = o0 * g.stride[0] + off0;
-        const int64_t i1 = o1 * g.stride[1] + off1;
-        if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
-          std::fill(d + o2_first, d + o2_end, T(0));
+  const bool same = same_shape_stride1(g);
+  const Position first(g, p0);
+  const int64_t end = p0 + cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = r / ksize;
+    int64_t k = r % ksize;
+    const int64_t k2 = k % g.kernel[2];
+    k /= g.kernel[2];
+    const int64_t k1 = k % g.kernel[1];
+    const int64_t k0 = k / g.kernel[1];
+    const T* plane = x + c * g.in_plane();
+    T* dst = dst_rows + (r - r0) * ld;
+    const int64_t off0 = k0 * g.dilation[0] - g.pad[0];
+    const int64_t off1 = k1 * g.dilation[1] - g.pad[1];
+    const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
+    int64_t lo2 = 0, hi2 = 0;
+    valid_range(off2, g.stride[2], g.in[2], g.out[2], lo2, hi2);
+    if (same) {
+      // One copy of the shifted plane, then zeros where the tap is in the
+      // padding (and where the copy wrapped into a neighbouring line).
+      const int64_t delta = (off0 * g.in[1] + off1) * g.in[2] + off2;
+      const int64_t a = std::clamp(-delta, p0, end), b = std::clamp(g.in_plane() - delta, a, end);
+      std::fill(dst, dst + (a - p0), T(0));
+      std::memcpy(dst + (a - p0), plane + a + delta, static_cast<size_t>(b - a) * sizeof(T));
+      std::fill(dst + (b - p0), dst + cols, T(0));
+    }
+    Position o = first;
+    for (int64_t p = p0; p < end; o.next_line(g)) {
+      const int64_t o2_end = std::min(g.out[2], o.o2 + (end - p));
+      T* d = dst + (p - p0) - o.o2;  // d[o2] is position (o0, o1, o2)
+      const int64_t i0 = o.o0 * g.stride[0] + off0;
+      const int64_t i1 = o.o1 * g.stride[1] + off1;
+      if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+        std::fill(d + o.o2, d + o2_end, T(0));
+      } else {
+        const int64_t a = std::max(o.o2, lo2), b = std::min(o2_end, hi2);
+        if (a >= b) {
+          std::fill(d + o.o2, d + o2_end, T(0));
         } else {
-          const T* src = plane + (i0 * g.in[1] + i1) * g.in[2] + off2;  // src[o2 * stride]
-          const int64_t a = std::max(o2_first, lo2), b = std::min(o2_end, hi2);
-          if (a >= b) {
-            std::fill(d + o2_first, d + o2_end, T(0));
-          } else {
-            std::fill(d + o2_first, d + a, T(0));
+          std::fill(d + o.o2, d + a, T(0));
+          if (!same) {
+            const T* src = plane + (i0 * g.in[1] + i1) * g.in[2] + off2;  // src[o2 * stride]
             if (g.stride[2] == 1)
               std::memcpy(d + a, src + a, static_cast<size_t>(b - a) * sizeof(T));
             else
               for (int64_t o2 = a; o2 < b; ++o2) d[o2] = src[o2 * g.stride[2]];
-            std::fill(d + b, d + o2_end, T(0));
           }
+          std::fill(d + b, d + o2_end, T(0));
         }
-        p += o2_end - o2_first;
       }
+      p += o2_end - o.o2;
     }
-  });
+  }
+}
+
+// The column matrix's rows for output positions [p0, p0 + cols), in
+// parallel over rows.
+template <class T>
+void im2col(Context& ctx, const ConvGeometry& g, const T* x, int64_t channels, int64_t p0, int64_t cols, T* col) {
+  const int64_t rows = channels * g.kernel_size();
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(cols, 1));
+  ctx.pool.parallel_for(rows, grain,
+                        [&](int64_t rb, int64_t re) { im2col_rows(g, x, rb, re, p0, cols, col + rb * cols, cols); });
 }
 
 // Output channels start at their bias (or zero); the GEMMs then accumulate.
@@ -188,14 +238,83 @@ void depthwise(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y
   });
 }
 
+bool pointwise(const ConvGeometry& g) {
+  bool p = g.kernel_size() == 1;
+  for (int a = 0; a < 3; ++a) p = p && g.stride[a] == 1 && g.pad[a] == 0 && g.in[a] == g.out[a];
+  return p;
+}
+
+// y = bias + conv(x, w) on the native f32 GEMM: per image and group, C
+// (c_out/groups x output positions) = W_g (c_out/groups x c_in/groups * K)
+// times the column matrix, which the GEMM packs from the image block by
+// block (or reads as it is, for a pointwise conv). False when the kernel is
+// off.
+bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+  const int64_t cig = g.c_in_group(), cog = g.c_out_group();
+  const int64_t rows = cig * g.kernel_size();
+  const int64_t out_plane = g.out_plane();
+  F32Gemm gemm;
+  gemm.m = cog;
+  gemm.n = out_plane;
+  gemm.k = rows;
+  gemm.batches = g.batch * g.groups;
+  gemm.lda = rows;
+  gemm.a_count = g.groups;  // entry i < groups is image 0, group i
+  gemm.ldc = out_plane;
+  const auto image = [&g, x, cig](int64_t entry) {
+    return x + ((entry / g.groups) * g.c_in + (entry % g.groups) * cig) * g.in_plane();
+  };
+  // Stride 1 with the input's extent: column row (c, k) is the image's
+  // plane c shifted by tap k's offset, zero where that tap is in the padding.
+  const bool shifted = !pointwise(g) && same_shape_stride1(g);
+  const int64_t ksize = g.kernel_size();
+  std::vector<int64_t> row_offset(shifted ? static_cast<size_t>(rows) : 0);
+  std::vector<int32_t> row_class(row_offset.size());
+  const int64_t mask_words = (out_plane + 15) / 16;
+  std::vector<uint16_t> row_mask(shifted ? static_cast<size_t>(ksize * mask_words) : 0);
+  if (pointwise(g)) {
+    gemm.ldb = out_plane;
+  } else if (shifted) {
+    for (int64_t k = 0; k < ksize; ++k) {
+      const int64_t k2 = k % g.kernel[2], k1 = k / g.kernel[2] % g.kernel[1], k0 = k / g.kernel[2] / g.kernel[1];
+      const int64_t off[3] = {k0 * g.dilation[0] - g.pad[0], k1 * g.dilation[1] - g.pad[1],
+                              k2 * g.dilation[2] - g.pad[2]};
+      int64_t lo[3], hi[3];
+      for (int a = 0; a < 3; ++a) valid_range(off[a], 1, g.in[a], g.out[a], lo[a], hi[a]);
+      uint16_t* mask = row_mask.data() + k * mask_words;
+      for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0)
+        for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1)
+          for (int64_t p = (o0 * g.out[1] + o1) * g.out[2] + lo[2], e = p - lo[2] + hi[2]; p < e; ++p)
+            mask[p / 16] = static_cast<uint16_t>(mask[p / 16] | (1u << (p % 16)));
+      const int64_t delta = (off[0] * g.in[1] + off[1]) * g.in[2] + off[2];
+      for (int64_t c = 0; c < cig; ++c) {
+        row_offset[static_cast<size_t>(c * ksize + k)] = c * g.in_plane() + delta;
+        row_class[static_cast<size_t>(c * ksize + k)] = static_cast<int32_t>(k);
+      }
+    }
+    gemm.row_offset = row_offset.data();
+    gemm.row_class = row_class.data();
+    gemm.row_mask = row_mask.data();
+    gemm.mask_words = mask_words;
+  } else {
+    gemm.fill_b = [&g, image](int64_t entry, int64_t p0, int64_t p1, int64_t j0, int64_t j1, float* dst, int64_t ld) {
+      im2col_rows(g, image(entry), p0, p1, j0, j1 - j0, dst, ld);
+    };
+  }
+  gemm.locate = [&](int64_t entry) {
+    const int64_t n = entry / g.groups, grp = entry % g.groups;
+    return F32GemmOperands{w + grp * cog * rows, grp, image(entry), y + (n * g.c_out + grp * cog) * out_plane,
+                           bias == nullptr ? nullptr : bias + grp * cog};
+  };
+  return gemm_f32(ctx.pool, gemm);
+}
+
 template <class T>
 void forward(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y) {
   const int64_t cig = g.c_in_group(), cog = g.c_out_group();
   const int64_t ksize = g.kernel_size();
   const int64_t out_plane = g.out_plane();
-  bool pointwise = ksize == 1;
-  for (int a = 0; a < 3; ++a) pointwise = pointwise && g.stride[a] == 1 && g.pad[a] == 0 && g.in[a] == g.out[a];
-  if (pointwise) {
+  if (pointwise(g)) {
     for (int64_t n = 0; n < g.batch; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp)
         gemm<T>(false, cog, out_plane, cig, w + grp * cog * cig, cig, x + (n * g.c_in + grp * cig) * g.in_plane(),
@@ -254,6 +373,26 @@ void col2im(Context& ctx, const ConvGeometry& g, const T* col, int64_t channels,
   });
 }
 
+// col (m x n) = w^T x, w being k x m, on the native f32 GEMM; false when it
+// is off (or for f64).
+template <class T>
+bool transposed_gemm_native(Context& ctx, int64_t m, int64_t n, int64_t k, const T* w, const T* x, T* col) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    F32Gemm gemm;
+    gemm.m = m;
+    gemm.n = n;
+    gemm.k = k;
+    gemm.lda = m;
+    gemm.a_transposed = true;
+    gemm.ldb = n;
+    gemm.ldc = n;
+    gemm.locate = [&](int64_t) { return F32GemmOperands{w, 0, x, col, nullptr}; };
+    return gemm_f32(ctx.pool, gemm);
+  }
+}
+
 template <class T>
 void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* y) {
   const int64_t cig = g.c_in_group(), cog = g.c_out_group();
@@ -265,8 +404,10 @@ void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* 
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       // col (cog*K x P_in) = W_g^T, W_g being (cig x cog*K), times X_g (cig x P_in).
-      gemm<T>(true, rows, in_plane, cig, w + grp * cig * rows, rows, x + (n * g.c_in + grp * cig) * in_plane, in_plane,
-              T(0), col, in_plane);
+      const T* wg = w + grp * cig * rows;
+      const T* xg = x + (n * g.c_in + grp * cig) * in_plane;
+      if (!transposed_gemm_native(ctx, rows, in_plane, cig, wg, xg, col))
+        gemm<T>(true, rows, in_plane, cig, wg, rows, xg, in_plane, T(0), col, in_plane);
       col2im(ctx, g, col, cog, y + (n * g.c_out + grp * cog) * g.out_plane());
     }
 }
@@ -282,11 +423,16 @@ Expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
     const T* w = in.bytes[1]->as<const T>();
     const T* bias = op.has_bias() ? in.bytes[2]->as<const T>() : nullptr;
     T* y = writable<T>(out);
+    const bool depthwise_like = g.c_in_group() == 1 && g.groups > 1;
+    if constexpr (std::is_same_v<T, float>) {
+      if (!g.transposed && !depthwise_like && op.out.numel() > 0 && g.c_in > 0 && forward_native(ctx, g, x, w, bias, y))
+        return;
+    }
     init_output<T>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
     if (op.out.numel() == 0 || g.c_in == 0) return;
     if (g.transposed)
       transposed<T>(ctx, g, x, w, y);
-    else if (g.c_in_group() == 1 && g.groups > 1)
+    else if (depthwise_like)
       depthwise<T>(ctx, g, x, w, y);
     else
       forward<T>(ctx, g, x, w, y);

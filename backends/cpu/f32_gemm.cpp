@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: Apache-2.0
+// f32 GEMM on AVX-512F: kMR x kNR register tiles of FMAs on zmm registers.
+//
+// Blocking, as BLIS does it, but with each work item owning its B block:
+// the result is cut into tiles of at most kMC x kNC per batch entry, taken
+// one at a time by the device's threads in one ThreadPool pass. A tile walks
+// K in kKC blocks; for each it packs its kKC x nc block of B into panels of
+// kNR columns (thread-local, zero-padded in n), then runs the micro-kernel
+// for every kNR panel (L1: kKC x kNR floats) against every kMR rows of A
+// (L2: the tile's kMC x kKC block). C itself holds the sums between K
+// blocks. Two tiles of one batch entry that share columns pack the same B
+// block twice, which costs 1/kMC of the work; in exchange no tile waits for
+// another, and B can come from a caller's fill function, or as shifted rows
+// of one buffer (a convolution's image read as its column matrix), without
+// a column buffer of its own.
+// A is packed once per call, before the tiles, into panels of kMR rows
+// stored k by k, so that the micro-kernel broadcasts from one stream (A's
+// own rows, a power of two apart, would fight over L1 sets).
+//
+// Edges run the same kernel compiled for fewer rows or vectors and store
+// under a mask, so neither A nor C needs padding. No product is skipped:
+// zero padding of B meets only columns that are never stored.
+//
+// Compiled with target attributes rather than -march, so the portable build
+// carries it, and picked at run time (cpu_has_avx512f); the entry points are
+// noinline so that ThreadPool's flattening clones (isa_clones.hpp) do not
+// try to inline AVX-512 code into baseline code. It needs no target_clones,
+// so the sanitizer builds check it too.
+
+// GCC 12's _mm512_undefined_*() read themselves (GCC bug 105593), which
+// -Wmaybe-uninitialized reports inside AVX-512 intrinsics; see bf16_gemm.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "backends/cpu/f32_gemm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cblas.h>
+#include <cctype>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/native_gemm.hpp"
+
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
+#define SY_F32_GEMM 1
+#include <immintrin.h>
+
+#include "backends/cpu/avx512_transpose.hpp"
+#endif
+
+namespace switchyard::backends::cpu {
+
+bool cpu_has_avx512f() noexcept {
+#ifdef SY_F32_GEMM
+  // libgcc's and compiler-rt's checks include the OS saving the zmm state.
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+NativeKernelSwitch& kernel_switch() {
+  static NativeKernelSwitch s(cpu_has_avx512f(), "SWITCHYARD_CPU_F32_GEMM");
+  return s;
+}
+
+}  // namespace
+
+bool openblas_runs_avx512() noexcept {
+  static const bool avx512 = [] {
+    const char* name = openblas_get_corename();
+    std::string core = name == nullptr ? "" : name;
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+    return core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
+  }();
+  return avx512;
+}
+
+bool native_f32_gemm_enabled() noexcept { return kernel_switch().enabled(); }
+bool set_native_f32_gemm(bool on) noexcept { return kernel_switch().set(on); }
+uint64_t native_f32_gemm_runs() noexcept { return kernel_switch().runs(); }
+
+#ifndef SY_F32_GEMM
+
+bool gemm_f32(ThreadPool&, const F32Gemm&) { return false; }
+
+#else
+
+namespace {
+
+#define SY_F32_TARGET __attribute__((target("avx512f")))
+#define SY_F32_ENTRY SY_F32_TARGET __attribute__((noinline))
+
+#ifndef SY_F32_MR
+#define SY_F32_MR 14
+#define SY_F32_NV 2
+#endif
+#ifndef SY_F32_KC
+#define SY_F32_KC 256
+#endif
+
+// 14 x 32: 28 accumulators, 2 B vectors and a broadcast in the 32 zmm
+// registers; per k 2 loads and 14 broadcasts feed 28 FMAs, well inside two
+// loads per cycle.
+constexpr int kMR = SY_F32_MR;
+constexpr int kNV = SY_F32_NV;
+constexpr int64_t kNR = 16 * kNV;
+constexpr int64_t kKC = SY_F32_KC;  // a B micro-panel, kKC x kNR, stays in L1
+constexpr int64_t kMC = 16 * kMR;   // a tile's A block, kMC x kKC, in L2
+constexpr int64_t kNC = 32 * kNR;
+constexpr int64_t kFillRows = 8;  // rows of B a fill_b call writes (8 x kNC floats: 32 KiB at most)
+
+SY_F32_TARGET inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1u);
+}
+
+/// How a micro-tile's sums start, on the first K block.
+struct TileStart {
+  bool load_c = false;          // from C's values
+  const float* bias = nullptr;  // plus one value per row (at the tile's first row)
+};
+
+/// C[R x 16V] (masked to `cols` columns) (+)= the packed A micro-panel
+/// (kc x kMR, rows past R unused) * the packed B micro-panel (kc x kNR).
+template <int R, int V>
+SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, int64_t ldc, int64_t cols,
+                         const TileStart& s) {
+  __m512 acc[R][V];
+  __mmask16 m[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) m[v] = mask16(cols - 16 * v);
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      acc[i][v] = s.load_c ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+      if (s.bias != nullptr) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_set1_ps(s.bias[i]));
+    }
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 bv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_load_ps(b + p * kNR + 16 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const __m512 av = _mm512_set1_ps(a[p * kMR + i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+}
+
+using MicroFn = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t, const TileStart&);
+
+template <size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
+  return {&micro<static_cast<int>(I / kNV) + 1, static_cast<int>(I % kNV) + 1>...};
+}
+/// micro<rows, vectors> at [(rows - 1) * kNV + vectors - 1].
+constexpr auto kMicro = micro_table(std::make_index_sequence<kMR * kNV>{});
+
+/// Packs rows [i0, i0 + kMR) of A (all k; rows past m are zero) k by k:
+/// out[p * kMR + r] = A(i0 + r, p).
+SY_F32_TARGET void pack_a_panel(const F32Gemm& g, const float* a, int64_t i0, float* out) {
+  const int64_t rows = std::min<int64_t>(kMR, g.m - i0);
+  if (g.a_transposed) {
+    // Column p of the panel is kMR contiguous floats of A's row p.
+    const __mmask16 m = mask16(rows);
+    for (int64_t p = 0; p < g.k; ++p)
+      _mm512_mask_storeu_ps(out + p * kMR, mask16(kMR), _mm512_maskz_loadu_ps(m, a + p * g.lda + i0));
+    return;
+  }
+  // 16 k at a time: the panel's rows (zero past m), transposed, give one
+  // column of kMR rows per k.
+  static_assert(kMR <= 16);
+  const __mmask16 panel_lanes = mask16(kMR);
+  for (int64_t p0 = 0; p0 < g.k; p0 += 16) {
+    const __mmask16 m = mask16(g.k - p0);
+    __m512i r[16];
+    for (int t = 0; t < 16; ++t)
+      r[t] =
+          t < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, a + (i0 + t) * g.lda + p0)) : _mm512_setzero_si512();
+    transpose16x16(r);
+    const int64_t n = std::min<int64_t>(16, g.k - p0);
+    for (int64_t c = 0; c < n; ++c) _mm512_mask_storeu_ps(out + (p0 + c) * kMR, panel_lanes, _mm512_castsi512_ps(r[c]));
+  }
+}
+
+SY_F32_ENTRY void pack_a(const F32Gemm& g, int64_t begin, int64_t end, float* out) {
+  const int64_t panels = (g.m + kMR - 1) / kMR;
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t matrix = item / panels, panel = item % panels;
+    const float* a = g.locate(g.entry_of_a(matrix)).a;
+    pack_a_panel(g, a, panel * kMR, out + (matrix * panels + panel) * kMR * g.k);
+  }
+}
+
+/// Packs `rows` rows x `cols` columns of a row-major B (rows ld apart) into
+/// panels of kNR columns, `panel` floats apart (zero past `cols`).
+SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t panel) {
+  const int64_t panels = (cols + kNR - 1) / kNR;
+  for (int64_t p = 0; p < rows; ++p) {
+    const float* row = src + p * ld;
+    for (int64_t q = 0; q < panels; ++q)
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) {
+        const int64_t j = q * kNR + 16 * v;
+        _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(mask16(cols - j), row + j));
+      }
+  }
+}
+
+/// Packs rows [p0, p0 + rows) x columns [j0, j0 + cols) of a B given as
+/// shifted rows (F32Gemm::row_offset), panels `panel` floats apart.
+SY_F32_TARGET void pack_shifted(const F32Gemm& g, const float* b, int64_t p0, int64_t rows, int64_t j0, int64_t cols,
+                                float* out, int64_t panel) {
+  const int64_t panels = (cols + kNR - 1) / kNR;
+  for (int64_t p = 0; p < rows; ++p) {
+    const float* row = b + g.row_offset[p0 + p] + j0;
+    const uint16_t* mask = g.row_mask + g.row_class[p0 + p] * g.mask_words + j0 / 16;
+    for (int64_t q = 0; q < panels; ++q)
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) {
+        const int64_t j = q * kNR + 16 * v;
+        const __mmask16 m = j < cols ? static_cast<__mmask16>(mask[j / 16] & mask16(cols - j)) : __mmask16(0);
+        _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(m, row + j));
+      }
+  }
+}
+
+/// The same from a transposed B (column j at bt + j * ld, kc values; a
+/// linear's weight): 16 columns x 16 k at a time, transposed in registers.
+SY_F32_TARGET void pack_cols(const float* bt, int64_t ld, int64_t kc, int64_t cols, float* out) {
+  const int64_t groups = (cols + 15) / 16;  // of 16 columns; a panel holds kNV
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    float* dst = out + (grp / kNV) * kc * kNR + (grp % kNV) * 16;
+    for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+      const __mmask16 m = mask16(kc - p0);
+      __m512i r[16];
+      for (int t = 0; t < 16; ++t) {
+        const int64_t j = grp * 16 + t;
+        r[t] = j < cols ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, bt + j * ld + p0)) : _mm512_setzero_si512();
+      }
+      transpose16x16(r);
+      const int64_t n = std::min<int64_t>(16, kc - p0);
+      for (int64_t c = 0; c < n; ++c) _mm512_store_ps(dst + (p0 + c) * kNR, _mm512_castsi512_ps(r[c]));
+    }
+  }
+  // Columns past the last group, up to the panel's width, are zero.
+  for (int64_t grp = groups; grp % kNV != 0; ++grp) {
+    float* dst = out + (grp / kNV) * kc * kNR + (grp % kNV) * 16;
+    for (int64_t p = 0; p < kc; ++p) _mm512_store_ps(dst + p * kNR, _mm512_setzero_ps());
+  }
+}
+
+/// Tile sizes of one call.
+struct Grid {
+  int64_t mc = 0, nc = 0, m_tiles = 0, n_tiles = 0;
+  [[nodiscard]] int64_t items(int64_t batches) const { return batches * m_tiles * n_tiles; }
+};
+
+/// Tiles of at most kMC x kNC, cut finer until each thread has about four
+/// to take (so uneven edges even out), as long as they stay at least a few
+/// micro-tiles wide: the wider dimension is split first.
+Grid plan_grid(const F32Gemm& g, int64_t threads) {
+  int64_t mt = (g.m + kMC - 1) / kMC, nt = (g.n + kNC - 1) / kNC;
+  const int64_t want = threads > 1 ? 4 * threads : 1;
+  while (g.batches * mt * nt < want) {
+    const int64_t mc = (g.m + mt - 1) / mt, nc = (g.n + nt - 1) / nt;
+    const bool split_n = nc >= 4 * kNR && nc * kMR >= mc * kNR;
+    if (split_n)
+      ++nt;
+    else if (mc >= 4 * kMR)
+      ++mt;
+    else if (nc >= 4 * kNR)
+      ++nt;
+    else
+      break;
+  }
+  Grid grid;
+  // Tile edges on micro-tile boundaries, so only a matrix's last tile has
+  // partial micro-tiles.
+  grid.mc = ((g.m + mt - 1) / mt + kMR - 1) / kMR * kMR;
+  grid.nc = ((g.n + nt - 1) / nt + kNR - 1) / kNR * kNR;
+  grid.m_tiles = (g.m + grid.mc - 1) / grid.mc;
+  grid.n_tiles = (g.n + grid.nc - 1) / grid.nc;
+  return grid;
+}
+
+/// 64-byte aligned scratch, per thread, reused across calls.
+struct Scratch {
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float[], Free> data;
+  size_t size = 0;
+  float* get(size_t n) {
+    if (n > size) {
+      data.reset(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t{64})));
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, const float* packed_a, std::atomic<int64_t>& next) {
+  thread_local Scratch packed, filled;
+  float* pb = packed.get(static_cast<size_t>(kKC * grid.nc));
+  float* fb = g.fill_b ? filled.get(static_cast<size_t>(kFillRows * grid.nc)) : nullptr;
+  const int64_t a_panels = (g.m + kMR - 1) / kMR;
+  const int64_t per_batch = grid.m_tiles * grid.n_tiles;
+  const int64_t tiles = g.batches * per_batch;
+  for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < tiles;
+       item = next.fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t batch = item / per_batch, rest = item % per_batch;
+    // Neighbouring items share A's rows and differ in columns.
+    const int64_t i0 = (rest / grid.n_tiles) * grid.mc, j0 = (rest % grid.n_tiles) * grid.nc;
+    const int64_t i1 = std::min(g.m, i0 + grid.mc), j1 = std::min(g.n, j0 + grid.nc);
+    const int64_t cols = j1 - j0;
+    const F32GemmOperands ops = g.locate(batch);
+    const float* pa = packed_a + ops.a_index * a_panels * kMR * g.k;
+    for (int64_t pc = 0; pc < g.k; pc += kKC) {
+      const int64_t kc = std::min(kKC, g.k - pc);
+      if (g.fill_b) {
+        // A few rows at a time, so that what the caller writes is still in
+        // L1 when it is packed.
+        for (int64_t p = pc; p < pc + kc; p += kFillRows) {
+          const int64_t p1 = std::min(pc + kc, p + kFillRows);
+          g.fill_b(batch, p, p1, j0, j1, fb, cols);
+          pack_rows(fb, cols, p1 - p, cols, pb + (p - pc) * kNR, kc * kNR);
+        }
+      } else if (g.row_offset != nullptr) {
+        pack_shifted(g, ops.b, pc, kc, j0, cols, pb, kc * kNR);
+      } else if (g.b_transposed) {
+        pack_cols(ops.b + j0 * g.ldb + pc, g.ldb, kc, cols, pb);
+      } else {
+        pack_rows(ops.b + pc * g.ldb + j0, g.ldb, kc, cols, pb, kc * kNR);
+      }
+      for (int64_t jr = j0; jr < j1; jr += kNR) {
+        const int64_t jc = std::min(kNR, j1 - jr);
+        const int vectors = static_cast<int>((jc + 15) / 16);
+        const float* bpanel = pb + (jr - j0) * kc;
+        for (int64_t ir = i0; ir < i1; ir += kMR) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMR, i1 - ir));
+          TileStart s;
+          s.load_c = pc > 0 || g.accumulate;
+          s.bias = pc == 0 && ops.row_bias != nullptr ? ops.row_bias + ir : nullptr;
+          const float* a = pa + ((ir / kMR) * g.k + pc) * kMR;
+          kMicro[static_cast<size_t>((rows - 1) * kNV + vectors - 1)](a, bpanel, kc, ops.c + ir * g.ldc + jr, g.ldc, jc,
+                                                                      s);
+        }
+      }
+    }
+  }
+}
+
+/// K = 0: C is its start (bias or 0), or keeps its values plus the bias.
+void empty_sum(const F32Gemm& g) {
+  for (int64_t batch = 0; batch < g.batches; ++batch) {
+    const F32GemmOperands ops = g.locate(batch);
+    for (int64_t i = 0; i < g.m; ++i) {
+      float* row = ops.c + i * g.ldc;
+      if (g.accumulate && ops.row_bias == nullptr) continue;
+      const float bias = ops.row_bias != nullptr ? ops.row_bias[i] : 0.0f;
+      for (int64_t j = 0; j < g.n; ++j) row[j] = g.accumulate ? row[j] + bias : bias;
+    }
+  }
+}
+
+}  // namespace
+
+bool gemm_f32(ThreadPool& pool, const F32Gemm& g) {
+  if (!native_f32_gemm_enabled()) return false;
+  kernel_switch().count_run();
+  if (g.m == 0 || g.n == 0 || g.batches == 0) return true;
+  if (g.k == 0) {
+    empty_sum(g);
+    return true;
+  }
+  const Grid grid = plan_grid(g, static_cast<int64_t>(pool.threads()));
+  // Below about a million multiply-adds threads cost more than they save.
+  const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 20);
+  // A's packed panels, on the calling thread (the device's runner), which
+  // runs one op at a time. Up to 8 MiB they stay for the next call; a
+  // larger one (a big batched lhs) is freed when this call returns, so an
+  // idle device does not hold the largest it ever multiplied.
+  constexpr size_t kept = size_t{2} << 20;  // floats
+  thread_local Scratch packed_a;
+  Scratch once;
+  const int64_t a_panels = (g.m + kMR - 1) / kMR;
+  const auto a_floats = static_cast<size_t>(g.a_count * a_panels * kMR * g.k);
+  float* pa = (a_floats <= kept ? packed_a : once).get(a_floats);
+  const int64_t a_items = g.a_count * a_panels;
+  pool.parallel_for(a_items, serial ? a_items : std::max<int64_t>(1, (int64_t{1} << 15) / (kMR * g.k)),
+                    [&](int64_t begin, int64_t end) { pack_a(g, begin, end, pa); });
+  run_work_items(pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, pa, next); });
+  return true;
+}
+
+#endif  // SY_F32_GEMM
+
+}  // namespace switchyard::backends::cpu

@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: Apache-2.0
+// The cpu backend's native f32 GEMM (backends/cpu/f32_gemm.cpp) through
+// Backend::execute: convolutions (implicit im2col, pointwise, transposed)
+// and matmuls (transposes, broadcast batches, bias) against the same
+// backend with the kernel switched off (OpenBLAS) and against the reference
+// backend, which computes in double. Each case checks, by the kernel's run
+// counter, that the path it means to test ran.
+
+#include "backends/cpu/f32_gemm.hpp"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/common/host_buffer.hpp"
+#include "support/native_gemm.hpp"
+#include "switchyard/messages/op_rules.hpp"
+
+namespace sy = switchyard;
+using sy::DType;
+using sy::Shape;
+
+namespace {
+
+namespace cpu = sy::backends::cpu;
+
+using sy::testing::Draw;
+/// n values uniform in [-1, 1).
+std::vector<float> values(sy::testing::Draw& r, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<float>(2 * r.uniform() - 1);
+  return v;
+}
+
+/// An op and its inputs' values.
+struct Case {
+  sy::OperationIr ir;
+  std::vector<std::vector<float>> inputs;
+  std::string what;
+};
+
+sy::TensorIr tensor(uint64_t id, Shape s, sy::TensorStatus status = sy::TensorStatus::read_only) {
+  return sy::TensorIr{sy::TensorId{id}, std::move(s), DType::f32, status};
+}
+
+Case matmul_case(Draw& r, Shape a, Shape b, bool ta, bool tb, std::optional<Shape> bias = std::nullopt) {
+  auto spec = sy::matmul_result(a, DType::f32, b, DType::f32, ta, tb);
+  REQUIRE(spec);
+  sy::MatmulOp op;
+  op.lhs = tensor(1, a);
+  op.rhs = tensor(2, b);
+  op.transpose_lhs = ta;
+  op.transpose_rhs = tb;
+  std::ostringstream os;
+  os << "matmul " << a.to_string() << (ta ? "^T" : "") << " @ " << b.to_string() << (tb ? "^T" : "");
+  Case c{sy::OperationIr{}, {values(r, a.numel()), values(r, b.numel())}, ""};
+  if (bias) {
+    op.bias = tensor(3, *bias);
+    c.inputs.push_back(values(r, bias->numel()));
+    os << " + " << bias->to_string();
+  }
+  op.out = tensor(4, spec->shape, sy::TensorStatus::not_init);
+  c.ir = sy::OperationIr{op};
+  c.what = os.str();
+  return c;
+}
+
+/// Convolution geometry of one case (one entry per spatial axis).
+struct ConvArgs {
+  Shape input, weight;
+  std::vector<int64_t> stride, pad, dilation;
+  int64_t groups = 1;
+  bool bias = true;
+  bool transposed = false;
+};
+
+Case conv_case(Draw& r, const ConvArgs& a) {
+  sy::ConvOp op;
+  op.input = tensor(1, a.input);
+  op.weight = tensor(2, a.weight);
+  op.stride = a.stride;
+  op.pad_before = a.pad;
+  op.pad_after = a.pad;
+  op.dilation = a.dilation;
+  op.output_padding.assign(a.stride.size(), 0);
+  op.groups = a.groups;
+  op.transposed = a.transposed;
+  const int64_t c_out = a.transposed ? a.weight.dims[1] * a.groups : a.weight.dims[0];
+  Case c{sy::OperationIr{}, {values(r, a.input.numel()), values(r, a.weight.numel())}, ""};
+  if (a.bias) {
+    op.bias = tensor(3, Shape{c_out});
+    c.inputs.push_back(values(r, c_out));
+  }
+  auto spec = sy::conv_result(op);
+  INFO(a.input.to_string() << " * " << a.weight.to_string());
+  REQUIRE(spec);
+  op.out = tensor(4, spec->shape, sy::TensorStatus::not_init);
+  std::ostringstream os;
+  os << (a.transposed ? "conv_transpose " : "conv ") << a.input.to_string() << " * " << a.weight.to_string()
+     << " stride " << a.stride[0] << " pad " << a.pad[0] << " dilation " << a.dilation[0] << " groups " << a.groups
+     << (a.bias ? " + bias" : "");
+  c.ir = sy::OperationIr{op};
+  c.what = os.str();
+  return c;
+}
+
+sy::backends::BufferPtr buffer(const std::vector<float>& v) {
+  return std::make_shared<sy::backends::HostBuffer>(sy::Bytes::copy_of(v.data(), v.size() * sizeof(float)));
+}
+
+/// The result of `c` on `backend`, with every input value passed through f.
+template <class F>
+std::vector<float> run(sy::backends::Backend& backend, const Case& c, F f) {
+  std::vector<sy::backends::BufferPtr> in;
+  for (const auto& v : c.inputs) {
+    std::vector<float> mapped(v.size());
+    for (size_t i = 0; i < v.size(); ++i) mapped[i] = f(v[i]);
+    in.push_back(buffer(mapped));
+  }
+  std::vector<sy::backends::BufferPtr> out(1);
+  sy::OperationIr ir = c.ir;  // execute may annotate it
+  const auto err = backend.execute(ir, in, out);
+  INFO(err.message());
+  REQUIRE(!err);
+  const sy::Bytes* bytes = out[0]->host();
+  REQUIRE(bytes != nullptr);
+  std::vector<float> values(bytes->size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes->as<const uint8_t>(), bytes->size());
+  return values;
+}
+std::vector<float> run(sy::backends::Backend& backend, const Case& c) {
+  return run(backend, c, [](float x) { return x; });
+}
+
+sy::testing::Backends& backends() { return sy::testing::shared_backends(); }
+
+/// Runs the cpu with the native kernel on or off (restored on scope exit).
+struct NativeGemm : sy::testing::KernelSwitch {
+  explicit NativeGemm(bool on) : KernelSwitch(&cpu::set_native_f32_gemm, on) {}
+};
+
+/// The cpu's result with the native kernel, checking that it ran it (or,
+/// when `expect_native` is false, that it did not).
+std::vector<float> run_native(const Case& c, bool expect_native = true) {
+  NativeGemm on(true);
+  const auto before = cpu::native_f32_gemm_runs();
+  auto out = run(*backends().cpu, c);
+  CHECK(cpu::native_f32_gemm_runs() - before >= (expect_native ? 1u : 0u));
+  if (!expect_native) CHECK(cpu::native_f32_gemm_runs() == before);
+  return out;
+}
+std::vector<float> run_openblas(const Case& c) {
+  NativeGemm off(false);
+  const auto before = cpu::native_f32_gemm_runs();
+  auto out = run(*backends().cpu, c);
+  CHECK(cpu::native_f32_gemm_runs() == before);
+  return out;
+}
+
+bool skip_without_avx512f() {
+  if (cpu::cpu_has_avx512f()) return false;
+  WARN("skipped: this CPU (or build) has no AVX-512F, so f32 GEMMs only run on OpenBLAS");
+  return true;
+}
+
+/// Matmuls take the native kernel only while OpenBLAS runs AVX2 kernels.
+bool skip_native_matmul() {
+  if (skip_without_avx512f()) return true;
+  if (!cpu::openblas_runs_avx512()) return false;
+  WARN("skipped: OpenBLAS runs AVX-512 kernels here (OPENBLAS_CORETYPE), so f32 matmul stays on it");
+  return true;
+}
+
+/// Elements where got and want differ by more than f32 sums in any order
+/// may: each is a sum of `terms` products (plus the bias), so it is off the
+/// exact value by at most about terms * 2^-24 * sum |products|, which the
+/// reference gives as the same op on the inputs' magnitudes. A wrong index
+/// or a lost term is far outside that.
+std::string differences(const std::vector<float>& got, const std::vector<float>& want,
+                        const std::vector<float>& magnitude, int64_t terms, const char* what) {
+  if (got.size() != want.size()) return std::string(what) + ": sizes differ";
+  std::ostringstream os;
+  int shown = 0;
+  const double tol = 2.0 * static_cast<double>(terms + 2) * 0x1p-24;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double x = got[i], y = want[i];
+    bool ok = false;
+    if (std::isnan(x) || std::isnan(y))
+      ok = std::isnan(x) && std::isnan(y);
+    else if (std::isinf(x) || std::isinf(y))
+      ok = x == y;
+    else
+      ok = std::fabs(x - y) <= tol * magnitude[i] + 1e-30;
+    if (!ok && shown++ < 5) os << what << ": element " << i << " is " << x << ", want " << y << "\n";
+  }
+  return os.str();
+}
+
+/// Native against OpenBLAS and the reference, within f32 summation error.
+void check_case(const Case& c, int64_t terms) {
+  INFO(c.what);
+  const auto native = run_native(c);
+  const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
+  const auto vs_ref = differences(native, run(*backends().reference, c), magnitude, terms, "native vs reference");
+  const auto vs_blas = differences(native, run_openblas(c), magnitude, terms, "native vs OpenBLAS");
+  INFO(vs_ref << vs_blas);
+  CHECK(vs_ref.empty());
+  CHECK(vs_blas.empty());
+}
+
+Shape lhs_shape(int64_t m, int64_t k, bool ta) { return ta ? Shape{k, m} : Shape{m, k}; }
+Shape rhs_shape(int64_t k, int64_t n, bool tb) { return tb ? Shape{n, k} : Shape{k, n}; }
+
+}  // namespace
+
+TEST_CASE("native f32 GEMM matmul matches OpenBLAS and the reference on odd sizes and transposes", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  Draw r{1};
+  const std::vector<int64_t> sizes = {1, 7, 16, 17, 33, 257};
+  for (int64_t m : sizes)
+    for (int64_t n : {int64_t{8}, int64_t{16}, int64_t{17}, int64_t{33}, int64_t{100}, int64_t{257}})
+      for (int64_t k : sizes) {
+        const bool ta = (m + k) % 3 == 0, tb = (n + k) % 2 == 0;
+        check_case(matmul_case(r, lhs_shape(m, k, ta), rhs_shape(k, n, tb), ta, tb), k);
+      }
+}
+
+TEST_CASE("native f32 GEMM tiles M N and K across threads", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  // Several K blocks (256), M tiles (224) and N tiles, with edges.
+  Draw r{2};
+  // One transpose combination per shape (the reference's double loops are
+  // slow at these sizes).
+  int t = 0;
+  for (auto [m, n, k] : {std::array<int64_t, 3>{300, 500, 700}, {229, 1100, 513}, {64, 3136, 257}, {513, 49, 1300}}) {
+    const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+    check_case(matmul_case(r, lhs_shape(m, k, ta), rhs_shape(k, n, tb), ta, tb), k);
+    ++t;
+  }
+}
+
+TEST_CASE("native f32 GEMM broadcasts batches and adds linear's bias", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  Draw r{3};
+  for (const auto& s : sy::testing::broadcast_matmul_shapes()) {
+    if (s.b.dims[s.b.rank() - (s.tb ? 2 : 1)] < 8) continue;  // narrower rows stay on OpenBLAS (a case below)
+    const Case c = matmul_case(r, s.a, s.b, s.ta, s.tb, s.bias);
+    check_case(c, s.ta ? s.a.dims[s.a.rank() - 2] : s.a.dims[s.a.rank() - 1]);
+  }
+}
+
+TEST_CASE("f32 matmul keeps rows narrower than 8 on OpenBLAS", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  Draw r{4};
+  const Case narrow = matmul_case(r, {64, 512}, {4, 512}, false, true, Shape{4});
+  INFO(narrow.what);
+  const auto out = run_native(narrow, false);
+  const auto magnitude = run(*backends().reference, narrow, [](float x) { return std::fabs(x); });
+  CHECK(differences(out, run(*backends().reference, narrow), magnitude, 512, "vs reference").empty());
+  // The MLP's last layer (10 wide) is native.
+  check_case(matmul_case(r, {64, 512}, {10, 512}, false, true, Shape{10}), 512);
+  check_case(matmul_case(r, {9, 70}, {70, 8}, false, false), 70);
+}
+
+TEST_CASE("native f32 GEMM convolutions match OpenBLAS and the reference", "[cpu][f32_gemm]") {
+  if (skip_without_avx512f()) return;
+  Draw r{5};
+  const std::vector<ConvArgs> convs = {
+      // 2d: padding, stride, dilation, groups, odd sizes, with and without bias
+      {{1, 3, 7, 7}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      {{2, 17, 33, 17}, {33, 17, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      {{1, 16, 20, 20}, {32, 16, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, false},
+      {{1, 8, 15, 15}, {16, 8, 3, 3}, {1, 1}, {2, 2}, {2, 2}},
+      {{2, 12, 11, 13}, {18, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3},
+      {{1, 3, 33, 33}, {7, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}},
+      {{1, 64, 56, 56}, {64, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      {{1, 33, 9, 9}, {17, 33, 5, 5}, {3, 3}, {0, 0}, {1, 1}},
+      // 1x1: pointwise (plain GEMM on the input), strided, grouped
+      {{2, 256, 14, 14}, {64, 256, 1, 1}, {1, 1}, {0, 0}, {1, 1}},
+      {{1, 64, 15, 15}, {128, 64, 1, 1}, {2, 2}, {0, 0}, {1, 1}},
+      {{1, 32, 7, 9}, {16, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 4, false},
+      // late-layer shapes: few positions, long K
+      {{1, 256, 7, 7}, {257, 256, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      // 1d and 3d
+      {{2, 7, 257}, {17, 7, 5}, {2}, {2}, {1}},
+      {{1, 5, 6, 7, 8}, {9, 5, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+      // transposed: one GEMM (W^T X) per image and group, then col2im
+      {{1, 16, 9, 9}, {16, 8, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, true, true},
+      {{2, 12, 5, 7}, {12, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 2, true, true},
+  };
+  for (const auto& a : convs) {
+    const Case c = conv_case(r, a);
+    int64_t terms = a.transposed ? a.input.dims[1] / a.groups : a.weight.dims[1];
+    for (size_t i = 2; i < a.weight.rank(); ++i) terms *= a.weight.dims[i];
+    check_case(c, terms);
+  }
+}
+
+TEST_CASE("native f32 GEMM keeps depthwise convolutions on their direct kernel", "[cpu][f32_gemm]") {
+  if (skip_without_avx512f()) return;
+  Draw r{6};
+  const Case c = conv_case(r, {{1, 8, 10, 10}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8});
+  INFO(c.what);
+  const auto native = run_native(c, false);
+  const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
+  CHECK(differences(native, run(*backends().reference, c), magnitude, 9, "vs reference").empty());
+}
+
+TEST_CASE("native f32 GEMM propagates NaN and Inf as IEEE says, 0 times Inf included", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Draw r{7};
+  // Zeros everywhere but a few specials: a zero operand must still be
+  // multiplied (0 * Inf = NaN), Inf + -Inf = NaN, Inf * finite = Inf.
+  for (auto [m, n, k] : {std::array<int64_t, 3>{5, 17, 9}, {40, 300, 600}}) {
+    Case c = matmul_case(r, {m, k}, {k, n}, false, false);
+    auto& a = c.inputs[0];
+    auto& b = c.inputs[1];
+    std::fill(a.begin(), a.end(), 0.0f);
+    std::fill(b.begin(), b.end(), 1.0f);
+    a[0] = inf;                                         // row 0: Inf times B's row 0
+    b[static_cast<size_t>(0 * n + 3)] = 0.0f;           // ... 0 in column 3: NaN there
+    a[static_cast<size_t>(1 * k + 1)] = inf;            // row 1: Inf in k 1 and -Inf in k 2
+    a[static_cast<size_t>(1 * k + 2)] = -inf;           // Inf - Inf: NaN in the whole row
+    a[static_cast<size_t>(2 * k + k - 1)] = nan;        // row 2: NaN in the last k
+    b[static_cast<size_t>((k - 1) * n + n - 1)] = inf;  // column n - 1: Inf from row k - 1
+    INFO(c.what);
+    const auto native = run_native(c);
+    const auto reference = run(*backends().reference, c);
+    const auto blas = run_openblas(c);
+    REQUIRE(native.size() == reference.size());
+    for (size_t i = 0; i < native.size(); ++i) {
+      INFO("element " << i << ": native " << native[i] << ", reference " << reference[i] << ", OpenBLAS " << blas[i]);
+      CHECK(std::isnan(native[i]) == std::isnan(reference[i]));
+      if (!std::isnan(reference[i])) CHECK(native[i] == reference[i]);
+    }
+    CHECK(std::isnan(native[3]));                       // 0 * Inf
+    CHECK(std::isinf(native[0]));                       // Inf * 1 + 0 * 1 ...
+    CHECK(std::isnan(native[static_cast<size_t>(n)]));  // Inf - Inf
+  }
+  // The same through a convolution: an Inf input pixel meets a zero weight
+  // tap (NaN), and finite weights elsewhere (Inf).
+  Case c = conv_case(r, {{1, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
+  std::fill(c.inputs[0].begin(), c.inputs[0].end(), 1.0f);
+  std::fill(c.inputs[1].begin(), c.inputs[1].end(), 0.5f);  // exact sums: every path gives the same values
+  c.inputs[0][12] = inf;                                    // channel 0, pixel (2, 2)
+  c.inputs[1][9 * 2 * 1 + 4] = 0.0f;                        // output channel 1, input channel 0, centre tap
+  const auto native = run_native(c);
+  const auto reference = run(*backends().reference, c);
+  for (size_t i = 0; i < native.size(); ++i) {
+    INFO("element " << i << ": native " << native[i] << ", reference " << reference[i]);
+    CHECK(std::isnan(native[i]) == std::isnan(reference[i]));
+    if (!std::isnan(reference[i])) CHECK(native[i] == reference[i]);
+  }
+  CHECK(std::isinf(native[12]));       // channel 0 at (2, 2)
+  CHECK(std::isnan(native[25 + 12]));  // channel 1 at (2, 2): 0 * Inf
+  CHECK(std::isinf(native[25 + 6]));   // channel 1 at (1, 1): Inf times tap (2, 2), which is not zero
+}
+
+TEST_CASE("native f32 GEMM conv multiplies zero padding like the OpenBLAS path", "[cpu][f32_gemm]") {
+  if (skip_without_avx512f()) return;
+  // An Inf weight over the zero padding: both cpu paths multiply the
+  // padding's zeros (im2col writes them), so 0 * Inf = NaN at the border;
+  // the reference backend leaves padded taps out of the sum. The native
+  // path keeps the cpu's behaviour; it does not settle which is right.
+  const float inf = std::numeric_limits<float>::infinity();
+  Draw r{10};
+  Case c = conv_case(r, {{1, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false});
+  std::fill(c.inputs[0].begin(), c.inputs[0].end(), 1.0f);
+  std::fill(c.inputs[1].begin(), c.inputs[1].end(), 0.5f);
+  c.inputs[1][0] = inf;  // tap (0, 0) of output channel 0 reads the padding in row 0 and column 0
+  const auto native = run_native(c);
+  const auto blas = run_openblas(c);
+  REQUIRE(native.size() == blas.size());
+  for (size_t i = 0; i < native.size(); ++i) {
+    INFO("element " << i << ": native " << native[i] << ", OpenBLAS " << blas[i]);
+    CHECK(std::isnan(native[i]) == std::isnan(blas[i]));
+    if (!std::isnan(blas[i])) CHECK(native[i] == blas[i]);
+  }
+  CHECK(std::isnan(native[0]));
+}
+
+TEST_CASE("native f32 GEMM handles zero-size dimensions", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  Draw r{8};
+  // K = 0: the result is zero, or the bias.
+  for (const Case& c :
+       {matmul_case(r, {5, 0}, {0, 20}, false, false), matmul_case(r, {5, 0}, {20, 0}, false, true, Shape{20}),
+        matmul_case(r, {0, 7}, {7, 20}, false, false), matmul_case(r, {5, 7}, {7, 0}, false, false),
+        matmul_case(r, {0, 5, 7}, {7, 20}, false, false)}) {
+    INFO(c.what);
+    const auto native = run(*backends().cpu, c);
+    CHECK(native == run(*backends().reference, c));
+    CHECK(native == run_openblas(c));
+  }
+  for (const ConvArgs& a : {ConvArgs{{0, 3, 7, 7}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+                            ConvArgs{{2, 3, 7, 7}, {0, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false}}) {
+    const Case c = conv_case(r, a);
+    INFO(c.what);
+    const auto native = run(*backends().cpu, c);
+    CHECK(native == run(*backends().reference, c));
+    CHECK(native == run_openblas(c));
+  }
+}
+
+TEST_CASE("SWITCHYARD_CPU_F32_GEMM=0 in the environment leaves f32 GEMMs on OpenBLAS", "[cpu][env]") {
+  // ctest runs this case once more with the variable set (f32_gemm.env_off).
+  const char* env = std::getenv("SWITCHYARD_CPU_F32_GEMM");
+  const bool off = env != nullptr && std::string(env) == "0";
+  CHECK(cpu::native_f32_gemm_enabled() == (cpu::cpu_has_avx512f() && !off));
+  Draw r{9};
+  const Case c = conv_case(r, {{1, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}});
+  const auto before = cpu::native_f32_gemm_runs();
+  const auto out = run(*backends().cpu, c);
+  CHECK(cpu::native_f32_gemm_runs() - before == (cpu::native_f32_gemm_enabled() ? 1u : 0u));
+  const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
+  CHECK(differences(out, run(*backends().reference, c), magnitude, 72, "vs reference").empty());
+}
