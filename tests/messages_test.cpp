@@ -438,3 +438,70 @@ TEST_CASE("result_type: a 0-d tensor counts less than a dimensioned one", "[mess
   CHECK(float_to_int64(-9223372036854775808.0) == std::numeric_limits<int64_t>::min());
   CHECK(float_to_int64(9223372036854775808.0) == std::numeric_limits<int64_t>::min());
 }
+
+// Shapes keep up to Dims::inline_capacity extents in place: every path
+// between in place and on the heap must keep the values.
+TEST_CASE("Dims behave as a vector of extents in place and on the heap", "[messages]") {
+  const size_t small = Dims::inline_capacity;
+  for (size_t n : {size_t{0}, size_t{1}, small - 1, small, small + 1, 3 * small}) {
+    INFO("rank " << n);
+    std::vector<int64_t> want;
+    Dims d;
+    for (size_t i = 0; i < n; ++i) {
+      d.push_back(static_cast<int64_t>(i * 7 + 1));
+      want.push_back(static_cast<int64_t>(i * 7 + 1));
+    }
+    CHECK(d == want);
+    CHECK(d.to_vector() == want);
+    Dims copy = d;
+    CHECK(copy == d);
+    copy.push_back(-1);  // a copy owns its values
+    CHECK(d == want);
+    Dims moved = std::move(copy);
+    CHECK(moved.size() == n + 1);
+    CHECK(moved.back() == -1);
+    CHECK(copy.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty, and usable
+    copy.push_back(5);
+    CHECK(copy == std::vector<int64_t>{5});
+    moved = d;  // assigning over heap storage
+    CHECK(moved == want);
+
+    // insert and erase at the front, the middle and the end, across the
+    // inline capacity
+    auto ref = want;
+    Dims e = d;
+    e.insert(e.begin(), 100);
+    ref.insert(ref.begin(), 100);
+    e.insert(e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), 3, 200);
+    ref.insert(ref.begin() + static_cast<std::ptrdiff_t>(ref.size() / 2), 3, 200);
+    e.insert(e.end(), {300, 301});
+    ref.insert(ref.end(), {300, 301});
+    CHECK(e == ref);
+    e.insert(e.begin() + 1, e.begin(), e.end());  // a range out of itself
+    const auto snapshot = ref;
+    ref.insert(ref.begin() + 1, snapshot.begin(), snapshot.end());
+    CHECK(e == ref);
+    e.erase(e.begin());
+    ref.erase(ref.begin());
+    e.erase(e.begin() + 2, e.begin() + 5);
+    ref.erase(ref.begin() + 2, ref.begin() + 5);
+    CHECK(e.to_vector() == ref);
+    e.resize(2);
+    CHECK(e == std::vector<int64_t>(ref.begin(), ref.begin() + 2));
+    e.resize(small + 2, 9);
+    CHECK(e.back() == 9);
+    CHECK(e.size() == small + 2);
+  }
+}
+
+TEST_CASE("Shapes of every rank round-trip through the binary serializer", "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  for (size_t rank : {size_t{0}, size_t{1}, Dims::inline_capacity, Dims::inline_capacity + 1, size_t{16}}) {
+    Shape s;
+    for (size_t i = 0; i < rank; ++i) s.dims.push_back(static_cast<int64_t>(i + 2));
+    auto back = round_trip(sys, ir(7, s, DType::f32));
+    CHECK(back.shape == s);
+    CHECK(back.shape.rank() == rank);
+  }
+}

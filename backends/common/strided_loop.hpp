@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace switchyard::backends {
@@ -17,7 +18,8 @@ struct StridedLoop {
   std::vector<int64_t> dims;                    // merged extents, outermost first
   std::array<std::vector<int64_t>, N> strides;  // per operand, per merged axis
 
-  StridedLoop(const std::vector<int64_t>& shape, const std::array<std::vector<int64_t>, N>& s) {
+  // A span: a Shape's Dims or a vector, without a converting copy.
+  StridedLoop(std::span<const int64_t> shape, const std::array<std::vector<int64_t>, N>& s) {
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] == 1) continue;  // size-1 axes contribute nothing
       bool merge = !dims.empty();

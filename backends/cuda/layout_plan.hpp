@@ -6,6 +6,8 @@
 // can check it (with kern::offsets) on machines without a GPU.
 
 #include <array>
+#include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "backends/cuda/kernels.hpp"
@@ -18,7 +20,7 @@ namespace switchyard::backends::cuda {
 /// maps to the same offsets before and after merging. Ranks are at most
 /// kern::max_dims (the op rules' limit of 16 axes).
 template <int N>
-kern::Layout<N> make_layout(const std::vector<int64_t>& dims, const std::array<std::vector<int64_t>, N>& s) {
+kern::Layout<N> make_layout(std::span<const int64_t> dims, const std::array<std::vector<int64_t>, N>& s) {
   kern::Layout<N> l;
   for (size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] == 1) continue;
@@ -34,6 +36,11 @@ kern::Layout<N> make_layout(const std::vector<int64_t>& dims, const std::array<s
     }
   }
   return l;
+}
+
+template <int N>
+kern::Layout<N> make_layout(std::initializer_list<int64_t> dims, const std::array<std::vector<int64_t>, N>& s) {
+  return make_layout<N>(std::span<const int64_t>(dims.begin(), dims.size()), s);
 }
 
 }  // namespace switchyard::backends::cuda

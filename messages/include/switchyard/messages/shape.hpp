@@ -1,22 +1,211 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
+#include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace switchyard {
 
+/// The extents of a Shape: a vector of int64_t that keeps up to
+/// `inline_capacity` values in place and only beyond that on the heap.
+/// Shapes are copied into every op, handle and check on the request path;
+/// as `std::vector` each copy was an allocation and a free on another
+/// thread (a third of an op's cost; libtorch keeps sizes inline the same
+/// way). The interface is the part of `std::vector`'s that shapes use, and
+/// a Dims converts to and from `std::vector<int64_t>`.
+class Dims {
+ public:
+  static constexpr size_t inline_capacity = 6;
+  using value_type = int64_t;
+  using size_type = size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = int64_t&;
+  using const_reference = const int64_t&;
+  using pointer = int64_t*;
+  using const_pointer = const int64_t*;
+  using iterator = int64_t*;
+  using const_iterator = const int64_t*;
+
+  Dims() noexcept = default;
+  Dims(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
+  explicit Dims(size_t count, int64_t value = 0) { assign(count, value); }
+  template <class It, class = decltype(*std::declval<It&>()), class = decltype(++std::declval<It&>())>
+  Dims(It first, It last) {
+    assign(first, last);
+  }
+  // Implicit both ways: code written against `std::vector<int64_t> dims`
+  // keeps compiling (each conversion copies).
+  Dims(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }  // NOLINT
+  operator std::vector<int64_t>() const { return {begin(), end()}; }                  // NOLINT
+  [[nodiscard]] std::vector<int64_t> to_vector() const { return {begin(), end()}; }
+
+  Dims(const Dims& other) { assign(other.begin(), other.end()); }
+  Dims(Dims&& other) noexcept { take(other); }
+  Dims& operator=(const Dims& other) {
+    if (this != &other) assign(other.begin(), other.end());
+    return *this;
+  }
+  Dims& operator=(Dims&& other) noexcept {
+    if (this != &other) take(other);
+    return *this;
+  }
+  Dims& operator=(std::initializer_list<int64_t> values) {
+    assign(values.begin(), values.end());
+    return *this;
+  }
+  ~Dims() = default;
+
+  [[nodiscard]] size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] size_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] int64_t* data() noexcept { return capacity_ > inline_capacity ? heap_.data() : inline_; }
+  [[nodiscard]] const int64_t* data() const noexcept { return capacity_ > inline_capacity ? heap_.data() : inline_; }
+  [[nodiscard]] iterator begin() noexcept { return data(); }
+  [[nodiscard]] iterator end() noexcept { return data() + size_; }
+  [[nodiscard]] const_iterator begin() const noexcept { return data(); }
+  [[nodiscard]] const_iterator end() const noexcept { return data() + size_; }
+  [[nodiscard]] const_iterator cbegin() const noexcept { return data(); }
+  [[nodiscard]] const_iterator cend() const noexcept { return data() + size_; }
+  [[nodiscard]] std::reverse_iterator<iterator> rbegin() noexcept { return std::reverse_iterator<iterator>(end()); }
+  [[nodiscard]] std::reverse_iterator<iterator> rend() noexcept { return std::reverse_iterator<iterator>(begin()); }
+  [[nodiscard]] std::reverse_iterator<const_iterator> rbegin() const noexcept {
+    return std::reverse_iterator<const_iterator>(end());
+  }
+  [[nodiscard]] std::reverse_iterator<const_iterator> rend() const noexcept {
+    return std::reverse_iterator<const_iterator>(begin());
+  }
+  [[nodiscard]] int64_t& operator[](size_t i) noexcept { return data()[i]; }
+  [[nodiscard]] int64_t operator[](size_t i) const noexcept { return data()[i]; }
+  [[nodiscard]] int64_t& front() noexcept { return data()[0]; }
+  [[nodiscard]] int64_t front() const noexcept { return data()[0]; }
+  [[nodiscard]] int64_t& back() noexcept { return data()[size_ - 1]; }
+  [[nodiscard]] int64_t back() const noexcept { return data()[size_ - 1]; }
+
+  void clear() noexcept { size_ = 0; }
+  void reserve(size_t n) {
+    if (n > capacity_) grow(n);
+  }
+  void resize(size_t n, int64_t value = 0) {
+    reserve(n);
+    for (size_t i = size_; i < n; ++i) data()[i] = value;
+    size_ = static_cast<uint32_t>(n);
+  }
+  void push_back(int64_t v) {
+    if (size_ == capacity_) grow(size_t{capacity_} * 2);
+    data()[size_++] = v;
+  }
+  int64_t& emplace_back(int64_t v) {
+    push_back(v);
+    return back();
+  }
+  void pop_back() noexcept { --size_; }
+  void assign(size_t count, int64_t value) {
+    clear();
+    resize(count, value);
+  }
+  template <class It>
+  void assign(It first, It last) {
+    clear();
+    for (; first != last; ++first) push_back(static_cast<int64_t>(*first));
+  }
+  void assign(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
+  iterator insert(const_iterator pos, int64_t v) { return insert(pos, size_t{1}, v); }
+  iterator insert(const_iterator pos, size_t count, int64_t v) {
+    const size_t at = static_cast<size_t>(pos - data());
+    reserve(size_ + count);
+    for (size_t i = size_; i-- > at;) data()[i + count] = data()[i];
+    for (size_t i = 0; i < count; ++i) data()[at + i] = v;
+    size_ += static_cast<uint32_t>(count);
+    return data() + at;
+  }
+  template <class It, class = decltype(*std::declval<It&>()), class = decltype(++std::declval<It&>())>
+  iterator insert(const_iterator pos, It first, It last) {
+    const size_t at = static_cast<size_t>(pos - data());
+    Dims tail(data() + at, data() + size_);  // `first` may point into this
+    Dims head_and_new(data(), data() + at);
+    for (; first != last; ++first) head_and_new.push_back(static_cast<int64_t>(*first));
+    for (auto v : tail) head_and_new.push_back(v);
+    *this = std::move(head_and_new);
+    return data() + at;
+  }
+  iterator insert(const_iterator pos, std::initializer_list<int64_t> values) {
+    return insert(pos, values.begin(), values.end());
+  }
+  iterator erase(const_iterator pos) noexcept { return erase(pos, pos + 1); }
+  iterator erase(const_iterator first, const_iterator last) noexcept {
+    const size_t at = static_cast<size_t>(first - data());
+    const size_t gone = static_cast<size_t>(last - first);
+    for (size_t i = at; i + gone < size_; ++i) data()[i] = data()[i + gone];
+    size_ -= static_cast<uint32_t>(gone);
+    return data() + at;
+  }
+  void swap(Dims& other) noexcept {
+    Dims tmp(std::move(other));
+    other = std::move(*this);
+    *this = std::move(tmp);
+  }
+
+  friend bool operator==(const Dims& a, const Dims& b) noexcept {
+    if (a.size_ != b.size_) return false;
+    for (size_t i = 0; i < a.size_; ++i)
+      if (a.data()[i] != b.data()[i]) return false;
+    return true;
+  }
+  friend bool operator==(const Dims& a, const std::vector<int64_t>& b) noexcept {
+    if (a.size_ != b.size()) return false;
+    for (size_t i = 0; i < a.size_; ++i)
+      if (a.data()[i] != b[i]) return false;
+    return true;
+  }
+
+ private:
+  // Moves leave `other` empty, with its inline storage.
+  void take(Dims& other) noexcept {
+    heap_ = std::move(other.heap_);
+    capacity_ = other.capacity_;
+    if (capacity_ == inline_capacity)
+      for (size_t i = 0; i < other.size_; ++i) inline_[i] = other.inline_[i];
+    size_ = other.size_;
+    other.heap_.clear();
+    other.size_ = 0;
+    other.capacity_ = inline_capacity;
+  }
+  void grow(size_t n) {
+    n = n < 2 * size_t{capacity_} ? 2 * size_t{capacity_} : n;
+    if (n > UINT32_MAX) throw std::bad_array_new_length();
+    std::vector<int64_t> bigger(n);
+    const int64_t* old = data();
+    for (size_t i = 0; i < size_; ++i) bigger[i] = old[i];
+    heap_ = std::move(bigger);
+    capacity_ = static_cast<uint32_t>(n);
+  }
+
+  // The spill storage, used once more than inline_capacity values were held
+  // (capacity_ then says how many it has room for); a vector rather than an
+  // owning pointer, which GCC's -Wmaybe-uninitialized misreads inside
+  // std::optional.
+  std::vector<int64_t> heap_;
+  uint32_t size_ = 0;
+  uint32_t capacity_ = inline_capacity;
+  int64_t inline_[inline_capacity] = {};
+};
+
 /// Extents of a tensor, outermost first. A rank-0 shape is a scalar with one
 /// element; an extent of 0 makes an empty tensor.
 struct Shape {
-  std::vector<int64_t> dims;
+  Dims dims;
 
   Shape() = default;
   Shape(std::initializer_list<int64_t> d) : dims(d) {}
-  explicit Shape(std::vector<int64_t> d) : dims(std::move(d)) {}
+  explicit Shape(const std::vector<int64_t>& d) : dims(d) {}
+  explicit Shape(Dims d) noexcept : dims(std::move(d)) {}
 
   [[nodiscard]] size_t rank() const noexcept { return dims.size(); }
   [[nodiscard]] int64_t operator[](size_t i) const { return dims[i]; }
