@@ -397,10 +397,13 @@ bool gemm_f32(ThreadPool& pool, const F32Gemm& g) {
   // Below about a million multiply-adds threads cost more than they save.
   const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 20);
   // A's packed panels, on the calling thread (the device's runner), which
-  // runs one op at a time. Up to 8 MiB they stay for the next call; a
+  // runs one op at a time. Up to 16 MiB they stay for the next call; a
   // larger one (a big batched lhs) is freed when this call returns, so an
-  // idle device does not hold the largest it ever multiplied.
-  constexpr size_t kept = size_t{2} << 20;  // floats
+  // idle device does not hold the largest it ever multiplied. 16 MiB holds
+  // the largest CNN weights in common use (512 x 4608: ResNet's and VGG's
+  // last 3x3 layers): a fresh 9 MiB buffer per call cost ~16 ms of page
+  // faults on this VM, twelve times the layer's own 1.4 ms.
+  constexpr size_t kept = size_t{4} << 20;  // floats
   thread_local Scratch packed_a;
   Scratch once;
   const int64_t a_panels = (g.m + kMR - 1) / kMR;
