@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "backends/cpu/loops.hpp"
+#include "backends/cpu/vector_math.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
@@ -113,18 +114,13 @@ void run_attention(Context& ctx, const AttentionOp& op, const Inputs& in, T* y) 
               for (int64_t j = 0; j < sb; ++j) row[j] += m[j * js];
             }
           }
-          T mx = row_max[i];
-          for (int64_t j = 0; j < sb; ++j) mx = std::max(mx, row[j]);
+          const T mx = std::max(row_max[i], vector_math::max(row, sb));
           if (mx == neg_inf) {  // every key so far masked: nothing to add
             std::fill(row, row + sb, T(0));
             continue;
           }
           const T correction = std::exp(row_max[i] - mx);  // 0 for the first unmasked block
-          T sum = 0;
-          for (int64_t j = 0; j < sb; ++j) {
-            row[j] = std::exp(row[j] - mx);
-            sum += row[j];
-          }
+          const T sum = vector_math::exp_sum(row, mx, row, sb);
           row_sum[i] = row_sum[i] * correction + sum;
           row_max[i] = mx;
           if (correction != T(1)) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/loops.hpp"
+#include "backends/cpu/vector_math.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
@@ -188,6 +189,21 @@ Expected<Bytes> reduce(Context& ctx, ReduceOp& op, const Inputs& in) {
   return out;
 }
 
+/// (log_)softmax of one contiguous row, n >= 1. The same special values as
+/// the strided loop below: a row of only -inf gives NaN, any NaN gives NaN.
+template <class T>
+void softmax_row(const T* x, T* y, int64_t n, bool log) {
+  T mx = vector_math::max(x, n);
+  if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf: avoid inf - inf
+  if (log) {
+    const T sum = vector_math::exp_sum(x, mx, static_cast<T*>(nullptr), n);
+    vector_math::subtract(x, mx + static_cast<T>(std::log(sum)), y, n);
+  } else {
+    const T sum = vector_math::exp_sum(x, mx, y, n);
+    vector_math::scale(y, T(1) / sum, y, n);
+  }
+}
+
 Expected<Bytes> softmax(Context& ctx, SoftmaxOp& op, const Inputs& in) {
   auto out = ctx.buffers.allocate(op.out.bytes());
   const auto& d = op.in.shape.dims;
@@ -200,6 +216,13 @@ Expected<Bytes> softmax(Context& ctx, SoftmaxOp& op, const Inputs& in) {
       const T* x = in.bytes[0]->as<const T>();
       T* y = writable<T>(out);
       int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(len, 1));
+      if (inner == 1 && len > 0) {
+        // Contiguous rows (softmax over the last axis, the usual case): vectorised.
+        ctx.pool.parallel_for(outer, grain, [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) softmax_row(x + r * len, y + r * len, len, op.log);
+        });
+        return;
+      }
       ctx.pool.parallel_for(outer * inner, grain, [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
           const int64_t base = (r / inner) * len * inner + r % inner;

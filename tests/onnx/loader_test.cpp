@@ -1261,3 +1261,42 @@ TEST_CASE("onnx: TfIdfVectorizer weighs counts in IDF and TFIDF modes and refuse
   CHECK_THAT(load_error(model_of("TF", true), rt.cpu()),
              Catch::Contains("node 'tfidf' (TfIdfVectorizer)") && Catch::Contains("pool_strings"));
 }
+
+TEST_CASE("onnx: Pow by a constant 2 squares and keeps the broadcast shape", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  const double inf = std::numeric_limits<double>::infinity();
+  auto model_for = [](float exponent, std::vector<int64_t> exponent_dims, std::vector<int64_t> out_dims) {
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{5}});
+    m.init("e", {exponent}, exponent_dims);
+    m.node("Pow", {"x", "e"}, {"y"}, "square");
+    std::vector<std::variant<int64_t, std::string>> dims(out_dims.begin(), out_dims.end());
+    m.output("y", pb::TensorProto::FLOAT, dims);
+    return m.bytes();
+  };
+  const std::vector<float> x = {-3.0f, 0.5f, std::numeric_limits<float>::quiet_NaN(),
+                                -std::numeric_limits<float>::infinity(), 1e20f};
+  sy::onnx::DataMap in{{"x", sy::TensorData::from(x, {5})}};
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto square = sy::onnx::Model::load_bytes(model_for(2.0f, {}, {5}), rt.device(dev));
+    auto y = run_doubles(square, in, "y");
+    REQUIRE(y.size() == 5);
+    CHECK(y[0] == 9.0);
+    CHECK(y[1] == 0.25);
+    CHECK(std::isnan(y[2]));
+    CHECK(y[3] == inf);
+    CHECK(y[4] == inf);  // overflows f32, as pow does
+    // A [1, 1] exponent broadcasts x to [1, 5].
+    auto wide = sy::onnx::Model::load_bytes(model_for(2.0f, {1, 1}, {1, 5}), rt.device(dev));
+    auto f = wide.infer(in);
+    REQUIRE(f.wait_for(kWait));
+    CHECK(f.get().at("y").shape == sy::Shape{1, 5});
+    // Any other exponent is pow's.
+    auto cube = sy::onnx::Model::load_bytes(model_for(3.0f, {}, {5}), rt.device(dev));
+    auto c = run_doubles(cube, in, "y");
+    REQUIRE(c.size() == 5);
+    CHECK(c[0] == -27.0);
+    CHECK(c[3] == -inf);
+  }
+}

@@ -155,6 +155,23 @@ TEST_CASE("softmax and log_softmax are stable", "[ops][softmax]") {
   CHECK_THROWS_AS(make(reference(), DType::i32, {2}, {1, 2}).softmax(0), sy::Error);
 }
 
+// The cpu backend runs contiguous rows in vectors of 4 to 16 lanes with a
+// padded tail: every row length up to three vectors, special values in the
+// tail as well as the body, both dtypes and both functions.
+TEST_CASE("softmax rows of every length agree with the reference", "[ops][softmax]") {
+  for (DType t : {DType::f32, DType::f64})
+    for (int64_t n = 1; n <= 50; ++n) {
+      std::vector<double> v(static_cast<size_t>(3 * n));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i) * 1.7) * 30.0;
+      v[static_cast<size_t>(n - 1)] = -kInf;             // row 0: -inf last
+      v[static_cast<size_t>(2 * n - 1)] = kNan;          // row 1: NaN last, so all NaN
+      if (n > 1) v[static_cast<size_t>(2 * n)] = -90.0;  // row 2: a far tail of exp (below f32's normal range)
+      INFO("dtype " << sy::name_of(t) << ", row length " << n);
+      agree([&](const Device& d) { return make(d, t, {3, n}, v).softmax(1); });
+      agree([&](const Device& d) { return make(d, t, {3, n}, v).log_softmax(-1); });
+    }
+}
+
 TEST_CASE("matmul of matrices, vectors and broadcast batches", "[ops][matmul]") {
   auto a = [](const Device& d) { return make(d, DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}); };
   auto b = [](const Device& d) { return make(d, DType::f32, {3, 2}, {7, 8, 9, 10, 11, 12}); };
