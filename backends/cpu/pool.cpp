@@ -6,8 +6,10 @@
 // the window clipped to the padded input (count_include_pad), to the input,
 // or by divisor_override.
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backends/common/conv_geometry.hpp"
 #include "backends/cpu/kernels.hpp"
@@ -40,8 +42,54 @@ Window window(const PoolOp& op, const PoolGeometry& g, const int64_t (&o)[3]) {
   return w;
 }
 
+/// PyTorch's max with a NaN winning: the NaN if either is one.
+template <class T>
+T nan_max(T best, T v) {
+  return v > best || v != v ? v : best;
+}
+
+/// Max pooling of floats over 1-D and 2-D windows without dilation or
+/// indices (a CNN's max pool), separably: each output row first takes the
+/// maximum down its window's input rows (contiguous, vectorised), then
+/// across each output's columns. The same values as the window loop: a max
+/// of the same set, with a NaN winning.
+template <class T>
+void max_pool_rows(Context& ctx, const PoolGeometry& g, const T* x, T* y) {
+  const int64_t in_h = g.in[1], in_w = g.in[2], out_h = g.out[1], out_w = g.out[2];
+  const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(g.kernel[1] * in_w, 1));
+  ctx.pool.parallel_for(g.planes * out_h, grain, [&](int64_t b, int64_t e) {
+    std::vector<T> column_max(static_cast<size_t>(in_w));
+    for (int64_t idx = b; idx < e; ++idx) {
+      const int64_t p = idx / out_h, oy = idx % out_h;
+      const int64_t start = oy * g.stride[1] - g.pad[1];
+      const int64_t lo = std::max<int64_t>(start, 0), hi = std::min(start + g.kernel[1], in_h);
+      T* m = column_max.data();
+      std::fill(m, m + in_w, -std::numeric_limits<T>::infinity());
+      for (int64_t r = lo; r < hi; ++r) {
+        const T* row = x + (p * in_h + r) * in_w;
+        for (int64_t c = 0; c < in_w; ++c) m[c] = nan_max(m[c], row[c]);
+      }
+      T* out = y + idx * out_w;
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        const int64_t cs = ox * g.stride[2] - g.pad[2];
+        const int64_t c_lo = std::max<int64_t>(cs, 0), c_hi = std::min(cs + g.kernel[2], in_w);
+        T best = -std::numeric_limits<T>::infinity();
+        for (int64_t c = c_lo; c < c_hi; ++c) best = nan_max(best, m[c]);
+        out[ox] = best;
+      }
+    }
+  });
+}
+
 template <class T>
 void pool_typed(Context& ctx, const PoolOp& op, const PoolGeometry& g, const T* x, void* y_raw) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op.kind == PoolKind::max && g.in[0] == 1 && g.out[0] == 1 && g.kernel[0] == 1 && g.dilation[1] == 1 &&
+        g.dilation[2] == 1) {
+      max_pool_rows(ctx, g, x, static_cast<T*>(y_raw));
+      return;
+    }
+  }
   const bool want_index = op.kind == PoolKind::max_indices || op.kind == PoolKind::adaptive_max_indices;
   const bool is_max = want_index || op.kind == PoolKind::max || op.kind == PoolKind::adaptive_max;
   const int64_t out_plane = g.out_plane();
