@@ -11,6 +11,7 @@
 // products and 2-4x on the small ones (its small-matrix kernels).
 // Convolutions use the native kernel either way (conv.cpp).
 
+#include <algorithm>
 #include <cblas.h>
 
 #include "backends/cpu/f32_gemm.hpp"
@@ -78,6 +79,22 @@ MatmulDims plan_matmul(const MatmulOp& op) {
   d.a_batch_strides = broadcast_strides(ba, batch);
   d.b_batch_strides = broadcast_strides(bb, batch);
   d.batches = batch.numel();
+  // One rhs matrix for every lhs matrix, the lhs stacked without broadcast:
+  // [B..., m, k] @ [k, n] is one [B * m, k] @ [k, n] product (the lhs and
+  // the result are the same bytes either way). A [128, 1, 32] @ [32, 96]
+  // (an exported attention's projection) ran as 128 one-row products.
+  const bool rhs_shared =
+      std::all_of(d.b_batch_strides.begin(), d.b_batch_strides.end(), [](int64_t s) { return s == 0; });
+  // (A bias of more than one axis could differ per batch entry: the bf16
+  // kernel adds it per row of each product.)
+  const bool row_bias = !op.has_bias() || op.bias.shape.rank() <= 1;
+  if (d.batches > 1 && rhs_shared && row_bias && !op.transpose_lhs && ba.numel() == d.batches) {
+    d.m *= d.batches;
+    d.batches = 1;
+    d.batch_dims.clear();
+    d.a_batch_strides.clear();
+    d.b_batch_strides.clear();
+  }
   return d;
 }
 

@@ -197,7 +197,7 @@ void softmax_row(const T* x, T* y, int64_t n, bool log) {
   if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf: avoid inf - inf
   if (log) {
     const T sum = vector_math::exp_sum(x, mx, static_cast<T*>(nullptr), n);
-    vector_math::subtract(x, mx + static_cast<T>(std::log(sum)), y, n);
+    vector_math::subtract(x, mx, static_cast<T>(std::log(sum)), y, n);
   } else {
     const T sum = vector_math::exp_sum(x, mx, y, n);
     vector_math::scale(y, T(1) / sum, y, n);

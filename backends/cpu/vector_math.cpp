@@ -78,10 +78,10 @@ void ScaleImpl(const T* x, T factor, T* y, int64_t n) {
 }
 
 template <class T>
-void SubtractImpl(const T* x, T value, T* y, int64_t n) {
+void SubtractImpl(const T* x, T a, T b, T* y, int64_t n) {
   const hn::ScalableTag<T> d;
-  const auto s = hn::Set(d, value);
-  for_vectors(d, x, y, n, [&](auto v, int64_t) { return hn::Sub(v, s); });
+  const auto va = hn::Set(d, a), vb = hn::Set(d, b);
+  for_vectors(d, x, y, n, [&](auto v, int64_t) { return hn::Sub(hn::Sub(v, va), vb); });
 }
 
 float MaxF32(const float* x, int64_t n) { return MaxImpl(x, n); }
@@ -90,8 +90,8 @@ float ExpSumF32(const float* x, float shift, float* y, int64_t n) { return ExpSu
 double ExpSumF64(const double* x, double shift, double* y, int64_t n) { return ExpSumImpl(x, shift, y, n); }
 void ScaleF32(const float* x, float s, float* y, int64_t n) { ScaleImpl(x, s, y, n); }
 void ScaleF64(const double* x, double s, double* y, int64_t n) { ScaleImpl(x, s, y, n); }
-void SubtractF32(const float* x, float s, float* y, int64_t n) { SubtractImpl(x, s, y, n); }
-void SubtractF64(const double* x, double s, double* y, int64_t n) { SubtractImpl(x, s, y, n); }
+void SubtractF32(const float* x, float a, float b, float* y, int64_t n) { SubtractImpl(x, a, b, y, n); }
+void SubtractF64(const double* x, double a, double b, double* y, int64_t n) { SubtractImpl(x, a, b, y, n); }
 
 }  // namespace switchyard::backends::cpu::vector_math::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -120,8 +120,12 @@ double exp_sum(const double* x, double shift, double* y, int64_t n) {
 }
 void scale(const float* x, float s, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(ScaleF32)(x, s, y, n); }
 void scale(const double* x, double s, double* y, int64_t n) { HWY_DYNAMIC_DISPATCH(ScaleF64)(x, s, y, n); }
-void subtract(const float* x, float s, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(SubtractF32)(x, s, y, n); }
-void subtract(const double* x, double s, double* y, int64_t n) { HWY_DYNAMIC_DISPATCH(SubtractF64)(x, s, y, n); }
+void subtract(const float* x, float a, float b, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SubtractF32)(x, a, b, y, n);
+}
+void subtract(const double* x, double a, double b, double* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SubtractF64)(x, a, b, y, n);
+}
 
 }  // namespace switchyard::backends::cpu::vector_math
 #endif  // HWY_ONCE

@@ -26,8 +26,9 @@ double exp_sum(const double* x, double shift, double* y, int64_t n);
 void scale(const float* x, float s, float* y, int64_t n);
 void scale(const double* x, double s, double* y, int64_t n);
 
-/// y[i] = x[i] - s (`y` may be `x`).
-void subtract(const float* x, float s, float* y, int64_t n);
-void subtract(const double* x, double s, double* y, int64_t n);
+/// y[i] = (x[i] - a) - b (`y` may be `x`): log_softmax's x - max - log(sum),
+/// in that order, exact where x is near a large max.
+void subtract(const float* x, float a, float b, float* y, int64_t n);
+void subtract(const double* x, double a, double b, double* y, int64_t n);
 
 }  // namespace switchyard::backends::cpu::vector_math
