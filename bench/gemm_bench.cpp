@@ -35,14 +35,23 @@ struct Shape {
 };
 
 // The conv layer as GEMM (ResNet 3x3, 64 channels, 56x56), bench/'s matmul
-// sizes, and the MLP 784-512-512-10 at batch 64 (x @ w^T).
+// sizes, the MLP 784-512-512-10 at batch 64 (x @ w^T) and attention heads.
 const Shape shapes[] = {
-    {"conv3x3_64x3136x576", 64, 3136, 576, false}, {"conv1x1_64x3136x256", 64, 3136, 256, false},
-    {"layer4_512x49x4608", 512, 49, 4608, false},  {"matmul_256", 256, 256, 256, false},
-    {"matmul_1024", 1024, 1024, 1024, false},      {"matmul_2048", 2048, 2048, 2048, false},
-    {"mlp_64x512x784_T", 64, 512, 784, true},      {"mlp_64x512x512_T", 64, 512, 512, true},
-    {"mlp_64x10x512_T", 64, 10, 512, true},        {"linear_1x256x256_T", 1, 256, 256, true},
-    {"matmul_64x4x64", 64, 4, 64, false},          {"matmul_17x17x17", 17, 17, 17, false},
+    {"conv3x3_64x3136x576", 64, 3136, 576, false},
+    {"conv1x1_64x3136x256", 64, 3136, 256, false},
+    {"layer4_512x49x4608", 512, 49, 4608, false},
+    {"matmul_256", 256, 256, 256, false},
+    {"matmul_1024", 1024, 1024, 1024, false},
+    {"matmul_2048", 2048, 2048, 2048, false},
+    {"mlp_64x512x784_T", 64, 512, 784, true},
+    {"mlp_64x512x512_T", 64, 512, 512, true},
+    {"mlp_64x10x512_T", 64, 10, 512, true},
+    {"linear_1x256x256_T", 1, 256, 256, true},
+    {"matmul_64x4x64", 64, 4, 64, false},
+    {"matmul_17x17x17", 17, 17, 17, false},
+    // One head of the ONNX transformer encoder's attention (sequence 128, head 8).
+    {"attn_pv_128x8x128", 128, 8, 128, false},
+    {"attn_qk_128x128x8", 128, 128, 8, false},
 };
 
 bool cpu_time = false;
