@@ -382,3 +382,44 @@ TEST_CASE("separable max pools agree with the reference around NaN and -inf", "[
               agree([&](const Device& d) { return nn::max_pool(make(d, t, xs, v), o); });
             }
 }
+
+// PyTorch 1.13's CPU convolutions differ here, and so does Switchyard (the
+// README says which does what): an Inf weight on a tap over zero padding is
+// multiplied by the padding's zero (NaN) in a GEMM convolution and left out
+// in a depthwise one. Finite weights give the same values either way.
+TEST_CASE("an Inf weight over zero padding gives PyTorch's border values", "[ops][conv]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> w(3 * 2 * 9, 0.5);
+  w[0] = inf;  // output channel 0, tap (0, 0): reads the padding for row 0 and column 0
+  std::vector<double> dw(4 * 9, 1.0);
+  for (size_t c = 0; c < 4; ++c) dw[c * 9] = inf;
+  for (const Device& d : devices()) {
+    INFO(label(d));
+    auto y = run_on(
+        [&](const Device& dev) {
+          return nn::conv2d(make(dev, DType::f32, {1, 2, 5, 5}, std::vector<double>(50, 1.0)),
+                            make(dev, DType::f32, {3, 2, 3, 3}, w), {}, 1, 1);
+        },
+        d);
+    auto z = run_on(
+        [&](const Device& dev) {
+          return nn::conv2d(make(dev, DType::f32, {1, 4, 5, 5}, std::vector<double>(100, 1.0)),
+                            make(dev, DType::f32, {4, 1, 3, 3}, dw), {}, 1, 1, 1, 4);
+        },
+        d);
+    REQUIRE(y);
+    REQUIRE(z);
+    const auto yv = y->to_vector<double>(), zv = z->to_vector<double>();
+    REQUIRE(yv.size() == 75);
+    REQUIRE(zv.size() == 100);
+    CHECK(yv[6] == inf);   // channel 0 at (1, 1): every tap inside the image
+    CHECK(yv[25] == 4.0);  // channel 1 at (0, 0): 4 in-image taps of 0.5, times 2 channels
+    CHECK(zv[0] == 4.0);   // depthwise (0, 0): the Inf tap is padding, left out
+    CHECK(zv[1] == 6.0);   // (0, 1) likewise
+    CHECK(zv[6] == inf);   // (1, 1)
+    if (d.kind() == "reference")
+      CHECK(yv[0] == 4.0);  // the reference leaves padded taps out everywhere (as channel 1)
+    else if (d.kind() == "cpu")
+      CHECK(std::isnan(yv[0]));  // 0 x Inf, as PyTorch's CPU conv2d
+  }
+}
