@@ -1684,3 +1684,50 @@ TEST_CASE("onnx: read_value_proto reads SequenceProto and OptionalProto files", 
         2);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("onnx: a sequence input keys the plan by its length and element shapes", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // n = SequenceLength(seq) is host arithmetic a plan keeps: it must follow
+  // the sequence given, run after run.
+  Builder m(17);
+  set_seq_type(m.g().add_input(), "seq", pb::TensorProto::FLOAT);
+  m.node("SequenceLength", {"seq"}, {"n"}, "count");
+  m.node("SequenceAt", {"seq", "n_minus_one"}, {"last"}, "last");
+  m.init_i64("one", {1}, {});
+  m.node("Sub", {"n", "one"}, {"n_minus_one"}, "minus");
+  m.node("Shape", {"last"}, {"last_shape"}, "shape");
+  auto& cat = m.node("ConcatFromSequence", {"seq"}, {"stacked"}, "stack");
+  attr_i(cat, "axis", 0);
+  attr_i(cat, "new_axis", 1);
+  m.output("n", pb::TensorProto::INT64, {});
+  m.output("last_shape", pb::TensorProto::INT64, {int64_t{1}});
+  m.output("stacked", pb::TensorProto::FLOAT, {std::string("n"), std::string("k")});
+  // (nodes out of order above: sort them as ONNX requires)
+  auto* nodes = m.g().mutable_node();
+  std::swap(*nodes->Mutable(1), *nodes->Mutable(2));
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto two = sy::onnx::HostValue::sequence({f32({1, 2}, {2}), f32({3, 4}, {2})});
+  auto three = sy::onnx::HostValue::sequence({f32({1}, {1}), f32({2}, {1}), f32({3}, {1})});
+  for (int round = 0; round < 2; ++round) {
+    auto out = infer_values(model, {{"seq", two}});
+    CHECK(out.at("n").tensor().to_vector<int64_t>() == std::vector<int64_t>{2});
+    CHECK(out.at("last_shape").tensor().to_vector<int64_t>() == std::vector<int64_t>{2});
+    CHECK(out.at("stacked").tensor().shape == sy::Shape{2, 2});
+    CHECK(out.at("stacked").tensor().to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+    out = infer_values(model, {{"seq", three}});
+    CHECK(out.at("n").tensor().to_vector<int64_t>() == std::vector<int64_t>{3});
+    CHECK(out.at("last_shape").tensor().to_vector<int64_t>() == std::vector<int64_t>{1});
+    CHECK(out.at("stacked").tensor().to_vector<float>() == std::vector<float>{1, 2, 3});
+  }
+  CHECK(model.cached_plans() == 2);
+  // Stacked elements must agree in shape; the error names the node.
+  auto ragged = sy::onnx::HostValue::sequence({f32({1, 2}, {2}), f32({3}, {1})});
+  CHECK_THAT(error_of([&] {
+               (void)model.infer_values({{"seq", ragged}});
+             }),
+             Catch::Contains("node 'stack' (ConcatFromSequence)") &&
+                 Catch::Contains("element 1 has shape [1], element 0 [2]"));
+  // A default HostValue is an empty optional (so a map's operator[] works).
+  sy::onnx::HostValueMap map;
+  CHECK(map["anything"].is_none());
+}

@@ -2472,30 +2472,38 @@ Outs concat_from_sequence(Ctx& ctx) {
                                          std::string(name_of(seq.items[k].dtype())) + ", element 0 is " +
                                          std::string(name_of(first.dtype())));
   const size_t rank = first.shape().rank();
-  if (ctx.attr_i("new_axis", 0) != 0) return Outs{stack_values(ctx, seq.items, axis_of(ctx, a->i(), rank + 1))};
-  if (rank == 0) ctx.fail(Errc::invalid_argument, "cannot concatenate scalars (without new_axis)");
-  const int64_t axis = axis_of(ctx, a->i(), rank);
-  for (size_t k = 1; k < seq.items.size(); ++k) {
-    const Shape& sk = seq.items[k].shape();
-    bool ok = sk.rank() == rank;
-    for (size_t d = 0; ok && d < rank; ++d) ok = static_cast<int64_t>(d) == axis || sk[d] == first.shape()[d];
+  // new_axis: each element unsqueezed at the axis (which may be rank: the
+  // end), then concatenated there; shapes must then agree but for the axis.
+  const bool stack = ctx.attr_i("new_axis", 0) != 0;
+  if (!stack && rank == 0) ctx.fail(Errc::invalid_argument, "cannot concatenate scalars (without new_axis)");
+  const int64_t axis = axis_of(ctx, a->i(), stack ? rank + 1 : rank);
+  std::vector<Value> items = seq.items;
+  if (stack)
+    for (auto& v : items) v = unsqueeze_value(ctx, v, {axis});
+  const Shape& s0 = items.front().shape();
+  for (size_t k = 1; k < items.size(); ++k) {
+    const Shape& sk = items[k].shape();
+    bool ok = sk.rank() == s0.rank();
+    for (size_t d = 0; ok && d < s0.rank(); ++d) ok = static_cast<int64_t>(d) == axis || sk[d] == s0[d];
     if (!ok)
-      ctx.fail(Errc::shape_mismatch, "element " + std::to_string(k) + " has shape " + sk.to_string() + ", element 0 " +
-                                         first.shape().to_string() + " (axis " + std::to_string(axis) + " may differ)");
+      ctx.fail(Errc::shape_mismatch,
+               "element " + std::to_string(k) + " has shape " + seq.items[k].shape().to_string() + ", element 0 " +
+                   first.shape().to_string() +
+                   (stack ? " (stacked elements must agree)" : " (only axis " + std::to_string(axis) + " may differ)"));
   }
   bool host = true;
   int64_t total = 0;
-  for (const auto& v : seq.items) {
+  for (const auto& v : items) {
     host = host && v.host.has_value();
     total += v.shape().numel();
   }
   if (host && total <= kHostMax) {
     std::vector<const TensorData*> parts;
-    for (const auto& v : seq.items) parts.push_back(&*v.host);
+    for (const auto& v : items) parts.push_back(&*v.host);
     return Outs{host_value(host_concat(parts, axis))};
   }
   std::vector<Tensor> parts;
-  for (const auto& v : seq.items) {
+  for (const auto& v : items) {
     Tensor t = v.dev.defined() ? v.dev : ctx.device().from_data(*v.host);
     parts.push_back(t.device() == ctx.device() ? t : t.to(ctx.device()));
   }

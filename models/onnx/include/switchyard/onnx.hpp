@@ -45,6 +45,8 @@ using DataMap = std::map<std::string, TensorData>;
 /// that holds a value is given (and returned) as that tensor or sequence.
 class HostValue {
  public:
+  /// An empty optional (as none()).
+  HostValue() = default;
   /// A tensor (implicit, so a TensorData stands wherever a HostValue does).
   HostValue(TensorData tensor);  // NOLINT(google-explicit-constructor)
   /// An ONNX sequence of `items`, in order.
@@ -62,7 +64,6 @@ class HostValue {
 
  private:
   enum class Kind { tensor, sequence, none };
-  HostValue() = default;
   Kind kind_ = Kind::none;
   std::vector<TensorData> items_;  // one for a tensor
 };
