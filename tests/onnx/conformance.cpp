@@ -115,18 +115,55 @@ Result run_case(const fs::path& dir, const sy::Device& device) {
       if (in_files.size() > ins.size())
         return {Outcome::fail,
                 std::to_string(in_files.size()) + " inputs given, the model takes " + std::to_string(ins.size())};
-      sy::onnx::DataMap inputs;
-      for (size_t i = 0; i < in_files.size(); ++i)
-        inputs.emplace(ins[i].name, sy::onnx::read_tensor_proto(in_files[i].string()));
-      auto outs = model.run(inputs);
+      // Sequences and optionals (input_N.pb a SequenceProto or an
+      // OptionalProto) go through infer_values(); tensor-only models
+      // through run(), as users call it.
       const auto& decl = model.outputs();
+      auto is_tensor = [](const sy::onnx::ValueInfo& v) { return v.kind == sy::onnx::ValueKind::tensor; };
+      if (std::all_of(ins.begin(), ins.end(), is_tensor) && std::all_of(decl.begin(), decl.end(), is_tensor)) {
+        sy::onnx::DataMap inputs;
+        for (size_t i = 0; i < in_files.size(); ++i)
+          inputs.emplace(ins[i].name, sy::onnx::read_tensor_proto(in_files[i].string()));
+        auto outs = model.run(inputs);
+        for (size_t i = 0; i < out_files.size() && i < decl.size(); ++i) {
+          auto want = sy::onnx::read_tensor_proto(out_files[i].string());
+          auto it = outs.find(decl[i].name);
+          if (it == outs.end()) return {Outcome::fail, "output '" + decl[i].name + "' missing"};
+          auto f = it->second.read();
+          if (!f.wait_for(kReadTimeout)) return {Outcome::fail, "output '" + decl[i].name + "' not ready after 60 s"};
+          if (auto diff = compare(f.get(), want, decl[i].name, tol); !diff.empty()) return {Outcome::fail, diff};
+        }
+        continue;
+      }
+      sy::onnx::HostValueMap inputs;
+      for (size_t i = 0; i < in_files.size(); ++i)
+        inputs.emplace(ins[i].name, sy::onnx::read_value_proto(in_files[i].string(), ins[i].kind));
+      auto f = model.infer_values(inputs);
+      if (!f.wait_for(kReadTimeout)) return {Outcome::fail, "outputs not ready after 60 s"};
+      auto outs = f.get();
       for (size_t i = 0; i < out_files.size() && i < decl.size(); ++i) {
-        auto want = sy::onnx::read_tensor_proto(out_files[i].string());
-        auto it = outs.find(decl[i].name);
-        if (it == outs.end()) return {Outcome::fail, "output '" + decl[i].name + "' missing"};
-        auto f = it->second.read();
-        if (!f.wait_for(kReadTimeout)) return {Outcome::fail, "output '" + decl[i].name + "' not ready after 60 s"};
-        if (auto diff = compare(f.get(), want, decl[i].name, tol); !diff.empty()) return {Outcome::fail, diff};
+        auto want = sy::onnx::read_value_proto(out_files[i].string(), decl[i].kind);
+        const std::string& name = decl[i].name;
+        auto it = outs.find(name);
+        if (it == outs.end()) return {Outcome::fail, "output '" + name + "' missing"};
+        const auto& got = it->second;
+        if (want.is_none() || got.is_none()) {
+          if (want.is_none() != got.is_none())
+            return {Outcome::fail, "output '" + name + "': " + (got.is_none() ? "none" : "a value") + ", expected " +
+                                       (want.is_none() ? "none" : "a value")};
+        } else if (want.is_sequence()) {
+          if (!got.is_sequence()) return {Outcome::fail, "output '" + name + "': a tensor, expected a sequence"};
+          if (got.items().size() != want.items().size())
+            return {Outcome::fail, "output '" + name + "': " + std::to_string(got.items().size()) +
+                                       " tensors, expected " + std::to_string(want.items().size())};
+          for (size_t k = 0; k < want.items().size(); ++k)
+            if (auto diff = compare(got.items()[k], want.items()[k], name + "[" + std::to_string(k) + "]", tol);
+                !diff.empty())
+              return {Outcome::fail, diff};
+        } else {
+          if (!got.is_tensor()) return {Outcome::fail, "output '" + name + "': a sequence, expected a tensor"};
+          if (auto diff = compare(got.tensor(), want.tensor(), name, tol); !diff.empty()) return {Outcome::fail, diff};
+        }
       }
     }
     return {};
@@ -176,8 +213,10 @@ constexpr const char* kBlocked = R"(## What is not supported, and why
   BitShift runs on UINT8 only, so its 16/32/64-bit cases are refused.
 - **Data-dependent output shapes** (NonZero, Unique, Compress, NonMaxSuppression) run: they read their input on
   the host (a sync when the device computed it; the model is then replanned on every run).
-- **Control flow**: If, Loop and Scan run their subgraphs (which read outer values). **Non-tensor values**
-  (sequences, maps, optionals) have no Switchyard counterpart: cases that take or build one are refused.
+- **Control flow**: If, Loop and Scan run their subgraphs (which read outer values). **Sequences and optionals**
+  (issue #19) are values of the loader: a sequence a list of tensors, an optional empty or one value; they pass
+  through If branches and loop-carried values, and the Sequence* and Optional* ops, SplitToSequence,
+  ConcatFromSequence and SequenceMap run on them. **Maps** (and sparse tensors) have no counterpart and are refused.
 - **Random ops** (Bernoulli, RandomUniform(Like), RandomNormal(Like), Dropout in training mode): the device's
   stream cannot reproduce ONNX's expected outputs. Training (BatchNormalization's training_mode, the
   ai.onnx.preview.training domain) is out of scope.

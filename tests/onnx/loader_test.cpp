@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 #include <random>
 #include <thread>
@@ -1299,4 +1300,434 @@ TEST_CASE("onnx: Pow by a constant 2 squares and keeps the broadcast shape", "[o
     CHECK(c[0] == -27.0);
     CHECK(c[3] == -inf);
   }
+}
+
+// --- sequences and optionals (issue 19) ---
+
+namespace {
+
+// A sequence of `elem` tensors (optional: an optional of one).
+void set_seq_type(pb::ValueInfoProto* v, const std::string& name, int elem, bool optional = false) {
+  v->set_name(name);
+  auto* t = v->mutable_type();
+  if (optional) t = t->mutable_optional_type()->mutable_elem_type();
+  t->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(elem);
+}
+void set_opt_type(pb::ValueInfoProto* v, const std::string& name, int elem) {
+  v->set_name(name);
+  v->mutable_type()->mutable_optional_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(elem);
+}
+
+sy::TensorData f32(std::vector<float> v, sy::Shape s) { return sy::TensorData::from(v, std::move(s)); }
+sy::TensorData i64(std::vector<int64_t> v, sy::Shape s = {}) { return sy::TensorData::from(v, std::move(s)); }
+
+sy::onnx::HostValueMap infer_values(const sy::onnx::Model& model, const sy::onnx::HostValueMap& in) {
+  auto f = model.infer_values(in);
+  REQUIRE(f.wait_for(kWait));
+  return f.get();
+}
+
+// The message of the Error that `f` throws ("" if none).
+template <class F>
+std::string error_of(F f, sy::Errc* code = nullptr) {
+  try {
+    f();
+  } catch (const sy::Error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::vector<float>> floats_of(const sy::onnx::HostValue& v) {
+  std::vector<std::vector<float>> out;
+  for (const auto& t : v.items()) out.push_back(t.to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: SequenceInsert, Erase, At and Length follow ONNX's positions", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m(17);
+  for (const char* n : {"a", "b", "c", "d"}) m.input(n, pb::TensorProto::FLOAT, {int64_t{1}});
+  m.input("k", pb::TensorProto::INT64, {});
+  m.init_i64("minus_one", {-1}, {});
+  m.init_i64("minus_three", {-3}, {1});
+  m.node("SequenceConstruct", {"a", "b"}, {"s"}, "make");
+  m.node("SequenceInsert", {"s", "c"}, {"s2"}, "append");             // no position: at the end
+  m.node("SequenceInsert", {"s2", "d", "minus_one"}, {"s3"}, "put");  // before the last
+  m.node("SequenceErase", {"s3"}, {"s4"}, "drop_last");               // no position: the last
+  m.node("SequenceErase", {"s4", "minus_three"}, {"s5"}, "drop_first");
+  m.node("SequenceLength", {"s3"}, {"n"}, "count");
+  m.node("SequenceAt", {"s3", "k"}, {"at"}, "pick");
+  set_seq_type(m.g().add_output(), "s3", pb::TensorProto::FLOAT);
+  set_seq_type(m.g().add_output(), "s5", pb::TensorProto::FLOAT);
+  m.output("n", pb::TensorProto::INT64, {});
+  m.output("at", pb::TensorProto::FLOAT, {int64_t{1}});
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    CHECK(model.outputs()[0].kind == sy::onnx::ValueKind::sequence);
+    CHECK(model.outputs()[2].kind == sy::onnx::ValueKind::tensor);
+    sy::onnx::HostValueMap in{{"a", f32({1}, {1})}, {"b", f32({2}, {1})}, {"c", f32({3}, {1})}, {"d", f32({4}, {1})}};
+    for (auto [k, want] : std::vector<std::pair<int64_t, float>>{{-1, 3}, {2, 4}, {0, 1}, {-4, 1}}) {
+      in.insert_or_assign("k", i64({k}));
+      auto out = infer_values(model, in);
+      CHECK(floats_of(out.at("s3")) == std::vector<std::vector<float>>{{1}, {2}, {4}, {3}});
+      CHECK(floats_of(out.at("s5")) == std::vector<std::vector<float>>{{2}, {4}});
+      CHECK(out.at("n").tensor().to_vector<int64_t>() == std::vector<int64_t>{4});
+      CHECK(out.at("at").tensor().to_vector<float>() == std::vector<float>{want});
+    }
+    // A position past either end fails naming the node and the position.
+    for (int64_t k : {4, -5}) {
+      in.insert_or_assign("k", i64({k}));
+      sy::Errc code{};
+      auto what = error_of([&] { (void)infer_values(model, in); }, &code);
+      CHECK(code == sy::Errc::index_out_of_range);
+      CHECK_THAT(what,
+                 Catch::Contains("node 'pick' (SequenceAt)") &&
+                     Catch::Contains("position " + std::to_string(k) + " is out of range for a sequence of 4 tensors"));
+    }
+    // The tensor-only calls cannot return a sequence: refused, naming it.
+    std::map<std::string, sy::TensorData> plain{{"a", f32({1}, {1})}};
+    CHECK_THAT(error_of([&] { (void)model.run(plain); }),
+               Catch::Contains("output 's3' is a sequence") && Catch::Contains("infer_values"));
+  }
+}
+
+TEST_CASE("onnx: a sequence holds one dtype; an empty optional cannot be read", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  {
+    Builder m(17);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.input("i", pb::TensorProto::INT64, {int64_t{2}});
+    m.node("SequenceConstruct", {"x", "i"}, {"s"}, "mixed");
+    set_seq_type(m.g().add_output(), "s", pb::TensorProto::FLOAT);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    sy::Errc code{};
+    auto what = error_of([&] { (void)model.infer_values({{"x", f32({1, 2}, {2})}, {"i", i64({1, 2}, {2})}}); }, &code);
+    CHECK(code == sy::Errc::dtype_mismatch);
+    CHECK_THAT(what, Catch::Contains("node 'mixed' (SequenceConstruct)") && Catch::Contains("input 1 ('i') is i64") &&
+                         Catch::Contains("holds f32"));
+  }
+  {
+    // SequenceEmpty's dtype (FLOAT by default) holds for what is inserted.
+    Builder m(17);
+    m.input("i", pb::TensorProto::INT64, {int64_t{2}});
+    m.node("SequenceEmpty", {}, {"e"}, "empty");
+    m.node("SequenceInsert", {"e", "i"}, {"s"}, "add_ints");
+    set_seq_type(m.g().add_output(), "s", pb::TensorProto::INT64);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    CHECK_THAT(error_of([&] {
+                 (void)model.infer_values({{"i", i64({1, 2}, {2})}});
+               }),
+               Catch::Contains("node 'add_ints' (SequenceInsert)") && Catch::Contains("input 1 ('i') is i64"));
+  }
+  {
+    // A sequence input's elements are checked against its declared dtype;
+    // a tensor, a sequence and none each only where declared.
+    Builder m(17);
+    set_seq_type(m.g().add_input(), "seq", pb::TensorProto::FLOAT);
+    m.node("SequenceLength", {"seq"}, {"n"}, "count");
+    m.output("n", pb::TensorProto::INT64, {});
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    CHECK(model.inputs()[0].kind == sy::onnx::ValueKind::sequence);
+    auto seq = sy::onnx::HostValue::sequence({f32({1}, {1}), i64({1}, {1})});
+    CHECK_THAT(error_of([&] {
+                 (void)model.infer_values({{"seq", seq}});
+               }),
+               Catch::Contains("input 'seq' element 1 must be f32, got i64"));
+    CHECK_THAT(error_of([&] {
+                 (void)model.infer_values({{"seq", f32({1}, {1})}});
+               }),
+               Catch::Contains("input 'seq' is a sequence, given a tensor"));
+    CHECK_THAT(error_of([&] {
+                 (void)model.infer_values({{"seq", sy::onnx::HostValue::none()}});
+               }),
+               Catch::Contains("input 'seq' is not optional, given none"));
+    CHECK_THAT(error_of([&] {
+                 (void)model.infer({{"seq", f32({1}, {1})}});
+               }),
+               Catch::Contains("input 'seq' is a sequence: give it through infer_values()"));
+    auto out = infer_values(model, {{"seq", sy::onnx::HostValue::sequence({})}});
+    CHECK(out.at("n").tensor().to_vector<int64_t>() == std::vector<int64_t>{0});
+  }
+  {
+    // A tensor op given a sequence names the input rather than reading it.
+    Builder m(17);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.node("SequenceConstruct", {"x"}, {"s"}, "wrap");
+    m.node("Relu", {"s"}, {"y"}, "act");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    CHECK_THAT(
+        error_of([&] {
+          (void)model.infer_values({{"x", f32({1, 2}, {2})}});
+        }),
+        Catch::Contains("node 'act' (Relu)") && Catch::Contains("input 0 ('s') is a sequence, expected a tensor"));
+  }
+}
+
+TEST_CASE("onnx: Optional, OptionalHasElement and OptionalGetElement, given a tensor or none", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(17);
+  set_opt_type(m.g().add_input(), "opt", pb::TensorProto::FLOAT);
+  m.node("OptionalHasElement", {"opt"}, {"has"}, "has");
+  m.node("Identity", {"opt"}, {"same"}, "pass");
+  auto& none = m.node("Optional", {}, {"nothing"}, "nothing");
+  auto* tp = none.add_attribute();
+  tp->set_name("type");
+  tp->set_type(pb::AttributeProto::TYPE_PROTO);
+  tp->mutable_tp()->mutable_tensor_type()->set_elem_type(pb::TensorProto::FLOAT);
+  m.node("OptionalHasElement", {"nothing"}, {"has_nothing"}, "has_nothing");
+  m.output("has", pb::TensorProto::BOOL, {});
+  set_opt_type(m.g().add_output(), "same", pb::TensorProto::FLOAT);
+  m.output("has_nothing", pb::TensorProto::BOOL, {});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  CHECK(model.inputs()[0].kind == sy::onnx::ValueKind::optional_tensor);
+
+  auto out = infer_values(model, {{"opt", f32({5, 6}, {2})}});
+  CHECK(out.at("has").tensor().to_vector<bool>() == std::vector<bool>{true});
+  CHECK(out.at("same").tensor().to_vector<float>() == std::vector<float>{5, 6});
+  CHECK(out.at("has_nothing").tensor().to_vector<bool>() == std::vector<bool>{false});
+  out = infer_values(model, {{"opt", sy::onnx::HostValue::none()}});
+  CHECK(out.at("has").tensor().to_vector<bool>() == std::vector<bool>{false});
+  CHECK(out.at("same").is_none());
+  CHECK_THROWS_AS(out.at("same").tensor(), sy::Error);
+
+  // Reading an empty optional fails naming the node and the input.
+  Builder g(17);
+  set_opt_type(g.g().add_input(), "opt", pb::TensorProto::FLOAT);
+  g.node("OptionalGetElement", {"opt"}, {"y"}, "unwrap");
+  g.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto get = sy::onnx::Model::load_bytes(g.bytes(), rt.cpu());
+  CHECK(infer_values(get, {{"opt", f32({7, 8}, {2})}}).at("y").tensor().to_vector<float>() == std::vector<float>{7, 8});
+  // (an optional tensor input also takes a plain tensor through infer())
+  auto plain = get.infer({{"opt", f32({7, 8}, {2})}});
+  REQUIRE(plain.wait_for(kWait));
+  CHECK(plain.get().at("y").to_vector<float>() == std::vector<float>{7, 8});
+  CHECK_THAT(
+      error_of([&] {
+        (void)get.infer_values({{"opt", sy::onnx::HostValue::none()}});
+      }),
+      Catch::Contains("node 'unwrap' (OptionalGetElement)") && Catch::Contains("input 0 ('opt') is an empty optional"));
+}
+
+TEST_CASE("onnx: SplitToSequence with and without split, and ConcatFromSequence back", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m(17);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.init_i64("two", {2}, {});
+  m.init_i64("one_two", {1, 2}, {2});
+  auto& ones = m.node("SplitToSequence", {"x"}, {"cols"}, "columns");  // [2] x 3: keepdims 0 drops the axis
+  attr_i(ones, "axis", 1);
+  attr_i(ones, "keepdims", 0);
+  m.node("SplitToSequence", {"x"}, {"rows"}, "rows");                                  // [1, 3] x 2: axis 0, keepdims 1
+  attr_i(m.node("SplitToSequence", {"x", "two"}, {"chunks"}, "chunks"), "axis", -1);   // [2, 2], [2, 1]
+  attr_i(m.node("SplitToSequence", {"x", "one_two"}, {"parts"}, "parts"), "axis", 1);  // [2, 1], [2, 2]
+  auto& stack = m.node("ConcatFromSequence", {"cols"}, {"stacked"}, "stack");          // new axis at the end: x again
+  attr_i(stack, "axis", -1);
+  attr_i(stack, "new_axis", 1);
+  attr_i(m.node("ConcatFromSequence", {"parts"}, {"joined"}, "join"), "axis", 1);  // x again
+  attr_i(m.node("ConcatFromSequence", {"rows"}, {"tall"}, "tall"), "axis", 0);     // x again
+  for (const char* s : {"cols", "rows", "chunks", "parts"}) set_seq_type(m.g().add_output(), s, pb::TensorProto::FLOAT);
+  for (const char* s : {"stacked", "joined", "tall"}) m.output(s, pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto out = infer_values(model, {{"x", f32(x, {2, 3})}});
+    CHECK(floats_of(out.at("cols")) == std::vector<std::vector<float>>{{1, 4}, {2, 5}, {3, 6}});
+    CHECK(out.at("cols").items()[0].shape == sy::Shape{2});
+    CHECK(floats_of(out.at("rows")) == std::vector<std::vector<float>>{{1, 2, 3}, {4, 5, 6}});
+    CHECK(out.at("rows").items()[1].shape == sy::Shape{1, 3});
+    CHECK(floats_of(out.at("chunks")) == std::vector<std::vector<float>>{{1, 2, 4, 5}, {3, 6}});
+    CHECK(out.at("chunks").items()[1].shape == sy::Shape{2, 1});
+    CHECK(floats_of(out.at("parts")) == std::vector<std::vector<float>>{{1, 4}, {2, 3, 5, 6}});
+    CHECK(out.at("parts").items()[1].shape == sy::Shape{2, 2});
+    for (const char* s : {"stacked", "joined", "tall"}) {
+      CHECK(out.at(s).tensor().shape == sy::Shape{2, 3});
+      CHECK(out.at(s).tensor().to_vector<float>() == x);
+    }
+  }
+  // Split sizes must cover the axis; ConcatFromSequence needs an element.
+  Builder bad(17);
+  bad.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  bad.init_i64("one_one", {1, 1}, {2});
+  attr_i(bad.node("SplitToSequence", {"x", "one_one"}, {"parts"}, "short"), "axis", 1);
+  set_seq_type(bad.g().add_output(), "parts", pb::TensorProto::FLOAT);
+  auto model = sy::onnx::Model::load_bytes(bad.bytes(), rt.cpu());
+  CHECK_THAT(
+      error_of([&] {
+        (void)model.infer_values({{"x", f32(x, {2, 3})}});
+      }),
+      Catch::Contains("node 'short' (SplitToSequence)") && Catch::Contains("split sizes add up to 2, the axis has 3"));
+  Builder empty(17);
+  empty.node("SequenceEmpty", {}, {"e"}, "none_yet");
+  attr_i(empty.node("ConcatFromSequence", {"e"}, {"y"}, "cat"), "axis", 0);
+  empty.output("y", pb::TensorProto::FLOAT, {int64_t{0}});
+  auto cat_model = sy::onnx::Model::load_bytes(empty.bytes(), rt.cpu());
+  CHECK_THAT(error_of([&] { (void)cat_model.infer_values({}); }),
+             Catch::Contains("node 'cat' (ConcatFromSequence)") && Catch::Contains("'e') is an empty sequence"));
+}
+
+TEST_CASE("onnx: SequenceMap over two sequences and a tensor, with two outputs", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // out[k] = a[k] + b[k] + t, shapes[k] = Shape(a[k]).
+  Builder m(17);
+  set_seq_type(m.g().add_input(), "a", pb::TensorProto::FLOAT);
+  set_seq_type(m.g().add_input(), "b", pb::TensorProto::FLOAT);
+  m.input("t", pb::TensorProto::FLOAT, {});
+  Body body("add_three");
+  body.input("ai", pb::TensorProto::FLOAT, {std::string("n")});
+  body.input("bi", pb::TensorProto::FLOAT, {std::string("n")});
+  body.input("ti", pb::TensorProto::FLOAT, {});
+  body.node("Add", {"ai", "bi"}, {"ab"});
+  body.node("Add", {"ab", "ti"}, {"sum"});
+  body.node("Shape", {"ai"}, {"shape"});
+  body.output("sum", pb::TensorProto::FLOAT, {std::string("n")});
+  body.output("shape", pb::TensorProto::INT64, {int64_t{1}});
+  attr_g(m.node("SequenceMap", {"a", "b", "t"}, {"sums", "shapes"}, "map"), "body", body);
+  set_seq_type(m.g().add_output(), "sums", pb::TensorProto::FLOAT);
+  set_seq_type(m.g().add_output(), "shapes", pb::TensorProto::INT64);
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto a = sy::onnx::HostValue::sequence({f32({1, 2}, {2}), f32({3}, {1})});
+  auto b = sy::onnx::HostValue::sequence({f32({10, 20}, {2}), f32({30}, {1})});
+  auto out = infer_values(model, {{"a", a}, {"b", b}, {"t", f32({100}, {})}});
+  CHECK(floats_of(out.at("sums")) == std::vector<std::vector<float>>{{111, 122}, {133}});
+  REQUIRE(out.at("shapes").items().size() == 2);
+  CHECK(out.at("shapes").items()[0].to_vector<int64_t>() == std::vector<int64_t>{2});
+  CHECK(out.at("shapes").items()[1].to_vector<int64_t>() == std::vector<int64_t>{1});
+  // Sequences of different lengths fail naming the node and the input.
+  auto short_b = sy::onnx::HostValue::sequence({f32({10, 20}, {2})});
+  CHECK_THAT(
+      error_of([&] {
+        (void)model.infer_values({{"a", a}, {"b", short_b}, {"t", f32({100}, {})}});
+      }),
+      Catch::Contains("node 'map' (SequenceMap)") && Catch::Contains("input 1 ('b') holds 1 tensors, input 0 holds 2"));
+  // An empty sequence maps to empty sequences.
+  auto none = infer_values(
+      model,
+      {{"a", sy::onnx::HostValue::sequence({})}, {"b", sy::onnx::HostValue::sequence({})}, {"t", f32({100}, {})}});
+  CHECK(none.at("sums").items().empty());
+}
+
+TEST_CASE("onnx: sequences cross If branches and Loop-carried values", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // s = c ? [x] : SplitToSequence(x); then a Loop appends x * i for i < M
+  // to s; y = ConcatFromSequence(s) along axis 0.
+  Builder m(17);
+  m.input("c", pb::TensorProto::BOOL, {});
+  m.input("M", pb::TensorProto::INT64, {});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+  Body then_b("whole"), else_b("split");
+  then_b.node("SequenceConstruct", {"x"}, {"t"});
+  set_seq_type(then_b.g.add_output(), "t", pb::TensorProto::FLOAT);
+  else_b.node("SplitToSequence", {"x"}, {"e"});
+  set_seq_type(else_b.g.add_output(), "e", pb::TensorProto::FLOAT);
+  auto& branch = m.node("If", {"c"}, {"s"}, "choose");
+  attr_g(branch, "then_branch", then_b);
+  attr_g(branch, "else_branch", else_b);
+  Body body("append");
+  body.input("i", pb::TensorProto::INT64, {});
+  body.input("cond_in", pb::TensorProto::BOOL, {});
+  set_seq_type(body.g.add_input(), "seq_in", pb::TensorProto::FLOAT);
+  body.node("Identity", {"cond_in"}, {"cond_out"});
+  auto& cast = body.node("Cast", {"i"}, {"fi"});
+  attr_i(cast, "to", pb::TensorProto::FLOAT);
+  body.node("Mul", {"x", "fi"}, {"xi"});
+  body.node("SequenceInsert", {"seq_in", "xi"}, {"seq_out"});
+  body.output("cond_out", pb::TensorProto::BOOL, {});
+  set_seq_type(body.g.add_output(), "seq_out", pb::TensorProto::FLOAT);
+  attr_g(m.node("Loop", {"M", "", "s"}, {"grown"}, "grow"), "body", body);
+  attr_i(m.node("ConcatFromSequence", {"grown"}, {"y"}, "cat"), "axis", 0);
+  set_seq_type(m.g().add_output(), "grown", pb::TensorProto::FLOAT);
+  m.output("y", pb::TensorProto::FLOAT, {std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = f32({1, 2}, {2});
+  auto out = infer_values(model, {{"c", flag(true)}, {"M", i64({3})}, {"x", x}});
+  CHECK(floats_of(out.at("grown")) == std::vector<std::vector<float>>{{1, 2}, {0, 0}, {1, 2}, {2, 4}});
+  CHECK(out.at("y").tensor().to_vector<float>() == std::vector<float>{1, 2, 0, 0, 1, 2, 2, 4});
+  out = infer_values(model, {{"c", flag(false)}, {"M", i64({1})}, {"x", x}});
+  CHECK(floats_of(out.at("grown")) == std::vector<std::vector<float>>{{1}, {2}, {0, 0}});
+  CHECK(out.at("y").tensor().to_vector<float>() == std::vector<float>{1, 2, 0, 0});
+}
+
+TEST_CASE("onnx: read_value_proto reads SequenceProto and OptionalProto files", "[onnx]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sy_onnx_values_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const google::protobuf::MessageLite& msg) {
+    std::ofstream out(dir / name, std::ios::binary);
+    REQUIRE(msg.SerializeToOstream(&out));
+    return (dir / name).string();
+  };
+  pb::TensorProto t;
+  t.set_data_type(pb::TensorProto::FLOAT);
+  t.add_dims(2);
+  t.add_float_data(1);
+  t.add_float_data(2);
+  pb::SequenceProto seq;
+  seq.set_elem_type(pb::SequenceProto::TENSOR);
+  *seq.add_tensor_values() = t;
+  *seq.add_tensor_values() = t;
+  auto v = sy::onnx::read_value_proto(write("seq.pb", seq), sy::onnx::ValueKind::sequence);
+  CHECK(floats_of(v) == std::vector<std::vector<float>>{{1, 2}, {1, 2}});
+  pb::OptionalProto opt;
+  opt.set_elem_type(pb::OptionalProto::TENSOR);
+  *opt.mutable_tensor_value() = t;
+  v = sy::onnx::read_value_proto(write("opt.pb", opt), sy::onnx::ValueKind::optional_tensor);
+  CHECK(v.tensor().to_vector<float>() == std::vector<float>{1, 2});
+  opt.clear_tensor_value();
+  CHECK(sy::onnx::read_value_proto(write("none.pb", opt), sy::onnx::ValueKind::optional_tensor).is_none());
+  *opt.mutable_sequence_value() = seq;
+  opt.set_elem_type(pb::OptionalProto::SEQUENCE);
+  CHECK(sy::onnx::read_value_proto(write("optseq.pb", opt), sy::onnx::ValueKind::optional_sequence).items().size() ==
+        2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("onnx: a sequence input keys the plan by its length and element shapes", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // n = SequenceLength(seq) is host arithmetic a plan keeps: it must follow
+  // the sequence given, run after run.
+  Builder m(17);
+  set_seq_type(m.g().add_input(), "seq", pb::TensorProto::FLOAT);
+  m.node("SequenceLength", {"seq"}, {"n"}, "count");
+  m.node("SequenceAt", {"seq", "n_minus_one"}, {"last"}, "last");
+  m.init_i64("one", {1}, {});
+  m.node("Sub", {"n", "one"}, {"n_minus_one"}, "minus");
+  m.node("Shape", {"last"}, {"last_shape"}, "shape");
+  auto& cat = m.node("ConcatFromSequence", {"seq"}, {"stacked"}, "stack");
+  attr_i(cat, "axis", 0);
+  attr_i(cat, "new_axis", 1);
+  m.output("n", pb::TensorProto::INT64, {});
+  m.output("last_shape", pb::TensorProto::INT64, {int64_t{1}});
+  m.output("stacked", pb::TensorProto::FLOAT, {std::string("n"), std::string("k")});
+  // (nodes out of order above: sort them as ONNX requires)
+  auto* nodes = m.g().mutable_node();
+  std::swap(*nodes->Mutable(1), *nodes->Mutable(2));
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto two = sy::onnx::HostValue::sequence({f32({1, 2}, {2}), f32({3, 4}, {2})});
+  auto three = sy::onnx::HostValue::sequence({f32({1}, {1}), f32({2}, {1}), f32({3}, {1})});
+  for (int round = 0; round < 2; ++round) {
+    auto out = infer_values(model, {{"seq", two}});
+    CHECK(out.at("n").tensor().to_vector<int64_t>() == std::vector<int64_t>{2});
+    CHECK(out.at("last_shape").tensor().to_vector<int64_t>() == std::vector<int64_t>{2});
+    CHECK(out.at("stacked").tensor().shape == sy::Shape{2, 2});
+    CHECK(out.at("stacked").tensor().to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+    out = infer_values(model, {{"seq", three}});
+    CHECK(out.at("n").tensor().to_vector<int64_t>() == std::vector<int64_t>{3});
+    CHECK(out.at("last_shape").tensor().to_vector<int64_t>() == std::vector<int64_t>{1});
+    CHECK(out.at("stacked").tensor().to_vector<float>() == std::vector<float>{1, 2, 3});
+  }
+  CHECK(model.cached_plans() == 2);
+  // Stacked elements must agree in shape; the error names the node.
+  auto ragged = sy::onnx::HostValue::sequence({f32({1, 2}, {2}), f32({3}, {1})});
+  CHECK_THAT(error_of([&] {
+               (void)model.infer_values({{"seq", ragged}});
+             }),
+             Catch::Contains("node 'stack' (ConcatFromSequence)") &&
+                 Catch::Contains("element 1 has shape [1], element 0 [2]"));
+  // A default HostValue is an empty optional (so a map's operator[] works).
+  sy::onnx::HostValueMap map;
+  CHECK(map["anything"].is_none());
 }

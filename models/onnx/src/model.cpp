@@ -27,10 +27,20 @@ std::string node_label(const ::onnx::NodeProto& node, size_t index) {
 ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) {
   ValueInfo info;
   info.name = v.name();
-  if (!v.type().has_tensor_type())
-    throw Error(Errc::unsupported,
-                where + " '" + v.name() + "' is not a tensor (sequences, maps and optionals are not supported)");
-  const auto& tt = v.type().tensor_type();
+  // optional(T), sequence(tensor) or optional(sequence(tensor)); the
+  // tensor's type is what dtype and dims describe.
+  const ::onnx::TypeProto* type = &v.type();
+  const bool optional = type->has_optional_type();
+  if (optional) type = &type->optional_type().elem_type();
+  const bool sequence = type->has_sequence_type();
+  if (sequence) type = &type->sequence_type().elem_type();
+  if (!type->has_tensor_type())
+    throw Error(Errc::unsupported, where + " '" + v.name() +
+                                       "' is not a tensor, a sequence of tensors or an optional of either (maps, "
+                                       "sparse tensors and nested sequences are not supported)");
+  info.kind = sequence ? (optional ? ValueKind::optional_sequence : ValueKind::sequence)
+                       : (optional ? ValueKind::optional_tensor : ValueKind::tensor);
+  const auto& tt = type->tensor_type();
   auto dt = detail::to_dtype(tt.elem_type());
   if (!dt)
     throw Error(Errc::unsupported, where + " '" + v.name() + "' has dtype " + detail::onnx_type_name(tt.elem_type()) +
@@ -166,16 +176,21 @@ struct Compiler {
     const int first = num_slots;
     for (const auto& t : graph.initializer())
       g->constants.emplace_back(scope.define(t.name()), initializer(t, base_dir));
+    // Sequences and optionals pass through subgraphs (If branches, loop-
+    // carried values); maps and sparse tensors have no counterpart.
+    auto refuse_other = [&](const ::onnx::ValueInfoProto& v, const char* what) {
+      const auto* t = &v.type();
+      if (t->has_optional_type()) t = &t->optional_type().elem_type();
+      if (t->has_sequence_type()) t = &t->sequence_type().elem_type();
+      if (t->has_map_type() || t->has_sparse_tensor_type() || t->has_sequence_type() || t->has_optional_type())
+        throw Error(Errc::unsupported, label + ": subgraph '" + graph.name() + "' " + what + " '" + v.name() +
+                                           "' is a map, a sparse tensor or a nested sequence (not supported)");
+    };
     for (const auto& v : graph.input()) {
-      if (v.type().has_sequence_type() || v.type().has_optional_type() || v.type().has_map_type())
-        throw Error(Errc::unsupported, label + ": subgraph '" + graph.name() + "' input '" + v.name() +
-                                           "' is not a tensor (sequences, maps and optionals are not supported)");
+      refuse_other(v, "input");
       g->input_slots.push_back(scope.define(v.name()));
     }
-    for (const auto& v : graph.output())
-      if (v.type().has_sequence_type() || v.type().has_optional_type() || v.type().has_map_type())
-        throw Error(Errc::unsupported, label + ": subgraph '" + graph.name() + "' output '" + v.name() +
-                                           "' is not a tensor (sequences, maps and optionals are not supported)");
+    for (const auto& v : graph.output()) refuse_other(v, "output");
     nodes(graph, *g, scope);
     for (const auto& v : graph.output()) {
       const int s = scope.find(v.name());
@@ -215,7 +230,12 @@ struct Model::Impl {
   /// owner's), nullptr for the model's graph (placed per node).
   void execute(const Graph& g, std::vector<Value>& env, const std::vector<char>* skip, const Device* on,
                bool* computed_read) const;
-  TensorMap run_values(std::vector<Value> given) const;
+  /// Runs the graph on the given inputs; returns the outputs in order
+  /// (an output the graph left without a value is not present()).
+  std::vector<Value> run_values(std::vector<Value> given) const;
+  /// Refuses a tensor-only run (run(), infer()) of a model with an output
+  /// no TensorMap can hold.
+  void check_tensor_outputs() const;
   std::string signature(const std::vector<Value>& given, const std::set<size_t>& vi) const;
 };
 
@@ -263,22 +283,46 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
   }
 }
 
+namespace {
+
+// A value's dtype and shape (a sequence's, element by element), and its
+// contents where the plan depends on them.
+void append_signature(std::string& key, const Value& v, bool contents) {
+  if (v.kind == Value::Kind::none) {
+    key += "none;";
+    return;
+  }
+  if (v.kind == Value::Kind::sequence) {
+    key += "seq" + std::to_string(v.items.size()) + "[";
+    for (const auto& e : v.items) append_signature(key, e, false);
+    key += "];";
+    return;
+  }
+  key += std::to_string(static_cast<int>(v.dtype())) + ":" + v.shape().to_string() + ";";
+  if (contents) {
+    if (!v.readback) v.readback = v.dev.read().get();
+    const auto& b = v.readback->bytes;
+    key.append(reinterpret_cast<const char*>(b.data()), b.size());
+    key += ";";
+  }
+}
+
+}  // namespace
+
 std::string Model::Impl::signature(const std::vector<Value>& given, const std::set<size_t>& vi) const {
   std::string key;
-  for (size_t i = 0; i < given.size(); ++i) {
-    key += std::to_string(static_cast<int>(given[i].dtype())) + ":" + given[i].shape().to_string() + ";";
-    if (vi.count(i)) {
-      const Value& v = given[i];
-      if (!v.readback) v.readback = v.dev.read().get();
-      const auto& b = v.readback->bytes;
-      key.append(reinterpret_cast<const char*>(b.data()), b.size());
-      key += ";";
-    }
-  }
+  for (size_t i = 0; i < given.size(); ++i) append_signature(key, given[i], vi.count(i) > 0);
   return key;
 }
 
-TensorMap Model::Impl::run_values(std::vector<Value> given) const {
+void Model::Impl::check_tensor_outputs() const {
+  for (const auto& o : outputs)
+    if (o.kind == ValueKind::sequence || o.kind == ValueKind::optional_sequence)
+      throw Error(Errc::invalid_argument,
+                  "onnx run: output '" + o.name + "' is a sequence, which a TensorMap cannot hold: use infer_values()");
+}
+
+std::vector<Value> Model::Impl::run_values(std::vector<Value> given) const {
   std::set<size_t> vi;
   {
     std::lock_guard lock(mu);
@@ -296,12 +340,12 @@ TensorMap Model::Impl::run_values(std::vector<Value> given) const {
   bool computed_read = false;
   execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read);
 
-  TensorMap out;
+  std::vector<Value> out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     Value& v = env[output_slots[i]];
     if (!v.present()) continue;
-    if (!v.dev.defined()) v.dev = device.from_data(*v.host);
-    out.emplace(outputs[i].name, v.dev);
+    if (v.is_tensor() && !v.dev.defined()) v.dev = device.from_data(*v.host);
+    out[i] = v;
   }
   // A computed device value read on the host (a shape that depends on
   // data) may feed folded nodes: such a model is replanned on every run.
@@ -536,22 +580,48 @@ std::vector<Value> match_inputs(const ModelImpl& im, const Map& inputs, Bind bin
 
 }  // namespace
 
+namespace {
+
+// A tensor where the model declares a sequence: the tensor-only overloads
+// cannot give one.
+void check_tensor_kind(const ValueInfo& info) {
+  if (info.kind == ValueKind::sequence || info.kind == ValueKind::optional_sequence)
+    throw Error(Errc::invalid_argument,
+                "onnx run: input '" + info.name + "' is a sequence: give it through infer_values()");
+}
+
+TensorMap to_tensor_map(const std::vector<ValueInfo>& outputs, const std::vector<Value>& values) {
+  TensorMap out;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (values[i].is_tensor() && values[i].present()) out.emplace(outputs[i].name, values[i].dev);
+  return out;
+}
+
+}  // namespace
+
 TensorMap Model::run(const TensorMap& inputs) const {
   const auto& im = *impl_;
-  return im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const Tensor& t, Value& v) {
-    if (!t.defined()) throw Error(Errc::invalid_tensor, "onnx run: input '" + info.name + "' is an undefined tensor");
-    check_input(info, t.dtype(), t.shape());
-    v.dev = t.device() == im.device ? t : t.to(im.device);
-  }));
+  im.check_tensor_outputs();
+  return to_tensor_map(
+      im.outputs, im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const Tensor& t, Value& v) {
+        check_tensor_kind(info);
+        if (!t.defined())
+          throw Error(Errc::invalid_tensor, "onnx run: input '" + info.name + "' is an undefined tensor");
+        check_input(info, t.dtype(), t.shape());
+        v.dev = t.device() == im.device ? t : t.to(im.device);
+      })));
 }
 
 TensorMap Model::run(const DataMap& inputs) const {
   const auto& im = *impl_;
-  return im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const TensorData& d, Value& v) {
-    check_input(info, d.dtype, d.shape);
-    v.dev = im.device.from_data(d);
-    v.readback = d;
-  }));
+  im.check_tensor_outputs();
+  return to_tensor_map(
+      im.outputs, im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const TensorData& d, Value& v) {
+        check_tensor_kind(info);
+        check_input(info, d.dtype, d.shape);
+        v.dev = im.device.from_data(d);
+        v.readback = d;
+      })));
 }
 
 Future<DataMap> Model::infer(const DataMap& inputs) const {
@@ -565,6 +635,80 @@ Future<DataMap> Model::infer(const DataMap& inputs) const {
   return when_all(reads).then([names](std::vector<TensorData> datas) {
     DataMap out;
     for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], std::move(datas[i]));
+    return out;
+  });
+}
+
+Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
+  const auto& im = *impl_;
+  auto upload = [&](const TensorData& d) {
+    Value e;
+    e.dev = im.device.from_data(d);
+    e.readback = d;
+    return e;
+  };
+  std::vector<Value> outs =
+      im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const HostValue& h, Value& v) {
+        const bool optional = info.kind == ValueKind::optional_tensor || info.kind == ValueKind::optional_sequence;
+        const bool sequence = info.kind == ValueKind::sequence || info.kind == ValueKind::optional_sequence;
+        if (h.is_none()) {
+          if (!optional)
+            throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is not optional, given none");
+          v = Value::none();
+          return;
+        }
+        if (h.is_tensor()) {
+          if (sequence)
+            throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is a sequence, given a tensor");
+          check_input(info, h.tensor().dtype, h.tensor().shape);
+          v = upload(h.tensor());
+          return;
+        }
+        if (!sequence)
+          throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is a tensor, given a sequence");
+        std::vector<Value> items;
+        for (size_t k = 0; k < h.items().size(); ++k) {
+          const TensorData& d = h.items()[k];
+          if (d.dtype != info.dtype)
+            throw Error(Errc::dtype_mismatch, "onnx run: input '" + info.name + "' element " + std::to_string(k) +
+                                                  " must be " + std::string(name_of(info.dtype)) + ", got " +
+                                                  std::string(name_of(d.dtype)));
+          items.push_back(upload(d));
+        }
+        v = Value::sequence(std::move(items), info.dtype);
+      }));
+  // Every tensor read at once; then put back together by output.
+  struct Slot {
+    std::string name;
+    Value::Kind kind;
+    size_t first, count;
+  };
+  std::vector<Slot> slots;
+  std::vector<Future<TensorData>> reads;
+  auto read = [&](const Value& v) { reads.push_back((v.dev.defined() ? v.dev : im.device.from_data(*v.host)).read()); };
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Value& v = outs[i];
+    if (!v.present()) continue;
+    slots.push_back({im.outputs[i].name, v.kind, reads.size(), v.kind == Value::Kind::sequence ? v.items.size() : 1});
+    if (v.kind == Value::Kind::tensor) read(v);
+    if (v.kind == Value::Kind::sequence)
+      for (const auto& e : v.items) read(e);
+    if (v.kind == Value::Kind::none) slots.back().count = 0;
+  }
+  return when_all(reads).then([slots](std::vector<TensorData> datas) {
+    HostValueMap out;
+    for (const auto& s : slots) {
+      if (s.kind == Value::Kind::none) {
+        out.emplace(s.name, HostValue::none());
+      } else if (s.kind == Value::Kind::tensor) {
+        out.emplace(s.name, std::move(datas[s.first]));
+      } else {
+        std::vector<TensorData> items(
+            std::make_move_iterator(datas.begin() + static_cast<ptrdiff_t>(s.first)),
+            std::make_move_iterator(datas.begin() + static_cast<ptrdiff_t>(s.first + s.count)));
+        out.emplace(s.name, HostValue::sequence(std::move(items)));
+      }
+    }
     return out;
   });
 }

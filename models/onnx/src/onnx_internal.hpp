@@ -18,7 +18,9 @@ namespace switchyard::onnx::detail {
 
 /// A value of the graph during a run: a device tensor, a host constant
 /// (known without the device: initializers, folded shape arithmetic), or
-/// both (a host constant already uploaded).
+/// both (a host constant already uploaded); or an ONNX sequence of such
+/// tensor values, or an empty ONNX optional (`none`). An optional holding
+/// a value is that value itself.
 struct Value {
   Tensor dev;
   std::optional<TensorData> host;
@@ -29,7 +31,32 @@ struct Value {
   /// Identity) when an op read it on the host: the plan then depends on the
   /// input's contents. Graph inputs are never folded on the host.
   std::shared_ptr<std::atomic<bool>> input_read;
-  [[nodiscard]] bool present() const { return dev.defined() || host.has_value(); }
+  /// (Kind: a tensor, a sequence, or an empty optional.)
+  enum class Kind : uint8_t { tensor, sequence, none };
+  Kind kind = Kind::tensor;
+  /// A sequence's elements (tensor values), in order.
+  std::vector<Value> items;
+  /// A sequence's element type where known (SequenceEmpty's dtype, the
+  /// declared type, its first element's): inserting another type fails.
+  std::optional<DType> elem_dtype;
+  [[nodiscard]] bool present() const { return kind != Kind::tensor || dev.defined() || host.has_value(); }
+  [[nodiscard]] bool is_tensor() const { return kind == Kind::tensor; }
+  /// "a tensor", "a sequence", "an empty optional" (for errors).
+  [[nodiscard]] const char* kind_name() const {
+    return kind == Kind::tensor ? "a tensor" : kind == Kind::sequence ? "a sequence" : "an empty optional";
+  }
+  [[nodiscard]] static Value sequence(std::vector<Value> items, std::optional<DType> elem) {
+    Value v;
+    v.kind = Kind::sequence;
+    v.items = std::move(items);
+    v.elem_dtype = elem;
+    return v;
+  }
+  [[nodiscard]] static Value none() {
+    Value v;
+    v.kind = Kind::none;
+    return v;
+  }
   [[nodiscard]] const Shape& shape() const { return host ? host->shape : dev.shape(); }
   [[nodiscard]] DType dtype() const { return host ? host->dtype : dev.dtype(); }
 };
@@ -66,7 +93,11 @@ class Ctx {
   [[nodiscard]] const Device& device() const { return device_; }
   [[nodiscard]] size_t num_inputs() const { return inputs_.size(); }
   [[nodiscard]] bool has(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  /// Input i, which must be a tensor (a sequence or an empty optional
+  /// fails naming the node and the input).
   [[nodiscard]] Value& in(size_t i) const;
+  /// Input i of any kind (sequence and optional ops, Identity, control flow).
+  [[nodiscard]] Value& value(size_t i) const;
   /// Input i on the device (a host constant is uploaded once and kept).
   [[nodiscard]] Tensor dev(size_t i) const;
   /// Whether input i is known on the host.

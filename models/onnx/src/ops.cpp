@@ -2178,6 +2178,7 @@ Value stack_values(Ctx& ctx, const std::vector<Value>& parts, int64_t axis) {
   std::vector<Value> lifted;
   bool host = true;
   for (const auto& p : parts) {
+    if (!p.is_tensor()) ctx.fail(Errc::invalid_argument, std::string("cannot stack ") + p.kind_name());
     lifted.push_back(unsqueeze_value(ctx, p, {axis}));
     host = host && lifted.back().host && p.shape().numel() * static_cast<int64_t>(parts.size()) <= kHostMax;
   }
@@ -2214,7 +2215,7 @@ Outs loop_node(Ctx& ctx) {
   const int64_t trip = has_trip ? ctx.ints(0).at(0) : 0;
   bool cond = has_cond ? read_flag(ctx, ctx.in(1), "cond") : true;
   Outs carried;
-  for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.in(i));
+  for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.value(i));
   const auto outputs = static_cast<size_t>(ctx.node().output_size());
   if (outputs < carried.size()) ctx.fail(Errc::invalid_argument, "fewer outputs than loop-carried values");
   std::vector<Outs> scans(outputs - carried.size());
@@ -2318,6 +2319,255 @@ Outs scan_node(Ctx& ctx) {
     result.push_back(stack_values(ctx, parts, 0));
   }
   return result;
+}
+
+// --- sequences and optionals (issue 19): lists of tensor values and
+// empty-or-one values, held by the loader (no device op of their own) ---
+
+// Input i as a sequence; anything else fails naming the input.
+const Value& seq_input(Ctx& ctx, size_t i) {
+  const Value& v = ctx.value(i);
+  if (v.kind != Value::Kind::sequence)
+    ctx.fail(Errc::invalid_argument, "input " + std::to_string(i) + " ('" + ctx.node().input(static_cast<int>(i)) +
+                                         "') is " + v.kind_name() + ", expected a sequence");
+  return v;
+}
+
+// A sequence's dtype: its declared one, else its first element's.
+std::optional<DType> seq_dtype(const Value& seq) {
+  if (seq.elem_dtype) return seq.elem_dtype;
+  if (!seq.items.empty()) return seq.items.front().dtype();
+  return std::nullopt;
+}
+
+// The position in input `input` (a scalar, or one value), negative counted
+// from the end: [-n, n - 1], or [-n, n] where `insert` (n: at the end).
+int64_t seq_position(Ctx& ctx, size_t input, int64_t n, bool insert) {
+  const Ints p = ctx.ints(input);
+  if (p.size() != 1)
+    ctx.fail(Errc::shape_mismatch,
+             "position (input " + std::to_string(input) + ") must hold one value, got " + std::to_string(p.size()));
+  const int64_t hi = insert ? n : n - 1;
+  if (p[0] < -n || p[0] > hi)
+    ctx.fail(Errc::index_out_of_range, "position " + std::to_string(p[0]) + " is out of range for a sequence of " +
+                                           std::to_string(n) + " tensors (valid: " + std::to_string(-n) + " to " +
+                                           std::to_string(hi) + ")");
+  return p[0] < 0 ? p[0] + n : p[0];
+}
+
+// A tensor joining a sequence must have its dtype.
+void check_seq_dtype(Ctx& ctx, const std::optional<DType>& want, const Value& t, size_t input) {
+  if (want && t.dtype() != *want)
+    ctx.fail(Errc::dtype_mismatch, "input " + std::to_string(input) + " ('" +
+                                       ctx.node().input(static_cast<int>(input)) + "') is " +
+                                       std::string(name_of(t.dtype())) + ", the sequence holds " +
+                                       std::string(name_of(*want)) + " (a sequence holds one dtype)");
+}
+
+Outs sequence_construct(Ctx& ctx) {
+  std::vector<Value> items;
+  std::optional<DType> dt;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    const Value& t = ctx.in(i);
+    check_seq_dtype(ctx, dt, t, i);
+    dt = t.dtype();
+    items.push_back(t);
+  }
+  return Outs{Value::sequence(std::move(items), dt)};
+}
+
+Outs sequence_empty(Ctx& ctx) {
+  const auto onnx_type = static_cast<int32_t>(ctx.attr_i("dtype", ::onnx::TensorProto::FLOAT));
+  auto dt = to_dtype(onnx_type);
+  if (!dt) ctx.fail(Errc::unsupported, "dtype " + onnx_type_name(onnx_type) + ", which Switchyard lacks");
+  return Outs{Value::sequence({}, dt)};
+}
+
+Outs sequence_insert(Ctx& ctx) {
+  Value seq = seq_input(ctx, 0);
+  const Value& t = ctx.in(1);
+  check_seq_dtype(ctx, seq_dtype(seq), t, 1);
+  const auto n = static_cast<int64_t>(seq.items.size());
+  const int64_t at = ctx.has(2) ? seq_position(ctx, 2, n, true) : n;
+  seq.items.insert(seq.items.begin() + at, t);
+  seq.elem_dtype = t.dtype();
+  return Outs{std::move(seq)};
+}
+
+Outs sequence_erase(Ctx& ctx) {
+  Value seq = seq_input(ctx, 0);
+  const auto n = static_cast<int64_t>(seq.items.size());
+  if (n == 0) ctx.fail(Errc::index_out_of_range, "cannot erase from an empty sequence");
+  const int64_t at = ctx.has(1) ? seq_position(ctx, 1, n, false) : n - 1;
+  seq.elem_dtype = seq_dtype(seq);
+  seq.items.erase(seq.items.begin() + at);
+  return Outs{std::move(seq)};
+}
+
+Outs sequence_at(Ctx& ctx) {
+  const Value& seq = seq_input(ctx, 0);
+  const int64_t at = seq_position(ctx, 1, static_cast<int64_t>(seq.items.size()), false);
+  return Outs{seq.items[static_cast<size_t>(at)]};
+}
+
+Outs sequence_length(Ctx& ctx) {
+  return Outs{host_value(host_ints({static_cast<int64_t>(seq_input(ctx, 0).items.size())}, {}))};
+}
+
+// SplitToSequence: pieces of one along the axis (dropped unless keepdims)
+// without `split`; chunks of `split` (a scalar; the last may be shorter) or
+// the sizes `split` lists (which must add up to the axis).
+Outs split_to_sequence(Ctx& ctx) {
+  const Value& x = ctx.in(0);
+  const Shape& s = x.shape();
+  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
+  const int64_t len = s[axis];
+  Ints sizes;
+  bool squeeze = false;
+  if (!ctx.has(1)) {
+    sizes.assign(static_cast<size_t>(len), 1);
+    squeeze = ctx.attr_i("keepdims", 1) == 0;
+  } else if (ctx.in(1).shape().rank() == 0) {
+    const int64_t chunk = ctx.ints(1).at(0);
+    if (chunk <= 0) ctx.fail(Errc::invalid_argument, "split " + std::to_string(chunk) + " must be positive");
+    for (int64_t at = 0; at < len; at += chunk) sizes.push_back(std::min(chunk, len - at));
+  } else {
+    sizes = ctx.ints(1);
+    int64_t sum = 0;
+    for (auto n : sizes) {
+      if (n < 0) ctx.fail(Errc::invalid_argument, "split sizes must not be negative");
+      sum += n;
+    }
+    if (sum != len)
+      ctx.fail(Errc::shape_mismatch,
+               "split sizes add up to " + std::to_string(sum) + ", the axis has " + std::to_string(len));
+  }
+  std::vector<Value> items;
+  int64_t at = 0;
+  for (auto n : sizes) {
+    Value piece = slice_value(ctx, x, {at}, {at + n}, {axis}, {1});
+    if (squeeze) {
+      Ints dims = piece.shape().dims;
+      dims.erase(dims.begin() + axis);
+      piece = do_reshape(ctx, piece, dims, true);
+    }
+    items.push_back(std::move(piece));
+    at += n;
+  }
+  return Outs{Value::sequence(std::move(items), x.dtype())};
+}
+
+// ConcatFromSequence: Concat of the elements along `axis`, or stacked along
+// a new axis (new_axis=1, where axis may be rank: the end).
+Outs concat_from_sequence(Ctx& ctx) {
+  const Value& seq = seq_input(ctx, 0);
+  const auto* a = ctx.attr("axis");
+  if (a == nullptr) ctx.fail(Errc::invalid_argument, "attribute 'axis' is required");
+  if (seq.items.empty())
+    ctx.fail(Errc::invalid_argument, "input 0 ('" + ctx.node().input(0) + "') is an empty sequence");
+  const auto& first = seq.items.front();
+  for (size_t k = 1; k < seq.items.size(); ++k)
+    if (seq.items[k].dtype() != first.dtype())
+      ctx.fail(Errc::dtype_mismatch, "element " + std::to_string(k) + " is " +
+                                         std::string(name_of(seq.items[k].dtype())) + ", element 0 is " +
+                                         std::string(name_of(first.dtype())));
+  const size_t rank = first.shape().rank();
+  // new_axis: each element unsqueezed at the axis (which may be rank: the
+  // end), then concatenated there; shapes must then agree but for the axis.
+  const bool stack = ctx.attr_i("new_axis", 0) != 0;
+  if (!stack && rank == 0) ctx.fail(Errc::invalid_argument, "cannot concatenate scalars (without new_axis)");
+  const int64_t axis = axis_of(ctx, a->i(), stack ? rank + 1 : rank);
+  std::vector<Value> items = seq.items;
+  if (stack)
+    for (auto& v : items) v = unsqueeze_value(ctx, v, {axis});
+  const Shape& s0 = items.front().shape();
+  for (size_t k = 1; k < items.size(); ++k) {
+    const Shape& sk = items[k].shape();
+    bool ok = sk.rank() == s0.rank();
+    for (size_t d = 0; ok && d < s0.rank(); ++d) ok = static_cast<int64_t>(d) == axis || sk[d] == s0[d];
+    if (!ok)
+      ctx.fail(Errc::shape_mismatch,
+               "element " + std::to_string(k) + " has shape " + seq.items[k].shape().to_string() + ", element 0 " +
+                   first.shape().to_string() +
+                   (stack ? " (stacked elements must agree)" : " (only axis " + std::to_string(axis) + " may differ)"));
+  }
+  bool host = true;
+  int64_t total = 0;
+  for (const auto& v : items) {
+    host = host && v.host.has_value();
+    total += v.shape().numel();
+  }
+  if (host && total <= kHostMax) {
+    std::vector<const TensorData*> parts;
+    for (const auto& v : items) parts.push_back(&*v.host);
+    return Outs{host_value(host_concat(parts, axis))};
+  }
+  std::vector<Tensor> parts;
+  for (const auto& v : items) {
+    Tensor t = v.dev.defined() ? v.dev : ctx.device().from_data(*v.host);
+    parts.push_back(t.device() == ctx.device() ? t : t.to(ctx.device()));
+  }
+  return Outs{dev_value(cat(parts, axis))};
+}
+
+// SequenceMap: the body once per element of the first input; every other
+// input that is a sequence (of the same length) gives its element too, a
+// tensor is given whole. Output j collects the body's output j.
+Outs sequence_map(Ctx& ctx) {
+  const Value& first = seq_input(ctx, 0);
+  const size_t n = first.items.size();
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    const Value& v = ctx.value(i);
+    if (v.kind == Value::Kind::none)
+      ctx.fail(Errc::invalid_argument, "input " + std::to_string(i) + " ('" + ctx.node().input(static_cast<int>(i)) +
+                                           "') is an empty optional");
+    if (v.kind == Value::Kind::sequence && v.items.size() != n)
+      ctx.fail(Errc::shape_mismatch, "input " + std::to_string(i) + " ('" + ctx.node().input(static_cast<int>(i)) +
+                                         "') holds " + std::to_string(v.items.size()) + " tensors, input 0 holds " +
+                                         std::to_string(n));
+  }
+  const auto outputs = static_cast<size_t>(ctx.node().output_size());
+  std::vector<std::vector<Value>> collected(outputs);
+  for (size_t k = 0; k < n; ++k) {
+    Outs in;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      const Value& v = ctx.value(i);
+      in.push_back(v.kind == Value::Kind::sequence ? v.items[k] : v);
+    }
+    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
+    for (size_t j = 0; j < outputs; ++j) {
+      if (!out[j].is_tensor())
+        ctx.fail(Errc::invalid_argument,
+                 "the body's output " + std::to_string(j) + " is " + out[j].kind_name() + ", expected a tensor");
+      collected[j].push_back(std::move(out[j]));
+    }
+  }
+  Outs result;
+  for (auto& items : collected) {
+    std::optional<DType> dt;
+    if (!items.empty()) dt = items.front().dtype();
+    result.push_back(Value::sequence(std::move(items), dt));
+  }
+  return result;
+}
+
+Outs optional_node(Ctx& ctx) {
+  if (ctx.has(0)) return Outs{ctx.value(0)};
+  if (ctx.attr("type") == nullptr)
+    ctx.fail(Errc::invalid_argument, "an Optional without an input needs the attribute 'type'");
+  return Outs{Value::none()};
+}
+
+Outs optional_has_element(Ctx& ctx) {
+  const bool has = ctx.has(0) && ctx.value(0).kind != Value::Kind::none;
+  return Outs{host_value(host_ints({has ? 1 : 0}, {}, DType::boolean))};
+}
+
+Outs optional_get_element(Ctx& ctx) {
+  const Value& v = ctx.value(0);
+  if (v.kind == Value::Kind::none)
+    ctx.fail(Errc::invalid_argument, "input 0 ('" + ctx.node().input(0) + "') is an empty optional");
+  return Outs{v};
 }
 
 // --- spectral ops (opset 17): the DFT as two matmuls against cos and
@@ -2770,7 +3020,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                      return Outs{dev_value(ctx.dev(0).cast(to))};
                    }};
   // --- constants and shapes (host) ---
-  t["Identity"] = {{}, nullptr, [](Ctx& ctx) { return Outs{ctx.in(0)}; }};
+  t["Identity"] = {{}, nullptr, [](Ctx& ctx) { return Outs{ctx.value(0)}; }};
   t["Dropout"] = {{"ratio", "seed", "is_test"},
                   [](const ::onnx::NodeProto& n, int64_t) -> std::string {
                     for (const auto& a : n.attribute())
@@ -3372,6 +3622,18 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       },
       roi_align_node};
   t["If"] = {{"then_branch", "else_branch"}, nullptr, if_node};
+  t["SequenceConstruct"] = {{}, nullptr, sequence_construct};
+  t["SequenceEmpty"] = {{"dtype"}, nullptr, sequence_empty};
+  t["SequenceInsert"] = {{}, nullptr, sequence_insert};
+  t["SequenceErase"] = {{}, nullptr, sequence_erase};
+  t["SequenceAt"] = {{}, nullptr, sequence_at};
+  t["SequenceLength"] = {{}, nullptr, sequence_length};
+  t["SplitToSequence"] = {{"axis", "keepdims"}, nullptr, split_to_sequence};
+  t["ConcatFromSequence"] = {{"axis", "new_axis"}, nullptr, concat_from_sequence};
+  t["SequenceMap"] = {{"body"}, nullptr, sequence_map};
+  t["Optional"] = {{"type"}, nullptr, optional_node};
+  t["OptionalHasElement"] = {{}, nullptr, optional_has_element};
+  t["OptionalGetElement"] = {{}, nullptr, optional_get_element};
   t["Loop"] = {{"body"}, nullptr, loop_node};
   t["Scan"] = {{"body", "num_scan_inputs", "directions", "scan_input_axes", "scan_input_directions", "scan_output_axes",
                 "scan_output_directions"},

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <onnx/onnx-data_pb.h>
 
 #include "onnx_internal.hpp"
 
@@ -144,9 +145,19 @@ TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir) {
   return d;
 }
 
-Value& Ctx::in(size_t i) const {
+Value& Ctx::value(size_t i) const {
   if (!has(i)) fail(Errc::invalid_argument, "input " + std::to_string(i) + " is missing");
   return *inputs_[i];
+}
+
+Value& Ctx::in(size_t i) const {
+  Value& v = value(i);
+  if (!v.is_tensor()) {
+    const std::string name = static_cast<int>(i) < node_.input_size() ? node_.input(static_cast<int>(i)) : "";
+    fail(Errc::invalid_argument,
+         "input " + std::to_string(i) + " ('" + name + "') is " + v.kind_name() + ", expected a tensor");
+  }
+  return v;
 }
 
 Tensor Ctx::dev(size_t i) const {
@@ -220,6 +231,65 @@ void Ctx::fail(Errc code, const std::string& what) const {
 }
 
 }  // namespace detail
+
+HostValue::HostValue(TensorData tensor) : kind_(Kind::tensor) { items_.push_back(std::move(tensor)); }
+
+HostValue HostValue::sequence(std::vector<TensorData> items) {
+  HostValue v;
+  v.kind_ = Kind::sequence;
+  v.items_ = std::move(items);
+  return v;
+}
+
+HostValue HostValue::none() { return HostValue(); }
+
+const TensorData& HostValue::tensor() const {
+  if (kind_ != Kind::tensor)
+    throw Error(Errc::invalid_argument, std::string("onnx: the value is ") +
+                                            (is_sequence() ? "a sequence" : "an empty optional") + ", not a tensor");
+  return items_.front();
+}
+
+const std::vector<TensorData>& HostValue::items() const {
+  if (kind_ != Kind::sequence)
+    throw Error(Errc::invalid_argument, std::string("onnx: the value is ") +
+                                            (is_tensor() ? "a tensor" : "an empty optional") + ", not a sequence");
+  return items_;
+}
+
+namespace {
+
+HostValue from_sequence_proto(const ::onnx::SequenceProto& s, const std::string& dir, const std::string& path) {
+  if (s.elem_type() != ::onnx::SequenceProto::TENSOR && s.tensor_values_size() == 0 &&
+      s.elem_type() != ::onnx::SequenceProto::UNDEFINED)
+    throw Error(Errc::unsupported, "onnx: " + path + " holds a sequence of non-tensors");
+  std::vector<TensorData> items;
+  for (const auto& t : s.tensor_values()) items.push_back(detail::to_data(t, dir));
+  return HostValue::sequence(std::move(items));
+}
+
+}  // namespace
+
+HostValue read_value_proto(const std::string& path, ValueKind kind) {
+  if (kind == ValueKind::tensor) return read_tensor_proto(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::invalid_argument, "onnx: cannot open " + path);
+  auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (kind == ValueKind::sequence) {
+    ::onnx::SequenceProto s;
+    if (!s.ParseFromIstream(&in)) throw Error(Errc::invalid_argument, "onnx: " + path + " is not a SequenceProto");
+    return from_sequence_proto(s, dir, path);
+  }
+  ::onnx::OptionalProto o;
+  if (!o.ParseFromIstream(&in)) throw Error(Errc::invalid_argument, "onnx: " + path + " is not an OptionalProto");
+  if (o.has_tensor_value()) return detail::to_data(o.tensor_value(), dir);
+  if (o.has_sequence_value()) return from_sequence_proto(o.sequence_value(), dir, path);
+  if (o.elem_type() != ::onnx::OptionalProto::UNDEFINED && o.elem_type() != ::onnx::OptionalProto::TENSOR &&
+      o.elem_type() != ::onnx::OptionalProto::SEQUENCE)
+    throw Error(Errc::unsupported, "onnx: " + path + " holds an optional of a map or sparse tensor");
+  return HostValue::none();
+}
 
 TensorData read_tensor_proto(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -16,21 +16,60 @@
 
 namespace switchyard::onnx {
 
+/// What kind of value a graph input or output is: a tensor, an ONNX
+/// sequence of tensors, or an ONNX optional of either.
+enum class ValueKind { tensor, sequence, optional_tensor, optional_sequence };
+
 /// A graph input or output as the model declares it.
 struct ValueInfo {
   std::string name;
-  /// Element type (the model's type mapped to Switchyard's).
+  /// Element type (the model's type mapped to Switchyard's); for a sequence
+  /// or an optional, that of the tensors it holds.
   DType dtype = DType::f32;
   /// Extents, outermost first; -1 for a dynamic axis (batch, sequence).
+  /// For a sequence, each element's (often unknown: empty).
   std::vector<int64_t> dims;
   /// Names of the dynamic axes, where the model gives them ("" otherwise).
   std::vector<std::string> dim_names;
+  /// A tensor unless the model declares a sequence or an optional.
+  ValueKind kind = ValueKind::tensor;
 };
 
 /// Named tensors, the inputs or outputs of one run.
 using TensorMap = std::map<std::string, Tensor>;
 /// Named host data, the inputs or outputs of one run.
 using DataMap = std::map<std::string, TensorData>;
+
+/// Host data of any kind of graph input or output: a tensor, a sequence of
+/// tensors (ONNX sequence, possibly empty) or an empty optional. An optional
+/// that holds a value is given (and returned) as that tensor or sequence.
+class HostValue {
+ public:
+  /// An empty optional (as none()).
+  HostValue() = default;
+  /// A tensor (implicit, so a TensorData stands wherever a HostValue does).
+  HostValue(TensorData tensor);  // NOLINT(google-explicit-constructor)
+  /// An ONNX sequence of `items`, in order.
+  [[nodiscard]] static HostValue sequence(std::vector<TensorData> items);
+  /// An empty ONNX optional.
+  [[nodiscard]] static HostValue none();
+
+  [[nodiscard]] bool is_tensor() const { return kind_ == Kind::tensor; }
+  [[nodiscard]] bool is_sequence() const { return kind_ == Kind::sequence; }
+  [[nodiscard]] bool is_none() const { return kind_ == Kind::none; }
+  /// The tensor; throws Error(invalid_argument) for a sequence or none.
+  [[nodiscard]] const TensorData& tensor() const;
+  /// The sequence's tensors; throws Error(invalid_argument) otherwise.
+  [[nodiscard]] const std::vector<TensorData>& items() const;
+
+ private:
+  enum class Kind { tensor, sequence, none };
+  Kind kind_ = Kind::none;
+  std::vector<TensorData> items_;  // one for a tensor
+};
+
+/// Named host values of any kind, the inputs or outputs of one run.
+using HostValueMap = std::map<std::string, HostValue>;
 
 /// A loaded ONNX model, bound to one device: its initializers live there and
 /// its ops run there. Cheap to copy (copies share the model); every member is
@@ -97,6 +136,13 @@ class Model {
   /// run(), then the contents of every output: a future of the named data
   /// (a failing op fails it).
   [[nodiscard]] Future<DataMap> infer(const DataMap& inputs) const;
+  /// As infer(), for models whose inputs or outputs are sequences or
+  /// optionals (any model, in fact): each input a tensor, a sequence or
+  /// HostValue::none() as the model declares it, checked by name; each
+  /// output likewise (an empty optional output comes back as none()). The
+  /// tensor-only overloads above refuse a model with a sequence output
+  /// (Error(invalid_argument) naming it).
+  [[nodiscard]] Future<HostValueMap> infer_values(const HostValueMap& inputs) const;
 
  private:
   struct Impl;
@@ -110,5 +156,9 @@ class Model {
 /// Reads a serialized onnx.TensorProto (as the backend tests' input_N.pb)
 /// into host data; throws Error(unsupported) for dtypes Switchyard lacks.
 [[nodiscard]] TensorData read_tensor_proto(const std::string& path);
+/// Reads a serialized onnx.TensorProto, SequenceProto or OptionalProto (as
+/// `kind` says: the backend tests' input_N.pb of a sequence or optional)
+/// into a host value.
+[[nodiscard]] HostValue read_value_proto(const std::string& path, ValueKind kind);
 
 }  // namespace switchyard::onnx
