@@ -1731,3 +1731,100 @@ TEST_CASE("onnx: a sequence input keys the plan by its length and element shapes
   sy::onnx::HostValueMap map;
   CHECK(map["anything"].is_none());
 }
+
+namespace {
+
+// nn.LayerNorm over the last axis as PyTorch exports it below opset 17:
+// ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul, Add, with
+// the exponent and epsilon as Constant nodes and the bias aliased through
+// Identity. `leak` also makes the centred values a graph output (so the
+// pattern must not be fused).
+std::string layer_norm_model(bool leak) {
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{4}});
+  m.init("gamma", {0.5f, 1.0f, -2.0f, 3.0f}, {4});
+  m.init("beta0", {0.25f, 0.0f, -1.0f, 2.0f}, {4});
+  m.node("Identity", {"beta0"}, {"beta"});
+  auto constant = [&](const std::string& name, float v) {
+    auto& c = m.node("Constant", {}, {name});
+    auto* a = c.add_attribute();
+    a->set_name("value");
+    a->set_type(pb::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(pb::TensorProto::FLOAT);
+    a->mutable_t()->add_float_data(v);
+  };
+  attr_ints(m.node("ReduceMean", {"x"}, {"mean"}, "ln/ReduceMean"), "axes", {-1});
+  m.node("Sub", {"x", "mean"}, {"d"}, "ln/Sub");
+  constant("two", 2.0f);
+  m.node("Pow", {"d", "two"}, {"d2"}, "ln/Pow");
+  attr_ints(m.node("ReduceMean", {"d2"}, {"var"}, "ln/ReduceMean_1"), "axes", {-1});
+  constant("eps", 1e-5f);
+  m.node("Add", {"var", "eps"}, {"ve"}, "ln/Add");
+  m.node("Sqrt", {"ve"}, {"sd"}, "ln/Sqrt");
+  m.node("Div", {"d", "sd"}, {"n"}, "ln/Div");
+  m.node("Mul", {"n", "gamma"}, {"s"}, "ln/Mul");
+  m.node("Add", {"s", "beta"}, {"y"}, "ln/Add_1");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{4}});
+  if (leak) m.output("d", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{4}});
+  return m.bytes();
+}
+
+std::vector<double> layer_norm_by_hand(const std::vector<float>& x) {
+  const double gamma[] = {0.5, 1.0, -2.0, 3.0}, beta[] = {0.25, 0.0, -1.0, 2.0};
+  std::vector<double> y;
+  for (size_t r = 0; r < x.size() / 4; ++r) {
+    double mean = 0, var = 0;
+    for (size_t c = 0; c < 4; ++c) mean += x[r * 4 + c] / 4.0;
+    for (size_t c = 0; c < 4; ++c) var += (x[r * 4 + c] - mean) * (x[r * 4 + c] - mean) / 4.0;
+    for (size_t c = 0; c < 4; ++c) y.push_back((x[r * 4 + c] - mean) / std::sqrt(var + 1e-5) * gamma[c] + beta[c]);
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: an exported layer norm runs as one op unless its parts are read elsewhere", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "cpu:1", "reference:0"}});
+  std::vector<float> x(24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 1.3f) * 4.0f + (i >= 12 ? 100.0f : 0);
+  const auto want = layer_norm_by_hand(x);
+  sy::onnx::DataMap in{{"x", sy::TensorData::from(x, {2, 3, 4})}};
+  // Device ops of one run after the plan exists (upload and reads included).
+  auto ops_of_a_run = [&](const sy::onnx::Model& model, const sy::Device& d) {
+    (void)run_doubles(model, in, "y");
+    REQUIRE(d.sync().wait_for(kWait));
+    auto before = d.stats();
+    REQUIRE(before.wait_for(kWait));
+    (void)run_doubles(model, in, "y");
+    REQUIRE(d.sync().wait_for(kWait));
+    auto after = d.stats();
+    REQUIRE(after.wait_for(kWait));
+    return after.get().ops_executed - before.get().ops_executed;
+  };
+  uint64_t fused_ops = 0;
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    const sy::Device d = rt.device(dev);
+    auto fused = sy::onnx::Model::load_bytes(layer_norm_model(false), d);
+    CHECK(fused.num_nodes() == 12);  // the model's own nodes, whatever runs
+    auto y = run_doubles(fused, in, "y");
+    REQUIRE(y.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) CHECK(y[i] == Approx(want[i]).margin(1e-4));
+    fused_ops = ops_of_a_run(fused, d);
+    // With the centred values a graph output too, the nodes run one by one,
+    // with the same values.
+    auto leaky = sy::onnx::Model::load_bytes(layer_norm_model(true), d);
+    auto y2 = run_doubles(leaky, in, "y");
+    REQUIRE(y2.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) CHECK(y2[i] == Approx(want[i]).margin(1e-4));
+    CHECK(ops_of_a_run(leaky, d) >= fused_ops + 8);
+  }
+  CHECK(fused_ops <= 4);
+  // A pipeline whose stages split the pattern runs it node by node, each
+  // part on its stage's device.
+  auto split = sy::onnx::Model::load_bytes(layer_norm_model(false), {{rt.device("cpu:0"), 0}, {rt.device("cpu:1"), 7}});
+  auto y3 = run_doubles(split, in, "y");
+  REQUIRE(y3.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(y3[i] == Approx(want[i]).margin(1e-4));
+  CHECK(ops_of_a_run(split, rt.device("cpu:1")) >= 4);
+}

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "fusion.hpp"
 #include "onnx_internal.hpp"
 
 namespace switchyard::onnx {
@@ -215,7 +216,8 @@ struct Model::Impl {
   Device device;                    // the first stage's
   std::vector<Device> node_device;  // per node (a pipeline places ranges)
   int64_t opset = 0;
-  Graph graph;
+  Graph graph;                   // after fusion (fusion.hpp)
+  size_t onnx_nodes = 0;         // the model's own node count
   std::vector<int> inner_slots;  // the subgraphs' values: not kept by a plan
   std::vector<ValueInfo> inputs, outputs;
   std::vector<int> input_slots, output_slots;
@@ -485,8 +487,23 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   // that build it.
   for (const auto& v : graph.output())
     if (!v.type().has_tensor_type()) (void)value_info(v, "onnx: output");
+  // Stage of each of the model's nodes; fusion keeps patterns within one.
+  const auto onnx_nodes = static_cast<size_t>(graph.node_size());
+  if (stages.back().first_node >= onnx_nodes && stages.size() > 1)
+    throw Error(Errc::invalid_argument, "onnx: a stage starts at node " + std::to_string(stages.back().first_node) +
+                                            " of a graph of " + std::to_string(onnx_nodes) + " nodes");
+  std::vector<size_t> stage_of(onnx_nodes, 0);
+  for (size_t n = 0, k = 0; n < onnx_nodes; ++n) {
+    while (k + 1 < stages.size() && stages[k + 1].first_node <= n) ++k;
+    stage_of[n] = k;
+  }
+  impl->onnx_nodes = onnx_nodes;
+  detail::FusedNodes fused = detail::fuse_layer_norms(graph, stage_of);
+  ::onnx::GraphProto rewritten;  // the nodes only: all the compiler reads
+  if (fused.fused > 0)
+    for (auto& n : fused.nodes) *rewritten.add_node() = std::move(n);
   Compiler compiler{impl->opset, base_dir, elem_type, num_slots, impl->inner_slots};
-  compiler.nodes(graph, impl->graph, scope);
+  compiler.nodes(fused.fused > 0 ? rewritten : graph, impl->graph, scope);
   for (const auto& v : graph.output()) {
     impl->outputs.push_back(value_info(v, "onnx: output"));
     const int s = scope.find(v.name());
@@ -494,14 +511,7 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     impl->output_slots.push_back(s);
   }
   const auto& nodes = impl->graph.nodes;
-  if (stages.back().first_node >= nodes.size() && stages.size() > 1)
-    throw Error(Errc::invalid_argument, "onnx: a stage starts at node " + std::to_string(stages.back().first_node) +
-                                            " of a graph of " + std::to_string(nodes.size()) + " nodes");
-  size_t stage = 0;
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    while (stage + 1 < stages.size() && stages[stage + 1].first_node <= n) ++stage;
-    impl->node_device.push_back(stages[stage].device);
-  }
+  for (size_t n = 0; n < nodes.size(); ++n) impl->node_device.push_back(stages[stage_of[fused.origin[n]]].device);
   // Each initializer goes to the device of its first consumer.
   std::vector<Device> home(static_cast<size_t>(num_slots), device);
   std::vector<char> placed(static_cast<size_t>(num_slots), 0);
@@ -527,7 +537,7 @@ const std::vector<ValueInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<ValueInfo>& Model::outputs() const { return impl_->outputs; }
 int64_t Model::opset() const { return impl_->opset; }
 Device Model::device() const { return impl_->device; }
-size_t Model::num_nodes() const { return impl_->graph.nodes.size(); }
+size_t Model::num_nodes() const { return impl_->onnx_nodes; }
 size_t Model::cached_plans() const {
   std::lock_guard lock(impl_->mu);
   return impl_->plans.size();
