@@ -4,7 +4,7 @@
 //    and group (the input already is the column matrix);
 //  - depthwise-like ops (one input channel per group) run a direct kernel,
 //    parallel over output planes: their GEMMs would be 1 x K x P, all
-//    overhead;
+//    overhead (f32 on AVX-512F: depthwise_f32.cpp, register-blocked);
 //  - everything else goes through im2col in tiles of output positions whose
 //    column matrix fits in cache, each tile one OpenBLAS GEMM.
 // f32 convolutions on a CPU with AVX-512F run the first and last as one call
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backends/common/conv_geometry.hpp"
+#include "backends/cpu/depthwise_f32.hpp"
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
 
@@ -427,6 +428,7 @@ Expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
     if constexpr (std::is_same_v<T, float>) {
       if (!g.transposed && !depthwise_like && op.out.numel() > 0 && g.c_in > 0 && forward_native(ctx, g, x, w, bias, y))
         return;
+      if (!g.transposed && depthwise_like && depthwise_f32(ctx.pool, g, x, w, bias, y)) return;
     }
     init_output<T>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
     if (op.out.numel() == 0 || g.c_in == 0) return;
