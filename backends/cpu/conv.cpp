@@ -260,7 +260,6 @@ bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const f
   gemm.k = rows;
   gemm.batches = g.batch * g.groups;
   gemm.lda = rows;
-  gemm.a_count = g.groups;  // entry i < groups is image 0, group i
   gemm.ldc = out_plane;
   const auto image = [&g, x, cig](int64_t entry) {
     return x + ((entry / g.groups) * g.c_in + (entry % g.groups) * cig) * g.in_plane();
@@ -304,7 +303,7 @@ bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const f
   }
   gemm.locate = [&](int64_t entry) {
     const int64_t n = entry / g.groups, grp = entry % g.groups;
-    return F32GemmOperands{w + grp * cog * rows, grp, image(entry), y + (n * g.c_out + grp * cog) * out_plane,
+    return F32GemmOperands{w + grp * cog * rows, image(entry), y + (n * g.c_out + grp * cog) * out_plane,
                            bias == nullptr ? nullptr : bias + grp * cog};
   };
   return gemm_f32(ctx.pool, gemm);
@@ -389,7 +388,7 @@ bool transposed_gemm_native(Context& ctx, int64_t m, int64_t n, int64_t k, const
     gemm.a_transposed = true;
     gemm.ldb = n;
     gemm.ldc = n;
-    gemm.locate = [&](int64_t) { return F32GemmOperands{w, 0, x, col, nullptr}; };
+    gemm.locate = [&](int64_t) { return F32GemmOperands{w, x, col, nullptr}; };
     return gemm_f32(ctx.pool, gemm);
   }
 }
