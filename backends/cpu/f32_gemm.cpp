@@ -193,12 +193,19 @@ SY_F32_TARGET void pack_a_panel(const F32Gemm& g, const float* a, int64_t i0, in
   // column of kMR rows per k.
   static_assert(kMR <= 16);
   const __mmask16 panel_lanes = mask16(kMR);
+  // The same rows' next K block is fetched meanwhile: this block's
+  // products take far longer than the fetch, and a CNN's late layers read
+  // megabytes of weights per call, once, from memory.
+  const int64_t ahead = pc + kc < g.k ? kc : 0;
   for (int64_t p0 = 0; p0 < kc; p0 += 16) {
     const __mmask16 m = mask16(kc - p0);
     __m512i r[16];
-    for (int t = 0; t < 16; ++t)
-      r[t] = t < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, a + (i0 + t) * g.lda + pc + p0))
-                      : _mm512_setzero_si512();
+    for (int t = 0; t < 16; ++t) {
+      const float* src = a + (i0 + t) * g.lda + pc + p0;
+      if (t < rows && ahead > 0 && pc + ahead + p0 < g.k)
+        _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T1);
+      r[t] = t < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src)) : _mm512_setzero_si512();
+    }
     transpose16x16(r);
     const int64_t n = std::min<int64_t>(16, kc - p0);
     for (int64_t c = 0; c < n; ++c) _mm512_mask_storeu_ps(out + (p0 + c) * kMR, panel_lanes, _mm512_castsi512_ps(r[c]));
