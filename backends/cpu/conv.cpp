@@ -245,6 +245,24 @@ bool pointwise(const ConvGeometry& g) {
   return p;
 }
 
+// Sets bits [begin, end) of a mask of 16-bit words, whole words at a time
+// (per call this runs over every output position for each tap: bit by bit
+// it was 3% of a 64-channel 56x56 layer).
+void set_bits(uint16_t* mask, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  const auto bits = [](int64_t lo, int64_t hi) {  // bits [lo, hi) of one word, 0 <= lo < hi <= 16
+    return static_cast<uint16_t>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+  };
+  const int64_t first = begin / 16, last = (end - 1) / 16;
+  if (first == last) {
+    mask[first] = static_cast<uint16_t>(mask[first] | bits(begin % 16, (end - 1) % 16 + 1));
+    return;
+  }
+  mask[first] = static_cast<uint16_t>(mask[first] | bits(begin % 16, 16));
+  std::fill(mask + first + 1, mask + last, uint16_t{0xffff});
+  mask[last] = static_cast<uint16_t>(mask[last] | bits(0, (end - 1) % 16 + 1));
+}
+
 // y = bias + conv(x, w) on the native f32 GEMM: per image and group, C
 // (c_out/groups x output positions) = W_g (c_out/groups x c_in/groups * K)
 // times the column matrix, which the GEMM packs from the image block by
@@ -283,9 +301,10 @@ bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const f
       for (int a = 0; a < 3; ++a) valid_range(off[a], 1, g.in[a], g.out[a], lo[a], hi[a]);
       uint16_t* mask = row_mask.data() + k * mask_words;
       for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0)
-        for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1)
-          for (int64_t p = (o0 * g.out[1] + o1) * g.out[2] + lo[2], e = p - lo[2] + hi[2]; p < e; ++p)
-            mask[p / 16] = static_cast<uint16_t>(mask[p / 16] | (1u << (p % 16)));
+        for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
+          const int64_t line = (o0 * g.out[1] + o1) * g.out[2];
+          set_bits(mask, line + lo[2], line + hi[2]);
+        }
       const int64_t delta = (off[0] * g.in[1] + off[1]) * g.in[2] + off[2];
       for (int64_t c = 0; c < cig; ++c) {
         row_offset[static_cast<size_t>(c * ksize + k)] = c * g.in_plane() + delta;
