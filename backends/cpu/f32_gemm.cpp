@@ -303,6 +303,10 @@ Grid plan_grid(const F32Gemm& g, int64_t threads) {
     else
       break;
   }
+  // Then up to twice as many, in n alone while tiles stay 4 panels wide: a
+  // thread preempted or woken late leaves the other less to wait for at
+  // the end, and an n split only packs A's rows again (1/nc of the work).
+  while (threads > 1 && g.batches * mt * (nt + 1) <= 2 * want && (g.n + nt) / (nt + 1) >= 4 * kNR) ++nt;
   Grid grid;
   // Tile edges on micro-tile boundaries, so only a matrix's last tile has
   // partial micro-tiles.
