@@ -360,7 +360,9 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
           pack_rows(fb, cols, p1 - p, cols, pb + (p - pc) * kNR, kc * kNR);
         }
       } else if (g.row_offset != nullptr) {
-        pack_shifted(g, ops.b, pc, kc, j0, cols, pb, kc * kNR);
+        // Panel by panel, below: each is used from L1 right after it is
+        // packed, where a whole block (kKC x 800 floats for a batch-8
+        // 56x56 conv) was written out to L2 and read back.
       } else if (g.b_transposed) {
         pack_cols(ops.b + j0 * g.ldb + pc, g.ldb, kc, cols, pb);
       } else {
@@ -370,6 +372,10 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
         const int64_t jc = std::min(kNR, j1 - jr);
         const int vectors = static_cast<int>((jc + 15) / 16);
         const float* bpanel = pb + (jr - j0) * kc;
+        if (g.row_offset != nullptr && !g.fill_b) {
+          pack_shifted(g, ops.b, pc, kc, jr, jc, pb, kc * kNR);
+          bpanel = pb;
+        }
         for (int64_t ir = i0; ir < i1; ir += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, i1 - ir));
           TileStart s;
