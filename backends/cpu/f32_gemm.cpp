@@ -365,15 +365,16 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
         // 56x56 conv) was written out to L2 and read back.
       } else if (g.b_transposed) {
         pack_cols(ops.b + j0 * g.ldb + pc, g.ldb, kc, cols, pb);
-      } else {
-        pack_rows(ops.b + pc * g.ldb + j0, g.ldb, kc, cols, pb, kc * kNR);
-      }
+      }  // else a row-major B: panel by panel too
       for (int64_t jr = j0; jr < j1; jr += kNR) {
         const int64_t jc = std::min(kNR, j1 - jr);
         const int vectors = static_cast<int>((jc + 15) / 16);
         const float* bpanel = pb + (jr - j0) * kc;
-        if (g.row_offset != nullptr && !g.fill_b) {
+        if (!g.fill_b && g.row_offset != nullptr) {
           pack_shifted(g, ops.b, pc, kc, jr, jc, pb, kc * kNR);
+          bpanel = pb;
+        } else if (!g.fill_b && !g.b_transposed) {
+          pack_rows(ops.b + pc * g.ldb + jr, g.ldb, kc, jc, pb, kc * kNR);
           bpanel = pb;
         }
         for (int64_t ir = i0; ir < i1; ir += kMR) {
