@@ -4,10 +4,12 @@
 // Blocking, as BLIS does it, but with each work item owning its B block:
 // the result is cut into tiles of at most kMC x kNC per batch entry, taken
 // one at a time by the device's threads in one ThreadPool pass. A tile walks
-// K in kKC blocks; for each it packs its kKC x nc block of B into panels of
-// kNR columns (thread-local, zero-padded in n), then runs the micro-kernel
-// for every kNR panel (L1: kKC x kNR floats) against every kMR rows of A
-// (L2: the tile's kMC x kKC block). C itself holds the sums between K
+// K in kKC blocks; for each it packs B into panels of kNR columns
+// (thread-local, zero-padded in n) and runs the micro-kernel for every kNR
+// panel (L1: kKC x kNR floats) against every kMR rows of A (L2: the tile's
+// kMC x kKC block). A row-major or shifted-row B is packed one panel at a
+// time, right before its micro-kernels, so the panel is still in L1; a
+// filled or transposed B a whole kKC x nc block at a time. C itself holds the sums between K
 // blocks. Two tiles of one batch entry that share columns pack the same B
 // block twice, which costs 1/kMC of the work; in exchange no tile waits for
 // another, and B can come from a caller's fill function, or as shifted rows
