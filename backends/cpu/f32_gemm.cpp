@@ -125,8 +125,7 @@ constexpr int64_t kNR = 16 * kNV;
 constexpr int64_t kKC = SY_F32_KC;  // a B micro-panel, kKC x kNR, stays in L1
 constexpr int64_t kMC = 16 * kMR;   // a tile's A block, kMC x kKC, in L2
 constexpr int64_t kNC = 32 * kNR;
-constexpr int64_t kPackAhead = 16;  // rows of B that pack_shifted prefetches ahead
-constexpr int64_t kFillRows = 8;    // rows of B a fill_b call writes (8 x kNC floats: 32 KiB at most)
+constexpr int64_t kFillRows = 8;  // rows of B a fill_b call writes (8 x kNC floats: 32 KiB at most)
 
 SY_F32_TARGET inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1u);
@@ -238,13 +237,13 @@ SY_F32_TARGET void pack_shifted(const F32Gemm& g, const float* b, int64_t p0, in
   for (int64_t p = 0; p < rows; ++p) {
     const float* row = b + g.row_offset[p0 + p] + j0;
     const uint16_t* mask = g.row_mask + g.row_class[p0 + p] * g.mask_words + j0 / 16;
-    // Row p + kPackAhead's columns are fetched meanwhile (into the next K
-    // block too) when the rows are long: a 56x56 image (64 channels, 800
-    // KiB) streams in from L3, and the loads here stalled on it (perf:
-    // pack 0.41 -> 0.34 ms of CPU per call); a 14x14 or 7x7 one stays in
-    // L2, where the prefetches only cost (0.49 -> 0.53).
-    const bool ahead = g.n >= kNC && p0 + p + kPackAhead < g.k;
-    const float* next = ahead ? b + g.row_offset[p0 + p + kPackAhead] + j0 : nullptr;
+    // The same row's next kNR columns (the next panel, packed after this
+    // one's micro-kernels) are fetched meanwhile when the rows are long: a
+    // 56x56 image (64 channels, 800 KiB) streams in from L3, and the loads
+    // here stalled on it; a 14x14 or 7x7 one stays in L2, where the
+    // prefetches only cost.
+    const bool ahead = g.n >= kNC;
+    const float* next = row + kNR;
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
