@@ -27,6 +27,7 @@ struct Workload {
   sy::Shape input, weight;
   int64_t padding;
   int64_t groups;
+  int64_t stride = 1;
 };
 
 // Mirrored in bench/conv_compare.
@@ -37,6 +38,8 @@ const Workload workloads[] = {
     {"depthwise3x3_128ch_56_b1", {1, 128, 56, 56}, {128, 1, 3, 3}, 1, 128},
     {"conv3x3_256ch_14_b1", {1, 256, 14, 14}, {256, 256, 3, 3}, 1, 1},
     {"conv3x3_512ch_7_b1", {1, 512, 7, 7}, {512, 512, 3, 3}, 1, 1},
+    // MobileNetV2's stride-2 depthwise layer of its 56x56 stage
+    {"depthwise3x3_s2_144ch_56_b1", {1, 144, 56, 56}, {144, 1, 3, 3}, 1, 144, 2},
 };
 
 }  // namespace
@@ -52,11 +55,11 @@ int main(int argc, char** argv) {
     auto x = dev.uniform(w.input, -1, 1);
     auto k = dev.uniform(w.weight, -1, 1);
     auto b = dev.uniform({w.weight.dims[0]}, -1, 1);
-    (void)sy::nn::conv2d(x, k, b, 1, w.padding, 1, w.groups).read().get();  // warm-up: buffers, BLAS threads
+    (void)sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups).read().get();  // warm-up: buffers, BLAS threads
     std::vector<double> times;
     for (int i = 0; i < iters; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      auto y = sy::nn::conv2d(x, k, b, 1, w.padding, 1, w.groups);
+      auto y = sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups);
       (void)y.read().get();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }

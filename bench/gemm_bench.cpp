@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     g.ldb = s.tb ? s.k : s.n;
     g.b_transposed = s.tb;
     g.ldc = s.n;
-    g.locate = [&](int64_t) { return cpu::F32GemmOperands{a.data(), 0, b.data(), c.data(), nullptr}; };
+    g.locate = [&](int64_t) { return cpu::F32GemmOperands{a.data(), b.data(), c.data(), nullptr}; };
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     // Enough calls per sample for ~20 ms.
     const int calls = std::max(1, static_cast<int>(2e-2 / (flops / 100e9)));

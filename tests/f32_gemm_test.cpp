@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/common/host_buffer.hpp"
+#include "backends/cpu/depthwise_f32.hpp"
 #include "support/native_gemm.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
@@ -311,6 +312,97 @@ TEST_CASE("native f32 GEMM keeps depthwise convolutions on their direct kernel",
   const auto native = run_native(c, false);
   const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
   CHECK(differences(native, run(*backends().reference, c), magnitude, 9, "vs reference").empty());
+}
+
+TEST_CASE("AVX-512 depthwise kernel matches the scalar direct kernel and the reference", "[cpu][f32_gemm][depthwise]") {
+  if (skip_without_avx512f()) return;
+  Draw r{11};
+  struct DepthwiseCase {
+    ConvArgs args;
+    bool avx512;  // whether depthwise_f32 takes it (else the scalar kernel)
+  };
+  const std::vector<DepthwiseCase> cases = {
+      // 3x3, stride 1 and 2, padding 1: MobileNet's layers, widths that are
+      // and are not multiples of 16, one to four vectors per row segment
+      {{{1, 8, 10, 10}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8}, true},
+      {{{1, 16, 56, 56}, {16, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 16}, true},
+      {{{2, 5, 17, 33}, {5, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 5}, true},
+      {{{1, 3, 7, 64}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3, false}, true},
+      {{{1, 3, 5, 130}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3}, true},
+      {{{1, 6, 57, 56}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6}, true},
+      {{{1, 6, 56, 57}, {6, 1, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 6}, true},
+      {{{1, 4, 9, 100}, {4, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 4}, true},
+      // one-pixel and tiny images: every tap but the centre in the padding
+      {{{1, 3, 1, 1}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3}, true},
+      {{{1, 4, 1, 1}, {4, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 4}, true},
+      {{{1, 2, 2, 2}, {2, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2}, true},
+      {{{1, 2, 1, 3}, {2, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2}, true},
+      // padding past the kernel's reach: whole rows and vectors of padding
+      {{{1, 4, 9, 70}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {1, 1}, 4}, true},
+      {{{1, 2, 3, 20}, {2, 1, 3, 3}, {2, 2}, {4, 4}, {1, 1}, 2}, true},
+      // channel multiplier 2, dilation, other kernel sizes, row stride 3
+      {{{1, 4, 9, 9}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4}, true},
+      {{{1, 4, 20, 37}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4}, true},
+      {{{1, 3, 12, 40}, {3, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 3}, true},
+      {{{1, 3, 12, 40}, {3, 1, 1, 7}, {1, 1}, {0, 3}, {1, 1}, 3, false}, true},
+      {{{1, 3, 20, 40}, {3, 1, 3, 3}, {3, 1}, {1, 1}, {1, 1}, 3}, true},
+      // 1d
+      {{{2, 4, 100}, {4, 1, 3}, {1}, {1}, {1}, 4}, true},
+      {{{2, 4, 101}, {4, 1, 3}, {2}, {1}, {1}, 4}, true},
+      // the scalar kernel's: column stride 3, and 3d
+      {{{1, 4, 20, 20}, {4, 1, 3, 3}, {3, 3}, {1, 1}, {1, 1}, 4}, false},
+      {{{1, 2, 4, 5, 6}, {2, 1, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 2}, false},
+  };
+  for (const auto& dc : cases) {
+    const Case c = conv_case(r, dc.args);
+    INFO(c.what << (dc.avx512 ? " (AVX-512)" : " (scalar)"));
+    const auto before = cpu::native_depthwise_f32_runs();
+    const auto native = run_native(c, false);
+    CHECK(cpu::native_depthwise_f32_runs() - before == (dc.avx512 ? 1u : 0u));
+    int64_t terms = 1;
+    for (size_t i = 2; i < dc.args.weight.rank(); ++i) terms *= dc.args.weight.dims[i];
+    const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
+    const auto vs_ref = differences(native, run(*backends().reference, c), magnitude, terms, "native vs reference");
+    const auto vs_scalar = differences(native, run_openblas(c), magnitude, terms, "native vs scalar");
+    INFO(vs_ref << vs_scalar);
+    CHECK(vs_ref.empty());
+    CHECK(vs_scalar.empty());
+  }
+}
+
+TEST_CASE("AVX-512 depthwise kernel propagates NaN and Inf and leaves the padding out", "[cpu][f32_gemm][depthwise]") {
+  if (skip_without_avx512f()) return;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Draw r{12};
+  for (const int64_t stride : {1, 2}) {
+    // 2 channels of 5 x 19 (two vectors per row, the second partial).
+    Case c = conv_case(r, {{1, 2, 5, 19}, {2, 1, 3, 3}, {stride, stride}, {1, 1}, {1, 1}, 2});
+    std::fill(c.inputs[0].begin(), c.inputs[0].end(), 1.0f);
+    std::fill(c.inputs[1].begin(), c.inputs[1].end(), 0.5f);
+    c.inputs[0][2 * 19 + 2] = inf;        // channel 0, pixel (2, 2)
+    c.inputs[0][95 + 3 * 19 + 17] = nan;  // channel 1, pixel (3, 17)
+    c.inputs[1][0] = inf;                 // channel 0's tap (0, 0): the padding for row 0 and column 0
+    c.inputs[1][9 + 4] = 0.0f;            // channel 1's centre tap: 0 * NaN
+    INFO("stride " << stride);
+    const auto before = cpu::native_depthwise_f32_runs();
+    const auto native = run_native(c, false);
+    CHECK(cpu::native_depthwise_f32_runs() - before == 1u);
+    const auto reference = run(*backends().reference, c);
+    const auto scalar = run_openblas(c);
+    REQUIRE(native.size() == reference.size());
+    int nans = 0, infs = 0;
+    for (size_t i = 0; i < native.size(); ++i) {
+      INFO("element " << i << ": native " << native[i] << ", reference " << reference[i] << ", scalar " << scalar[i]);
+      CHECK(std::isnan(native[i]) == std::isnan(reference[i]));
+      CHECK(std::isnan(native[i]) == std::isnan(scalar[i]));
+      if (!std::isnan(reference[i])) CHECK(native[i] == reference[i]);
+      nans += std::isnan(native[i]) ? 1 : 0;
+      infs += std::isinf(native[i]) ? 1 : 0;
+    }
+    CHECK(nans > 0);
+    CHECK(infs > 0);
+  }
 }
 
 TEST_CASE("native f32 GEMM propagates NaN and Inf as IEEE says, 0 times Inf included", "[cpu][f32_gemm]") {

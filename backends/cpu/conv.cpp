@@ -4,7 +4,7 @@
 //    and group (the input already is the column matrix);
 //  - depthwise-like ops (one input channel per group) run a direct kernel,
 //    parallel over output planes: their GEMMs would be 1 x K x P, all
-//    overhead;
+//    overhead (f32 on AVX-512F: depthwise_f32.cpp, register-blocked);
 //  - everything else goes through im2col in tiles of output positions whose
 //    column matrix fits in cache, each tile one OpenBLAS GEMM.
 // f32 convolutions on a CPU with AVX-512F run the first and last as one call
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backends/common/conv_geometry.hpp"
+#include "backends/cpu/depthwise_f32.hpp"
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
 
@@ -244,6 +245,24 @@ bool pointwise(const ConvGeometry& g) {
   return p;
 }
 
+// Sets bits [begin, end) of a mask of 16-bit words, whole words at a time
+// (per call this runs over every output position for each tap: bit by bit
+// it was 3% of a 64-channel 56x56 layer).
+void set_bits(uint16_t* mask, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  const auto bits = [](int64_t lo, int64_t hi) {  // bits [lo, hi) of one word, 0 <= lo < hi <= 16
+    return static_cast<uint16_t>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+  };
+  const int64_t first = begin / 16, last = (end - 1) / 16;
+  if (first == last) {
+    mask[first] = static_cast<uint16_t>(mask[first] | bits(begin % 16, (end - 1) % 16 + 1));
+    return;
+  }
+  mask[first] = static_cast<uint16_t>(mask[first] | bits(begin % 16, 16));
+  std::fill(mask + first + 1, mask + last, uint16_t{0xffff});
+  mask[last] = static_cast<uint16_t>(mask[last] | bits(0, (end - 1) % 16 + 1));
+}
+
 // y = bias + conv(x, w) on the native f32 GEMM: per image and group, C
 // (c_out/groups x output positions) = W_g (c_out/groups x c_in/groups * K)
 // times the column matrix, which the GEMM packs from the image block by
@@ -259,7 +278,6 @@ bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const f
   gemm.k = rows;
   gemm.batches = g.batch * g.groups;
   gemm.lda = rows;
-  gemm.a_count = g.groups;  // entry i < groups is image 0, group i
   gemm.ldc = out_plane;
   const auto image = [&g, x, cig](int64_t entry) {
     return x + ((entry / g.groups) * g.c_in + (entry % g.groups) * cig) * g.in_plane();
@@ -283,9 +301,10 @@ bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const f
       for (int a = 0; a < 3; ++a) valid_range(off[a], 1, g.in[a], g.out[a], lo[a], hi[a]);
       uint16_t* mask = row_mask.data() + k * mask_words;
       for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0)
-        for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1)
-          for (int64_t p = (o0 * g.out[1] + o1) * g.out[2] + lo[2], e = p - lo[2] + hi[2]; p < e; ++p)
-            mask[p / 16] = static_cast<uint16_t>(mask[p / 16] | (1u << (p % 16)));
+        for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
+          const int64_t line = (o0 * g.out[1] + o1) * g.out[2];
+          set_bits(mask, line + lo[2], line + hi[2]);
+        }
       const int64_t delta = (off[0] * g.in[1] + off[1]) * g.in[2] + off[2];
       for (int64_t c = 0; c < cig; ++c) {
         row_offset[static_cast<size_t>(c * ksize + k)] = c * g.in_plane() + delta;
@@ -303,7 +322,7 @@ bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const f
   }
   gemm.locate = [&](int64_t entry) {
     const int64_t n = entry / g.groups, grp = entry % g.groups;
-    return F32GemmOperands{w + grp * cog * rows, grp, image(entry), y + (n * g.c_out + grp * cog) * out_plane,
+    return F32GemmOperands{w + grp * cog * rows, image(entry), y + (n * g.c_out + grp * cog) * out_plane,
                            bias == nullptr ? nullptr : bias + grp * cog};
   };
   return gemm_f32(ctx.pool, gemm);
@@ -388,7 +407,7 @@ bool transposed_gemm_native(Context& ctx, int64_t m, int64_t n, int64_t k, const
     gemm.a_transposed = true;
     gemm.ldb = n;
     gemm.ldc = n;
-    gemm.locate = [&](int64_t) { return F32GemmOperands{w, 0, x, col, nullptr}; };
+    gemm.locate = [&](int64_t) { return F32GemmOperands{w, x, col, nullptr}; };
     return gemm_f32(ctx.pool, gemm);
   }
 }
@@ -427,6 +446,7 @@ Expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
     if constexpr (std::is_same_v<T, float>) {
       if (!g.transposed && !depthwise_like && op.out.numel() > 0 && g.c_in > 0 && forward_native(ctx, g, x, w, bias, y))
         return;
+      if (!g.transposed && depthwise_like && depthwise_f32(ctx.pool, g, x, w, bias, y)) return;
     }
     init_output<T>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
     if (op.out.numel() == 0 || g.c_in == 0) return;

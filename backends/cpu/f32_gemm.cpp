@@ -4,18 +4,23 @@
 // Blocking, as BLIS does it, but with each work item owning its B block:
 // the result is cut into tiles of at most kMC x kNC per batch entry, taken
 // one at a time by the device's threads in one ThreadPool pass. A tile walks
-// K in kKC blocks; for each it packs its kKC x nc block of B into panels of
-// kNR columns (thread-local, zero-padded in n), then runs the micro-kernel
-// for every kNR panel (L1: kKC x kNR floats) against every kMR rows of A
-// (L2: the tile's kMC x kKC block). C itself holds the sums between K
+// K in kKC blocks; for each it packs B into panels of kNR columns
+// (thread-local, zero-padded in n) and runs the micro-kernel for every kNR
+// panel (L1: kKC x kNR floats) against every kMR rows of A (L2: the tile's
+// kMC x kKC block). A row-major or shifted-row B is packed one panel at a
+// time, right before its micro-kernels, so the panel is still in L1; a
+// filled or transposed B a whole kKC x nc block at a time. C itself holds the sums between K
 // blocks. Two tiles of one batch entry that share columns pack the same B
 // block twice, which costs 1/kMC of the work; in exchange no tile waits for
 // another, and B can come from a caller's fill function, or as shifted rows
 // of one buffer (a convolution's image read as its column matrix), without
 // a column buffer of its own.
-// A is packed once per call, before the tiles, into panels of kMR rows
-// stored k by k, so that the micro-kernel broadcasts from one stream (A's
-// own rows, a power of two apart, would fight over L1 sets).
+// Likewise each tile packs its own kMC x kKC block of A, per K block, into
+// panels of kMR rows stored k by k, so that the micro-kernel broadcasts from
+// one stream (A's own rows, a power of two apart, would fight over L1 sets).
+// Tiles that share rows pack them again, 1/kNC of the work; a pass packing
+// all of A before the tiles wrote and read back a CNN's whole weight (9 MiB
+// for 512 x 4608) per call, and cost a second wake-up of the pool.
 //
 // Edges run the same kernel compiled for fewer rows or vectors and store
 // under a mask, so neither A nor C needs padding. No product is skipped:
@@ -175,39 +180,37 @@ constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...
 /// micro<rows, vectors> at [(rows - 1) * kNV + vectors - 1].
 constexpr auto kMicro = micro_table(std::make_index_sequence<kMR * kNV>{});
 
-/// Packs rows [i0, i0 + kMR) of A (all k; rows past m are zero) k by k:
-/// out[p * kMR + r] = A(i0 + r, p).
-SY_F32_TARGET void pack_a_panel(const F32Gemm& g, const float* a, int64_t i0, float* out) {
+/// Packs rows [i0, i0 + kMR) x columns [pc, pc + kc) of A (rows past m are
+/// zero) k by k: out[(p - pc) * kMR + r] = A(i0 + r, p).
+SY_F32_TARGET void pack_a_panel(const F32Gemm& g, const float* a, int64_t i0, int64_t pc, int64_t kc, float* out) {
   const int64_t rows = std::min<int64_t>(kMR, g.m - i0);
   if (g.a_transposed) {
     // Column p of the panel is kMR contiguous floats of A's row p.
     const __mmask16 m = mask16(rows);
-    for (int64_t p = 0; p < g.k; ++p)
-      _mm512_mask_storeu_ps(out + p * kMR, mask16(kMR), _mm512_maskz_loadu_ps(m, a + p * g.lda + i0));
+    for (int64_t p = 0; p < kc; ++p)
+      _mm512_mask_storeu_ps(out + p * kMR, mask16(kMR), _mm512_maskz_loadu_ps(m, a + (pc + p) * g.lda + i0));
     return;
   }
   // 16 k at a time: the panel's rows (zero past m), transposed, give one
   // column of kMR rows per k.
   static_assert(kMR <= 16);
   const __mmask16 panel_lanes = mask16(kMR);
-  for (int64_t p0 = 0; p0 < g.k; p0 += 16) {
-    const __mmask16 m = mask16(g.k - p0);
+  // The same rows' next K block is fetched meanwhile: this block's
+  // products take far longer than the fetch, and a CNN's late layers read
+  // megabytes of weights per call, once, from memory.
+  const int64_t ahead = pc + kc < g.k ? kc : 0;
+  for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+    const __mmask16 m = mask16(kc - p0);
     __m512i r[16];
-    for (int t = 0; t < 16; ++t)
-      r[t] =
-          t < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, a + (i0 + t) * g.lda + p0)) : _mm512_setzero_si512();
+    for (int t = 0; t < 16; ++t) {
+      const float* src = a + (i0 + t) * g.lda + pc + p0;
+      if (t < rows && ahead > 0 && pc + ahead + p0 < g.k)
+        _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T1);
+      r[t] = t < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src)) : _mm512_setzero_si512();
+    }
     transpose16x16(r);
-    const int64_t n = std::min<int64_t>(16, g.k - p0);
+    const int64_t n = std::min<int64_t>(16, kc - p0);
     for (int64_t c = 0; c < n; ++c) _mm512_mask_storeu_ps(out + (p0 + c) * kMR, panel_lanes, _mm512_castsi512_ps(r[c]));
-  }
-}
-
-SY_F32_ENTRY void pack_a(const F32Gemm& g, int64_t begin, int64_t end, float* out) {
-  const int64_t panels = (g.m + kMR - 1) / kMR;
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t matrix = item / panels, panel = item % panels;
-    const float* a = g.locate(g.entry_of_a(matrix)).a;
-    pack_a_panel(g, a, panel * kMR, out + (matrix * panels + panel) * kMR * g.k);
   }
 }
 
@@ -234,11 +237,19 @@ SY_F32_TARGET void pack_shifted(const F32Gemm& g, const float* b, int64_t p0, in
   for (int64_t p = 0; p < rows; ++p) {
     const float* row = b + g.row_offset[p0 + p] + j0;
     const uint16_t* mask = g.row_mask + g.row_class[p0 + p] * g.mask_words + j0 / 16;
+    // The same row's next kNR columns (the next panel, packed after this
+    // one's micro-kernels) are fetched meanwhile when the rows are long: a
+    // 56x56 image (64 channels, 800 KiB) streams in from L3, and the loads
+    // here stalled on it; a 14x14 or 7x7 one stays in L2, where the
+    // prefetches only cost.
+    const bool ahead = g.n >= kNC;
+    const float* next = row + kNR;
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
         const int64_t j = q * kNR + 16 * v;
         const __mmask16 m = j < cols ? static_cast<__mmask16>(mask[j / 16] & mask16(cols - j)) : __mmask16(0);
+        if (ahead && j < cols) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T0);
         _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(m, row + j));
       }
   }
@@ -293,6 +304,10 @@ Grid plan_grid(const F32Gemm& g, int64_t threads) {
     else
       break;
   }
+  // Then up to twice as many, in n alone while tiles stay 4 panels wide: a
+  // thread preempted or woken late leaves the other less to wait for at
+  // the end, and an n split only packs A's rows again (1/nc of the work).
+  while (threads > 1 && g.batches * mt * (nt + 1) <= 2 * want && (g.n + nt) / (nt + 1) >= 4 * kNR) ++nt;
   Grid grid;
   // Tile edges on micro-tile boundaries, so only a matrix's last tile has
   // partial micro-tiles.
@@ -319,11 +334,11 @@ struct Scratch {
   }
 };
 
-SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, const float* packed_a, std::atomic<int64_t>& next) {
-  thread_local Scratch packed, filled;
+SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int64_t>& next) {
+  thread_local Scratch packed, packed_a, filled;
   float* pb = packed.get(static_cast<size_t>(kKC * grid.nc));
+  float* pa = packed_a.get(static_cast<size_t>(kKC * grid.mc));
   float* fb = g.fill_b ? filled.get(static_cast<size_t>(kFillRows * grid.nc)) : nullptr;
-  const int64_t a_panels = (g.m + kMR - 1) / kMR;
   const int64_t per_batch = grid.m_tiles * grid.n_tiles;
   const int64_t tiles = g.batches * per_batch;
   for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < tiles;
@@ -334,9 +349,9 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, const float* pac
     const int64_t i1 = std::min(g.m, i0 + grid.mc), j1 = std::min(g.n, j0 + grid.nc);
     const int64_t cols = j1 - j0;
     const F32GemmOperands ops = g.locate(batch);
-    const float* pa = packed_a + ops.a_index * a_panels * kMR * g.k;
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
+      for (int64_t ir = i0; ir < i1; ir += kMR) pack_a_panel(g, ops.a, ir, pc, kc, pa + (ir - i0) * kc);
       if (g.fill_b) {
         // A few rows at a time, so that what the caller writes is still in
         // L1 when it is packed.
@@ -346,22 +361,29 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, const float* pac
           pack_rows(fb, cols, p1 - p, cols, pb + (p - pc) * kNR, kc * kNR);
         }
       } else if (g.row_offset != nullptr) {
-        pack_shifted(g, ops.b, pc, kc, j0, cols, pb, kc * kNR);
+        // Panel by panel, below: each is used from L1 right after it is
+        // packed, where a whole block (kKC x 800 floats for a batch-8
+        // 56x56 conv) was written out to L2 and read back.
       } else if (g.b_transposed) {
         pack_cols(ops.b + j0 * g.ldb + pc, g.ldb, kc, cols, pb);
-      } else {
-        pack_rows(ops.b + pc * g.ldb + j0, g.ldb, kc, cols, pb, kc * kNR);
-      }
+      }  // else a row-major B: panel by panel too
       for (int64_t jr = j0; jr < j1; jr += kNR) {
         const int64_t jc = std::min(kNR, j1 - jr);
         const int vectors = static_cast<int>((jc + 15) / 16);
         const float* bpanel = pb + (jr - j0) * kc;
+        if (!g.fill_b && g.row_offset != nullptr) {
+          pack_shifted(g, ops.b, pc, kc, jr, jc, pb, kc * kNR);
+          bpanel = pb;
+        } else if (!g.fill_b && !g.b_transposed) {
+          pack_rows(ops.b + pc * g.ldb + jr, g.ldb, kc, jc, pb, kc * kNR);
+          bpanel = pb;
+        }
         for (int64_t ir = i0; ir < i1; ir += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, i1 - ir));
           TileStart s;
           s.load_c = pc > 0 || g.accumulate;
           s.bias = pc == 0 && ops.row_bias != nullptr ? ops.row_bias + ir : nullptr;
-          const float* a = pa + ((ir / kMR) * g.k + pc) * kMR;
+          const float* a = pa + (ir - i0) * kc;
           kMicro[static_cast<size_t>((rows - 1) * kNV + vectors - 1)](a, bpanel, kc, ops.c + ir * g.ldc + jr, g.ldc, jc,
                                                                       s);
         }
@@ -396,23 +418,7 @@ bool gemm_f32(ThreadPool& pool, const F32Gemm& g) {
   const Grid grid = plan_grid(g, static_cast<int64_t>(pool.threads()));
   // Below about a million multiply-adds threads cost more than they save.
   const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 20);
-  // A's packed panels, on the calling thread (the device's runner), which
-  // runs one op at a time. Up to 16 MiB they stay for the next call; a
-  // larger one (a big batched lhs) is freed when this call returns, so an
-  // idle device does not hold the largest it ever multiplied. 16 MiB holds
-  // the largest CNN weights in common use (512 x 4608: ResNet's and VGG's
-  // last 3x3 layers): a fresh 9 MiB buffer per call cost ~16 ms of page
-  // faults on this VM, twelve times the layer's own 1.4 ms.
-  constexpr size_t kept = size_t{4} << 20;  // floats
-  thread_local Scratch packed_a;
-  Scratch once;
-  const int64_t a_panels = (g.m + kMR - 1) / kMR;
-  const auto a_floats = static_cast<size_t>(g.a_count * a_panels * kMR * g.k);
-  float* pa = (a_floats <= kept ? packed_a : once).get(a_floats);
-  const int64_t a_items = g.a_count * a_panels;
-  pool.parallel_for(a_items, serial ? a_items : std::max<int64_t>(1, (int64_t{1} << 15) / (kMR * g.k)),
-                    [&](int64_t begin, int64_t end) { pack_a(g, begin, end, pa); });
-  run_work_items(pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, pa, next); });
+  run_work_items(pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, next); });
   return true;
 }
 

@@ -43,7 +43,6 @@ bool set_native_f32_gemm(bool on) noexcept;
 /// One batch entry's operands.
 struct F32GemmOperands {
   const float* a = nullptr;
-  int64_t a_index = 0;       // which of the a_count distinct A matrices `a` is
   const float* b = nullptr;  // unused when the B is filled by `fill_b`
   float* c = nullptr;
   const float* row_bias = nullptr;  // m values C starts from, or null
@@ -56,10 +55,6 @@ struct F32Gemm {
   /// A's element (i, p) is a[i * lda + p], or a[p * lda + i] when transposed.
   int64_t lda = 0;
   bool a_transposed = false;
-  /// How many distinct A matrices the batch entries use (each is packed once
-  /// per call), and for each one an entry that uses it.
-  int64_t a_count = 1;
-  std::function<int64_t(int64_t a_index)> entry_of_a = [](int64_t i) { return i; };
   /// B's element (p, j) is b[p * ldb + j], or b[j * ldb + p] when
   /// transposed; unless fill_b is set: it writes rows [p0, p1) x columns
   /// [j0, j1) of entry `batch`'s B, row-major, to dst (rows ld_dst apart).

@@ -50,15 +50,12 @@ bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const 
   g.batches = d.batches;
   g.lda = op.transpose_lhs ? d.m : d.k;
   g.a_transposed = op.transpose_lhs;
-  // A is packed per batch entry: a broadcast lhs is packed again for each
-  // entry, which costs 1/n of the products.
-  g.a_count = d.batches;
   g.ldb = op.transpose_rhs ? d.k : d.n;
   g.b_transposed = op.transpose_rhs;
   g.ldc = d.n;
   g.locate = [&](int64_t batch) {
     const auto [ao, bo] = d.operands(batch);
-    return F32GemmOperands{a + ao * d.m * d.k, batch, b + bo * d.k * d.n, c + batch * d.m * d.n, nullptr};
+    return F32GemmOperands{a + ao * d.m * d.k, b + bo * d.k * d.n, c + batch * d.m * d.n, nullptr};
   };
   return gemm_f32(ctx.pool, g);
 }
