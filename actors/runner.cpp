@@ -310,7 +310,9 @@ void drain(Self self) {
   complete_syncs(self);
 }
 
-void submit_one(Self self, OperationIr& op) {
+// `local`: from a client of this process (LocalBatch, or the ops a local
+// read or sync carries), checked at the call already.
+void submit_one(Self self, OperationIr& op, bool local) {
   auto& st = self->state;
   if (auto* drop = std::get_if<DropOp>(&op.op)) {
     release(st, drop->id);
@@ -327,7 +329,7 @@ void submit_one(Self self, OperationIr& op) {
     release_last_uses(st, op);
     return;  // duplicate output id: a misbehaving client; the existing tensor stays intact
   }
-  if (auto err = validate(op)) {
+  if (auto err = local ? validate_local(op) : validate(op)) {
     release_last_uses(st, op);
     err = on_device(st, err);
     log_op_failure(st, op, err);
@@ -349,7 +351,7 @@ void submit_one(Self self, OperationIr& op) {
 // there (actors/fusion.hpp); returns how many ops it ran (0: none). The
 // chain's intermediates never enter the table: nobody but the chain can
 // name them. Each op still counts, and traces, as run.
-size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first) {
+size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool local) {
   auto find = [&st](TensorId id) { return st.table.find(id); };
   ChainContext ctx{*st.backend,
                    [&](const TensorIr& t) {
@@ -357,7 +359,7 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first) {
                      return it != st.table.end() && it->second.state == Entry::State::ready &&
                             it->second.meta.shape == t.shape && it->second.meta.dtype == t.dtype;
                    },
-                   [&](TensorId id) { return find(id) == st.table.end(); }};
+                   [&](TensorId id) { return find(id) == st.table.end(); }, local};
   auto chain = find_chain(ops, first, ctx);
   if (!chain) return 0;
   auto chain_ops = ops.subspan(first, chain->size);
@@ -574,15 +576,16 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
 
 // A batch of ops from a client, in order. Counted as one batch taken in
 // (the client's backpressure), whether it came alone or with a request.
-void take_in(Self self, std::vector<OperationIr>& ops) {
+// `local`: from a client in this process (see submit_one).
+void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
   auto& st = self->state;
   st.sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
   for (size_t i = 0; i < ops.size();) {
     size_t ran = 0;
     try {
-      if (st.fuse_elementwise) ran = run_chain(st, ops, i);
+      if (st.fuse_elementwise) ran = run_chain(st, ops, i, local);
       if (ran == 0) {
-        submit_one(self, ops[i]);
+        submit_one(self, ops[i], local);
         ran = 1;
       }
     } catch (const std::exception& ex) {
@@ -654,7 +657,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   // The backend wakes us from its own threads; poll runs its completions here.
   self->state.backend->set_waker([handle = runner_actor{self}] { caf::anon_send(handle, poll_atom::value); });
   return {
-      [self](submit_atom, std::vector<OperationIr>& ops) { take_in(self, ops); },
+      [self](submit_atom, std::vector<OperationIr>& ops) { take_in(self, ops, false); },
+      [self](submit_atom, LocalBatch& batch) { take_in(self, batch.ops, true); },
       [self](idle_atom) {
         // One timer at a time, re-armed while ops keep coming: an idle
         // period of at least idle_trim_after (and under twice that) trims.
@@ -683,7 +687,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return rp;
       },
       [self](read_atom, TensorId id, std::vector<OperationIr>& ops, LocalReply<TensorData>& reply) {
-        if (!ops.empty()) take_in(self, ops);
+        if (!ops.empty()) take_in(self, ops, true);
         read_when_resolved(self, id, std::move(reply.deliver));
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
@@ -735,7 +739,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return rp;
       },
       [self](sync_atom, std::vector<OperationIr>& ops, LocalReply<done_atom>& reply) {
-        if (!ops.empty()) take_in(self, ops);
+        if (!ops.empty()) take_in(self, ops, true);
         self->state.syncs.emplace_back([deliver = std::move(reply.deliver)](const caf::error& err) {
           if (err)
             deliver(err);

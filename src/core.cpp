@@ -561,7 +561,8 @@ bool Core::send_locked(DeviceId device, Queue& q, bool last) {
   // local runner takes them straight from us: the router would only
   // forward them, one scheduler hop per batch.
   if (slots_[device].local)
-    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value, std::move(batch));
+    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value,
+                   LocalBatch{std::move(batch)});
   else
     caf::anon_send(router_, submit_atom::value, device, std::move(batch));
   return true;
