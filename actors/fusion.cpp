@@ -129,7 +129,7 @@ bool would_run(OperationIr& op, const Scan& scan, const ChainContext& ctx) {
   bool ok = true;
   op.each_input([&](const TensorIr& t) { ok = ok && (!scan.external(t.id) || ctx.ready(t)); });
   op.each_output([&](const TensorIr& t) { ok = ok && ctx.unused(t.id); });
-  return ok && !validate(op) && ctx.backend.supports(op);
+  return ok && !(ctx.local ? validate_local(op) : validate(op)) && ctx.backend.supports(op);
 }
 
 // Length of the longest chain among ops[first, first + limit) whose ops

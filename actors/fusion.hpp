@@ -33,6 +33,9 @@ struct ChainContext {
   std::function<bool(const TensorIr&)> ready;
   /// Whether no tensor with this id exists on the device.
   std::function<bool(TensorId)> unused;
+  /// The ops came from a client in the runner's own process: validate_local
+  /// instead of validate (op_rules.hpp).
+  bool local = false;
 };
 
 /// A chain found in a batch: ops[first, first + size).

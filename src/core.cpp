@@ -561,7 +561,8 @@ bool Core::send_locked(DeviceId device, Queue& q, bool last) {
   // local runner takes them straight from us: the router would only
   // forward them, one scheduler hop per batch.
   if (slots_[device].local)
-    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value, std::move(batch));
+    caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value,
+                   LocalBatch{std::move(batch)});
   else
     caf::anon_send(router_, submit_atom::value, device, std::move(batch));
   return true;
@@ -600,7 +601,7 @@ void Core::wait_for_room(DeviceId device, Queue& q) {
   }
 }
 
-void Core::submit(DeviceId device, OperationIr op) {
+void Core::submit(DeviceId device, OperationIr&& op) {
   auto& q = slot(device).queue;
   bool arm = false;
   bool sent = false;
@@ -717,12 +718,12 @@ void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
   }
 }
 
-Tensor Core::emit(DeviceId device, const TensorIr& ir, OperationIr op) {
+Tensor Core::emit(DeviceId device, TensorIr ir, OperationIr&& op) {
   check_usable(device);
   check_dtypes(device, op);
   submit(device, std::move(op));
-  TensorIr meta{ir.id, ir.shape, ir.dtype, TensorStatus::read_only};
-  return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(meta)));
+  ir.status = TensorStatus::read_only;
+  return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(ir)));
 }
 
 namespace {

@@ -45,9 +45,11 @@ inline void same_device(const char* op, const TensorHandle& a, const TensorHandl
                                            b.core->info(b.device).name + "; move one with .to(device) first");
 }
 
-inline Tensor emit(const TensorHandle& h, const TensorIr& out, OperationIr op) {
+/// `out` becomes the new tensor's handle: callers that are done with it
+/// move it in (one shape copy fewer per op).
+inline Tensor emit(const TensorHandle& h, TensorIr out, OperationIr&& op) {
   if (h.core->closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
-  return h.core->emit(h.device, out, std::move(op));
+  return h.core->emit(h.device, std::move(out), std::move(op));
 }
 
 }  // namespace op_emit

@@ -141,7 +141,8 @@ Tensor& Tensor::assign(const char* op, Tensor result) {
 Tensor Tensor::unary(UnaryKind k) const {
   const auto& h = handle(to_string(k));
   auto out = new_output(h, unwrap(unary_result(k, h.ir.shape, h.ir.dtype)));
-  return emit(h, out, UnaryOp{k, as_input(h), out, 0, 0});
+  OperationIr op(std::in_place_type<UnaryOp>, k, as_input(h), out, 0.0, 0.0);
+  return emit(h, std::move(out), std::move(op));
 }
 
 Tensor Tensor::clamp(double low, double high) const {
@@ -185,13 +186,16 @@ Tensor Tensor::binary(BinaryKind k, const Tensor& o) const {
   const auto& b = o.handle(to_string(k));
   same_device(to_string(k), a, b);
   auto out = new_output(a, unwrap(binary_result(k, a.ir.shape, a.ir.dtype, b.ir.shape, b.ir.dtype)));
-  return emit(a, out, BinaryOp{k, as_input(a), as_input(b), out});
+  OperationIr op(std::in_place_type<BinaryOp>, k, as_input(a), as_input(b), out);
+  return emit(a, std::move(out), std::move(op));
 }
 
 Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
   const auto& a = handle(to_string(k));
   auto out = new_output(a, unwrap(scalar_result(k, a.ir.shape, a.ir.dtype, s.kind)));
-  return emit(a, out, ScalarOp{k, as_input(a), s, scalar_first, out});
+  // Built in place: the op record is moved only into the queue.
+  OperationIr op(std::in_place_type<ScalarOp>, k, as_input(a), s, scalar_first, out);
+  return emit(a, std::move(out), std::move(op));
 }
 
 #define SY_BINARY(name)                                                              \

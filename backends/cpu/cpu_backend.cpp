@@ -89,6 +89,20 @@ class CpuBackend final : public HostBackend {
       op.each_output([&](const TensorIr& t) { n = t.numel(); });
       *result = as_dtype(ctx_, *result, DType::f32, *narrow_to, n);
     }
+    // Written into a last-use input's block: hand on that input's buffer
+    // instead of wrapping the block in a new one (an allocation here and a
+    // free when the input's buffer goes, for every op of a chain x = f(x)).
+    // The buffer's own bytes, not host.bytes(): widen_halves may have put a
+    // widened copy there, which the kernel may then have written into.
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Bytes* in = host_bytes(inputs[k]);
+      if (host.consumable()[k] && in != nullptr && in->data() == result->data() && in->size() == result->size() &&
+          inputs[k].use_count() == 1) {
+        *result = Bytes{};
+        outputs[0] = std::move(inputs[k]);
+        return {};
+      }
+    }
     outputs[0] = std::make_shared<HostBuffer>(std::move(*result));
     return {};
   }

@@ -78,6 +78,11 @@ struct TensorSpec {
 /// Checks a whole op as a runner receives it: ids present, outputs of the
 /// shape and dtype the rules give, sizes within bounds.
 [[nodiscard]] caf::error validate(OperationIr& op);
+/// What a runner checks of an op from a client in its own process (which
+/// cannot lie about what it checked): element-wise ops, whose output the
+/// client took from the same rule functions at the call (src/tensor.cpp),
+/// only for known kinds; every other op in full, as validate.
+[[nodiscard]] caf::error validate_local(OperationIr& op);
 
 /// Checks host data as it arrives from a peer (read replies, imports): a
 /// valid dtype, a shape within bounds and exactly numel * size_of(dtype)

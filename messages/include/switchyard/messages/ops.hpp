@@ -521,6 +521,9 @@ struct OperationIr {
   OperationIr() = default;
   template <class T, class = std::enable_if_t<!std::is_same_v<std::decay_t<T>, OperationIr>>>
   OperationIr(T&& x) : op(std::forward<T>(x)) {}  // NOLINT(google-explicit-constructor)
+  /// Builds alternative T in place from its fields (no temporary to move).
+  template <class T, class... Args>
+  explicit OperationIr(std::in_place_type_t<T> type, Args&&... fields) : op(type, std::forward<Args>(fields)...) {}
 
   template <class F>
   void each_input(F&& f) {

@@ -85,11 +85,22 @@ struct LocalReply {
   std::function<void(caf::expected<T>)> deliver;
 };
 
+/// A batch from a client of the runner's own process. Not registered for
+/// serialization either (like LocalReply), so no other node can send one:
+/// the runner takes its ops as checked at the call, where the client
+/// applied the same rules, and skips the second check (validate_local).
+/// Batches from elsewhere come as a plain vector and are validated in full.
+struct LocalBatch {
+  std::vector<OperationIr> ops;
+};
+
 /// One device's executor: owns the device's tensor handles and runs the ops
 /// it receives in order.
 using runner_actor = caf::typed_actor<
     // Ops in submission order (fire and forget; failures poison outputs).
     caf::reacts_to<submit_atom, std::vector<OperationIr>>,
+    // The same from a client in this process (trusted: see LocalBatch).
+    caf::reacts_to<submit_atom, LocalBatch>,
     // A tensor's contents; waits while the tensor is pending.
     caf::replies_to<read_atom, TensorId>::with<TensorData>,
     // The same for a client in this process, answered through LocalReply,
@@ -172,3 +183,4 @@ void register_message_types(caf::actor_system_config& cfg);
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalReply<switchyard::TensorData>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalReply<switchyard::done_atom>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalBatch)

@@ -46,10 +46,15 @@ class Dims {
   operator std::vector<int64_t>() const { return {begin(), end()}; }                  // NOLINT
   [[nodiscard]] std::vector<int64_t> to_vector() const { return {begin(), end()}; }
 
-  Dims(const Dims& other) { assign(other.begin(), other.end()); }
+  Dims(const Dims& other) : size_(other.size_), inline_(other.inline_) {
+    if (other.capacity_ != inline_capacity) {
+      size_ = 0;
+      assign(other.begin(), other.end());
+    }
+  }
   Dims(Dims&& other) noexcept { take(other); }
   Dims& operator=(const Dims& other) {
-    if (this != &other) assign(other.begin(), other.end());
+    if (this != &other) copy_from(other);
     return *this;
   }
   Dims& operator=(Dims&& other) noexcept {
@@ -65,8 +70,8 @@ class Dims {
   [[nodiscard]] size_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] size_t capacity() const noexcept { return capacity_; }
-  [[nodiscard]] int64_t* data() noexcept { return capacity_ > inline_capacity ? heap_.data() : inline_; }
-  [[nodiscard]] const int64_t* data() const noexcept { return capacity_ > inline_capacity ? heap_.data() : inline_; }
+  [[nodiscard]] int64_t* data() noexcept { return capacity_ > inline_capacity ? heap_.data() : inline_.v; }
+  [[nodiscard]] const int64_t* data() const noexcept { return capacity_ > inline_capacity ? heap_.data() : inline_.v; }
   [[nodiscard]] iterator begin() noexcept { return data(); }
   [[nodiscard]] iterator end() noexcept { return data() + size_; }
   [[nodiscard]] const_iterator begin() const noexcept { return data(); }
@@ -166,14 +171,32 @@ class Dims {
   }
 
  private:
+  // The whole inline block at a fixed size, as one struct copy: a loop up
+  // to size_ cost more in branches (and GCC made it a call to memcpy) than
+  // the few extra stores. Unused values are always initialised, so copying
+  // them is defined.
+  void copy_inline(const Dims& other) noexcept { inline_ = other.inline_; }
+  // Copies are what the request path does most (op, handle, runner table):
+  // the usual case, inline into inline, is one block copy.
+  void copy_from(const Dims& other) {
+    if (other.capacity_ == inline_capacity && capacity_ == inline_capacity) {
+      copy_inline(other);
+      size_ = other.size_;
+      return;
+    }
+    assign(other.begin(), other.end());
+  }
   // Moves leave `other` empty, with its inline storage.
   void take(Dims& other) noexcept {
-    heap_ = std::move(other.heap_);
+    if (other.capacity_ == inline_capacity) {
+      // A spill block of ours stays allocated, unused while capacity_ is inline.
+      copy_inline(other);
+    } else {
+      heap_ = std::move(other.heap_);
+      other.heap_.clear();
+    }
     capacity_ = other.capacity_;
-    if (capacity_ == inline_capacity)
-      for (size_t i = 0; i < other.size_; ++i) inline_[i] = other.inline_[i];
     size_ = other.size_;
-    other.heap_.clear();
     other.size_ = 0;
     other.capacity_ = inline_capacity;
   }
@@ -194,7 +217,10 @@ class Dims {
   std::vector<int64_t> heap_;
   uint32_t size_ = 0;
   uint32_t capacity_ = inline_capacity;
-  int64_t inline_[inline_capacity] = {};
+  struct Inline {
+    int64_t v[inline_capacity] = {};
+  };
+  Inline inline_;
 };
 
 /// Extents of a tensor, outermost first. A rank-0 shape is a scalar with one
