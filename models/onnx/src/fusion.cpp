@@ -200,6 +200,10 @@ FusedNodes fuse_layer_norms(const GraphProto& graph, const std::vector<size_t>& 
     for (int n : m->nodes) removed[static_cast<size_t>(n)] = 1;
     at_last.emplace(m->nodes.back(), std::move(*m));
   }
+  if (at_last.empty()) {  // nothing to rewrite: the caller compiles the graph as it is
+    for (size_t i = 0; i < count; ++i) out.origin.push_back(i);
+    return out;
+  }
   for (int i = 0; i < graph.node_size(); ++i) {
     if (auto it = at_last.find(i); it != at_last.end()) {
       const auto& m = it->second;

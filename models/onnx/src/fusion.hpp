@@ -12,6 +12,8 @@ namespace switchyard::onnx::detail {
 
 /// A graph's nodes after fusion, in order, and for each one the index in the
 /// original graph of the node whose position it takes (its last node).
+/// Without a fusion, `nodes` is empty (the graph stands as it is) and
+/// `origin` counts 0, 1, 2, ...
 struct FusedNodes {
   std::vector<::onnx::NodeProto> nodes;
   std::vector<size_t> origin;
