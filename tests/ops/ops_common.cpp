@@ -2,6 +2,7 @@
 #include "ops_common.hpp"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -135,9 +136,18 @@ bool lacks_narrow_dtypes(const sy::Device& d) {
   return false;
 }
 
+namespace {
+// Every read of the op tests is bounded: a hang fails its case, not the run.
+sy::TensorData read_bounded(const sy::Tensor& t) {
+  auto f = t.read();
+  if (!f.wait_for(std::chrono::seconds(120))) FAIL("no result within 120 s");
+  return f.get();
+}
+}  // namespace
+
 std::optional<sy::TensorData> run_on(const Build& build, const sy::Device& d) {
   try {
-    return build(d).read().get();
+    return read_bounded(build(d));
   } catch (const sy::Error& e) {
     // A device that documents a dtype as unsupported (none of the built-in
     // backends today) refuses it at the call: skipped there, with the reason once.
@@ -162,7 +172,7 @@ void expect_all(const Build& build, sy::DType t, sy::Shape s, const std::vector<
 }
 
 sy::TensorData agree(const Build& build, std::optional<Tol> tol) {
-  auto want = build(reference()).read().get();
+  auto want = read_bounded(build(reference()));
   for (const auto& d : devices()) {
     if (d == reference()) continue;
     INFO("device " << d.name() << " against reference:0");
@@ -177,7 +187,7 @@ void expect_error(const Build& build, sy::Errc code) {
     INFO("device " << d.name());
     try {
       auto t = build(d);
-      (void)t.read().get();
+      (void)read_bounded(t);
       FAIL("no error");
     } catch (const sy::Error& e) {
       INFO(e.what());
