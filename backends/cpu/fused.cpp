@@ -25,6 +25,7 @@
 
 #include "backends/cpu/element_fns.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/vector_program.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::cpu {
@@ -382,6 +383,247 @@ class Program {
   std::vector<std::pair<TensorId, int>> ids_;  // tensor -> slot holding it
 };
 
+/// Compiles a chain into a register program (vector_program.hpp) when every
+/// op computes in T and is one of the program's exact operations, and every
+/// input is either read element by element or a single broadcast element
+/// (a constant). Values get registers as they are made and give them back
+/// after their last read.
+template <class T>
+class RegisterProgramBuilder {
+  using Code = vector_program::Code;
+  static constexpr DType dtype = dtype_of_v<T>;
+
+ public:
+  /// The program and the inputs it loads, in order; nothing if the chain
+  /// has an op or input the program cannot take.
+  std::optional<vector_program::Program<T>> build(std::span<OperationIr> chain, std::span<const TensorIr> inputs,
+                                                  std::span<const Bytes* const> bytes, const TensorIr& out,
+                                                  std::vector<const T*>& loads) {
+    if (out.dtype != dtype) return std::nullopt;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const auto& t = inputs[k];
+      if (t.dtype != dtype) return std::nullopt;
+      const auto band = band_of(t.shape, out.shape);
+      const auto* data = reinterpret_cast<const T*>(bytes[k]->data());
+      if (band->repeat == 1 && band->period == out.numel()) {
+        if (loads.size() == vector_program::max_inputs) return std::nullopt;
+        values_.emplace_back(t.id, emit(Code::load, static_cast<int>(loads.size())));
+        loads.push_back(data);
+      } else if (band->period == 1) {
+        values_.emplace_back(t.id, constant(data[0]));
+      } else {
+        return std::nullopt;  // a broadcast band: the tiled program gathers it
+      }
+    }
+    for (auto& op : chain)
+      if (!std::visit([&](auto& o) { return add(o); }, op.op)) return std::nullopt;
+    return allocate();
+  }
+
+ private:
+  struct Virtual {
+    Code code;
+    int out, a, b;
+  };
+
+  bool add(const UnaryOp& op) {
+    if (op.in.dtype != dtype || unary_compute_dtype(op) != dtype || op.out.dtype != dtype) return false;
+    const int x = value(op.in);
+    int result = -1;
+    switch (op.kind) {
+      case UnaryKind::neg:
+        result = emit(Code::neg, x);
+        break;
+      case UnaryKind::abs:
+        result = emit(Code::abs, x);
+        break;
+      case UnaryKind::relu:
+        result = emit(Code::relu, x);
+        break;
+      case UnaryKind::sign:
+        result = emit(Code::sign, x);
+        break;
+      case UnaryKind::floor:
+        result = emit(Code::floor, x);
+        break;
+      case UnaryKind::ceil:
+        result = emit(Code::ceil, x);
+        break;
+      case UnaryKind::round:
+        result = emit(Code::round, x);
+        break;
+      case UnaryKind::sqrt:
+        result = emit(Code::sqrt, x);
+        break;
+      case UnaryKind::rsqrt:
+        result = emit(Code::rsqrt, x);
+        break;
+      case UnaryKind::reciprocal:
+        result = emit(Code::reciprocal, x);
+        break;
+      case UnaryKind::clamp:
+        // As element_fns' clamp: the low bound, then the high one.
+        result = x;
+        if (!std::isnan(op.a)) result = emit(Code::clamp_low, result, constant(clamp_bound<T>(op.a)));
+        if (!std::isnan(op.b)) result = emit(Code::clamp_high, result, constant(clamp_bound<T>(op.b)));
+        if (result == x) result = emit(Code::clamp_low, x, x);  // no bounds: a copy
+        break;
+      default:
+        return false;
+    }
+    values_.emplace_back(op.out.id, result);
+    return true;
+  }
+
+  static std::optional<Code> binary_code(BinaryKind k) {
+    switch (k) {
+      case BinaryKind::add:
+        return Code::add;
+      case BinaryKind::sub:
+        return Code::sub;
+      case BinaryKind::mul:
+        return Code::mul;
+      case BinaryKind::div:
+        return Code::div;
+      case BinaryKind::maximum:
+        return Code::maximum;
+      case BinaryKind::minimum:
+        return Code::minimum;
+      default:
+        return std::nullopt;
+    }
+  }
+
+  bool add(const BinaryOp& op) {
+    const auto code = binary_code(op.kind);
+    if (!code || binary_compute_dtype(op) != dtype || op.lhs.dtype != dtype || op.rhs.dtype != dtype ||
+        op.out.dtype != dtype)
+      return false;
+    values_.emplace_back(op.out.id, emit(*code, value(op.lhs), value(op.rhs)));
+    return true;
+  }
+
+  bool add(const ScalarOp& op) {
+    const auto code = binary_code(op.kind);
+    if (!code || scalar_compute_dtype(op) != dtype || op.lhs.dtype != dtype || op.out.dtype != dtype) return false;
+    const int x = value(op.lhs), s = constant(op.scalar.template as<T>());
+    values_.emplace_back(op.out.id, op.scalar_first ? emit(*code, s, x) : emit(*code, x, s));
+    return true;
+  }
+
+  template <class Op>
+  bool add(const Op&) {
+    return false;
+  }
+
+  int value(const TensorIr& t) const {
+    for (auto it = values_.rbegin(); it != values_.rend(); ++it)
+      if (it->first == t.id) return it->second;
+    return -1;  // find_chain hands every input over: cannot happen
+  }
+
+  int emit(Code code, int a, int b = 0) {
+    code_.push_back({code, next_++, a, b});
+    return code_.back().out;
+  }
+
+  int constant(T v) {
+    constants_.emplace_back(next_, v);
+    return next_++;
+  }
+
+  /// Physical registers: constants first, pinned; every other value takes a
+  /// free register when made, after the operands read for the last time by
+  /// its instruction gave theirs back (an instruction may write a register
+  /// it reads: it works vector by vector).
+  std::optional<vector_program::Program<T>> allocate() {
+    vector_program::Program<T> program;
+    std::vector<int> reg(static_cast<size_t>(next_), -1), last_read(static_cast<size_t>(next_), -1);
+    for (const auto& [v, c] : constants_) {
+      reg[v] = static_cast<int>(program.constants.size());
+      program.constants.push_back(c);
+    }
+    for (size_t i = 0; i < code_.size(); ++i) {
+      const auto& ins = code_[i];
+      if (ins.code == Code::load) continue;
+      last_read[ins.a] = static_cast<int>(i);
+      if (uses_b(ins.code)) last_read[ins.b] = static_cast<int>(i);
+    }
+    const int result = code_.back().out;
+    last_read[result] = static_cast<int>(code_.size());
+    std::vector<int> free;
+    int count = static_cast<int>(program.constants.size());
+    for (size_t i = 0; i < code_.size(); ++i) {
+      const auto& ins = code_[i];
+      vector_program::Instruction out{ins.code, 0, 0, 0};
+      if (ins.code == Code::load) {
+        out.a = static_cast<uint8_t>(ins.a);
+      } else {
+        out.a = static_cast<uint8_t>(reg[ins.a]);
+        if (uses_b(ins.code)) out.b = static_cast<uint8_t>(reg[ins.b]);
+        for (int operand : {ins.a, uses_b(ins.code) ? ins.b : -1})
+          if (operand >= 0 && last_read[operand] == static_cast<int>(i) && reg[operand] >= ssize(constants_) &&
+              std::find(free.begin(), free.end(), reg[operand]) == free.end())
+            free.push_back(reg[operand]);
+      }
+      if (free.empty()) {
+        reg[ins.out] = count++;
+      } else {
+        reg[ins.out] = free.back();
+        free.pop_back();
+      }
+      if (count > vector_program::max_registers) return std::nullopt;
+      out.out = static_cast<uint8_t>(reg[ins.out]);
+      program.code.push_back(out);
+    }
+    program.registers = count;
+    program.result = static_cast<uint8_t>(reg[result]);
+    program.inputs = static_cast<int>(
+        std::count_if(code_.begin(), code_.end(), [](const Virtual& v) { return v.code == Code::load; }));
+    return program;
+  }
+
+  static bool uses_b(Code c) {
+    switch (c) {
+      case Code::add:
+      case Code::sub:
+      case Code::mul:
+      case Code::div:
+      case Code::maximum:
+      case Code::minimum:
+      case Code::clamp_low:
+      case Code::clamp_high:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  std::vector<Virtual> code_;
+  std::vector<std::pair<int, T>> constants_;      // value -> its constant
+  std::vector<std::pair<TensorId, int>> values_;  // tensor -> value holding it
+  int next_ = 0;
+};
+
+/// Runs the chain as a register program if it is one; false if not.
+template <class T>
+bool run_register_program(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
+                          const Inputs& in, const TensorIr& out, std::byte* output) {
+  std::vector<const T*> loads;
+  const auto program = RegisterProgramBuilder<T>().build(chain, inputs, in.bytes, out, loads);
+  if (!program) return false;
+  auto* result = reinterpret_cast<T*>(output);
+  const int64_t n = out.numel();
+  const int64_t tiles = (n + tile_elements - 1) / tile_elements;
+  ctx.pool.parallel_for(tiles, std::max<int64_t>(1, parallel_grain / tile_elements), [&](int64_t first, int64_t end) {
+    const int64_t begin = first * tile_elements;
+    std::array<const T*, vector_program::max_inputs> at{};
+    for (size_t k = 0; k < loads.size(); ++k) at[k] = loads[k] + begin;
+    vector_program::run(*program, at.data(), result + begin, std::min(n, end * tile_elements) - begin);
+  });
+  return true;
+}
+
 }  // namespace
 
 bool fusible_elementwise(const OperationIr& op) {
@@ -408,10 +650,6 @@ Expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, st
                                   const Inputs& in) {
   TensorIr out;
   chain.back().each_output([&](const TensorIr& t) { out = t; });
-  Program program(inputs, in.bytes, out);
-  for (auto& op : chain)
-    if (!program.add(op))
-      return DeviceError(Errc::kernel_failure, "cpu: fused chain: no element function for " + op.name());
   // The output may take the place of an input used for the last time, as an
   // op-by-op kernel's would: each tile reads an input's elements before the
   // last step writes the same elements of the output.
@@ -419,7 +657,16 @@ Expected<Bytes> fused_elementwise(Context& ctx, std::span<OperationIr> chain, st
   for (size_t k = 0; k < inputs.size() && !result; ++k)
     if (in.consumable[k] && inputs[k].dtype == out.dtype && inputs[k].shape == out.shape) result = *in.bytes[k];
   if (!result) result = ctx.buffers.allocate(out.bytes());
-  if (out.numel() > 0) program.run(ctx, writable_data(*result));
+  if (out.numel() == 0) return std::move(*result);
+  std::byte* output = writable_data(*result);
+  if (run_register_program<float>(ctx, chain, inputs, in, out, output) ||
+      run_register_program<double>(ctx, chain, inputs, in, out, output))
+    return std::move(*result);
+  Program program(inputs, in.bytes, out);
+  for (auto& op : chain)
+    if (!program.add(op))
+      return DeviceError(Errc::kernel_failure, "cpu: fused chain: no element function for " + op.name());
+  program.run(ctx, output);
   return std::move(*result);
 }
 

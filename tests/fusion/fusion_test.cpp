@@ -508,4 +508,107 @@ TEST_CASE("random element-wise chains over every dtype give the same bits fused 
   CHECK(stats(p.off).ops_fused == 0);
 }
 
+// Chains of exact IEEE operations on one float type run as register
+// programs (backends/cpu/vector_program.hpp): vectors, a few at a time, a
+// partial group at the end. Lengths around the vector and group sizes,
+// NaN, infinities, signed zeros and subnormals, scalars on either side, an
+// operand used twice, one-element inputs as constants, long chains that
+// run out of registers.
+TEST_CASE("random chains of exact float ops give the unfused bits", "[fusion][random]") {
+  sy::testing::Watchdog watchdog(600s, "register programs");
+  Pair p;
+  const std::vector<int64_t> lengths = {1, 3, 15, 16, 17, 63, 64, 65, 129, 1000, 2049, 40001, 70000};
+  const std::vector<UnaryKind> unaries = {UnaryKind::neg,   UnaryKind::abs,       UnaryKind::relu,  UnaryKind::sign,
+                                          UnaryKind::floor, UnaryKind::ceil,      UnaryKind::round, UnaryKind::sqrt,
+                                          UnaryKind::rsqrt, UnaryKind::reciprocal};
+  const std::vector<BinaryKind> binaries = {BinaryKind::add, BinaryKind::sub,     BinaryKind::mul,
+                                            BinaryKind::div, BinaryKind::maximum, BinaryKind::minimum};
+  size_t steps_total = 0;
+  const auto before = stats(p.on);
+  for (uint64_t seed = 0; seed < 120; ++seed) {
+    Rng rng(0x5e9a0000 + seed);
+    const DType dtype = pick(rng, 0, 1) == 0 ? DType::f32 : DType::f64;
+    const int64_t n = lengths[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(lengths.size()) - 1))];
+    auto values = [&](int64_t count) {
+      std::vector<double> v(static_cast<size_t>(count));
+      for (auto& x : v) {
+        switch (pick(rng, 0, 19)) {
+          case 0:
+            x = std::numeric_limits<double>::quiet_NaN();
+            break;
+          case 1:
+            x = pick(rng, 0, 1) ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+            break;
+          case 2:
+            x = pick(rng, 0, 1) ? 0.0 : -0.0;
+            break;
+          case 3:
+            x = (dtype == DType::f32 ? 1e-39 : 1e-310) * static_cast<double>(pick(rng, -9, 9));
+            break;
+          case 4:
+            x = static_cast<double>(pick(rng, -8, 8)) + 0.5;
+            break;  // ties for round
+          default:
+            x = static_cast<double>(pick(rng, -4000, 4000)) / 97;
+        }
+      }
+      return v;
+    };
+    // Leaves: three of the output's shape, and one- or no-dimension scalars.
+    std::vector<std::pair<std::vector<double>, Shape>> leaves;
+    for (int k = 0; k < 3; ++k) leaves.emplace_back(values(n), Shape{n});
+    leaves.emplace_back(values(1), Shape{});
+    leaves.emplace_back(values(1), Shape{1});
+    const int64_t length = pick(rng, 2, seed % 10 == 0 ? 60 : 12);
+    std::vector<std::function<Tensor(const Tensor&, const std::vector<Tensor>&)>> steps;
+    for (int64_t k = 0; k < length; ++k) {
+      const auto leaf = static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(leaves.size()) - 1));
+      const auto uk = unaries[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(unaries.size()) - 1))];
+      const auto bk = binaries[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(binaries.size()) - 1))];
+      const bool swap = pick(rng, 0, 1) == 1;
+      const double s = static_cast<double>(pick(rng, -50, 50)) / 8;
+      const double lo = static_cast<double>(pick(rng, -30, 10)) / 4,
+                   hi = lo + static_cast<double>(pick(rng, -4, 40)) / 4;
+      switch (pick(rng, 0, 6)) {
+        case 0:
+          steps.push_back([=](const Tensor& t, const auto&) { return t.unary(uk); });
+          break;
+        case 1:
+          steps.push_back([=](const Tensor& t, const std::vector<Tensor>& l) {
+            return swap ? l[leaf].binary(bk, t) : t.binary(bk, l[leaf]);
+          });
+          break;
+        case 2:
+          steps.push_back([=](const Tensor& t, const auto&) { return t.binary(bk, sy::Scalar(s), swap); });
+          break;
+        case 3:
+          steps.push_back([=](const Tensor& t, const auto&) { return t.binary(bk, t); });
+          break;
+        case 4:
+          steps.push_back([=](const Tensor& t, const auto&) { return t.clamp(lo, hi); });
+          break;
+        case 5:
+          steps.push_back([=](const Tensor& t, const auto&) { return swap ? t.clamp_min(lo) : t.clamp_max(hi); });
+          break;
+        default:
+          steps.push_back([=](const Tensor& t, const auto&) { return t.binary(bk, sy::Scalar(s)).unary(uk); });
+      }
+    }
+    auto run = [&](const sy::Device& d) {
+      std::vector<Tensor> ls;
+      for (const auto& [v, shape] : leaves) ls.push_back(d.tensor(v, shape).cast(dtype));
+      REQUIRE(d.sync().wait_for(60s));  // the leaves' casts run apart from the chain
+      Tensor x = ls[0];
+      for (const auto& step : steps) x = step(x, ls);
+      return outcome(x);
+    };
+    INFO("chain " << seed << " of " << steps.size() << " steps, " << sy::name_of(dtype) << " [" << n << "]");
+    CHECK(run(p.on) == run(p.off));
+    steps_total += steps.size();
+  }
+  const auto fused = stats(p.on).ops_fused - before.ops_fused;
+  WARN(steps_total << " steps, " << fused << " ops ran fused");
+  CHECK(fused > steps_total / 2);
+}
+
 }  // namespace
