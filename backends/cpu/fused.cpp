@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include "backends/cpu/element_fns.hpp"
 #include "backends/cpu/kernels.hpp"
@@ -386,8 +387,9 @@ class Program {
 /// Compiles a chain into a register program (vector_program.hpp) when every
 /// op computes in T and is one of the program's exact operations, and every
 /// input is either read element by element or a single broadcast element
-/// (a constant). Values get registers as they are made and give them back
-/// after their last read.
+/// (a constant). The accumulator holds the last op's result; a value a
+/// later op still reads is spilled before the accumulator moves on, to a
+/// slot given back after that value's last read.
 template <class T>
 class RegisterProgramBuilder {
   using Code = vector_program::Code;
@@ -407,107 +409,122 @@ class RegisterProgramBuilder {
       const auto* data = reinterpret_cast<const T*>(bytes[k]->data());
       if (band->repeat == 1 && band->period == out.numel()) {
         if (loads.size() == vector_program::max_inputs) return std::nullopt;
-        values_.emplace_back(t.id, emit(Code::load, static_cast<int>(loads.size())));
+        tensors_.emplace_back(t.id, new_value(Slot{Slot::input, static_cast<int>(loads.size())}));
         loads.push_back(data);
       } else if (band->period == 1) {
-        values_.emplace_back(t.id, constant(data[0]));
+        tensors_.emplace_back(t.id, constant(data[0]));
       } else {
         return std::nullopt;  // a broadcast band: the tiled program gathers it
       }
     }
-    for (auto& op : chain)
-      if (!std::visit([&](auto& o) { return add(o); }, op.op)) return std::nullopt;
-    return allocate();
+    // Each tensor's last reader, by op index.
+    for (size_t j = 0; j < chain.size(); ++j)
+      chain[j].each_input([&](const TensorIr& t) { last_reader_[t.id] = static_cast<int>(j); });
+    for (const auto& [id, v] : tensors_) last_read_[v] = last_reader_[id];
+    for (op_ = 0; op_ < chain.size(); ++op_)
+      if (!std::visit([&](auto& o) { return add(o); }, chain[op_].op)) return std::nullopt;
+    if (ssize(constants_) + spills_ > vector_program::max_registers) return std::nullopt;
+    return finish(static_cast<int>(loads.size()));
   }
 
  private:
+  /// Where a value can be read besides the accumulator.
+  struct Slot {
+    enum Kind : uint8_t { none, input, constant, spill } kind = none;
+    int index = 0;
+  };
   struct Virtual {
     Code code;
-    int out, a, b;
+    Slot operand;
   };
 
   bool add(const UnaryOp& op) {
     if (op.in.dtype != dtype || unary_compute_dtype(op) != dtype || op.out.dtype != dtype) return false;
-    const int x = value(op.in);
-    int result = -1;
+    std::vector<std::pair<Code, int>> steps;  // codes, with a constant operand or -1
     switch (op.kind) {
       case UnaryKind::neg:
-        result = emit(Code::neg, x);
+        steps = {{Code::neg, -1}};
         break;
       case UnaryKind::abs:
-        result = emit(Code::abs, x);
+        steps = {{Code::abs, -1}};
         break;
       case UnaryKind::relu:
-        result = emit(Code::relu, x);
+        steps = {{Code::relu, -1}};
         break;
       case UnaryKind::sign:
-        result = emit(Code::sign, x);
+        steps = {{Code::sign, -1}};
         break;
       case UnaryKind::floor:
-        result = emit(Code::floor, x);
+        steps = {{Code::floor, -1}};
         break;
       case UnaryKind::ceil:
-        result = emit(Code::ceil, x);
+        steps = {{Code::ceil, -1}};
         break;
       case UnaryKind::round:
-        result = emit(Code::round, x);
+        steps = {{Code::round, -1}};
         break;
       case UnaryKind::sqrt:
-        result = emit(Code::sqrt, x);
+        steps = {{Code::sqrt, -1}};
         break;
       case UnaryKind::rsqrt:
-        result = emit(Code::rsqrt, x);
+        steps = {{Code::rsqrt, -1}};
         break;
       case UnaryKind::reciprocal:
-        result = emit(Code::reciprocal, x);
+        steps = {{Code::reciprocal, -1}};
         break;
       case UnaryKind::clamp:
-        // As element_fns' clamp: the low bound, then the high one.
-        result = x;
-        if (!std::isnan(op.a)) result = emit(Code::clamp_low, result, constant(clamp_bound<T>(op.a)));
-        if (!std::isnan(op.b)) result = emit(Code::clamp_high, result, constant(clamp_bound<T>(op.b)));
-        if (result == x) result = emit(Code::clamp_low, x, x);  // no bounds: a copy
+        // As element_fns' clamp: the low bound, then the high one; neither
+        // is a copy.
+        if (!std::isnan(op.a)) steps.emplace_back(Code::clamp_low, constant(clamp_bound<T>(op.a)));
+        if (!std::isnan(op.b)) steps.emplace_back(Code::clamp_high, constant(clamp_bound<T>(op.b)));
         break;
       default:
         return false;
     }
-    values_.emplace_back(op.out.id, result);
+    into_accumulator(value(op.in));
+    for (const auto& [code, c] : steps) emit(code, c >= 0 ? slots_[c] : Slot{});
+    produced(op.out);
     return true;
   }
 
-  static std::optional<Code> binary_code(BinaryKind k) {
+  static std::optional<std::pair<Code, Code>> binary_codes(BinaryKind k) {
     switch (k) {
       case BinaryKind::add:
-        return Code::add;
+        return std::pair{Code::add, Code::radd};
       case BinaryKind::sub:
-        return Code::sub;
+        return std::pair{Code::sub, Code::rsub};
       case BinaryKind::mul:
-        return Code::mul;
+        return std::pair{Code::mul, Code::rmul};
       case BinaryKind::div:
-        return Code::div;
+        return std::pair{Code::div, Code::rdiv};
       case BinaryKind::maximum:
-        return Code::maximum;
+        return std::pair{Code::maximum, Code::rmaximum};
       case BinaryKind::minimum:
-        return Code::minimum;
+        return std::pair{Code::minimum, Code::rminimum};
       default:
         return std::nullopt;
     }
   }
 
   bool add(const BinaryOp& op) {
-    const auto code = binary_code(op.kind);
-    if (!code || binary_compute_dtype(op) != dtype || op.lhs.dtype != dtype || op.rhs.dtype != dtype ||
+    const auto codes = binary_codes(op.kind);
+    if (!codes || binary_compute_dtype(op) != dtype || op.lhs.dtype != dtype || op.rhs.dtype != dtype ||
         op.out.dtype != dtype)
       return false;
-    values_.emplace_back(op.out.id, emit(*code, value(op.lhs), value(op.rhs)));
+    combine(*codes, value(op.lhs), value(op.rhs));
+    produced(op.out);
     return true;
   }
 
   bool add(const ScalarOp& op) {
-    const auto code = binary_code(op.kind);
-    if (!code || scalar_compute_dtype(op) != dtype || op.lhs.dtype != dtype || op.out.dtype != dtype) return false;
+    const auto codes = binary_codes(op.kind);
+    if (!codes || scalar_compute_dtype(op) != dtype || op.lhs.dtype != dtype || op.out.dtype != dtype) return false;
     const int x = value(op.lhs), s = constant(op.scalar.template as<T>());
-    values_.emplace_back(op.out.id, op.scalar_first ? emit(*code, s, x) : emit(*code, x, s));
+    if (op.scalar_first)
+      combine(*codes, s, x);
+    else
+      combine(*codes, x, s);
+    produced(op.out);
     return true;
   }
 
@@ -516,93 +533,108 @@ class RegisterProgramBuilder {
     return false;
   }
 
+  /// acc = a op b, with op's code and its reversed form.
+  void combine(std::pair<Code, Code> codes, int a, int b) {
+    if (a == b) {
+      into_accumulator(a);
+      emit(codes.first, readable(a));
+    } else if (accumulator_ == b) {
+      into_accumulator(b);
+      emit(codes.second, readable(a));
+    } else {
+      into_accumulator(a);
+      emit(codes.first, readable(b));
+    }
+  }
+
+  /// Makes value v the accumulator for the current op, which will replace
+  /// it: whatever the accumulator held (v included) that a later op reads is
+  /// spilled first. (The current op's other operand is never the old
+  /// accumulator: combine() starts from that one.)
+  void into_accumulator(int v) {
+    if (accumulator_ >= 0 && slots_[accumulator_].kind == Slot::none &&
+        last_read_[accumulator_] > static_cast<int>(op_))
+      spill(accumulator_);
+    if (accumulator_ != v) emit(Code::load, slots_[v]);
+    accumulator_ = v;
+  }
+
+  /// A slot holding v (spilled there if v is only in the accumulator).
+  Slot readable(int v) {
+    if (slots_[v].kind == Slot::none) spill(v);
+    return slots_[v];
+  }
+
+  void spill(int v) {
+    int slot;
+    if (free_spills_.empty()) {
+      slot = spills_++;
+    } else {
+      slot = free_spills_.back();
+      free_spills_.pop_back();
+    }
+    slots_[v] = Slot{Slot::spill, slot};
+    emit(Code::spill, slots_[v]);
+  }
+
+  /// The current op's result, now in the accumulator; spill slots whose
+  /// value the op read for the last time are free again.
+  void produced(const TensorIr& t) {
+    for (size_t v = 0; v < slots_.size(); ++v)
+      if (slots_[v].kind == Slot::spill && last_read_[v] == static_cast<int>(op_)) {
+        free_spills_.push_back(slots_[v].index);
+        slots_[v].kind = Slot::none;  // (read no more)
+      }
+    accumulator_ = new_value(Slot{});
+    if (const auto it = last_reader_.find(t.id); it != last_reader_.end()) last_read_[accumulator_] = it->second;
+    tensors_.emplace_back(t.id, accumulator_);
+  }
+
   int value(const TensorIr& t) const {
-    for (auto it = values_.rbegin(); it != values_.rend(); ++it)
+    for (auto it = tensors_.rbegin(); it != tensors_.rend(); ++it)
       if (it->first == t.id) return it->second;
     return -1;  // find_chain hands every input over: cannot happen
   }
 
-  int emit(Code code, int a, int b = 0) {
-    code_.push_back({code, next_++, a, b});
-    return code_.back().out;
+  int new_value(Slot where) {
+    slots_.push_back(where);
+    last_read_.push_back(-1);
+    return static_cast<int>(slots_.size()) - 1;
   }
 
   int constant(T v) {
-    constants_.emplace_back(next_, v);
-    return next_++;
+    constants_.push_back(v);
+    return new_value(Slot{Slot::constant, static_cast<int>(constants_.size()) - 1});
   }
 
-  /// Physical registers: constants first, pinned; every other value takes a
-  /// free register when made, after the operands read for the last time by
-  /// its instruction gave theirs back (an instruction may write a register
-  /// it reads: it works vector by vector).
-  std::optional<vector_program::Program<T>> allocate() {
+  void emit(Code code, Slot operand) { code_.push_back({code, operand}); }
+
+  /// The program, slots numbered inputs, constants, spills.
+  vector_program::Program<T> finish(int inputs) const {
     vector_program::Program<T> program;
-    std::vector<int> reg(static_cast<size_t>(next_), -1), last_read(static_cast<size_t>(next_), -1);
-    for (const auto& [v, c] : constants_) {
-      reg[v] = static_cast<int>(program.constants.size());
-      program.constants.push_back(c);
+    program.inputs = inputs;
+    program.constants = constants_;
+    program.spills = spills_;
+    const int constants = static_cast<int>(constants_.size());
+    for (const auto& [code, slot] : code_) {
+      int index = slot.index;
+      if (slot.kind == Slot::constant) index += inputs;
+      if (slot.kind == Slot::spill) index += inputs + constants;
+      program.code.push_back({code, static_cast<uint8_t>(index)});
     }
-    for (size_t i = 0; i < code_.size(); ++i) {
-      const auto& ins = code_[i];
-      if (ins.code == Code::load) continue;
-      last_read[ins.a] = static_cast<int>(i);
-      if (uses_b(ins.code)) last_read[ins.b] = static_cast<int>(i);
-    }
-    const int result = code_.back().out;
-    last_read[result] = static_cast<int>(code_.size());
-    std::vector<int> free;
-    int count = static_cast<int>(program.constants.size());
-    for (size_t i = 0; i < code_.size(); ++i) {
-      const auto& ins = code_[i];
-      vector_program::Instruction out{ins.code, 0, 0, 0};
-      if (ins.code == Code::load) {
-        out.a = static_cast<uint8_t>(ins.a);
-      } else {
-        out.a = static_cast<uint8_t>(reg[ins.a]);
-        if (uses_b(ins.code)) out.b = static_cast<uint8_t>(reg[ins.b]);
-        for (int operand : {ins.a, uses_b(ins.code) ? ins.b : -1})
-          if (operand >= 0 && last_read[operand] == static_cast<int>(i) && reg[operand] >= ssize(constants_) &&
-              std::find(free.begin(), free.end(), reg[operand]) == free.end())
-            free.push_back(reg[operand]);
-      }
-      if (free.empty()) {
-        reg[ins.out] = count++;
-      } else {
-        reg[ins.out] = free.back();
-        free.pop_back();
-      }
-      if (count > vector_program::max_registers) return std::nullopt;
-      out.out = static_cast<uint8_t>(reg[ins.out]);
-      program.code.push_back(out);
-    }
-    program.registers = count;
-    program.result = static_cast<uint8_t>(reg[result]);
-    program.inputs = static_cast<int>(
-        std::count_if(code_.begin(), code_.end(), [](const Virtual& v) { return v.code == Code::load; }));
     return program;
   }
 
-  static bool uses_b(Code c) {
-    switch (c) {
-      case Code::add:
-      case Code::sub:
-      case Code::mul:
-      case Code::div:
-      case Code::maximum:
-      case Code::minimum:
-      case Code::clamp_low:
-      case Code::clamp_high:
-        return true;
-      default:
-        return false;
-    }
-  }
-
   std::vector<Virtual> code_;
-  std::vector<std::pair<int, T>> constants_;      // value -> its constant
-  std::vector<std::pair<TensorId, int>> values_;  // tensor -> value holding it
-  int next_ = 0;
+  std::vector<T> constants_;
+  std::vector<Slot> slots_;                        // by value
+  std::vector<int> last_read_;                     // by value: index of the last op reading it
+  std::vector<std::pair<TensorId, int>> tensors_;  // tensor -> value holding it
+  std::unordered_map<TensorId, int> last_reader_;  // tensor -> index of the last op reading it
+  std::vector<int> free_spills_;
+  int spills_ = 0;
+  int accumulator_ = -1;
+  size_t op_ = 0;
 };
 
 /// Runs the chain as a register program if it is one; false if not.

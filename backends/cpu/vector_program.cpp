@@ -21,137 +21,196 @@ HWY_BEFORE_NAMESPACE();
 namespace switchyard::backends::cpu::vector_program::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Vectors per register: each instruction works on this many at once, so
-// the cost of decoding it is shared, and a register (`group` elements)
-// stays a few cache lines.
-constexpr size_t vectors_per_register = 4;
+// Elements go through a program a group of four vectors at a time: the
+// accumulator is four vector registers, so each instruction's decoding is
+// shared by four vectors' work, and a slot is a few cache lines.
+constexpr size_t group_vectors = 4;
 
 template <class T>
 class Interpreter {
   using D = hn::ScalableTag<T>;
   using V = hn::Vec<D>;
-  // A register's elements, padded to the widest vector of any target.
-  static constexpr size_t register_capacity = vectors_per_register * HWY_MAX_BYTES / sizeof(T);
+  // A slot's elements, padded to the widest vector of any target.
+  static constexpr size_t slot_capacity = group_vectors * HWY_MAX_BYTES / sizeof(T);
 
  public:
   explicit Interpreter(const Program<T>& program) : program_(program), lanes_(hn::Lanes(d_)) {
-    for (size_t c = 0; c < program.constants.size(); ++c)
-      for (size_t v = 0; v < vectors_per_register; ++v) hn::Store(hn::Set(d_, program.constants[c]), d_, at(c, v));
+    const size_t constants = program.constants.size();
+    for (size_t c = 0; c < constants; ++c) {
+      for (size_t v = 0; v < group_vectors; ++v)
+        hn::Store(hn::Set(d_, program.constants[c]), d_, owned_[c] + v * lanes_);
+      slots_[static_cast<size_t>(program.inputs) + c] = owned_[c];
+    }
+    for (size_t s = 0; s < static_cast<size_t>(program.spills); ++s)
+      slots_[static_cast<size_t>(program.inputs) + constants + s] = owned_[constants + s];
   }
 
   void run(const T* const* inputs, T* out, int64_t n) {
-    const auto group = static_cast<int64_t>(vectors_per_register * lanes_);
+    const auto group = static_cast<int64_t>(group_vectors * lanes_);
     int64_t i = 0;
     for (; i + group <= n; i += group) {
-      execute(inputs, i);
-      for (size_t v = 0; v < vectors_per_register; ++v)
-        hn::StoreU(hn::Load(d_, at(program_.result, v)), d_, out + i + static_cast<int64_t>(v * lanes_));
+      for (int k = 0; k < program_.inputs; ++k) slots_[k] = inputs[k] + i;
+      execute(out + i);
     }
     if (i == n) return;
     // The last partial group runs on zero-padded copies: loads past the
     // end could fault. The padding's results are dropped.
     const auto rest = static_cast<size_t>(n - i);
-    HWY_ALIGN T tail[max_inputs][register_capacity] = {};
-    const T* tail_inputs[max_inputs];
+    HWY_ALIGN T tail[max_inputs + 1][slot_capacity] = {};
     for (int k = 0; k < program_.inputs; ++k) {
       std::memcpy(tail[k], inputs[k] + i, rest * sizeof(T));
-      tail_inputs[k] = tail[k];
+      slots_[k] = tail[k];
     }
-    execute(tail_inputs, 0);
-    std::memcpy(out + i, at(program_.result, 0), rest * sizeof(T));
+    execute(tail[max_inputs]);
+    std::memcpy(out + i, tail[max_inputs], rest * sizeof(T));
   }
 
  private:
-  T* at(size_t reg, size_t v) { return registers_[reg] + v * lanes_; }
-
-  template <class F>
-  void unary(const Instruction& ins, F&& f) {
-    for (size_t v = 0; v < vectors_per_register; ++v) hn::Store(f(hn::Load(d_, at(ins.a, v))), d_, at(ins.out, v));
-  }
-  template <class F>
-  void binary(const Instruction& ins, F&& f) {
-    for (size_t v = 0; v < vectors_per_register; ++v)
-      hn::Store(f(hn::Load(d_, at(ins.a, v)), hn::Load(d_, at(ins.b, v))), d_, at(ins.out, v));
-  }
-
-  void execute(const T* const* inputs, int64_t i) {
-    const auto zero = hn::Zero(d_);
-    const auto one = hn::Set(d_, T(1));
-    const auto nan = hn::Set(d_, std::numeric_limits<T>::quiet_NaN());
+  // The accumulator lives in a0..a3, named variables rather than an array,
+  // so that the compiler keeps them in registers across the dispatch.
+  HWY_INLINE void execute(T* out) {
+    const D d;
+    const size_t lanes = lanes_;
+    const auto zero = hn::Zero(d);
+    const auto one = hn::Set(d, T(1));
+    const auto nan = hn::Set(d, std::numeric_limits<T>::quiet_NaN());
+    V a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+    const T* src = nullptr;
+    auto at = [&](size_t v) { return hn::LoadU(d, src + v * lanes); };
+    auto unary = [&](auto f) {
+      a0 = f(a0);
+      a1 = f(a1);
+      a2 = f(a2);
+      a3 = f(a3);
+    };
+    auto binary = [&](auto f) {
+      a0 = f(a0, at(0));
+      a1 = f(a1, at(1));
+      a2 = f(a2, at(2));
+      a3 = f(a3, at(3));
+    };
+    auto reversed = [&](auto f) {
+      a0 = f(at(0), a0);
+      a1 = f(at(1), a1);
+      a2 = f(at(2), a2);
+      a3 = f(at(3), a3);
+    };
+    const auto add = [](V x, V y) { return hn::Add(x, y); };
+    const auto sub = [](V x, V y) { return hn::Sub(x, y); };
+    const auto mul = [](V x, V y) { return hn::Mul(x, y); };
+    const auto div = [](V x, V y) { return hn::Div(x, y); };
+    const auto maximum = [&](V x, V y) {
+      return hn::IfThenElse(hn::Or(hn::IsNaN(x), hn::IsNaN(y)), nan, hn::IfThenElse(hn::Gt(x, y), x, y));
+    };
+    const auto minimum = [&](V x, V y) {
+      return hn::IfThenElse(hn::Or(hn::IsNaN(x), hn::IsNaN(y)), nan, hn::IfThenElse(hn::Lt(x, y), x, y));
+    };
     for (const Instruction& ins : program_.code) {
+      src = slots_[ins.operand];
       switch (ins.code) {
         case Code::load:
-          for (size_t v = 0; v < vectors_per_register; ++v)
-            hn::Store(hn::LoadU(d_, inputs[ins.a] + i + static_cast<int64_t>(v * lanes_)), d_, at(ins.out, v));
+          a0 = at(0);
+          a1 = at(1);
+          a2 = at(2);
+          a3 = at(3);
           break;
+        case Code::spill: {
+          T* slot = owned_[ins.operand - program_.inputs];
+          hn::Store(a0, d, slot);
+          hn::Store(a1, d, slot + lanes);
+          hn::Store(a2, d, slot + 2 * lanes);
+          hn::Store(a3, d, slot + 3 * lanes);
+          break;
+        }
         case Code::add:
-          binary(ins, [](V a, V b) { return hn::Add(a, b); });
+          binary(add);
+          break;
+        case Code::radd:
+          reversed(add);
           break;
         case Code::sub:
-          binary(ins, [](V a, V b) { return hn::Sub(a, b); });
+          binary(sub);
+          break;
+        case Code::rsub:
+          reversed(sub);
           break;
         case Code::mul:
-          binary(ins, [](V a, V b) { return hn::Mul(a, b); });
+          binary(mul);
+          break;
+        case Code::rmul:
+          reversed(mul);
           break;
         case Code::div:
-          binary(ins, [](V a, V b) { return hn::Div(a, b); });
+          binary(div);
+          break;
+        case Code::rdiv:
+          reversed(div);
           break;
         case Code::maximum:
-          binary(ins, [&](V a, V b) {
-            return hn::IfThenElse(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), nan, hn::IfThenElse(hn::Gt(a, b), a, b));
-          });
+          binary(maximum);
+          break;
+        case Code::rmaximum:
+          reversed(maximum);
           break;
         case Code::minimum:
-          binary(ins, [&](V a, V b) {
-            return hn::IfThenElse(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), nan, hn::IfThenElse(hn::Lt(a, b), a, b));
-          });
+          binary(minimum);
+          break;
+        case Code::rminimum:
+          reversed(minimum);
+          break;
+        case Code::clamp_low:
+          binary([](V x, V b) { return hn::IfThenElse(hn::Lt(x, b), b, x); });
+          break;
+        case Code::clamp_high:
+          binary([](V x, V b) { return hn::IfThenElse(hn::Gt(x, b), b, x); });
           break;
         case Code::neg:
-          unary(ins, [&](V a) { return hn::Sub(zero, a); });
+          unary([&](V x) { return hn::Sub(zero, x); });
           break;
         case Code::abs:
-          unary(ins, [&](V a) { return hn::IfThenElse(hn::Lt(a, zero), hn::Sub(zero, a), a); });
+          unary([&](V x) { return hn::IfThenElse(hn::Lt(x, zero), hn::Sub(zero, x), x); });
           break;
         case Code::relu:
-          unary(ins, [&](V a) { return hn::IfThenElse(hn::Or(hn::Gt(a, zero), hn::IsNaN(a)), a, zero); });
+          unary([&](V x) { return hn::IfThenElse(hn::Or(hn::Gt(x, zero), hn::IsNaN(x)), x, zero); });
           break;
         case Code::sign:
-          unary(ins, [&](V a) {
-            return hn::IfThenElse(hn::Gt(a, zero), one, hn::IfThenElse(hn::Lt(a, zero), hn::Neg(one), zero));
+          unary([&](V x) {
+            return hn::IfThenElse(hn::Gt(x, zero), one, hn::IfThenElse(hn::Lt(x, zero), hn::Neg(one), zero));
           });
           break;
         case Code::floor:
-          unary(ins, [](V a) { return hn::Floor(a); });
+          unary([](V x) { return hn::Floor(x); });
           break;
         case Code::ceil:
-          unary(ins, [](V a) { return hn::Ceil(a); });
+          unary([](V x) { return hn::Ceil(x); });
           break;
         case Code::round:
-          unary(ins, [](V a) { return hn::Round(a); });
+          unary([](V x) { return hn::Round(x); });
           break;
         case Code::sqrt:
-          unary(ins, [](V a) { return hn::Sqrt(a); });
+          unary([](V x) { return hn::Sqrt(x); });
           break;
         case Code::rsqrt:
-          unary(ins, [&](V a) { return hn::Div(one, hn::Sqrt(a)); });
+          unary([&](V x) { return hn::Div(one, hn::Sqrt(x)); });
           break;
         case Code::reciprocal:
-          unary(ins, [&](V a) { return hn::Div(one, a); });
-          break;
-        case Code::clamp_low:
-          binary(ins, [](V a, V b) { return hn::IfThenElse(hn::Lt(a, b), b, a); });
-          break;
-        case Code::clamp_high:
-          binary(ins, [](V a, V b) { return hn::IfThenElse(hn::Gt(a, b), b, a); });
+          unary([&](V x) { return hn::Div(one, x); });
           break;
       }
     }
+    hn::StoreU(a0, d, out);
+    hn::StoreU(a1, d, out + lanes);
+    hn::StoreU(a2, d, out + 2 * lanes);
+    hn::StoreU(a3, d, out + 3 * lanes);
   }
 
   const Program<T>& program_;
   const D d_;
   const size_t lanes_;
-  HWY_ALIGN T registers_[max_registers][register_capacity];
+  // Slot pointers: the inputs' (moved along group by group), then the
+  // constants' and spill slots' own storage.
+  const T* slots_[max_inputs + max_registers] = {};
+  HWY_ALIGN T owned_[max_registers][slot_capacity];
 };
 
 void RunF32(const Program<float>& p, const float* const* in, float* out, int64_t n) {

@@ -22,51 +22,62 @@
 
 namespace switchyard::backends::cpu::vector_program {
 
-/// What one instruction computes into register `out`. Registers a and b are
-/// operands; for `load`, `a` is the index of the input read.
+/// What one instruction does. A program keeps one value, the accumulator,
+/// in vector registers; an instruction's operand is one of the program's
+/// slots: the inputs (element i of each), then the constants, then the
+/// spill slots, which keep values a later op reads once the accumulator has
+/// moved on.
 enum class Code : uint8_t {
-  load,     // out = input[a][i]
-  add,      // out = a + b
-  sub,      // out = a - b
-  mul,      // out = a * b
-  div,      // out = a / b
-  maximum,  // out = NaN if a or b is NaN, else a > b ? a : b
-  minimum,  // out = NaN if a or b is NaN, else a < b ? a : b
-  neg,      // out = 0 - a
-  abs,      // out = a < 0 ? 0 - a : a
-  relu,     // out = a > 0 or a is NaN ? a : 0
-  sign,     // out = (0 < a) - (a < 0)
+  load,   // acc = operand
+  spill,  // operand (a spill slot) = acc
+  // acc = acc op operand; the r- forms compute operand op acc.
+  add,
+  radd,
+  sub,
+  rsub,
+  mul,
+  rmul,
+  div,
+  rdiv,
+  maximum,  // NaN if either is NaN, else x > y ? x : y
+  rmaximum,
+  minimum,  // NaN if either is NaN, else x < y ? x : y
+  rminimum,
+  clamp_low,   // acc < operand ? operand : acc  (NaN stays)
+  clamp_high,  // acc > operand ? operand : acc  (NaN stays)
+  // acc = f(acc)
+  neg,   // 0 - acc
+  abs,   // acc < 0 ? 0 - acc : acc
+  relu,  // acc > 0 or acc is NaN ? acc : 0
+  sign,  // (0 < acc) - (acc < 0)
   floor,
   ceil,
   round,  // to nearest, ties to even (nearbyint)
   sqrt,
-  rsqrt,       // out = 1 / sqrt(a)
-  reciprocal,  // out = 1 / a
-  clamp_low,   // out = a < b ? b : a  (NaN stays)
-  clamp_high,  // out = a > b ? b : a  (NaN stays)
+  rsqrt,       // 1 / sqrt(acc)
+  reciprocal,  // 1 / acc
 };
 
 struct Instruction {
   Code code = Code::load;
-  uint8_t out = 0;
-  uint8_t a = 0;
-  uint8_t b = 0;
+  uint8_t operand = 0;  // a slot index (unused by the unary codes)
 };
 
-/// Registers a program may use, constants included, and inputs it may load.
-inline constexpr int max_registers = 16;
+/// Most inputs a program reads, and most constants and spill slots together.
 inline constexpr int max_inputs = 8;
+inline constexpr int max_registers = 16;
 
-/// A straight-line program: registers [0, constants.size()) hold the
-/// constants throughout, the instructions run in order for each group of
-/// elements, and register `result` is what is stored.
+/// A straight-line program: slots [0, inputs) are the inputs, the next
+/// constants.size() the constants, then `spills` spill slots. The
+/// instructions run in order for each group of elements, starting with an
+/// undefined accumulator (the first instruction is a load), and the
+/// accumulator is stored at the end.
 template <class T>
 struct Program {
   std::vector<Instruction> code;
   std::vector<T> constants;
-  int registers = 0;
   int inputs = 0;
-  uint8_t result = 0;
+  int spills = 0;
 };
 
 /// out[i] = the program's result for element i of inputs[0..inputs), for i
