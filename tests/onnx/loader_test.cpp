@@ -1685,6 +1685,85 @@ TEST_CASE("onnx: read_value_proto reads SequenceProto and OptionalProto files", 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("onnx: read_tensor_proto reads UINT16 bit patterns as the declared 16-bit float", "[onnx]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sy_onnx_u16_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const pb::TensorProto& msg) {
+    std::ofstream out(dir / name, std::ios::binary);
+    REQUIRE(msg.SerializeToOstream(&out));
+    return (dir / name).string();
+  };
+  // 0x3f80 is bf16 1.0, 0xc040 bf16 -3.0; as f16 0x3c00 is 1.0.
+  pb::TensorProto raw;
+  raw.set_data_type(pb::TensorProto::UINT16);
+  raw.add_dims(2);
+  const uint16_t bits[] = {0x3f80, 0xc040};
+  raw.set_raw_data(std::string(reinterpret_cast<const char*>(bits), sizeof bits));
+  const auto raw_path = write("raw.pb", raw);
+  auto bf = sy::onnx::read_tensor_proto(raw_path, sy::DType::bf16);
+  CHECK(bf.dtype == sy::DType::bf16);
+  CHECK(bf.shape == sy::Shape{2});
+  CHECK(bf.to_vector<float>() == std::vector<float>{1.0f, -3.0f});
+  pb::TensorProto field;  // the same patterns in int32_data, as ONNX's NumPy helper writes them
+  field.set_data_type(pb::TensorProto::UINT16);
+  field.add_dims(1);
+  field.add_int32_data(0x3c00);
+  auto half = sy::onnx::read_tensor_proto(write("field.pb", field), sy::DType::f16);
+  CHECK(half.dtype == sy::DType::f16);
+  CHECK(half.to_vector<float>() == std::vector<float>{1.0f});
+  // Without a declared type UINT16 stays a dtype Switchyard lacks; any other
+  // mismatch names both types.
+  CHECK_THROWS_WITH(sy::onnx::read_tensor_proto(raw_path), Catch::Contains("UINT16"));
+  try {
+    (void)sy::onnx::read_tensor_proto(raw_path, sy::DType::f32);
+    FAIL("a UINT16 file read as f32 was accepted");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Contains("UINT16") && Catch::Contains("f32"));
+  }
+  pb::TensorProto f;
+  f.set_data_type(pb::TensorProto::FLOAT);
+  f.add_dims(1);
+  f.add_float_data(2.5f);
+  CHECK(sy::onnx::read_tensor_proto(write("f.pb", f), sy::DType::f32).to_vector<float>() == std::vector<float>{2.5f});
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("onnx: Dropout in training mode runs at ratio 0 and is refused above it", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.input("ratio", pb::TensorProto::FLOAT, {});
+  m.input("training", pb::TensorProto::BOOL, {});
+  m.node("Dropout", {"x", "ratio", "training"}, {"y", "mask"}, "drop");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.output("mask", pb::TensorProto::BOOL, {int64_t{2}, int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device("cpu:0"));
+  const auto x = sy::TensorData::from(std::vector<float>{1, -2, 3, -4, 5, std::numeric_limits<float>::quiet_NaN()},
+                                      sy::Shape{2, 3});
+  auto training = [](bool b) { return sy::TensorData::from(std::vector<bool>{b}, {}); };
+  auto ratio = [](float r) { return sy::TensorData::from(std::vector<float>{r}, {}); };
+  auto run = [&](float r, bool train) {
+    auto f = model.infer({{"x", x}, {"ratio", ratio(r)}, {"training", training(train)}});
+    REQUIRE(f.wait_for(kWait));
+    return f.get();
+  };
+  auto out = run(0, true);
+  const auto y = out.at("y").to_vector<float>();
+  CHECK(std::vector<float>(y.begin(), y.begin() + 5) == std::vector<float>{1, -2, 3, -4, 5});
+  CHECK(std::isnan(y[5]));
+  CHECK(out.at("mask").to_vector<int>() == std::vector<int>(6, 1));
+  // Inference mode ignores the ratio.
+  CHECK(run(0.5f, false).at("mask").to_vector<int>() == std::vector<int>(6, 1));
+  try {
+    (void)run(0.25f, true);
+    FAIL("training dropout at ratio 0.25 ran");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("training_mode=true with ratio 0.25"));
+  }
+}
+
 TEST_CASE("onnx: a sequence input keys the plan by its length and element shapes", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   // n = SequenceLength(seq) is host arithmetic a plan keeps: it must follow

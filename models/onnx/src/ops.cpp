@@ -3028,13 +3028,19 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                     return "";
                   },
                   [](Ctx& ctx) {
-                    if (ctx.has(2) && ctx.host(2).at(0) != 0)
-                      ctx.fail(Errc::unsupported, "training_mode=true (random dropout is not in the op set)");
-                    Outs out{ctx.in(0)};
-                    if (ctx.node().output_size() > 1) {
-                      Value mask = host_value(host_ints(Ints(1, 1), {}, DType::boolean));
-                      out.push_back(dev_value(ctx.device().ones(ctx.in(0).shape(), DType::boolean)));
+                    // Training mode drops each element with probability
+                    // `ratio` (0.5 by default) and scales the rest by
+                    // 1 / (1 - ratio): random, except at ratio 0, where it
+                    // is the identity with a mask of all true.
+                    if (ctx.has(2) && ctx.host(2).at(0) != 0) {
+                      const double ratio = ctx.has(1) ? ctx.host(1).at(0) : 0.5;
+                      if (ratio != 0)
+                        ctx.fail(Errc::unsupported, "training_mode=true with ratio " + std::to_string(ratio) +
+                                                        " (random dropout is not in the op set; ratio 0 is)");
                     }
+                    Outs out{ctx.in(0)};
+                    if (ctx.node().output_size() > 1)
+                      out.push_back(dev_value(ctx.device().ones(ctx.in(0).shape(), DType::boolean)));
                     return out;
                   }};
   t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"}, nullptr, [](Ctx& ctx) {

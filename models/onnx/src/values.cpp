@@ -291,13 +291,38 @@ HostValue read_value_proto(const std::string& path, ValueKind kind) {
   return HostValue::none();
 }
 
-TensorData read_tensor_proto(const std::string& path) {
+namespace {
+
+::onnx::TensorProto parse_tensor_proto(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(Errc::invalid_argument, "onnx: cannot open " + path);
   ::onnx::TensorProto t;
   if (!t.ParseFromIstream(&in)) throw Error(Errc::invalid_argument, "onnx: " + path + " is not a TensorProto");
+  return t;
+}
+
+std::string directory_of(const std::string& path) {
   auto slash = path.find_last_of('/');
-  return detail::to_data(t, slash == std::string::npos ? "." : path.substr(0, slash));
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+TensorData read_tensor_proto(const std::string& path) {
+  return detail::to_data(parse_tensor_proto(path), directory_of(path));
+}
+
+TensorData read_tensor_proto(const std::string& path, DType as) {
+  auto t = parse_tensor_proto(path);
+  const auto held = detail::to_dtype(t.data_type());
+  if (held == as) return detail::to_data(t, directory_of(path));
+  if (t.data_type() == ::onnx::TensorProto::UINT16 && (as == DType::bf16 || as == DType::f16)) {
+    // Raw bytes and int32_data hold 16-bit patterns alike for all three.
+    t.set_data_type(as == DType::bf16 ? ::onnx::TensorProto::BFLOAT16 : ::onnx::TensorProto::FLOAT16);
+    return detail::to_data(t, directory_of(path));
+  }
+  throw Error(Errc::invalid_argument, "onnx: " + path + " holds " + detail::onnx_type_name(t.data_type()) +
+                                          " data, the value is declared " + std::string(name_of(as)));
 }
 
 }  // namespace switchyard::onnx

@@ -156,6 +156,12 @@ class Model {
 /// Reads a serialized onnx.TensorProto (as the backend tests' input_N.pb)
 /// into host data; throws Error(unsupported) for dtypes Switchyard lacks.
 [[nodiscard]] TensorData read_tensor_proto(const std::string& path);
+/// The same, for a value the model declares as dtype `as`. A file holding
+/// UINT16 read as bf16 or f16 gives the 16-bit patterns as that type: the
+/// backend tests store bfloat16 data that way (NumPy has no bfloat16).
+/// Any other dtype than `as` in the file throws Error(invalid_argument)
+/// naming both.
+[[nodiscard]] TensorData read_tensor_proto(const std::string& path, DType as);
 /// Reads a serialized onnx.TensorProto, SequenceProto or OptionalProto (as
 /// `kind` says: the backend tests' input_N.pb of a sequence or optional)
 /// into a host value.
