@@ -183,6 +183,7 @@ bool with_binary(BinaryKind k, F&& f) {
       return f([](T a, T b) -> bool { return (a != T(0)) || (b != T(0)); });
     case BinaryKind::logical_xor:
       return f([](T a, T b) -> bool { return (a != T(0)) != (b != T(0)); });
+    // NOLINTNEXTLINE(bugprone-branch-clone): the bitwise ops differ for integers only
     case BinaryKind::bitwise_and:
       if constexpr (is_f)
         return false;
@@ -237,6 +238,7 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
         return false;
       else
         return f([](T x) -> T { return x > T(0) || x != x ? x : T(0); });
+    // NOLINTNEXTLINE(bugprone-branch-clone): floor, ceil and round differ for floats only
     case UnaryKind::floor:
       if constexpr (is_f)
         return f([](T x) -> T { return std::floor(x); });

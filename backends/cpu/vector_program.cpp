@@ -63,6 +63,7 @@ class Interpreter {
     }
     execute(tail[max_inputs]);
     std::memcpy(out + i, tail[max_inputs], rest * sizeof(T));
+    for (int k = 0; k < program_.inputs; ++k) slots_[k] = nullptr;  // the copies die here
   }
 
  private:

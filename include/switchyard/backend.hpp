@@ -64,7 +64,8 @@ class Expected {
   template <class U = T>
   requires(std::is_convertible_v<U&&, T> && !std::is_same_v<std::decay_t<U>, DeviceError> &&
            !std::is_same_v<std::decay_t<U>, Expected>)
-      Expected(U&& value)  // NOLINT(google-explicit-constructor): returned from functions as is
+      Expected(U&& value)  // NOLINT(google-explicit-constructor,bugprone-forwarding-reference-overload): returned
+                           // from functions as is; the constraint excludes Expected itself
       : state_(std::in_place_index<0>, std::forward<U>(value)) {}
   /// An error; one that holds none counts as a kernel_failure, so an
   /// Expected without a value always says why.
@@ -176,7 +177,7 @@ class Backend {
 
   /// (optional) Async backends: a thread-safe function that wakes the
   /// runner, which then calls poll() on its own thread.
-  virtual void set_waker(std::function<void()> /*wake*/) {}
+  virtual void set_waker(std::function<void()> /*wake*/) {}  // NOLINT(performance-unnecessary-value-param): a sink
 
   /// (optional) Runs completions (read callbacks) that became ready since
   /// the last call; called on the runner's thread after a wake.
