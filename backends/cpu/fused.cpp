@@ -86,6 +86,43 @@ bool may_divide_by_zero(const ScalarOp& op) {
   return visit_compute_dtype(compute, [&](auto tag) { return op.scalar.as<decltype(tag)>() == decltype(tag)(0); });
 }
 
+/// Copies the elements [begin, begin + n) of an input broadcast as `band`
+/// (each `width` bytes) to dst.
+template <size_t Width>
+void gather_band(const std::byte* src, Band band, std::byte* dst, int64_t begin, int64_t n) {
+  int64_t j = (begin / band.repeat) % band.period;  // source element
+  int64_t r = begin % band.repeat;                  // repeats of it already written
+  for (int64_t i = 0; i < n;) {
+    if (band.repeat == 1) {  // consecutive source elements: copy spans
+      const int64_t span = std::min(band.period - j, n - i);
+      std::memcpy(dst + i * Width, src + j * Width, static_cast<size_t>(span) * Width);
+      i += span;
+      j = j + span == band.period ? 0 : j + span;
+      continue;
+    }
+    const int64_t run = std::min(band.repeat - r, n - i);
+    std::byte value[Width];
+    std::memcpy(value, src + j * Width, Width);
+    for (int64_t k = 0; k < run; ++k) std::memcpy(dst + (i + k) * Width, value, Width);
+    i += run;
+    r = 0;
+    j = j + 1 == band.period ? 0 : j + 1;
+  }
+}
+
+void gather_band(const std::byte* src, size_t width, Band band, std::byte* dst, int64_t begin, int64_t n) {
+  switch (width) {
+    case 1:
+      return gather_band<1>(src, band, dst, begin, n);
+    case 2:
+      return gather_band<2>(src, band, dst, begin, n);
+    case 4:
+      return gather_band<4>(src, band, dst, begin, n);
+    default:
+      return gather_band<8>(src, band, dst, begin, n);
+  }
+}
+
 /// One step of the program, over tile pointers `at` (indexed by slot) for
 /// output elements [begin, begin + n).
 using Step = std::function<void(std::byte* const* at, int64_t begin, int64_t n)>;
@@ -181,42 +218,8 @@ class Program {
 
   /// Copies the broadcast input's elements of each tile into its scratch
   /// buffer (in the input's own dtype: conversions follow, as unfused).
-  template <size_t Width>
-  static Step gather(const std::byte* src, Band band, int out) {
-    return [=](std::byte* const* at, int64_t begin, int64_t n) {
-      std::byte* dst = at[out];
-      int64_t j = (begin / band.repeat) % band.period;  // source element
-      int64_t r = begin % band.repeat;                  // repeats of it already written
-      for (int64_t i = 0; i < n;) {
-        if (band.repeat == 1) {  // consecutive source elements: copy spans
-          const int64_t span = std::min(band.period - j, n - i);
-          std::memcpy(dst + i * Width, src + j * Width, static_cast<size_t>(span) * Width);
-          i += span;
-          j = j + span == band.period ? 0 : j + span;
-          continue;
-        }
-        const int64_t run = std::min(band.repeat - r, n - i);
-        std::byte value[Width];
-        std::memcpy(value, src + j * Width, Width);
-        for (int64_t k = 0; k < run; ++k) std::memcpy(dst + (i + k) * Width, value, Width);
-        i += run;
-        r = 0;
-        j = j + 1 == band.period ? 0 : j + 1;
-      }
-    };
-  }
-
   static Step gather(const std::byte* src, size_t width, Band band, int out) {
-    switch (width) {
-      case 1:
-        return gather<1>(src, band, out);
-      case 2:
-        return gather<2>(src, band, out);
-      case 4:
-        return gather<4>(src, band, out);
-      default:
-        return gather<8>(src, band, out);
-    }
+    return [=](std::byte* const* at, int64_t begin, int64_t n) { gather_band(src, width, band, at[out], begin, n); };
   }
 
   /// `from` converted to dtype `to`, as convert() does (a copy when equal).
@@ -384,6 +387,14 @@ class Program {
   std::vector<std::pair<TensorId, int>> ids_;  // tensor -> slot holding it
 };
 
+/// An input a register program loads: read in place, or, broadcast as a
+/// band, gathered tile by tile first.
+template <class T>
+struct RegisterLoad {
+  const T* data;
+  std::optional<Band> band;
+};
+
 /// Compiles a chain into a register program (vector_program.hpp) when every
 /// op computes in T and is one of the program's exact operations, and every
 /// input is either read element by element or a single broadcast element
@@ -400,21 +411,20 @@ class RegisterProgramBuilder {
   /// has an op or input the program cannot take.
   std::optional<vector_program::Program<T>> build(std::span<OperationIr> chain, std::span<const TensorIr> inputs,
                                                   std::span<const Bytes* const> bytes, const TensorIr& out,
-                                                  std::vector<const T*>& loads) {
+                                                  std::vector<RegisterLoad<T>>& loads) {
     if (out.dtype != dtype) return std::nullopt;
     for (size_t k = 0; k < inputs.size(); ++k) {
       const auto& t = inputs[k];
       if (t.dtype != dtype) return std::nullopt;
       const auto band = band_of(t.shape, out.shape);
       const auto* data = reinterpret_cast<const T*>(bytes[k]->data());
-      if (band->repeat == 1 && band->period == out.numel()) {
-        if (loads.size() == vector_program::max_inputs) return std::nullopt;
-        tensors_.emplace_back(t.id, new_value(Slot{Slot::input, static_cast<int>(loads.size())}));
-        loads.push_back(data);
-      } else if (band->period == 1) {
+      if (band->period == 1 && band->repeat > 1) {
         tensors_.emplace_back(t.id, constant(data[0]));
       } else {
-        return std::nullopt;  // a broadcast band: the tiled program gathers it
+        if (loads.size() == vector_program::max_inputs) return std::nullopt;
+        tensors_.emplace_back(t.id, new_value(Slot{Slot::input, static_cast<int>(loads.size())}));
+        const bool whole = band->repeat == 1 && band->period == out.numel();
+        loads.push_back({data, whole ? std::nullopt : band});
       }
     }
     // Each tensor's last reader, by op index.
@@ -602,9 +612,14 @@ class RegisterProgramBuilder {
     return static_cast<int>(slots_.size()) - 1;
   }
 
+  /// A constant's value; the same bits give the same value (a chain of
+  /// scalar ops often repeats one).
   int constant(T v) {
+    for (size_t c = 0; c < constants_.size(); ++c)
+      if (std::memcmp(&constants_[c], &v, sizeof v) == 0) return constant_values_[c];
     constants_.push_back(v);
-    return new_value(Slot{Slot::constant, static_cast<int>(constants_.size()) - 1});
+    constant_values_.push_back(new_value(Slot{Slot::constant, static_cast<int>(constants_.size()) - 1}));
+    return constant_values_.back();
   }
 
   void emit(Code code, Slot operand) { code_.push_back({code, operand}); }
@@ -627,6 +642,7 @@ class RegisterProgramBuilder {
 
   std::vector<Virtual> code_;
   std::vector<T> constants_;
+  std::vector<int> constant_values_;               // by constant: its value
   std::vector<Slot> slots_;                        // by value
   std::vector<int> last_read_;                     // by value: index of the last op reading it
   std::vector<std::pair<TensorId, int>> tensors_;  // tensor -> value holding it
@@ -641,17 +657,39 @@ class RegisterProgramBuilder {
 template <class T>
 bool run_register_program(Context& ctx, std::span<OperationIr> chain, std::span<const TensorIr> inputs,
                           const Inputs& in, const TensorIr& out, std::byte* output) {
-  std::vector<const T*> loads;
+  std::vector<RegisterLoad<T>> loads;
   const auto program = RegisterProgramBuilder<T>().build(chain, inputs, in.bytes, out, loads);
   if (!program) return false;
   auto* result = reinterpret_cast<T*>(output);
   const int64_t n = out.numel();
   const int64_t tiles = (n + tile_elements - 1) / tile_elements;
+  const auto banded = std::count_if(loads.begin(), loads.end(), [](const auto& l) { return l.band.has_value(); });
   ctx.pool.parallel_for(tiles, std::max<int64_t>(1, parallel_grain / tile_elements), [&](int64_t first, int64_t end) {
-    const int64_t begin = first * tile_elements;
+    const int64_t chunk_begin = first * tile_elements, chunk_end = std::min(n, end * tile_elements);
     std::array<const T*, vector_program::max_inputs> at{};
-    for (size_t k = 0; k < loads.size(); ++k) at[k] = loads[k] + begin;
-    vector_program::run(*program, at.data(), result + begin, std::min(n, end * tile_elements) - begin);
+    if (banded == 0) {  // every input read in place: one run over the chunk
+      for (size_t k = 0; k < loads.size(); ++k) at[k] = loads[k].data + chunk_begin;
+      vector_program::run(*program, at.data(), result + chunk_begin, chunk_end - chunk_begin);
+      return;
+    }
+    // Broadcast bands are gathered a tile at a time into scratch that
+    // stays in cache, then read like the other inputs.
+    auto scratch = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(banded * tile_elements));
+    for (int64_t begin = chunk_begin; begin < chunk_end; begin += tile_elements) {
+      const int64_t count = std::min(tile_elements, chunk_end - begin);
+      T* next = scratch.get();
+      for (size_t k = 0; k < loads.size(); ++k) {
+        if (!loads[k].band) {
+          at[k] = loads[k].data + begin;
+          continue;
+        }
+        gather_band(reinterpret_cast<const std::byte*>(loads[k].data), sizeof(T), *loads[k].band,
+                    reinterpret_cast<std::byte*>(next), begin, count);
+        at[k] = next;
+        next += tile_elements;
+      }
+      vector_program::run(*program, at.data(), result + begin, count);
+    }
   });
   return true;
 }

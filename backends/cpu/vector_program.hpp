@@ -65,7 +65,7 @@ struct Instruction {
 
 /// Most inputs a program reads, and most constants and spill slots together.
 inline constexpr int max_inputs = 8;
-inline constexpr int max_registers = 16;
+inline constexpr int max_registers = 32;
 
 /// A straight-line program: slots [0, inputs) are the inputs, the next
 /// constants.size() the constants, then `spills` spill slots. The

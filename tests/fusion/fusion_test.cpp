@@ -545,12 +545,15 @@ TEST_CASE("random element-wise chains over every dtype give the same bits fused 
 // programs (backends/cpu/vector_program.hpp): vectors, a few at a time, a
 // partial group at the end. Lengths around the vector and group sizes,
 // NaN, infinities, signed zeros and subnormals, scalars on either side, an
-// operand used twice, one-element inputs as constants, long chains that
-// run out of registers.
+// operand used twice, one-element inputs as constants, bias and column
+// broadcasts gathered per tile, long chains that run out of registers.
 TEST_CASE("random chains of exact float ops give the unfused bits", "[fusion][random]") {
   sy::testing::Watchdog watchdog(600s, "register programs");
   Pair p;
-  const std::vector<int64_t> lengths = {1, 3, 15, 16, 17, 63, 64, 65, 129, 1000, 2049, 40001, 70000};
+  // {rows, columns}: lengths around the vector and group sizes, and tiles.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {1, 3},    {3, 5},    {1, 16},   {17, 1},
+                                                           {7, 9},   {2, 32},   {5, 13},   {129, 1},  {10, 100},
+                                                           {3, 683}, {1, 2049}, {97, 413}, {7, 10000}};
   const std::vector<UnaryKind> unaries = {UnaryKind::neg,   UnaryKind::abs,       UnaryKind::relu,  UnaryKind::sign,
                                           UnaryKind::floor, UnaryKind::ceil,      UnaryKind::round, UnaryKind::sqrt,
                                           UnaryKind::rsqrt, UnaryKind::reciprocal};
@@ -561,7 +564,8 @@ TEST_CASE("random chains of exact float ops give the unfused bits", "[fusion][ra
   for (uint64_t seed = 0; seed < 120; ++seed) {
     Rng rng(0x5e9a0000 + seed);
     const DType dtype = pick(rng, 0, 1) == 0 ? DType::f32 : DType::f64;
-    const int64_t n = lengths[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(lengths.size()) - 1))];
+    const auto [rows, cols] = shapes[static_cast<size_t>(pick(rng, 0, static_cast<int64_t>(shapes.size()) - 1))];
+    const int64_t n = rows * cols;
     auto values = [&](int64_t count) {
       std::vector<double> v(static_cast<size_t>(count));
       for (auto& x : v) {
@@ -589,9 +593,11 @@ TEST_CASE("random chains of exact float ops give the unfused bits", "[fusion][ra
     };
     // Leaves: three of the output's shape, and one- or no-dimension scalars.
     std::vector<std::pair<std::vector<double>, Shape>> leaves;
-    for (int k = 0; k < 3; ++k) leaves.emplace_back(values(n), Shape{n});
+    for (int k = 0; k < 3; ++k) leaves.emplace_back(values(n), Shape{rows, cols});
     leaves.emplace_back(values(1), Shape{});
     leaves.emplace_back(values(1), Shape{1});
+    leaves.emplace_back(values(cols), Shape{cols});     // a bias: period cols
+    leaves.emplace_back(values(rows), Shape{rows, 1});  // a column: repeat cols
     // A step reads the latest value and maybe an earlier one: values read
     // again later must survive the accumulator moving on (spills).
     using Values = std::vector<Tensor>;
@@ -645,7 +651,8 @@ TEST_CASE("random chains of exact float ops give the unfused bits", "[fusion][ra
       values.clear();  // every intermediate's last use is in the batch the read sends
       return outcome(x);
     };
-    INFO("chain " << seed << " of " << steps.size() << " steps, " << sy::name_of(dtype) << " [" << n << "]");
+    INFO("chain " << seed << " of " << steps.size() << " steps, " << sy::name_of(dtype) << " [" << rows << ", " << cols
+                  << "]");
     CHECK(run(p.on) == run(p.off));
     steps_total += steps.size();
   }
