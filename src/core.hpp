@@ -144,6 +144,10 @@ class Core : public std::enable_shared_from_this<Core> {
     LastUseTable next_use;
     // Upload bytes in `ops` (remote devices cap a batch by them).
     size_t upload_bytes = 0;
+    // One past the last drop in `ops` (0: none). No op after it can be a
+    // last use, so the last-use pass starts there, and without any drop
+    // it does not run.
+    size_t drops_end = 0;
     // Flow control: batches sent (written under `mutex`, read by waiters
     // without it), and batches the runner has taken in.
     std::atomic<uint64_t> batches_sent{0};
@@ -186,6 +190,9 @@ class Core : public std::enable_shared_from_this<Core> {
   // A device kind that starts none: listed by unavailable() and logged.
   void note_unavailable(std::string why);
 
+  // Whether the queue's last op reads tensor `id`, which is being dropped:
+  // that op is then its last use, marked as mark_last_uses would mark it.
+  bool mark_last_use_locked(Queue& q, TensorId id);
   // The queued ops as one batch (marked for last uses, counted as sent),
   // leaving the queue empty; empty when nothing was queued.
   std::vector<OperationIr> take_batch_locked(Queue& q);
