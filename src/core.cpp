@@ -76,7 +76,7 @@ ContinuationScope::ContinuationScope() noexcept { ++runtime_handler_depth; }
 ContinuationScope::~ContinuationScope() { --runtime_handler_depth; }
 
 TensorHandle::~TensorHandle() {
-  if (core && !core->closed()) core->submit(device, DropOp{ir.id});
+  if (core && !core->closed()) core->drop(device, ir.id);
 }
 
 namespace {
@@ -622,6 +622,10 @@ void Core::wait_for_room(DeviceId device, Queue& q) {
 }
 
 void Core::submit(DeviceId device, OperationIr&& op) {
+  if (const auto* drop = std::get_if<DropOp>(&op.op)) {
+    this->drop(device, drop->id);
+    return;
+  }
   auto& q = slot(device).queue;
   bool arm = false;
   bool sent = false;
@@ -631,8 +635,29 @@ void Core::submit(DeviceId device, OperationIr&& op) {
   const size_t chunk = slots_[device].local ? 0 : options_.transfer_chunk_bytes;
   const auto* upload = std::get_if<FromDataOp>(&op.op);
   const size_t upload_bytes = upload != nullptr ? upload->data.bytes.size() : 0;
-  const auto* drop = std::get_if<DropOp>(&op.op);
-  if (drop != nullptr && on_runtime_thread()) {
+  {
+    std::lock_guard lock(q.mutex);
+    if (closed()) return;
+    if (chunk > 0 && upload_bytes > 0 && q.upload_bytes + upload_bytes > chunk) sent = send_locked(device, q);
+    if (chunk > 0 && upload_bytes > chunk) {
+      send_in_parts(device, std::get<FromDataOp>(std::move(op.op)), chunk);
+      sent = true;
+    } else {
+      q.upload_bytes += upload_bytes;
+      q.ops.push_back(std::move(op));
+    }
+    if (q.ops.size() >= options_.max_batch)
+      sent = send_locked(device, q);
+    else
+      arm = q.ops.size() == 1;
+  }
+  if (sent) wait_for_room(device, q);
+  if (arm) arm_flusher();
+}
+
+void Core::drop(DeviceId device, TensorId id) {
+  auto& q = slot(device).queue;
+  if (on_runtime_thread()) {
     // A drop from a reply (the runner's own thread, for a local device) or
     // a continuation: it must not contend for the queue's lock with client
     // threads, which hold it across sends; a client preempted there would
@@ -641,31 +666,24 @@ void Core::submit(DeviceId device, OperationIr&& op) {
     {
       std::lock_guard lock(q.late_drops_mutex);
       if (closed()) return;
-      q.late_drops.push_back(drop->id);
+      q.late_drops.push_back(id);
     }
     q.has_late_drops.store(true, std::memory_order_release);
     arm_flusher();
     return;
   }
+  bool arm = false;
+  bool sent = false;
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
-    if (drop != nullptr) {
-      // Usually the op just queued was the tensor's last use (`x = x + 1`
-      // drops the old x right after reading it): marked now, the drop is
-      // never queued, and a batch without drops skips the last-use pass,
-      // which with the drops' removal cost ~300 instructions per op.
-      if (options_.reuse_last_use && mark_last_use_locked(q, drop->id)) return;
-    }
-    if (chunk > 0 && upload_bytes > 0 && q.upload_bytes + upload_bytes > chunk) sent = send_locked(device, q);
-    if (chunk > 0 && upload_bytes > chunk) {
-      send_in_parts(device, std::get<FromDataOp>(std::move(op.op)), chunk);
-      sent = true;
-    } else {
-      q.upload_bytes += upload_bytes;
-      q.ops.push_back(std::move(op));
-      if (drop != nullptr) q.drops_end = q.ops.size();
-    }
+    // Usually the op just queued was the tensor's last use (`x = x + 1`
+    // drops the old x right after reading it): marked now, the drop is
+    // never queued, and a batch without drops skips the last-use pass,
+    // which with the drops' removal cost ~300 instructions per op.
+    if (options_.reuse_last_use && mark_last_use_locked(q, id)) return;
+    q.ops.emplace_back(DropOp{id});
+    q.drops_end = q.ops.size();
     if (q.ops.size() >= options_.max_batch)
       sent = send_locked(device, q);
     else

@@ -95,6 +95,9 @@ class Core : public std::enable_shared_from_this<Core> {
   /// (By rvalue: an op record moved is ~80 instructions, and it used to be
   /// moved once per call layer.)
   void submit(DeviceId device, OperationIr&& op);
+  /// Queues the drop of tensor `id` (what submit does with a DropOp,
+  /// without building one when the drop marks a last use instead).
+  void drop(DeviceId device, TensorId id);
   /// Sends the device's queued ops; a client thread then waits while too
   /// many of its batches are in flight (`wait`), never holding the queue.
   void flush(DeviceId device, bool wait = true);
