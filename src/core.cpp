@@ -765,7 +765,7 @@ void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
   }
 }
 
-Tensor Core::emit(DeviceId device, TensorIr ir, OperationIr&& op) {
+Tensor Core::emit(DeviceId device, TensorIr&& ir, OperationIr&& op) {
   check_usable(device);
   check_dtypes(device, op);
   submit(device, std::move(op));
