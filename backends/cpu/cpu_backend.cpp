@@ -42,8 +42,9 @@ class HostInputs {
   DeviceError error;  // the first input that is no host buffer
 
  private:
-  std::array<const Bytes*, 8> small_bytes_{};
-  std::array<bool, 8> small_consumable_{};
+  // Not zeroed: only the first count_ are read, each written by add() first.
+  std::array<const Bytes*, 8> small_bytes_;
+  std::array<bool, 8> small_consumable_;
   std::vector<const Bytes*> many_bytes_;
   std::vector<char> many_consumable_;  // not vector<bool>: its elements have no address
   const Bytes** bytes_ = small_bytes_.data();
