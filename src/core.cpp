@@ -76,7 +76,7 @@ ContinuationScope::ContinuationScope() noexcept { ++runtime_handler_depth; }
 ContinuationScope::~ContinuationScope() { --runtime_handler_depth; }
 
 TensorHandle::~TensorHandle() {
-  if (core && !core->closed()) core->submit(device, DropOp{ir.id});
+  if (core && !core->closed()) core->drop(device, ir.id);
 }
 
 namespace {
@@ -468,15 +468,17 @@ namespace {
 // and rebinding (`x = x + y`) alike, with no API change: the client only
 // knows a tensor is dead once its handle is gone, and that drop is almost
 // always queued right behind its last use. Measured in docs/ARCHITECTURE.md.
+// Only ops[0, end) are looked at: `end` is one past the last drop, and an op
+// after it has no drop of its inputs to find.
 template <class Table>
-void mark_last_uses(std::vector<OperationIr>& ops, Table& next_use) {
+void mark_last_uses(std::vector<OperationIr>& ops, size_t end, Table& next_use) {
   constexpr uint32_t used = 0;  // else: index of the drop + 1
   size_t keys = 0;
-  for (auto& op : ops) op.each_input([&](const TensorIr&) { ++keys; });
-  next_use.reset(keys + ops.size());
+  for (size_t i = 0; i < end; ++i) ops[i].each_input([&](const TensorIr&) { ++keys; });
+  next_use.reset(keys + end);
   bool removed = false;
   bool inserted = false;
-  for (size_t i = ops.size(); i-- > 0;) {
+  for (size_t i = end; i-- > 0;) {
     if (auto* drop = std::get_if<DropOp>(&ops[i].op)) {
       next_use.find_or_insert(drop->id, 0, inserted) = static_cast<uint32_t>(i + 1);
       continue;
@@ -528,23 +530,41 @@ uint32_t& Core::LastUseTable::find_or_insert(TensorId id, uint32_t fresh, bool& 
   }
 }
 
+bool Core::mark_last_use_locked(Queue& q, TensorId id) {
+  if (q.ops.empty()) return false;
+  bool marked = false;
+  q.ops.back().each_input([&](TensorIr& t) {
+    if (!marked && t.id == id) {
+      t.status = TensorStatus::read_write;
+      marked = true;
+    }
+  });
+  return marked;
+}
+
 std::vector<OperationIr> Core::take_batch_locked(Queue& q) {
   if (q.has_late_drops.load(std::memory_order_acquire)) {
     std::lock_guard lock(q.late_drops_mutex);
     for (auto id : q.late_drops) q.ops.emplace_back(DropOp{id});
+    if (!q.late_drops.empty()) q.drops_end = q.ops.size();
     q.late_drops.clear();
     q.has_late_drops.store(false, std::memory_order_relaxed);
   }
   if (q.ops.empty()) return {};
   q.upload_bytes = 0;
-  if (options_.reuse_last_use) mark_last_uses(q.ops, q.next_use);
+  // As many as were queued, drops included: sized by what is left after the
+  // last-use pass removed drops, the next batch grew (reallocated and moved
+  // every op) once as the queue filled again.
+  const size_t queued = q.ops.size();
+  if (options_.reuse_last_use && q.drops_end > 0) mark_last_uses(q.ops, q.drops_end, q.next_use);
+  q.drops_end = 0;
   std::vector<OperationIr> batch;
   // The next batch starts as large as this one: growing it op by op cost
   // reallocations and page faults on the submitting thread, and reserving
   // max_batch each time (~78 KB) made every one-op round trip allocate a
   // block that the runner's thread frees and glibc then gives back to the
   // system (madvise, page faults; both profiled).
-  batch.reserve(std::clamp<size_t>(q.ops.size(), 8, options_.max_batch));
+  batch.reserve(std::clamp<size_t>(queued, 8, options_.max_batch));
   batch.swap(q.ops);
   q.batches_sent.fetch_add(1, std::memory_order_release);
   return batch;
@@ -602,6 +622,10 @@ void Core::wait_for_room(DeviceId device, Queue& q) {
 }
 
 void Core::submit(DeviceId device, OperationIr&& op) {
+  if (const auto* drop = std::get_if<DropOp>(&op.op)) {
+    this->drop(device, drop->id);
+    return;
+  }
   auto& q = slot(device).queue;
   bool arm = false;
   bool sent = false;
@@ -611,21 +635,6 @@ void Core::submit(DeviceId device, OperationIr&& op) {
   const size_t chunk = slots_[device].local ? 0 : options_.transfer_chunk_bytes;
   const auto* upload = std::get_if<FromDataOp>(&op.op);
   const size_t upload_bytes = upload != nullptr ? upload->data.bytes.size() : 0;
-  if (const auto* drop = std::get_if<DropOp>(&op.op); drop != nullptr && on_runtime_thread()) {
-    // A drop from a reply (the runner's own thread, for a local device) or
-    // a continuation: it must not contend for the queue's lock with client
-    // threads, which hold it across sends; a client preempted there would
-    // stall the runner. Ops that use the tensor were queued before this
-    // drop, so the drop may wait at the end of the next batch.
-    {
-      std::lock_guard lock(q.late_drops_mutex);
-      if (closed()) return;
-      q.late_drops.push_back(drop->id);
-    }
-    q.has_late_drops.store(true, std::memory_order_release);
-    arm_flusher();
-    return;
-  }
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
@@ -637,6 +646,44 @@ void Core::submit(DeviceId device, OperationIr&& op) {
       q.upload_bytes += upload_bytes;
       q.ops.push_back(std::move(op));
     }
+    if (q.ops.size() >= options_.max_batch)
+      sent = send_locked(device, q);
+    else
+      arm = q.ops.size() == 1;
+  }
+  if (sent) wait_for_room(device, q);
+  if (arm) arm_flusher();
+}
+
+void Core::drop(DeviceId device, TensorId id) {
+  auto& q = slot(device).queue;
+  if (on_runtime_thread()) {
+    // A drop from a reply (the runner's own thread, for a local device) or
+    // a continuation: it must not contend for the queue's lock with client
+    // threads, which hold it across sends; a client preempted there would
+    // stall the runner. Ops that use the tensor were queued before this
+    // drop, so the drop may wait at the end of the next batch.
+    {
+      std::lock_guard lock(q.late_drops_mutex);
+      if (closed()) return;
+      q.late_drops.push_back(id);
+    }
+    q.has_late_drops.store(true, std::memory_order_release);
+    arm_flusher();
+    return;
+  }
+  bool arm = false;
+  bool sent = false;
+  {
+    std::lock_guard lock(q.mutex);
+    if (closed()) return;
+    // Usually the op just queued was the tensor's last use (`x = x + 1`
+    // drops the old x right after reading it): marked now, the drop is
+    // never queued, and a batch without drops skips the last-use pass,
+    // which with the drops' removal cost ~300 instructions per op.
+    if (options_.reuse_last_use && mark_last_use_locked(q, id)) return;
+    q.ops.emplace_back(DropOp{id});
+    q.drops_end = q.ops.size();
     if (q.ops.size() >= options_.max_batch)
       sent = send_locked(device, q);
     else
@@ -718,7 +765,7 @@ void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
   }
 }
 
-Tensor Core::emit(DeviceId device, TensorIr ir, OperationIr&& op) {
+Tensor Core::emit(DeviceId device, TensorIr&& ir, OperationIr&& op) {
   check_usable(device);
   check_dtypes(device, op);
   submit(device, std::move(op));

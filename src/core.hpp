@@ -29,7 +29,9 @@ struct TensorHandle {
   std::shared_ptr<Core> core;
   DeviceId device;
   TensorIr ir;
-  TensorHandle(std::shared_ptr<Core> c, DeviceId d, TensorIr t) : core(std::move(c)), device(d), ir(std::move(t)) {}
+  // By rvalue, as Core::emit takes it: each TensorIr passed on by value was
+  // one more move of its shape (~30 instructions).
+  TensorHandle(std::shared_ptr<Core> c, DeviceId d, TensorIr&& t) : core(std::move(c)), device(d), ir(std::move(t)) {}
   ~TensorHandle();
   TensorHandle(const TensorHandle&) = delete;
   TensorHandle& operator=(const TensorHandle&) = delete;
@@ -95,6 +97,9 @@ class Core : public std::enable_shared_from_this<Core> {
   /// (By rvalue: an op record moved is ~80 instructions, and it used to be
   /// moved once per call layer.)
   void submit(DeviceId device, OperationIr&& op);
+  /// Queues the drop of tensor `id` (what submit does with a DropOp,
+  /// without building one when the drop marks a last use instead).
+  void drop(DeviceId device, TensorId id);
   /// Sends the device's queued ops; a client thread then waits while too
   /// many of its batches are in flight (`wait`), never holding the queue.
   void flush(DeviceId device, bool wait = true);
@@ -102,7 +107,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   /// A new tensor `ir` on `device` produced by `op` (already holding ir);
   /// `ir` becomes the tensor's handle.
-  [[nodiscard]] Tensor emit(DeviceId device, TensorIr ir, OperationIr&& op);
+  [[nodiscard]] Tensor emit(DeviceId device, TensorIr&& ir, OperationIr&& op);
 
   /// `keep` (the reading tensor's handle) stays alive until the reply, so
   /// the tensor's drop cannot overtake the read. The reply must match `ir`'s
@@ -144,6 +149,10 @@ class Core : public std::enable_shared_from_this<Core> {
     LastUseTable next_use;
     // Upload bytes in `ops` (remote devices cap a batch by them).
     size_t upload_bytes = 0;
+    // One past the last drop in `ops` (0: none). No op after it can be a
+    // last use, so the last-use pass starts there, and without any drop
+    // it does not run.
+    size_t drops_end = 0;
     // Flow control: batches sent (written under `mutex`, read by waiters
     // without it), and batches the runner has taken in.
     std::atomic<uint64_t> batches_sent{0};
@@ -186,6 +195,9 @@ class Core : public std::enable_shared_from_this<Core> {
   // A device kind that starts none: listed by unavailable() and logged.
   void note_unavailable(std::string why);
 
+  // Whether the queue's last op reads tensor `id`, which is being dropped:
+  // that op is then its last use, marked as mark_last_uses would mark it.
+  bool mark_last_use_locked(Queue& q, TensorId id);
   // The queued ops as one batch (marked for last uses, counted as sent),
   // leaving the queue empty; empty when nothing was queued.
   std::vector<OperationIr> take_batch_locked(Queue& q);

@@ -114,7 +114,7 @@ detail::Core& core_of(const std::shared_ptr<detail::Core>& c) {
 }
 
 Tensor create(const std::shared_ptr<detail::Core>& c, DeviceId d, TensorIr ir, OperationIr op) {
-  return core_of(c).emit(d, ir, std::move(op));
+  return core_of(c).emit(d, std::move(ir), std::move(op));
 }
 
 TensorIr new_tensor(detail::Core& c, Shape s, DType t) {

@@ -103,7 +103,7 @@ Tensor Tensor::to(const Device& target) const {
   if (target.id() == h.device) return *this;
   TensorIr dst{h.core->new_id(), h.ir.shape, h.ir.dtype, TensorStatus::read_only};
   h.core->bridge(h.device, h.ir.id, target.id(), dst);
-  return Tensor(std::make_shared<TensorHandle>(h.core, target.id(), dst));
+  return Tensor(std::make_shared<TensorHandle>(h.core, target.id(), std::move(dst)));
 }
 
 Tensor Tensor::clone() const {

@@ -42,8 +42,9 @@ class HostInputs {
   DeviceError error;  // the first input that is no host buffer
 
  private:
-  std::array<const Bytes*, 8> small_bytes_{};
-  std::array<bool, 8> small_consumable_{};
+  // Not zeroed: only the first count_ are read, each written by add() first.
+  std::array<const Bytes*, 8> small_bytes_;
+  std::array<bool, 8> small_consumable_;
   std::vector<const Bytes*> many_bytes_;
   std::vector<char> many_consumable_;  // not vector<bool>: its elements have no address
   const Bytes** bytes_ = small_bytes_.data();
@@ -66,6 +67,10 @@ class CpuBackend final : public HostBackend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
+  // Every op on every dtype (a host backend stores them all), which the
+  // interface's default finds by visiting the op twice and asking about each
+  // tensor's dtype, ~70 instructions per op.
+  [[nodiscard]] bool supports(OperationIr&) const override { return true; }
   DeviceError execute(OperationIr& op, std::span<BufferPtr> inputs, std::span<BufferPtr> outputs) override {
     HostInputs host(inputs.size());
     size_t i = 0;
