@@ -30,6 +30,11 @@
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
 
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
+#define SY_CONV_AVX512 1
+#include <immintrin.h>
+#endif
+
 namespace switchyard::backends::cpu {
 namespace {
 
@@ -87,6 +92,47 @@ bool same_shape_stride1(const ConvGeometry& g) {
   return true;
 }
 
+#ifdef SY_CONV_AVX512
+// dst[i] = src[2 i] for i < n, 16 at a time: two loads, one permute. A
+// stride-2 layer's column rows (ResNet's 7x7 stem: 147 rows of 12,544
+// positions per image) were copied element by element, 8% of ResNet-18.
+// The loads are masked to the elements read, so none passes src[2 (n - 1)].
+__attribute__((target("avx512f"))) void copy_even_avx512(const float* src, float* dst, int64_t n) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 lo = _mm512_loadu_ps(src + 2 * i);
+    const __m512 hi = _mm512_maskz_loadu_ps(0x7fff, src + 2 * i + 16);
+    _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(lo, even, hi));
+  }
+  if (i < n) {
+    const int64_t reads = 2 * (n - i) - 1;
+    const auto mask = [](int64_t k) {
+      return k >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(k, 0)) - 1u);
+    };
+    const __m512 lo = _mm512_maskz_loadu_ps(mask(reads), src + 2 * i);
+    const __m512 hi = _mm512_maskz_loadu_ps(mask(reads - 16), src + 2 * i + 16);
+    _mm512_mask_storeu_ps(dst + i, mask(n - i), _mm512_permutex2var_ps(lo, even, hi));
+  }
+}
+#endif
+
+// dst[i] = src[stride i] for i < n where a vector kernel does it (f32,
+// stride 2, AVX-512F); false, with nothing written, elsewhere.
+template <class T>
+bool copy_every_other(int64_t stride, const T* src, T* dst, int64_t n) {
+#ifdef SY_CONV_AVX512
+  if constexpr (std::is_same_v<T, float>) {
+    if (stride == 2 && cpu_has_avx512f()) {
+      copy_even_avx512(src, dst, n);
+      return true;
+    }
+  }
+#endif
+  (void)stride, (void)src, (void)dst, (void)n;
+  return false;
+}
+
 // Fills rows [r0, r1) of the column matrix for output positions
 // [p0, p0 + cols), row r at dst + (r - r0) * ld: row r = (c, k0, k1, k2)
 // holds x[c, o * stride - pad + k * dilation]. Walks the positions one
@@ -141,7 +187,7 @@ void im2col_rows(const ConvGeometry& g, const T* x, int64_t r0, int64_t r1, int6
             const T* src = plane + (i0 * g.in[1] + i1) * g.in[2] + off2;  // src[o2 * stride]
             if (g.stride[2] == 1)
               std::memcpy(d + a, src + a, static_cast<size_t>(b - a) * sizeof(T));
-            else
+            else if (!copy_every_other(g.stride[2], src + a * g.stride[2], d + a, b - a))
               for (int64_t o2 = a; o2 < b; ++o2) d[o2] = src[o2 * g.stride[2]];
           }
           std::fill(d + b, d + o2_end, T(0));
