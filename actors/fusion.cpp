@@ -148,7 +148,12 @@ size_t longest_chain(std::span<OperationIr> ops, size_t first, size_t limit, con
 }  // namespace
 
 std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, const ChainContext& ctx) {
-  if (first + 1 >= ops.size() || !ctx.backend.fusible(ops[first])) return std::nullopt;
+  if (first + 1 >= ops.size()) return std::nullopt;
+  // A head (a convolution that applies what follows as it stores its sums)
+  // only in the first place.
+  const bool head = ctx.backend.fusible_head(ops[first]);
+  if (!head && !ctx.backend.fusible(ops[first])) return std::nullopt;
+  const auto accepted = [&](const OperationIr& op) { return (head && &op == &ops[first]) || ctx.backend.fusible(op); };
   Shape shape;
   ops[first].each_output([&](const TensorIr& t) { shape = t.shape; });
   // The structure first: cheap, and what usually rules a chain out. Then
@@ -156,7 +161,7 @@ std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, c
   // before an op that would fail or wait: that op then runs alone and fails
   // or waits as it would have anyway.
   size_t size = longest_chain(ops, first, std::min(ops.size() - first, max_chain_ops), shape,
-                              [&](OperationIr& op, const Scan&) { return ctx.backend.fusible(op); });
+                              [&](OperationIr& op, const Scan&) { return accepted(op); });
   if (size >= 2)
     size = longest_chain(ops, first, size, shape,
                          [&](OperationIr& op, const Scan& scan) { return would_run(op, scan, ctx); });

@@ -6,6 +6,10 @@
 // (Backend::execute_fused), such as relu(x * 2 + 1), which arrives as
 // [mul(x, 2) -> t1, add(t1 last use, 1) -> t2, relu(t2 last use) -> t3].
 //
+// A chain may also start with an op the backend accepts as a head
+// (Backend::fusible_head): a convolution, which then applies the element-wise
+// ops after it (a residual add, a relu) as it stores its result.
+//
 // A chain qualifies when the backend accepts each op (Backend::fusible),
 // every op has the chain's output shape, every intermediate is read only by
 // later ops of the chain and for the last time (read_write) by one of them,

@@ -28,6 +28,9 @@ struct Workload {
   int64_t padding;
   int64_t groups;
   int64_t stride = 1;
+  /// relu(conv(x) + x) as a ResNet basic block ends (the input as the
+  /// residual, so input and output shapes agree); else the conv alone.
+  bool residual_relu = false;
 };
 
 // Mirrored in bench/conv_compare.
@@ -40,6 +43,10 @@ const Workload workloads[] = {
     {"conv3x3_512ch_7_b1", {1, 512, 7, 7}, {512, 512, 3, 3}, 1, 1},
     // MobileNetV2's stride-2 depthwise layer of its 56x56 stage
     {"depthwise3x3_s2_144ch_56_b1", {1, 144, 56, 56}, {144, 1, 3, 3}, 1, 144, 2},
+    // ResNet's stem: 7x7 stride 2 over the RGB image
+    {"conv7x7_s2_3to64_224_b1", {1, 3, 224, 224}, {64, 3, 7, 7}, 3, 1, 2},
+    // the end of ResNet-18's first basic block: relu(conv(x) + x)
+    {"conv3x3_add_relu_64ch_56_b1", {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, true},
 };
 
 }  // namespace
@@ -55,11 +62,15 @@ int main(int argc, char** argv) {
     auto x = dev.uniform(w.input, -1, 1);
     auto k = dev.uniform(w.weight, -1, 1);
     auto b = dev.uniform({w.weight.dims[0]}, -1, 1);
-    (void)sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups).read().get();  // warm-up: buffers, BLAS threads
+    const auto call = [&] {
+      if (w.residual_relu) return (sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups) + x).relu();
+      return sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups);
+    };
+    (void)call().read().get();  // warm-up: buffers, BLAS threads
     std::vector<double> times;
     for (int i = 0; i < iters; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      auto y = sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups);
+      auto y = call();
       (void)y.read().get();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }

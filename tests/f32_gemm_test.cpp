@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -283,6 +284,12 @@ TEST_CASE("native f32 GEMM convolutions match OpenBLAS and the reference", "[cpu
       {{1, 3, 33, 33}, {7, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}},
       {{1, 64, 56, 56}, {64, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
       {{1, 33, 9, 9}, {17, 33, 5, 5}, {3, 3}, {0, 0}, {1, 1}},
+      // stride 2 (column rows gathered 16 at a time): output rows of 36,
+      // 16, 1 and 19 positions, padding on either side, dilation 2
+      {{1, 2, 5, 71}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}},
+      {{2, 3, 6, 32}, {4, 3, 2, 2}, {2, 2}, {0, 0}, {1, 1}},
+      {{1, 2, 9, 2}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, false},
+      {{1, 4, 13, 37}, {5, 4, 3, 3}, {2, 2}, {2, 2}, {2, 2}},
       // 1x1: pointwise (plain GEMM on the input), strided, grouped
       {{2, 256, 14, 14}, {64, 256, 1, 1}, {1, 1}, {0, 0}, {1, 1}},
       {{1, 64, 15, 15}, {128, 64, 1, 1}, {2, 2}, {0, 0}, {1, 1}},
@@ -515,4 +522,196 @@ TEST_CASE("SWITCHYARD_CPU_F32_GEMM=0 in the environment leaves f32 GEMMs on Open
   CHECK(cpu::native_f32_gemm_runs() - before == (cpu::native_f32_gemm_enabled() ? 1u : 0u));
   const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
   CHECK(differences(out, run(*backends().reference, c), magnitude, 72, "vs reference").empty());
+}
+
+namespace {
+
+/// A chain headed by a convolution as the runner hands it to execute_fused:
+/// the conv (x = 1, w = 2, bias = 3, out = 4), then element-wise ops on its
+/// result; `tensors` the chain's external inputs in order of first mention.
+struct ConvChain {
+  std::vector<sy::OperationIr> ops;
+  std::vector<sy::TensorIr> tensors;
+  std::vector<std::vector<float>> values;  // of `tensors`
+  std::string what;
+};
+
+enum class Tail { relu, add_relu, add_first_relu, add, relu_scale, sigmoid };
+
+ConvChain conv_chain(Draw& r, const ConvArgs& a, Tail tail) {
+  const Case c = conv_case(r, a);
+  ConvChain ch;
+  auto conv = std::get<sy::ConvOp>(c.ir.op);
+  const Shape shape = conv.out.shape;
+  ch.ops.push_back(sy::OperationIr{conv});
+  conv.each_input([&](const sy::TensorIr& t) { ch.tensors.push_back(t); });
+  ch.values = c.inputs;
+  const auto last = [&](uint64_t id) { return tensor(id, shape, sy::TensorStatus::read_write); };
+  const auto fresh = [&](uint64_t id) { return tensor(id, shape, sy::TensorStatus::not_init); };
+  const auto relu = [&](uint64_t in, uint64_t out) {
+    return sy::OperationIr{sy::UnaryOp{sy::UnaryKind::relu, last(in), fresh(out), 0, 0}};
+  };
+  if (tail == Tail::add_relu || tail == Tail::add_first_relu || tail == Tail::add) {
+    ch.tensors.push_back(tensor(6, shape));
+    ch.values.push_back(values(r, shape.numel()));
+    sy::BinaryOp add{sy::BinaryKind::add, last(4), tensor(6, shape), fresh(5)};
+    if (tail == Tail::add_first_relu) std::swap(add.lhs, add.rhs);
+    ch.ops.push_back(sy::OperationIr{add});
+    if (tail != Tail::add) ch.ops.push_back(relu(5, 7));
+  } else if (tail == Tail::relu || tail == Tail::relu_scale) {
+    ch.ops.push_back(relu(4, 5));
+    if (tail == Tail::relu_scale)
+      ch.ops.push_back(sy::OperationIr{sy::ScalarOp{sy::BinaryKind::mul, last(5), sy::Scalar(1.5), false, fresh(7)}});
+  } else {
+    ch.ops.push_back(sy::OperationIr{sy::UnaryOp{sy::UnaryKind::sigmoid, last(4), fresh(5), 0, 0}});
+  }
+  static constexpr const char* names[] = {"relu", "add relu", "add (first) relu", "add", "relu scale", "sigmoid"};
+  ch.what = c.what + ", then " + names[static_cast<int>(tail)];
+  return ch;
+}
+
+std::vector<float> floats_of(const sy::backends::BufferPtr& b) {
+  const sy::Bytes* bytes = b->host();
+  REQUIRE(bytes != nullptr);
+  std::vector<float> v(bytes->size() / sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), bytes->as<const uint8_t>(), bytes->size());
+  return v;
+}
+
+/// The chain through execute_fused.
+std::vector<float> run_fused(sy::backends::Backend& backend, const ConvChain& ch) {
+  std::vector<sy::backends::BufferPtr> in;
+  for (const auto& v : ch.values) in.push_back(buffer(v));
+  std::vector<sy::OperationIr> ops = ch.ops;
+  sy::backends::BufferPtr out;
+  const auto err = backend.execute_fused(ops, ch.tensors, in, out);
+  INFO(err.message());
+  REQUIRE(!err);
+  REQUIRE(out);
+  return floats_of(out);
+}
+
+/// The chain op by op through execute, as the runner runs it unfused.
+std::vector<float> run_unfused(sy::backends::Backend& backend, const ConvChain& ch) {
+  std::map<uint64_t, sy::backends::BufferPtr> held;
+  for (size_t k = 0; k < ch.tensors.size(); ++k) held[ch.tensors[k].id.value] = buffer(ch.values[k]);
+  sy::backends::BufferPtr last;
+  for (const auto& op : ch.ops) {
+    sy::OperationIr ir = op;
+    std::vector<sy::backends::BufferPtr> in;
+    ir.each_input([&](const sy::TensorIr& t) { in.push_back(held.at(t.id.value)); });
+    std::vector<sy::backends::BufferPtr> out(1);
+    const auto err = backend.execute(ir, in, out);
+    INFO(err.message());
+    REQUIRE(!err);
+    ir.each_output([&](const sy::TensorIr& t) { held[t.id.value] = out[0]; });
+    last = out[0];
+  }
+  return floats_of(last);
+}
+
+/// Same bits, any NaN matching any NaN (IEEE leaves open which operand's
+/// payload an add of two NaNs returns).
+std::string bit_differences(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return "sizes differ";
+  std::ostringstream os;
+  int shown = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    uint32_t x = 0, y = 0;
+    std::memcpy(&x, &got[i], 4);
+    std::memcpy(&y, &want[i], 4);
+    if (x == y || (std::isnan(got[i]) && std::isnan(want[i]))) continue;
+    if (shown++ < 5)
+      os << "element " << i << " is " << got[i] << " (0x" << std::hex << x << "), want " << want[i] << " (0x" << y
+         << std::dec << ")\n";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("convolution chains fused into the GEMM's store give the unfused bits", "[cpu][f32_gemm][conv_chain]") {
+  if (skip_without_avx512f()) return;
+  NativeGemm on(true);  // whatever SWITCHYARD_CPU_F32_GEMM says
+  auto& cpu_backend = *backends().cpu;
+  Draw r{10};
+  const std::vector<ConvArgs> convs = {
+      // shifted rows (3x3 stride 1 pad 1), batch > 1, odd sizes, no bias
+      {{2, 17, 13, 11}, {33, 17, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      {{1, 8, 9, 9}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
+      // im2col rows: a ResNet stem (7x7 stride 2 pad 3), dilation, groups
+      {{2, 3, 33, 31}, {16, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}},
+      {{1, 8, 15, 15}, {16, 8, 3, 3}, {1, 1}, {2, 2}, {2, 2}},
+      {{2, 12, 11, 13}, {18, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3},
+      // pointwise, a strided 1x1 (a ResNet downsample), many K blocks
+      {{2, 64, 14, 14}, {32, 64, 1, 1}, {1, 1}, {0, 0}, {1, 1}},
+      {{1, 64, 15, 15}, {128, 64, 1, 1}, {2, 2}, {0, 0}, {1, 1}},
+      {{1, 96, 7, 7}, {70, 96, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      // 1d
+      {{2, 7, 257}, {17, 7, 5}, {2}, {2}, {1}},
+  };
+  for (const auto& a : convs)
+    for (Tail tail : {Tail::relu, Tail::add_relu, Tail::add_first_relu, Tail::add, Tail::relu_scale, Tail::sigmoid}) {
+      ConvChain ch = conv_chain(r, a, tail);
+      INFO(ch.what);
+      REQUIRE(cpu_backend.fusible_head(ch.ops[0]));
+      CHECK_FALSE(cpu_backend.fusible(ch.ops[0]));
+      const auto before = cpu::native_f32_gemm_runs();
+      const auto fused = run_fused(cpu_backend, ch);
+      CHECK(cpu::native_f32_gemm_runs() - before == 1u);
+      const auto unfused = run_unfused(cpu_backend, ch);
+      const auto diff = bit_differences(fused, unfused);
+      INFO(diff);
+      CHECK(diff.empty());
+      // The kernel switched off after the chain was planned: the epilogue
+      // as a pass of its own, the same bits as the OpenBLAS path unfused.
+      NativeGemm off(false);
+      CHECK_FALSE(cpu_backend.fusible_head(ch.ops[0]));
+      const auto fallback = bit_differences(run_fused(cpu_backend, ch), run_unfused(cpu_backend, ch));
+      INFO(fallback);
+      CHECK(fallback.empty());
+    }
+}
+
+TEST_CASE("convolution chains keep NaN and Inf through the fused add and relu", "[cpu][f32_gemm][conv_chain]") {
+  if (skip_without_avx512f()) return;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  NativeGemm on(true);
+  Draw r{11};
+  for (Tail tail : {Tail::relu, Tail::add_relu, Tail::add_first_relu}) {
+    ConvChain ch = conv_chain(r, {{1, 2, 6, 6}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, tail);
+    auto& x = ch.values[0];
+    x[21] = nan;        // channel 0, (3, 3): NaN in every output that reads it
+    x[36 + 28] = inf;   // channel 1, (4, 4): +-Inf by the weight's sign
+    x[36 + 30] = -inf;  // channel 1, (5, 0)
+    if (ch.values.size() > 3) {
+      auto& addend = ch.values[3];
+      addend[0] = -inf;  // channel 0, (0, 0): relu gives 0
+      addend[5] = nan;   // channel 0, (0, 5): NaN stays NaN through relu
+      addend[36] = -0.0f;
+    }
+    INFO(ch.what);
+    const auto fused = run_fused(*backends().cpu, ch);
+    const auto unfused = run_unfused(*backends().cpu, ch);
+    const auto diff = bit_differences(fused, unfused);
+    INFO(diff);
+    CHECK(diff.empty());
+    CHECK(std::isnan(fused[21]));  // relu(NaN) is NaN, as PyTorch's
+    size_t nans = 0, zeros = 0, infs = 0;
+    for (float v : fused) {
+      nans += std::isnan(v) ? 1 : 0;
+      zeros += v == 0.0f && !std::signbit(v) ? 1 : 0;
+      infs += std::isinf(v) ? 1 : 0;
+      CHECK_FALSE(v < 0.0f);
+      CHECK_FALSE((v == 0.0f && std::signbit(v)));  // relu(-0) is +0
+    }
+    CHECK(nans >= 9);
+    CHECK(infs > 0);
+    CHECK(zeros > 0);
+    if (ch.values.size() > 3) {
+      CHECK(fused[0] == 0.0f);
+      CHECK(std::isnan(fused[5]));
+    }
+  }
 }

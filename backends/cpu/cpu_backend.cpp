@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/cpu/cpu_backend.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cblas.h>
+#include <memory>
 #include <thread>
 
 #include "backends/cpu/bf16_gemm.hpp"
+#include "backends/cpu/conv_chain.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 
@@ -114,14 +118,98 @@ class CpuBackend final : public HostBackend {
 
   [[nodiscard]] bool fusible(const OperationIr& op) const override { return fusible_elementwise(op); }
 
+  [[nodiscard]] bool fusible_head(const OperationIr& op) const override {
+    const auto* c = std::get_if<ConvOp>(&op.op);
+    return c != nullptr && conv_fusible_head(*c);
+  }
+
   DeviceError execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors,
                             std::span<BufferPtr> inputs, BufferPtr& output) override {
     HostInputs host(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) host.add(tensors[i], inputs[i]);
     if (host.error) return std::move(host.error);
+    if (std::holds_alternative<ConvOp>(chain.front().op)) return execute_conv_chain(chain, tensors, host, output);
     auto result = fused_elementwise(ctx_, chain, tensors, host.view());
     if (!result) return std::move(result.error());
     output = std::make_shared<HostBuffer>(std::move(*result));
+    return {};
+  }
+
+  // A chain headed by a convolution: the add of a same-shape f32 tensor and
+  // the relu that follow it in a CNN (conv, relu; conv, add, relu) run in
+  // the GEMM's store; any ops after those as a fused element-wise chain over
+  // the result, as its input.
+  DeviceError execute_conv_chain(std::span<OperationIr> chain, std::span<const TensorIr> tensors, HostInputs& host,
+                                 BufferPtr& output) {
+    auto& conv = std::get<ConvOp>(chain.front().op);
+    const auto bytes_of = [&](const TensorIr& t) -> const Bytes* {
+      for (size_t k = 0; k < tensors.size(); ++k)
+        if (tensors[k].id == t.id) return host.view().bytes[k];
+      return nullptr;
+    };
+    std::array<const Bytes*, 3> conv_in{};
+    std::array<bool, 3> conv_consumable{};
+    size_t n_in = 0;
+    conv.each_input([&](const TensorIr& t) { conv_in[n_in++] = bytes_of(t); });
+    if (std::find(conv_in.begin(), conv_in.begin() + static_cast<std::ptrdiff_t>(n_in), nullptr) !=
+        conv_in.begin() + static_cast<std::ptrdiff_t>(n_in))
+      return DeviceError(Errc::kernel_failure, "cpu: fused chain: a convolution input is missing");
+    TensorIr result = conv.out;  // the last output the epilogue computes
+    size_t used = 1;
+    F32GemmEpilogue ep;
+    const Bytes* add = nullptr;
+    const auto same = [&](const TensorIr& t) { return t.dtype == DType::f32 && t.shape == conv.out.shape; };
+    // A value the store replaces must not be read after the op that
+    // consumes it there: the rest of the chain sees only the store's result.
+    const auto read_after = [&](size_t op, TensorId id) {
+      bool read = false;
+      for (size_t j = op + 1; j < chain.size() && !read; ++j)
+        chain[j].each_input([&](const TensorIr& t) { read = read || t.id == id; });
+      return read;
+    };
+    if (used < chain.size())
+      if (const auto* b = std::get_if<BinaryOp>(&chain[used].op);
+          b != nullptr && b->kind == BinaryKind::add && same(b->lhs) && same(b->rhs) && same(b->out) &&
+          (b->lhs.id == result.id) != (b->rhs.id == result.id) && !read_after(used, result.id)) {
+        ep.add_first = b->rhs.id == result.id;
+        add = bytes_of(ep.add_first ? b->lhs : b->rhs);
+        if (add == nullptr) return DeviceError(Errc::kernel_failure, "cpu: fused chain: an addend is missing");
+        result = b->out;
+        ++used;
+      }
+    if (used < chain.size())
+      if (const auto* u = std::get_if<UnaryOp>(&chain[used].op); u != nullptr && u->kind == UnaryKind::relu &&
+                                                                 u->in.id == result.id && same(u->in) && same(u->out) &&
+                                                                 !read_after(used, result.id)) {
+        ep.relu = true;
+        result = u->out;
+        ++used;
+      }
+    auto y = conv_fused(ctx_, conv, Inputs{{conv_in.data(), n_in}, {conv_consumable.data(), n_in}},
+                        add != nullptr ? add->as<const float>() : nullptr, ep);
+    if (!y) return std::move(y.error());
+    if (used < chain.size()) {
+      // The rest reads `result` (for the last time: only the chain sees it;
+      // nothing the store consumed, see read_after) and the chain's inputs
+      // it names.
+      const auto rest = chain.subspan(used);
+      std::vector<TensorIr> rest_tensors{result};
+      rest_tensors.back().status = TensorStatus::read_write;
+      std::vector<const Bytes*> rest_bytes{&*y};
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        bool named = false;
+        for (auto& op : rest) op.each_input([&](const TensorIr& t) { named = named || t.id == tensors[k].id; });
+        if (!named) continue;
+        rest_tensors.push_back(tensors[k]);
+        rest_bytes.push_back(host.view().bytes[k]);
+      }
+      auto consumable = std::make_unique<bool[]>(rest_bytes.size());  // all false but the result's
+      consumable[0] = true;
+      auto z = fused_elementwise(ctx_, rest, rest_tensors, Inputs{rest_bytes, {consumable.get(), rest_bytes.size()}});
+      if (!z) return std::move(z.error());
+      y = std::move(z);
+    }
+    output = std::make_shared<HostBuffer>(std::move(*y));
     return {};
   }
 

@@ -137,11 +137,19 @@ struct TileStart {
   const float* bias = nullptr;  // plus one value per row (at the tile's first row)
 };
 
+/// What happens to a micro-tile's sums before they are stored, on the last
+/// K block (F32GemmEpilogue).
+struct TileEnd {
+  const float* add = nullptr;  // at the tile's first element, ldc apart as C
+  bool add_first = false;
+  bool relu = false;
+};
+
 /// C[R x 16V] (masked to `cols` columns) (+)= the packed A micro-panel
 /// (kc x kMR, rows past R unused) * the packed B micro-panel (kc x kNR).
 template <int R, int V>
 SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, int64_t ldc, int64_t cols,
-                         const TileStart& s) {
+                         const TileStart& s, const TileEnd& e) {
   __m512 acc[R][V];
   __mmask16 m[V];
 #pragma GCC unroll 4
@@ -165,13 +173,34 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
       for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }
   }
+  if (e.add != nullptr) {
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __m512 r = _mm512_maskz_loadu_ps(m[v], e.add + i * ldc + 16 * v);
+        acc[i][v] = e.add_first ? _mm512_add_ps(r, acc[i][v]) : _mm512_add_ps(acc[i][v], r);
+      }
+  }
+  if (e.relu) {
+    // Kept where x > 0 or x is NaN (not x <= 0, unordered true), else +0:
+    // the scalar relu's x > 0 || x != x ? x : 0, so -0 becomes +0; max_ps
+    // would drop a NaN or keep -0, depending on the operands' order.
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v)
+        acc[i][v] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(acc[i][v], zero, _CMP_NLE_UQ), acc[i][v]);
+  }
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
 }
 
-using MicroFn = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t, const TileStart&);
+using MicroFn = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t, const TileStart&,
+                         const TileEnd&);
 
 template <size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
@@ -351,6 +380,7 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
     const F32GemmOperands ops = g.locate(batch);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
+      const bool last_block = pc + kc >= g.k;
       for (int64_t ir = i0; ir < i1; ir += kMR) pack_a_panel(g, ops.a, ir, pc, kc, pa + (ir - i0) * kc);
       if (g.fill_b) {
         // A few rows at a time, so that what the caller writes is still in
@@ -383,24 +413,36 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
           TileStart s;
           s.load_c = pc > 0 || g.accumulate;
           s.bias = pc == 0 && ops.row_bias != nullptr ? ops.row_bias + ir : nullptr;
+          TileEnd e;
+          if (last_block) {
+            e.add = ops.add != nullptr ? ops.add + ir * g.ldc + jr : nullptr;
+            e.add_first = g.epilogue.add_first;
+            e.relu = g.epilogue.relu;
+          }
           const float* a = pa + (ir - i0) * kc;
           kMicro[static_cast<size_t>((rows - 1) * kNV + vectors - 1)](a, bpanel, kc, ops.c + ir * g.ldc + jr, g.ldc, jc,
-                                                                      s);
+                                                                      s, e);
         }
       }
     }
   }
 }
 
-/// K = 0: C is its start (bias or 0), or keeps its values plus the bias.
+/// K = 0: C is its start (bias or 0), or keeps its values plus the bias;
+/// then the epilogue.
 void empty_sum(const F32Gemm& g) {
   for (int64_t batch = 0; batch < g.batches; ++batch) {
     const F32GemmOperands ops = g.locate(batch);
     for (int64_t i = 0; i < g.m; ++i) {
       float* row = ops.c + i * g.ldc;
-      if (g.accumulate && ops.row_bias == nullptr) continue;
+      const float* add = ops.add != nullptr ? ops.add + i * g.ldc : nullptr;
       const float bias = ops.row_bias != nullptr ? ops.row_bias[i] : 0.0f;
-      for (int64_t j = 0; j < g.n; ++j) row[j] = g.accumulate ? row[j] + bias : bias;
+      for (int64_t j = 0; j < g.n; ++j) {
+        float x = g.accumulate ? (ops.row_bias != nullptr ? row[j] + bias : row[j]) : bias;
+        if (add != nullptr) x = g.epilogue.add_first ? add[j] + x : x + add[j];
+        if (g.epilogue.relu) x = x > 0.0f || x != x ? x : 0.0f;
+        row[j] = x;
+      }
     }
   }
 }

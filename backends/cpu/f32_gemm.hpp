@@ -46,6 +46,22 @@ struct F32GemmOperands {
   const float* b = nullptr;  // unused when the B is filled by `fill_b`
   float* c = nullptr;
   const float* row_bias = nullptr;  // m values C starts from, or null
+  /// Added to each finished sum as it is stored (element (i, j) at
+  /// add[i * ldc + j]), or null: a residual connection fused into a
+  /// convolution. Must not overlap C, which holds partial sums meanwhile.
+  const float* add = nullptr;
+};
+
+/// What happens to each element of C after its last product, before it is
+/// stored: the element-wise ops that follow a convolution in a CNN, applied
+/// while the sums are still in registers instead of in passes over memory.
+/// In this order: C + add (or add + C when add_first, the operands as the
+/// unfused add took them), then relu (NaN stays NaN, -0 becomes 0, as the
+/// unfused relu); every step one f32 rounding, so the bits are those of the
+/// unfused ops.
+struct F32GemmEpilogue {
+  bool add_first = false;
+  bool relu = false;
 };
 
 /// C (m x n, rows ldc apart) = [C +] [row_bias +] A (m x k) B (k x n), for
@@ -73,6 +89,7 @@ struct F32Gemm {
   int64_t ldc = 0;
   /// C += A B (C's values are kept), else C = A B (C is only written).
   bool accumulate = false;
+  F32GemmEpilogue epilogue;
   std::function<F32GemmOperands(int64_t batch)> locate;
 };
 

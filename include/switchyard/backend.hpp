@@ -159,9 +159,16 @@ class Backend {
   /// default: no op, so a backend without fusion runs every op alone.
   [[nodiscard]] virtual bool fusible(const OperationIr& /*op*/) const { return false; }
 
-  /// (optional) Runs `chain`, adjacent ops each accepted by fusible(), as
-  /// one pass, with exactly the bits running them one by one with execute()
-  /// gives. All ops have the same output shape; each op's output except the
+  /// (optional) Whether `op` may start a fused chain whose other ops
+  /// fusible() accepts, though it may not appear later in one: an op that
+  /// can apply element-wise ops to its result as it writes it (the CPU's
+  /// convolutions: a residual add and relu in the GEMM's store). Default: none.
+  [[nodiscard]] virtual bool fusible_head(const OperationIr& /*op*/) const { return false; }
+
+  /// (optional) Runs `chain`, adjacent ops each accepted by fusible() (the
+  /// first one possibly by fusible_head() instead), as one pass, with
+  /// exactly the bits running them one by one with execute() gives. All ops
+  /// have the same output shape; each op's output except the
   /// last is read only by later ops of the chain (the last of those reads
   /// marks it read_write), so only the last op's output is materialised, in
   /// `output`. `tensors` are the chain's other inputs, each once, in order
@@ -222,7 +229,7 @@ struct BackendKind {
 /// Version of this interface as a backend module sees it. Bumped with every
 /// change to this header or to the op set's layout; a module built for
 /// another version is refused (and reported by Runtime::unavailable()).
-inline constexpr uint32_t module_abi_version = 1;
+inline constexpr uint32_t module_abi_version = 2;  // 2: Backend::fusible_head
 
 }  // namespace switchyard::backends
 

@@ -16,6 +16,7 @@
 #include <switchyard/switchyard.hpp>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/f32_gemm.hpp"
 #include "support/watchdog.hpp"
 
 namespace sy = switchyard;
@@ -179,6 +180,48 @@ TEST_CASE("planner does not fuse an integer division nor past a tensor used afte
                                         binary(BinaryKind::add, last_use(100), ir(1), out(101)),
                                         unary(UnaryKind::relu, last_use(101), out(102))};
   CHECK(chain_size(p.find(stale)) == 0);
+}
+
+sy::OperationIr conv3x3(sy::TensorIr in, sy::TensorIr w, sy::TensorIr o) {
+  sy::ConvOp c;
+  c.input = std::move(in);
+  c.weight = std::move(w);
+  c.out = std::move(o);
+  c.stride = {1, 1};
+  c.pad_before = {1, 1};
+  c.pad_after = {1, 1};
+  c.dilation = {1, 1};
+  c.output_padding = {0, 0};
+  return c;
+}
+
+TEST_CASE("planner lets a convolution head a chain but not join one", "[fusion][planner]") {
+  if (!sy::backends::cpu::native_f32_gemm_enabled()) {
+    WARN("skipped: no native f32 GEMM here, so the cpu takes no convolution as a chain head");
+    return;
+  }
+  Planner p;
+  const Shape img{1, 2, 4, 8}, w{2, 2, 3, 3};
+  p.existing[30] = {img};
+  p.existing[31] = {w};
+  p.existing[32] = {img};
+  // relu(conv(x) + r): one chain of three.
+  std::vector<sy::OperationIr> block = {conv3x3(ir(30, img), ir(31, w), out(100, img)),
+                                        binary(BinaryKind::add, last_use(100, img), ir(32, img), out(101, img)),
+                                        unary(UnaryKind::relu, last_use(101, img), out(102, img))};
+  CHECK(chain_size(p.find(block)) == 3);
+  // A convolution after an element-wise op (same shape) ends that chain
+  // and may start its own.
+  std::vector<sy::OperationIr> after = {unary(UnaryKind::relu, ir(30, img), out(100, img)),
+                                        conv3x3(last_use(100, img), ir(31, w), out(101, img)),
+                                        unary(UnaryKind::relu, last_use(101, img), out(102, img))};
+  CHECK(chain_size(p.find(after)) == 0);
+  p.existing[100] = {img};  // as once the relu ran alone
+  CHECK(chain_size(p.find(after, 1)) == 2);
+  // A convolution alone, or with its output still wanted, is no chain.
+  std::vector<sy::OperationIr> held = {conv3x3(ir(30, img), ir(31, w), out(100, img)),
+                                       unary(UnaryKind::relu, ir(100, img), out(101, img))};
+  CHECK(chain_size(p.find(held)) == 0);
 }
 
 // --- fused against unfused through the client API ----------------------------
@@ -412,6 +455,82 @@ TEST_CASE("each op of a fused chain is traced", "[fusion]") {
     INFO(piece);
     CHECK(text.str().find(piece) != std::string::npos);
   }
+}
+
+// --- convolutions heading chains ---------------------------------------------
+
+TEST_CASE("a ResNet block's relu and residual add run in the convolution's store with the unfused bits",
+          "[fusion][conv]") {
+  sy::testing::Watchdog watchdog(120s, "conv chains");
+  Pair p;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  auto xv = values(2 * 8 * 10 * 11);
+  xv[17] = std::numeric_limits<float>::quiet_NaN();  // image 0, channel 0, (1, 6)
+  xv[900] = std::numeric_limits<float>::infinity();
+  xv[1500] = -std::numeric_limits<float>::infinity();
+  const auto w1 = values(8 * 8 * 9), b1 = values(8), w2 = values(8 * 8 * 9), b2 = values(8);
+  const auto w3 = values(16 * 8 * 9), b3 = values(16), wd = values(16 * 8), bd = values(16);
+  const auto w4 = values(16 * 16 * 9);
+  auto run = [&](const sy::Device& d) {
+    auto x = d.tensor(xv, Shape{2, 8, 10, 11});
+    auto t = [&](const std::vector<float>& v, Shape s) { return d.tensor(v, std::move(s)); };
+    // A basic block, then a downsampling one, as torchvision's ResNet
+    // exports them: relu(conv); relu(conv + identity); relu(conv + conv).
+    auto h = sy::nn::conv2d(x, t(w1, {8, 8, 3, 3}), t(b1, {8}), 1, 1).relu();
+    auto y = (sy::nn::conv2d(h, t(w2, {8, 8, 3, 3}), t(b2, {8}), 1, 1) + x).relu();
+    auto a = sy::nn::conv2d(y, t(w3, {16, 8, 3, 3}), t(b3, {16}), 2, 1);
+    auto z = (a + sy::nn::conv2d(y, t(wd, {16, 8, 1, 1}), t(bd, {16}), 2, 0)).relu();
+    // Chains the store does not cover run after it, over its result.
+    auto s = (sy::nn::conv2d(z, t(w4, {16, 16, 3, 3}), {}, 1, 1) * 0.5f).sigmoid();
+    return outcome(h) + " | " + outcome(y) + " | " + outcome(a) + " | " + outcome(z) + " | " + outcome(s);
+  };
+  const auto before = stats(p.on);
+  const auto fused = run(p.on);
+  CHECK(fused.find("nan") != std::string::npos);
+  CHECK(fused == run(p.off));
+  if (sy::backends::cpu::native_f32_gemm_enabled())  // else no convolution heads a chain
+    CHECK(stats(p.on).ops_fused - before.ops_fused == 2 + 3 + 3 + 3);
+  CHECK(stats(p.off).ops_fused == 0);
+}
+
+TEST_CASE("a convolution's output read again after its relu or add keeps the unfused bits", "[fusion][conv]") {
+  sy::testing::Watchdog watchdog(120s, "conv outputs read later");
+  Pair p;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  const auto xv = values(2 * 4 * 6 * 7), w = values(4 * 4 * 9), r = values(2 * 4 * 6 * 7);
+  auto run = [&](const sy::Device& d) {
+    auto x = d.tensor(xv, Shape{2, 4, 6, 7});
+    auto weight = d.tensor(w, Shape{4, 4, 3, 3});
+    auto residual = d.tensor(r, Shape{2, 4, 6, 7});
+    // The convolution's own output is read after the relu, and after the add.
+    auto c1 = sy::nn::conv2d(x, weight, {}, 1, 1);
+    auto a = c1.relu() + c1;
+    c1 = {};
+    auto c2 = sy::nn::conv2d(x, weight, {}, 1, 1);
+    auto b = (c2 + residual).relu() * c2;
+    c2 = {};
+    auto c3 = sy::nn::conv2d(x, weight, {}, 1, 1);
+    auto s = c3 + residual;
+    auto c = s.relu() - s;  // the add's output read after the relu
+    s = {};
+    c3 = {};
+    return outcome(a) + " | " + outcome(b) + " | " + outcome(c);
+  };
+  const auto before = stats(p.on);
+  CHECK(run(p.on) == run(p.off));
+  if (sy::backends::cpu::native_f32_gemm_enabled()) CHECK(stats(p.on).ops_fused - before.ops_fused > 0);
 }
 
 // --- random chains over every dtype -----------------------------------------
