@@ -244,6 +244,14 @@ struct Pair {
   }
 };
 
+/// n values drawn uniformly from [lo, hi).
+std::vector<float> uniform_floats(std::mt19937_64& rng, int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
 sy::TensorData read(const Tensor& t) {
   auto f = t.read();
   REQUIRE(f.wait_for(60s));
@@ -355,12 +363,7 @@ TEST_CASE("broadcast inputs in fused chains give the unfused bits", "[fusion]") 
   sy::testing::Watchdog watchdog(120s, "broadcasts");
   Pair p;
   std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> u(-2, 2);
-  auto values = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = u(rng);
-    return v;
-  };
+  auto values = [&](int64_t n) { return uniform_floats(rng, n, -2, 2); };
   // {output shape, broadcast operand shape}: scalar, bias, column, channel
   // bias of NCHW, and [N, 1, W] against [N, C, W] (no band: runs unfused).
   const std::vector<std::pair<Shape, Shape>> cases = {{{64, 300}, {}},
@@ -464,12 +467,7 @@ TEST_CASE("a ResNet block's relu and residual add run in the convolution's store
   sy::testing::Watchdog watchdog(120s, "conv chains");
   Pair p;
   std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> u(-1, 1);
-  auto values = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = u(rng);
-    return v;
-  };
+  auto values = [&](int64_t n) { return uniform_floats(rng, n, -1, 1); };
   auto xv = values(2 * 8 * 10 * 11);
   xv[17] = std::numeric_limits<float>::quiet_NaN();  // image 0, channel 0, (1, 6)
   xv[900] = std::numeric_limits<float>::infinity();
@@ -503,12 +501,7 @@ TEST_CASE("a convolution's output read again after its relu or add keeps the unf
   sy::testing::Watchdog watchdog(120s, "conv outputs read later");
   Pair p;
   std::mt19937_64 rng(5);
-  std::uniform_real_distribution<float> u(-1, 1);
-  auto values = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = u(rng);
-    return v;
-  };
+  auto values = [&](int64_t n) { return uniform_floats(rng, n, -1, 1); };
   const auto xv = values(2 * 4 * 6 * 7), w = values(4 * 4 * 9), r = values(2 * 4 * 6 * 7);
   auto run = [&](const sy::Device& d) {
     auto x = d.tensor(xv, Shape{2, 4, 6, 7});
