@@ -646,11 +646,19 @@ void Core::submit(DeviceId device, OperationIr&& op) {
       q.upload_bytes += upload_bytes;
       q.ops.push_back(std::move(op));
     }
-    if (q.ops.size() >= options_.max_batch)
-      sent = send_locked(device, q);
-    else
-      arm = q.ops.size() == 1;
+    queued_locked(device, q, sent, arm);
   }
+  after_queued(device, q, sent, arm);
+}
+
+void Core::queued_locked(DeviceId device, Queue& q, bool& sent, bool& arm) {
+  if (q.ops.size() >= options_.max_batch)
+    sent = send_locked(device, q);
+  else
+    arm = q.ops.size() == 1;
+}
+
+void Core::after_queued(DeviceId device, Queue& q, bool sent, bool arm) {
   if (sent) wait_for_room(device, q);
   if (arm) arm_flusher();
 }
@@ -684,13 +692,9 @@ void Core::drop(DeviceId device, TensorId id) {
     if (options_.reuse_last_use && mark_last_use_locked(q, id)) return;
     q.ops.emplace_back(DropOp{id});
     q.drops_end = q.ops.size();
-    if (q.ops.size() >= options_.max_batch)
-      sent = send_locked(device, q);
-    else
-      arm = q.ops.size() == 1;
+    queued_locked(device, q, sent, arm);
   }
-  if (sent) wait_for_room(device, q);
-  if (arm) arm_flusher();
+  after_queued(device, q, sent, arm);
 }
 
 // The flusher is woken only from its parked state: a client doing op + read

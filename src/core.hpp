@@ -198,6 +198,12 @@ class Core : public std::enable_shared_from_this<Core> {
   // Whether the queue's last op reads tensor `id`, which is being dropped:
   // that op is then its last use, marked as mark_last_uses would mark it.
   bool mark_last_use_locked(Queue& q, TensorId id);
+  // After an op or a drop joined `q` (under its lock): a full queue is sent
+  // (`sent`), the first op of a batch arms the flusher (`arm`).
+  void queued_locked(DeviceId device, Queue& q, bool& sent, bool& arm);
+  // Once the lock is released: a client that sent waits for room (never
+  // holding the queue), and an armed flusher is woken.
+  void after_queued(DeviceId device, Queue& q, bool sent, bool arm);
   // The queued ops as one batch (marked for last uses, counted as sent),
   // leaving the queue empty; empty when nothing was queued.
   std::vector<OperationIr> take_batch_locked(Queue& q);
