@@ -1652,13 +1652,19 @@ TEST_CASE("onnx: sequences cross If branches and Loop-carried values", "[onnx]")
   CHECK(out.at("y").tensor().to_vector<float>() == std::vector<float>{1, 2, 0, 0});
 }
 
+/// Serializes `msg` to dir/name (as the backend tests' .pb files); its path.
+std::string write_message(const std::filesystem::path& dir, const std::string& name,
+                          const google::protobuf::MessageLite& msg) {
+  std::ofstream out(dir / name, std::ios::binary);
+  REQUIRE(msg.SerializeToOstream(&out));
+  return (dir / name).string();
+}
+
 TEST_CASE("onnx: read_value_proto reads SequenceProto and OptionalProto files", "[onnx]") {
   const auto dir = std::filesystem::temp_directory_path() / ("sy_onnx_values_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const google::protobuf::MessageLite& msg) {
-    std::ofstream out(dir / name, std::ios::binary);
-    REQUIRE(msg.SerializeToOstream(&out));
-    return (dir / name).string();
+    return write_message(dir, name, msg);
   };
   pb::TensorProto t;
   t.set_data_type(pb::TensorProto::FLOAT);
@@ -1688,11 +1694,7 @@ TEST_CASE("onnx: read_value_proto reads SequenceProto and OptionalProto files", 
 TEST_CASE("onnx: read_tensor_proto reads UINT16 bit patterns as the declared 16-bit float", "[onnx]") {
   const auto dir = std::filesystem::temp_directory_path() / ("sy_onnx_u16_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  auto write = [&](const std::string& name, const pb::TensorProto& msg) {
-    std::ofstream out(dir / name, std::ios::binary);
-    REQUIRE(msg.SerializeToOstream(&out));
-    return (dir / name).string();
-  };
+  auto write = [&](const std::string& name, const pb::TensorProto& msg) { return write_message(dir, name, msg); };
   // 0x3f80 is bf16 1.0, 0xc040 bf16 -3.0; as f16 0x3c00 is 1.0.
   pb::TensorProto raw;
   raw.set_data_type(pb::TensorProto::UINT16);
