@@ -25,14 +25,28 @@ struct Entry {
   // An op's output, built in place: default-constructing the entry and then
   // assigning its TensorIr and owner cost ~40 instructions more per op.
   Entry(const TensorIr& t, const caf::node_id& creator) : meta(t), owner(creator) {}
+  // What few entries ever need, out of line: every op makes and destroys
+  // an entry, and an empty caf::error and waiter list in each cost ~40
+  // instructions per op (caf::error's constructor and destructor are calls
+  // into libcaf).
+  struct Rare {
+    caf::error error;                                  // failed: why
+    std::vector<std::function<void(Entry&)>> waiters;  // pending: called once it resolves
+  };
+  [[nodiscard]] Rare& rare_part() {
+    if (!rare) rare = std::make_unique<Rare>();
+    return *rare;
+  }
+  [[nodiscard]] bool has_waiters() const noexcept { return rare && !rare->waiters.empty(); }
+  [[nodiscard]] const caf::error& error() const noexcept { return rare->error; }  // failed only
+
   TensorIr meta;
   State state = State::pending;
   BufferPtr buffer;
-  caf::error error;
   uint32_t users = 0;     // deferred ops that read it
   bool released = false;  // the client holds no reference any more
   caf::node_id owner;     // node of the client that created it (freed when that node goes)
-  std::vector<std::function<void(Entry&)>> waiters;
+  std::unique_ptr<Rare> rare;
 };
 
 // Spare blocks for the table's nodes: every op creates an entry and drops
@@ -158,7 +172,7 @@ caf::error on_device(const RunnerState& st, const caf::error& err) {
 
 void erase_if_unused(RunnerState& st, Table::iterator it) {
   auto& e = it->second;
-  if (e.released && e.users == 0 && e.waiters.empty() && e.state != Entry::State::pending) {
+  if (e.released && e.users == 0 && !e.has_waiters() && e.state != Entry::State::pending) {
     if (e.buffer) st.live_bytes -= e.buffer->size();
     st.table.erase(it);
   }
@@ -172,27 +186,44 @@ void release(RunnerState& st, TensorId id) {
   erase_if_unused(st, it);
 }
 
-void resolve(RunnerState& st, TensorId id, BufferPtr buffer, caf::error err) {
-  auto it = st.table.find(id);
-  if (it == st.table.end()) return;
+// Calls the waiters of entry `it` (tensor `id`), just resolved, then
+// erases it if nobody needs it any more.
+void settle(RunnerState& st, TensorId id, Table::iterator it) {
   auto& e = it->second;
-  if (err) {
-    e.state = Entry::State::failed;
-    e.error = std::move(err);
-  } else {
-    e.state = Entry::State::ready;
-    e.buffer = std::move(buffer);
-    st.live_bytes += e.buffer->size();
-  }
-  if (e.waiters.empty()) {  // the usual case: nothing can have moved the entry
+  if (!e.has_waiters()) {  // the usual case: nothing can have moved the entry
     erase_if_unused(st, it);
     return;
   }
-  auto waiters = std::move(e.waiters);
-  e.waiters.clear();
+  auto waiters = std::move(e.rare->waiters);
+  e.rare->waiters.clear();
   for (auto& w : waiters) w(e);
   it = st.table.find(id);
   if (it != st.table.end()) erase_if_unused(st, it);
+}
+
+// Tensor `id` is ready with `buffer`. Apart from the failing overload
+// below, so an op that succeeds builds and destroys no caf::error.
+void resolve(RunnerState& st, TensorId id, BufferPtr buffer) {
+  auto it = st.table.find(id);
+  if (it == st.table.end()) return;
+  auto& e = it->second;
+  e.state = Entry::State::ready;
+  e.buffer = std::move(buffer);
+  st.live_bytes += e.buffer->size();
+  settle(st, id, it);
+}
+
+void resolve(RunnerState& st, TensorId id, BufferPtr buffer, caf::error err) {
+  if (!err) {
+    resolve(st, id, std::move(buffer));
+    return;
+  }
+  auto it = st.table.find(id);
+  if (it == st.table.end()) return;
+  auto& e = it->second;
+  e.state = Entry::State::failed;
+  e.rare_part().error = std::move(err);
+  settle(st, id, it);
 }
 
 // Creates the entries of an op's outputs, pending; false if one exists.
@@ -288,7 +319,7 @@ void run(RunnerState& st, OperationIr& op) {
                          st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
     } else if (it->second.state == Entry::State::failed) {
       if (!err) {
-        err = it->second.error;  // poison spreads unchanged
+        err = it->second.error();  // poison spreads unchanged
         poisoned = true;
       }
     } else if (it->second.meta.shape != t.shape || it->second.meta.dtype != t.dtype) {
@@ -329,7 +360,7 @@ void run(RunnerState& st, OperationIr& op) {
   }
   ++st.stats.ops_executed;
   size_t o = 0;
-  op.each_output([&](const TensorIr& t) { resolve(st, t.id, o++ == 0 ? std::move(outs[0]) : nullptr, {}); });
+  op.each_output([&](const TensorIr& t) { resolve(st, t.id, o++ == 0 ? std::move(outs[0]) : nullptr); });
 }
 
 bool has_pending_input(RunnerState& st, OperationIr& op) {
@@ -459,7 +490,7 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
   }
   st.stats.ops_executed += chain_ops.size();
   st.stats.ops_fused += chain_ops.size();
-  chain_ops.back().each_output([&](const TensorIr& t) { resolve(st, t.id, std::move(out), {}); });
+  chain_ops.back().each_output([&](const TensorIr& t) { resolve(st, t.id, std::move(out)); });
   return chain_ops.size();
 }
 
@@ -474,7 +505,7 @@ void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::er
     return;
   }
   if (it->second.state == Entry::State::pending) {
-    it->second.waiters.emplace_back(std::move(f));
+    it->second.rare_part().waiters.emplace_back(std::move(f));
     return;
   }
   f(it->second);
@@ -482,7 +513,7 @@ void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::er
 
 void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData>)> done) {
   if (e.state == Entry::State::failed) {
-    done(e.error);
+    done(e.error());
     return;
   }
   self->state.backend->to_data(
@@ -525,7 +556,7 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
     }
     auto buffer = st.backend->from_data(meta, std::move(*data));
     if (buffer)
-      resolve(st, id, std::move(*buffer), {});
+      resolve(st, id, std::move(*buffer));
     else
       resolve(st, id, nullptr, on_device(st, to_caf(buffer.error())));
   }

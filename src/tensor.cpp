@@ -192,7 +192,11 @@ Tensor Tensor::binary(BinaryKind k, const Tensor& o) const {
 
 Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
   const auto& a = handle(to_string(k));
-  auto out = new_output(a, unwrap(scalar_result(k, a.ir.shape, a.ir.dtype, s.kind)));
+  // The dtype alone first: scalar_result's caf::expected and its copy of the
+  // shape cost ~120 instructions per op; it runs only to say why an op fails.
+  const auto t = scalar_result_dtype(k, a.ir.dtype, s.kind);
+  auto out = t ? TensorIr{a.core->new_id(), a.ir.shape, *t, TensorStatus::not_init}
+               : new_output(a, unwrap(scalar_result(k, a.ir.shape, a.ir.dtype, s.kind)));
   // Built in place: the op record is moved only into the queue.
   OperationIr op(std::in_place_type<ScalarOp>, k, as_input(a), s, scalar_first, out);
   return emit(a, std::move(out), std::move(op));

@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -129,6 +131,83 @@ TEST_CASE("with reuse_last_use off, results go to a fresh buffer", "[perf][reuse
   auto data = b.read().get();
   CHECK(data.bytes.data() != p);
   CHECK(data.to_vector<float>() == std::vector<float>(n, 2.0f));
+}
+
+namespace tiny {
+
+// x op s for every IEEE operation the cpu backend computes in place for a
+// last-use input of at most 64 elements, on edge values; read back as bytes.
+template <class T>
+std::vector<sy::TensorData> scalar_ops(bool reuse, int64_t size) {
+  auto options = cpu_only(reuse);
+  options.fuse_elementwise = false;  // each op through the backend's execute
+  sy::Runtime rt(options);
+  auto dev = rt.device("cpu:0");
+  const T inf = std::numeric_limits<T>::infinity();
+  const std::vector<T> edges = {T(1.5),
+                                T(-0.0),
+                                std::numeric_limits<T>::denorm_min(),
+                                inf,
+                                -inf,
+                                std::numeric_limits<T>::quiet_NaN(),
+                                std::numeric_limits<T>::max(),
+                                T(-7.25)};
+  std::vector<T> values(static_cast<size_t>(size));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = edges[i % edges.size()];
+  std::vector<sy::TensorData> out;
+  for (auto k : {sy::BinaryKind::add, sy::BinaryKind::sub, sy::BinaryKind::mul, sy::BinaryKind::div})
+    for (bool first : {false, true})
+      for (double s : {2.5, 0.0, -3.0e38}) {
+        auto x = dev.from_data(sy::TensorData::from(values, sy::Shape{size}));
+        auto y = std::exchange(x, sy::Tensor{}).binary(k, s, first);  // x's last use
+        out.push_back(read_bounded(y));
+      }
+  return out;
+}
+
+template <class T>
+void same_bits_as_the_general_path() {
+  for (int64_t size : {1, 3, 64, 65}) {
+    INFO("elements: " << size);
+    auto in_place = scalar_ops<T>(true, size);
+    auto general = scalar_ops<T>(false, size);  // no last use: no input to write into
+    REQUIRE(in_place.size() == general.size());
+    for (size_t i = 0; i < in_place.size(); ++i) {
+      INFO("case " << i);
+      REQUIRE(in_place[i].bytes.size() == general[i].bytes.size());
+      CHECK(std::memcmp(in_place[i].bytes.data(), general[i].bytes.data(), general[i].bytes.size()) == 0);
+    }
+  }
+}
+
+}  // namespace tiny
+
+TEST_CASE("a tiny scalar op written into its input gives the general path's bits", "[perf][reuse]") {
+  tiny::same_bits_as_the_general_path<float>();
+  tiny::same_bits_as_the_general_path<double>();
+}
+
+TEST_CASE("a tiny scalar op on a last use writes into its input's buffer", "[perf][reuse]") {
+  auto options = cpu_only_one_batch();
+  options.fuse_elementwise = false;
+  sy::Runtime rt(options);
+  auto dev = rt.device("cpu:0");
+  auto data = sy::TensorData::from(std::vector<float>{1.0f, 2.0f}, sy::Shape{2});
+  const std::byte* p = data.bytes.data();
+  auto x = dev.from_data(std::move(data));
+  auto synced = dev.sync();
+  REQUIRE(synced.wait_for(std::chrono::seconds(120)));
+  synced.get();
+  x = 10.0 - x;
+  x = x * 0.5;
+  auto keep = x;  // shared: the next op may not write into it
+  x = x + 1.0;
+  auto kept = read_bounded(keep);
+  auto result = read_bounded(x);
+  CHECK(kept.bytes.data() == p);
+  CHECK(kept.to_vector<float>() == std::vector<float>{4.5f, 4.0f});
+  CHECK(result.bytes.data() != p);
+  CHECK(result.to_vector<float>() == std::vector<float>{5.5f, 5.0f});
 }
 
 TEST_CASE("last-use detection leaves no handles behind", "[perf][reuse]") {

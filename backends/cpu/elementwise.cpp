@@ -212,6 +212,35 @@ Expected<Bytes> scalar(Context& ctx, ScalarOp& op, const Inputs& in) {
   return out;
 }
 
+bool scalar_tiny_in_place(const ScalarOp& op, const Bytes& lhs) {
+  // Below this many elements the loop is a few instructions and the general
+  // path's fixed cost is everything; above it scalar() splits the loop
+  // across the pool and runs it at the CPU's vector level.
+  constexpr int64_t tiny = 64;
+  // The IEEE operations only: exact in any order and at any vector level,
+  // so this loop gives the same bits as scalar()'s. pow, remainder and the
+  // rest keep the one path.
+  const auto k = op.kind;
+  if (k != BinaryKind::add && k != BinaryKind::sub && k != BinaryKind::mul && k != BinaryKind::div) return false;
+  if (op.lhs.dtype != op.out.dtype || op.out.numel() > tiny) return false;
+  auto in_place = [&](auto tag) {
+    using T = decltype(tag);
+    T* x = writable<T>(lhs);
+    const T s = op.scalar.as<T>();  // as scalar() converts it
+    const int64_t n = op.out.numel();
+    return with_binary<T>(k, [&](auto fn) {
+      if (op.scalar_first)
+        for (int64_t i = 0; i < n; ++i) x[i] = fn(s, x[i]);
+      else
+        for (int64_t i = 0; i < n; ++i) x[i] = fn(x[i], s);
+      return true;
+    });
+  };
+  if (op.out.dtype == DType::f32) return in_place(float{});
+  if (op.out.dtype == DType::f64) return in_place(double{});
+  return false;
+}
+
 Expected<Bytes> cast(Context& ctx, CastOp& op, const Inputs& in) {
   if (op.in.dtype == op.out.dtype) return *in.bytes[0];
   auto out = ctx.buffers.allocate(op.out.bytes());

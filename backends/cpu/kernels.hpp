@@ -36,6 +36,10 @@ Expected<Bytes> random(Context&, RandomOp&);
 Expected<Bytes> unary(Context&, UnaryOp&, const Inputs&);
 Expected<Bytes> binary(Context&, BinaryOp&, const Inputs&);
 Expected<Bytes> scalar(Context&, ScalarOp&, const Inputs&);
+/// A tiny f32 or f64 add, sub, mul or div with a scalar, written into `lhs`
+/// (an input reusable() proved unshared) on the calling thread; false, with
+/// nothing written, for any other op, which takes scalar() instead.
+bool scalar_tiny_in_place(const ScalarOp&, const Bytes& lhs);
 Expected<Bytes> cast(Context&, CastOp&, const Inputs&);
 Expected<Bytes> where(Context&, WhereOp&, const Inputs&);
 Expected<Bytes> reduce(Context&, ReduceOp&, const Inputs&);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace switchyard {
@@ -63,29 +64,37 @@ caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
 }
 
 namespace {
-// `operands()` names the operands for an error; only called on failure,
-// since every op on the hot path goes through here (client and runner).
-template <class Operands>
-caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
+// The dtype of binary op `k` whose operands promote to `t`, or nothing
+// where the rule rejects `t` (binary_dtype says why).
+std::optional<DType> rule_dtype(BinaryKind k, DType t) noexcept {
   switch (rule_of(k)) {
     case BinaryRule::compare:
     case BinaryRule::logical:
       return DType::boolean;
     case BinaryRule::bitwise:
-      if (is_floating(t))
-        return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
+      if (is_floating(t)) return std::nullopt;
       return t;
     case BinaryRule::to_float:
       return is_floating(t) ? t : default_float;
     case BinaryRule::no_bool_operand:  // checked on the operands by the callers; here the promoted type
     case BinaryRule::arith_no_bool:
     case BinaryRule::divides:
-      if (is_bool(t)) return dtype_error(std::string(to_string(k)) + " is not defined for bool operands");
+      if (is_bool(t)) return std::nullopt;
       return t;
     case BinaryRule::arith:
       return t;
   }
   return t;
+}
+
+// `operands()` names the operands for an error; only called on failure,
+// since every op on the hot path goes through here (client and runner).
+template <class Operands>
+caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
+  if (auto r = rule_dtype(k, t)) return *r;
+  if (rule_of(k) == BinaryRule::bitwise)
+    return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
+  return dtype_error(std::string(to_string(k)) + " is not defined for bool operands");
 }
 }  // namespace
 
@@ -116,7 +125,14 @@ DType scalar_compute_dtype(const ScalarOp& op) noexcept {
   return op.out.dtype;
 }
 
+std::optional<DType> scalar_result_dtype(BinaryKind k, DType ta, ScalarKind sk) noexcept {
+  if (sk != ScalarKind::boolean && sk != ScalarKind::integral && sk != ScalarKind::floating) return std::nullopt;
+  if (rule_of(k) == BinaryRule::no_bool_operand && (is_bool(ta) || sk == ScalarKind::boolean)) return std::nullopt;
+  return rule_dtype(k, promote_scalar(ta, sk));
+}
+
 caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk) {
+  if (auto t = scalar_result_dtype(k, ta, sk)) return TensorSpec{a, *t};
   static constexpr const char* kinds[] = {"bool", "integer", "float"};
   if (static_cast<size_t>(sk) >= std::size(kinds))
     return arg_error(std::string(to_string(k)) + ": unknown scalar kind " + std::to_string(static_cast<int>(sk)));

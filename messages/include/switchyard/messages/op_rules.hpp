@@ -28,6 +28,10 @@ struct TensorSpec {
 [[nodiscard]] DType binary_compute_dtype(const BinaryOp& op) noexcept;
 [[nodiscard]] DType scalar_compute_dtype(const ScalarOp& op) noexcept;
 [[nodiscard]] caf::expected<TensorSpec> scalar_result(BinaryKind k, const Shape& a, DType ta, ScalarKind sk);
+/// scalar_result's dtype alone, or nothing where scalar_result fails (it
+/// says why): the client's check of every scalar op, without a
+/// caf::expected or a copy of the shape.
+[[nodiscard]] std::optional<DType> scalar_result_dtype(BinaryKind k, DType ta, ScalarKind sk) noexcept;
 /// Normalises `axes` in place (negative axes resolved, sorted, unique;
 /// empty means every axis).
 [[nodiscard]] caf::expected<TensorSpec> reduce_result(ReduceKind k, const Shape& s, DType t, std::vector<int64_t>& axes,
