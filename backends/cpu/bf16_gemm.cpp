@@ -35,6 +35,7 @@
 // of <immintrin.h>.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"  // the same, as -O1 reports it
 #endif
 
 #include "backends/cpu/bf16_gemm.hpp"

@@ -36,6 +36,7 @@
 // -Wmaybe-uninitialized reports inside AVX-512 intrinsics; see bf16_gemm.cpp.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"  // the same, as -O1 reports it
 #endif
 
 #include "backends/cpu/f32_gemm.hpp"
