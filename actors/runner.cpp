@@ -5,13 +5,14 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <new>
+#include <random>
 #include <unordered_map>
 #include <utility>
 
 #include <caf/all.hpp>
 
 #include "actors/fusion.hpp"
+#include "actors/tensor_table.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::actors {
@@ -24,7 +25,7 @@ struct Entry {
   Entry() = default;
   // An op's output, built in place: default-constructing the entry and then
   // assigning its TensorIr and owner cost ~40 instructions more per op.
-  Entry(const TensorIr& t, const caf::node_id& creator) : meta(t), owner(creator) {}
+  Entry(const TensorIr& t, uint32_t creator) : meta(t), owner(creator) {}
   // What few entries ever need, out of line: every op makes and destroys
   // an entry, and an empty caf::error and waiter list in each cost ~40
   // instructions per op (caf::error's constructor and destructor are calls
@@ -45,84 +46,19 @@ struct Entry {
   BufferPtr buffer;
   uint32_t users = 0;     // deferred ops that read it
   bool released = false;  // the client holds no reference any more
-  caf::node_id owner;     // node of the client that created it (freed when that node goes)
+  uint32_t owner = 0;     // number of the client node that created it (freed when that node goes)
   std::unique_ptr<Rare> rare;
 };
 
-// Spare blocks for the table's nodes: every op creates an entry and drops
-// one, and through malloc and free that was ~150 instructions per op
-// (profiled). Only the runner's thread uses its table, so a plain list does;
-// it keeps at most `max_spare` blocks, so a table that once grew large
-// gives the memory back as it shrinks.
-class NodeBlocks {
- public:
-  static constexpr size_t block_size = 256;
-  static constexpr size_t max_spare = 4096;
-  NodeBlocks() = default;
-  NodeBlocks(const NodeBlocks&) = delete;
-  NodeBlocks& operator=(const NodeBlocks&) = delete;
-  ~NodeBlocks() {
-    while (spare_ != nullptr) ::operator delete(std::exchange(spare_, spare_->next), block_size);
-  }
-  [[nodiscard]] void* take() {
-    if (spare_ == nullptr) return ::operator new(block_size);
-    --count_;
-    return std::exchange(spare_, spare_->next);
-  }
-  void give(void* p) noexcept {
-    if (count_ == max_spare) {
-      ::operator delete(p, block_size);
-      return;
-    }
-    spare_ = new (p) Spare{spare_};
-    ++count_;
-  }
-
- private:
-  struct Spare {
-    Spare* next;
-  };
-  Spare* spare_ = nullptr;
-  size_t count_ = 0;
-};
-
-// The table's allocator: single nodes from NodeBlocks, anything else (the
-// bucket array) from the heap.
-template <class T>
-struct NodeAllocator {
-  using value_type = T;
-  NodeBlocks* blocks;
-  explicit NodeAllocator(NodeBlocks* b) noexcept : blocks(b) {}
-  template <class U>
-  NodeAllocator(const NodeAllocator<U>& other) noexcept : blocks(other.blocks) {}  // NOLINT
-  static constexpr bool pooled(size_t n) {
-    return n == 1 && sizeof(T) <= NodeBlocks::block_size && alignof(T) <= alignof(std::max_align_t);
-  }
-  [[nodiscard]] T* allocate(size_t n) {
-    return pooled(n) ? static_cast<T*>(blocks->take()) : std::allocator<T>{}.allocate(n);
-  }
-  void deallocate(T* p, size_t n) noexcept {
-    if (pooled(n))
-      blocks->give(p);
-    else
-      std::allocator<T>{}.deallocate(p, n);
-  }
-  template <class U>
-  friend bool operator==(const NodeAllocator& a, const NodeAllocator<U>& b) noexcept {
-    return a.blocks == b.blocks;
-  }
-};
-
-using Table = std::unordered_map<TensorId, Entry, std::hash<TensorId>, std::equal_to<TensorId>,
-                                 NodeAllocator<std::pair<const TensorId, Entry>>>;
-
 struct RunnerState {
   std::string name;
-  caf::node_id sender;  // node of the message being handled: owner of what it creates
+  // Client nodes that created tensors here, by number: an entry keeps the
+  // number, as copying a caf::node_id is an atomic count each way per op.
+  std::unordered_map<caf::node_id, uint32_t> owners;
+  uint32_t next_owner = 1;
+  uint32_t sender = 0;  // number of the node of the message being handled: owner of what it creates
   std::shared_ptr<backends::Backend> backend;
-  NodeBlocks node_blocks;  // before the table, which gives its nodes back here
-  Table table{16, std::hash<TensorId>{}, std::equal_to<TensorId>{},
-              NodeAllocator<std::pair<const TensorId, Entry>>{&node_blocks}};
+  TensorTable<Entry> table{std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()};
   std::deque<OperationIr> deferred;  // ops waiting on pending inputs, in order
   std::unordered_map<TensorId, caf::expected<TensorData>> early_imports;
   // Imports arriving in parts: what came so far. Memory is only what a peer
@@ -163,6 +99,14 @@ struct RunnerState {
 
 using Self = runner_actor::stateful_pointer<RunnerState>;
 
+// The number entries keep for client node `node` (0: none).
+uint32_t owner_number(RunnerState& st, const caf::node_id& node) {
+  if (!node) return 0;
+  auto [it, fresh] = st.owners.try_emplace(node, st.next_owner);
+  if (fresh) ++st.next_owner;
+  return it->second;
+}
+
 std::string id_str(TensorId id) { return "tensor #" + std::to_string(id.value); }
 
 caf::error on_device(const RunnerState& st, const caf::error& err) {
@@ -170,47 +114,43 @@ caf::error on_device(const RunnerState& st, const caf::error& err) {
   return make_error(info.code, st.name + ": " + info.message);
 }
 
-void erase_if_unused(RunnerState& st, Table::iterator it) {
-  auto& e = it->second;
+void erase_if_unused(RunnerState& st, TensorId id, Entry& e) {
   if (e.released && e.users == 0 && !e.has_waiters() && e.state != Entry::State::pending) {
     if (e.buffer) st.live_bytes -= e.buffer->size();
-    st.table.erase(it);
+    st.table.erase(id);
   }
 }
 
 void release(RunnerState& st, TensorId id) {
   if (!st.read_snapshots.empty()) st.read_snapshots.erase(id);
-  auto it = st.table.find(id);
-  if (it == st.table.end()) return;  // never created here (e.g. its op was rejected)
-  it->second.released = true;
-  erase_if_unused(st, it);
+  auto* e = st.table.find(id);
+  if (e == nullptr) return;  // never created here (e.g. its op was rejected)
+  e->released = true;
+  erase_if_unused(st, id, *e);
 }
 
-// Calls the waiters of entry `it` (tensor `id`), just resolved, then
+// Calls the waiters of entry `e` (tensor `id`), just resolved, then
 // erases it if nobody needs it any more.
-void settle(RunnerState& st, TensorId id, Table::iterator it) {
-  auto& e = it->second;
+void settle(RunnerState& st, TensorId id, Entry& e) {
   if (!e.has_waiters()) {  // the usual case: nothing can have moved the entry
-    erase_if_unused(st, it);
+    erase_if_unused(st, id, e);
     return;
   }
   auto waiters = std::move(e.rare->waiters);
   e.rare->waiters.clear();
   for (auto& w : waiters) w(e);
-  it = st.table.find(id);
-  if (it != st.table.end()) erase_if_unused(st, it);
+  if (auto* again = st.table.find(id)) erase_if_unused(st, id, *again);
 }
 
 // Tensor `id` is ready with `buffer`. Apart from the failing overload
 // below, so an op that succeeds builds and destroys no caf::error.
 void resolve(RunnerState& st, TensorId id, BufferPtr buffer) {
-  auto it = st.table.find(id);
-  if (it == st.table.end()) return;
-  auto& e = it->second;
-  e.state = Entry::State::ready;
-  e.buffer = std::move(buffer);
-  st.live_bytes += e.buffer->size();
-  settle(st, id, it);
+  auto* e = st.table.find(id);
+  if (e == nullptr) return;
+  e->state = Entry::State::ready;
+  e->buffer = std::move(buffer);
+  st.live_bytes += e->buffer->size();
+  settle(st, id, *e);
 }
 
 void resolve(RunnerState& st, TensorId id, BufferPtr buffer, caf::error err) {
@@ -218,12 +158,11 @@ void resolve(RunnerState& st, TensorId id, BufferPtr buffer, caf::error err) {
     resolve(st, id, std::move(buffer));
     return;
   }
-  auto it = st.table.find(id);
-  if (it == st.table.end()) return;
-  auto& e = it->second;
-  e.state = Entry::State::failed;
-  e.rare_part().error = std::move(err);
-  settle(st, id, it);
+  auto* e = st.table.find(id);
+  if (e == nullptr) return;
+  e->state = Entry::State::failed;
+  e->rare_part().error = std::move(err);
+  settle(st, id, *e);
 }
 
 // Creates the entries of an op's outputs, pending; false if one exists.
@@ -290,72 +229,98 @@ caf::expected<TensorData> to_caf(backends::Expected<TensorData>&& result) {
 // A backend call, its exceptions turned into errors naming what() (called
 // only then: naming every op up front cost ~100 instructions per op).
 template <class Name, class F>
-caf::error guarded(const Name& what, F&& call) {
+backends::DeviceError guarded_call(const Name& what, F&& call) {
   try {
-    return to_caf(call());
+    return call();
   } catch (const std::bad_alloc&) {
-    return make_error(Errc::out_of_memory, what() + ": out of host memory");
+    return {Errc::out_of_memory, what() + ": out of host memory"};
   } catch (const std::exception& ex) {
-    return make_error(Errc::kernel_failure, what() + ": " + ex.what());
+    return {Errc::kernel_failure, what() + ": " + ex.what()};
   }
 }
 
+template <class Name, class F>
+caf::error guarded(const Name& what, F&& call) {
+  return to_caf(guarded_call(what, std::forward<F>(call)));
+}
+
+// Why an op cannot run with the inputs the table holds (its first bad
+// input), or nothing; `poisoned`: the error is that input's own failure.
+caf::error input_error(const RunnerState& st, OperationIr& op, bool& poisoned) {
+  caf::error err;
+  op.each_input([&](const TensorIr& t) {
+    if (err) return;
+    const auto* e = st.table.find(t.id);
+    if (e == nullptr) {
+      err =
+          make_error(Errc::unknown_tensor, st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
+    } else if (e->state == Entry::State::failed) {
+      err = e->error();  // poison spreads unchanged
+      poisoned = true;
+    } else if (e->meta.shape != t.shape || e->meta.dtype != t.dtype) {
+      err = make_error(Errc::protocol_error, st.name + ": " + op.name() + ": input " + id_str(t.id) + " is " +
+                                                 e->meta.shape.to_string() + " " + std::string(name_of(e->meta.dtype)) +
+                                                 ", op says " + t.shape.to_string() + " " +
+                                                 std::string(name_of(t.dtype)));
+    }
+  });
+  return err;
+}
+
+void fail_op(RunnerState& st, OperationIr& op, const caf::error& err, bool spread = false) {
+  log_op_failure(st, op, err, spread);
+  fail_outputs(st, op, err);
+}
+
+// Runs one op whose inputs have all resolved. Builds no caf::error and
+// allocates nothing of its own unless the op fails or has more than four
+// inputs: this is the per-op path (docs/PERFORMANCE.md).
 void run(RunnerState& st, OperationIr& op) {
   std::array<BufferPtr, 4> small_in;
-  std::vector<BufferPtr> many_in;
+  std::unique_ptr<BufferPtr[]> many_in;
   size_t n_in = 0;
-  op.each_input([&](const TensorIr&) { ++n_in; });
-  std::span<BufferPtr> ins = n_in <= small_in.size()
-                                 ? std::span<BufferPtr>(small_in.data(), n_in)
-                                 : std::span<BufferPtr>((many_in.resize(n_in), many_in.data()), n_in);
-  size_t i = 0;
-  caf::error err;
-  bool poisoned = false;  // err is an input's own failure
-  op.each_input([&](const TensorIr& t) {
-    auto it = st.table.find(t.id);
-    if (it == st.table.end()) {
-      if (!err)
-        err = make_error(Errc::unknown_tensor,
-                         st.name + ": " + op.name() + ": input " + id_str(t.id) + " does not exist");
-    } else if (it->second.state == Entry::State::failed) {
-      if (!err) {
-        err = it->second.error();  // poison spreads unchanged
-        poisoned = true;
+  bool usable = true;
+  auto gather = [&](BufferPtr* into, size_t room) {
+    n_in = 0;
+    op.each_input([&](const TensorIr& t) {
+      if (n_in < room) {
+        const auto* e = st.table.find(t.id);
+        if (e != nullptr && e->state != Entry::State::failed && e->meta.shape == t.shape && e->meta.dtype == t.dtype)
+          into[n_in] = e->buffer;
+        else
+          usable = false;
       }
-    } else if (it->second.meta.shape != t.shape || it->second.meta.dtype != t.dtype) {
-      if (!err)
-        err = make_error(Errc::protocol_error, st.name + ": " + op.name() + ": input " + id_str(t.id) + " is " +
-                                                   it->second.meta.shape.to_string() + " " +
-                                                   std::string(name_of(it->second.meta.dtype)) + ", op says " +
-                                                   t.shape.to_string() + " " + std::string(name_of(t.dtype)));
-    } else {
-      ins[i] = it->second.buffer;
-    }
-    ++i;
-  });
-  // The table's references go first, so a last-use buffer can be reused.
-  release_last_uses(st, op);
-  if (err) {
-    log_op_failure(st, op, err, poisoned);
-    fail_outputs(st, op, err);
+      ++n_in;
+    });
+  };
+  // One pass for the usual op of up to four inputs, a second for more.
+  gather(small_in.data(), small_in.size());
+  if (n_in > small_in.size()) {
+    many_in = std::make_unique<BufferPtr[]>(n_in);
+    gather(many_in.get(), n_in);
+  }
+  std::span<BufferPtr> ins(many_in ? many_in.get() : small_in.data(), n_in);
+  if (!usable) {
+    bool poisoned = false;
+    auto err = input_error(st, op, poisoned);
+    release_last_uses(st, op);
+    fail_op(st, op, err, poisoned);
     return;
   }
+  // The table's references go first, so a last-use buffer can be reused.
+  release_last_uses(st, op);
   if (!st.backend->supports(op)) {
-    err = make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes");
-    log_op_failure(st, op, err);
-    fail_outputs(st, op, err);
+    fail_op(st, op, make_error(Errc::unsupported, st.name + ": " + op.name() + " is not supported for these dtypes"));
     return;
   }
   std::array<BufferPtr, 1> outs;
   Tracer::Clock::time_point begin;
   if (st.tracer) begin = Tracer::Clock::now();
-  err = guarded([&] { return op.name(); }, [&] { return st.backend->execute(op, ins, outs); });
-  if (!err && !outs[0]) err = make_error(Errc::kernel_failure, op.name() + ": backend produced no output");
-  if (st.tracer) trace_op(st, op, begin, Tracer::Clock::now(), err);
-  if (err) {
-    err = on_device(st, err);
-    log_op_failure(st, op, err);
-    fail_outputs(st, op, err);
+  auto failure = guarded_call([&] { return op.name(); }, [&] { return st.backend->execute(op, ins, outs); });
+  if (!failure && !outs[0]) failure = {Errc::kernel_failure, op.name() + ": backend produced no output"};
+  if (st.tracer) trace_op(st, op, begin, Tracer::Clock::now(), to_caf(failure));
+  if (failure) {
+    fail_op(st, op, on_device(st, to_caf(failure)));
     return;
   }
   ++st.stats.ops_executed;
@@ -367,7 +332,7 @@ bool has_pending_input(RunnerState& st, OperationIr& op) {
   bool pending = false;
   op.each_input([&](const TensorIr& t) {
     auto it = st.table.find(t.id);
-    pending = pending || (it != st.table.end() && it->second.state == Entry::State::pending);
+    pending = pending || (it != nullptr && it->state == Entry::State::pending);
   });
   return pending;
 }
@@ -397,14 +362,14 @@ void drain(Self self) {
     it = st.deferred.erase(it);
     op.each_input([&](const TensorIr& t) {
       auto e = st.table.find(t.id);
-      if (e != st.table.end()) {
-        --e->second.users;
+      if (e != nullptr) {
+        --e->users;
       }
     });
     run(st, op);
     op.each_input([&](const TensorIr& t) {
       auto e = st.table.find(t.id);
-      if (e != st.table.end()) erase_if_unused(st, e);
+      if (e != nullptr) erase_if_unused(st, t.id, *e);
     });
   }
   complete_syncs(self);
@@ -439,7 +404,7 @@ void submit_one(Self self, OperationIr& op, bool local) {
   if (has_pending_input(st, op)) {
     op.each_input([&](const TensorIr& t) {
       auto it = st.table.find(t.id);
-      if (it != st.table.end()) ++it->second.users;
+      if (it != nullptr) ++it->users;
     });
     st.deferred.push_back(std::move(op));
     return;
@@ -456,16 +421,16 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
   ChainContext ctx{*st.backend,
                    [&](const TensorIr& t) {
                      auto it = find(t.id);
-                     return it != st.table.end() && it->second.state == Entry::State::ready &&
-                            it->second.meta.shape == t.shape && it->second.meta.dtype == t.dtype;
+                     return it != nullptr && it->state == Entry::State::ready && it->meta.shape == t.shape &&
+                            it->meta.dtype == t.dtype;
                    },
-                   [&](TensorId id) { return find(id) == st.table.end(); }, local};
+                   [&](TensorId id) { return find(id) == nullptr; }, local};
   auto chain = find_chain(ops, first, ctx);
   if (!chain) return 0;
   auto chain_ops = ops.subspan(first, chain->size);
   std::vector<BufferPtr> ins;
   ins.reserve(chain->inputs.size());
-  for (const auto& t : chain->inputs) ins.push_back(find(t.id)->second.buffer);
+  for (const auto& t : chain->inputs) ins.push_back(find(t.id)->buffer);
   // The table's references go first, so a last-use buffer can be reused.
   for (auto& op : chain_ops) release_last_uses(st, op);
   declare_outputs(st, chain_ops.back());
@@ -499,16 +464,16 @@ template <class F>
 void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::error)>& missing) {
   auto& st = self->state;
   auto it = st.table.find(id);
-  if (it == st.table.end()) {
+  if (it == nullptr) {
     missing(make_error(Errc::unknown_tensor,
                        st.name + ": " + id_str(id) + " does not exist (dropped, or never created here)"));
     return;
   }
-  if (it->second.state == Entry::State::pending) {
-    it->second.rare_part().waiters.emplace_back(std::move(f));
+  if (it->state == Entry::State::pending) {
+    it->rare_part().waiters.emplace_back(std::move(f));
     return;
   }
-  f(it->second);
+  f(*it);
 }
 
 void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData>)> done) {
@@ -531,12 +496,12 @@ void read_when_resolved(Self self, TensorId id, std::function<void(caf::expected
 void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged = true) {
   auto& st = self->state;
   auto it = st.table.find(id);
-  if (it == st.table.end() || it->second.state != Entry::State::pending) {
+  if (it == nullptr || it->state != Entry::State::pending) {
     // The data overtook its expect message (different senders): keep it.
     st.early_imports.emplace(id, std::move(data));
     return;
   }
-  const auto& meta = it->second.meta;
+  const auto& meta = it->meta;
   if (!data) {
     resolve(st, id, nullptr, data.error());
   } else if (auto err = validate_data(*data, meta.shape, meta.dtype)) {
@@ -679,7 +644,7 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
 // `local`: from a client in this process (see submit_one).
 void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
   auto& st = self->state;
-  st.sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+  st.sender = owner_number(st, self->current_sender() ? self->current_sender()->node() : caf::node_id{});
   for (size_t i = 0; i < ops.size();) {
     size_t ran = 0;
     try {
@@ -860,11 +825,9 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](expect_atom, TensorIr& ir) {
         auto& st = self->state;
-        auto [it, inserted] = st.table.try_emplace(ir.id);
+        auto [it, inserted] = st.table.try_emplace(
+            ir.id, ir, owner_number(st, self->current_sender() ? self->current_sender()->node() : caf::node_id{}));
         if (!inserted) return;  // duplicate id from a misbehaving client
-        it->second.meta = ir;
-        it->second.state = Entry::State::pending;
-        it->second.owner = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
           auto data = std::move(early->second);
           st.early_imports.erase(early);
@@ -904,10 +867,15 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         // could otherwise free another client's tensors.
         if (!self->current_sender() || self->current_sender()->node() != self->node()) return;
         auto& st = self->state;
-        std::vector<TensorId> owned;
-        for (auto& [id, e] : st.table)
-          if (e.owner == client) owned.push_back(id);
-        for (auto id : owned) release(st, id);
+        if (auto known = st.owners.find(client); known != st.owners.end()) {
+          const uint32_t number = known->second;
+          st.owners.erase(known);
+          std::vector<TensorId> owned;
+          st.table.for_each([&](TensorId id, const Entry& e) {
+            if (e.owner == number) owned.push_back(id);
+          });
+          for (auto id : owned) release(st, id);
+        }
         std::erase_if(st.partial_imports, [&](const auto& kv) { return kv.second.owner == client; });
       },
   };

@@ -13,6 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "queue_mutex.hpp"
 #include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "switchyard/runtime.hpp"
@@ -143,7 +144,7 @@ class Core : public std::enable_shared_from_this<Core> {
     size_t mask_ = 0;  // slots in use by the current batch, minus one
   };
   struct Queue {
-    std::mutex mutex;
+    QueueMutex mutex;
     std::vector<OperationIr> ops;
     // Scratch of mark_last_uses, kept to avoid allocations per batch.
     LastUseTable next_use;
