@@ -38,7 +38,7 @@ class TensorTable {
   ~TensorTable() {
     for (auto& s : index_)
       if (s.node != nullptr) destroy(s.node);
-    while (spare_ != nullptr) ::operator delete(std::exchange(spare_, spare_->next), sizeof(Node));
+    while (spare_ != nullptr) ::operator delete(std::exchange(spare_, spare_->next));
   }
 
   /// The value of `id`, or null.
@@ -138,7 +138,8 @@ class TensorTable {
     else
       block = ::operator new(sizeof(Node));
     try {
-      return new (block) Node(std::forward<Args>(args)...);
+      // The block is this table's: index_ (or the free list) owns what it holds.
+      return new (block) Node(std::forward<Args>(args)...);  // NOLINT(cppcoreguidelines-owning-memory)
     } catch (...) {
       give(block);
       throw;
@@ -150,10 +151,10 @@ class TensorTable {
   }
   void give(void* block) noexcept {
     if (spare_count_ == max_spare) {
-      ::operator delete(block, sizeof(Node));
+      ::operator delete(block);
       return;
     }
-    spare_ = new (block) Spare{spare_};
+    spare_ = new (block) Spare{spare_};  // NOLINT(cppcoreguidelines-owning-memory): a link in the free list
     ++spare_count_;
   }
 

@@ -124,6 +124,7 @@ TEST_CASE("queue mutex: contended increments from four threads are exclusive", "
   std::atomic<bool> go{false};
   constexpr int per_thread = 200000;
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       while (!go.load()) std::this_thread::yield();
@@ -135,7 +136,7 @@ TEST_CASE("queue mutex: contended increments from four threads are exclusive", "
   }
   go = true;
   for (auto& t : threads) t.join();
-  CHECK(counter == 4U * per_thread);
+  CHECK(counter == uint64_t{4} * per_thread);
   CHECK(mutex.try_lock());
   CHECK_FALSE(mutex.try_lock());
   mutex.unlock();
