@@ -17,8 +17,8 @@ namespace switchyard::detail {
 /// other client threads of the same device). `std::mutex` costs ~55
 /// instructions per lock and unlock there, in calls into libpthread
 /// (callgrind, docs/PERFORMANCE.md); this one is one atomic operation each
-/// way when nobody waits. A waiter sleeps in the kernel (C++20 atomic wait,
-/// a futex on Linux), so a holder that is preempted, or blocked in a send,
+/// way when nobody waits. A waiter sleeps in the kernel (a futex on Linux,
+/// C++20 atomic wait elsewhere), so a holder that is preempted, or blocked in a send,
 /// costs the waiters no CPU.
 ///
 /// The three-state mutex of Drepper's "Futexes Are Tricky": 0 free,
