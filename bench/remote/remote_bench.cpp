@@ -3,7 +3,8 @@
 // plain TCP copy of the same bytes over loopback, in one run.
 //
 //   cmake -B build -DSWITCHYARD_BENCHMARKS=ON && ninja -C build remote_bench
-//   build/bench/remote/remote_bench [--mib=64] [--reps=5]
+//   build/bench/remote/remote_bench [--mib=64] [--reps=5] [--chunk=BYTES]
+// (--chunk: transfer_chunk_bytes of the client and the worker; default theirs)
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -147,14 +148,19 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   size_t mib = 64;
   int reps = 5;
+  size_t chunk = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--mib=", 0) == 0) mib = std::stoul(a.substr(6));
     if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
+    if (a.rfind("--chunk=", 0) == 0) chunk = std::stoul(a.substr(8));
   }
-  sy::testing::WorkerProcess worker({"--devices=cpu:0"});
+  std::vector<std::string> worker_args{"--devices=cpu:0"};
+  if (chunk > 0) worker_args.push_back("--transfer-chunk-bytes=" + std::to_string(chunk));
+  sy::testing::WorkerProcess worker(worker_args);
   sy::RuntimeOptions o;
   o.devices = {"cpu:0"};
+  if (chunk > 0) o.transfer_chunk_bytes = chunk;
   sy::Runtime rt(o);
   rt.connect(worker.host(), worker.port());
   auto local = rt.device("cpu:0");
