@@ -24,9 +24,10 @@ constexpr size_t huge_threshold = size_t{4} << 20;
 Bytes Bytes::allocate(size_t size) {
   // Round up so vector kernels may read whole cache lines at the tail.
   size_t rounded = (size + alignment - 1) / alignment * alignment;
+  // Not rounded up to whole huge pages: a tail short of 2 MiB stays in
+  // small pages, so a block just over a boundary costs no extra memory.
   const bool huge = rounded >= huge_threshold;
   const std::align_val_t align{huge ? huge_page : alignment};
-  if (huge) rounded = (rounded + huge_page - 1) / huge_page * huge_page;
   auto* raw = static_cast<std::byte*>(::operator new[](rounded == 0 ? alignment : rounded, align));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (huge) (void)::madvise(raw, rounded, MADV_HUGEPAGE);
