@@ -244,6 +244,10 @@ caf::error guarded(const Name& what, F&& call) {
   return to_caf(guarded_call(what, std::forward<F>(call)));
 }
 
+// Whether the table's entry holds what an op says its input is (a peer's op
+// may name a tensor by the wrong shape or dtype).
+bool matches(const Entry& e, const TensorIr& t) { return e.meta.shape == t.shape && e.meta.dtype == t.dtype; }
+
 // Why an op cannot run with the inputs the table holds (its first bad
 // input), or nothing; `poisoned`: the error is that input's own failure.
 caf::error input_error(const RunnerState& st, OperationIr& op, bool& poisoned) {
@@ -257,7 +261,7 @@ caf::error input_error(const RunnerState& st, OperationIr& op, bool& poisoned) {
     } else if (e->state == Entry::State::failed) {
       err = e->error();  // poison spreads unchanged
       poisoned = true;
-    } else if (e->meta.shape != t.shape || e->meta.dtype != t.dtype) {
+    } else if (!matches(*e, t)) {
       err = make_error(Errc::protocol_error, st.name + ": " + op.name() + ": input " + id_str(t.id) + " is " +
                                                  e->meta.shape.to_string() + " " + std::string(name_of(e->meta.dtype)) +
                                                  ", op says " + t.shape.to_string() + " " +
@@ -285,7 +289,7 @@ void run(RunnerState& st, OperationIr& op) {
     op.each_input([&](const TensorIr& t) {
       if (n_in < room) {
         const auto* e = st.table.find(t.id);
-        if (e != nullptr && e->state != Entry::State::failed && e->meta.shape == t.shape && e->meta.dtype == t.dtype)
+        if (e != nullptr && e->state != Entry::State::failed && matches(*e, t))
           into[n_in] = e->buffer;
         else
           usable = false;
@@ -421,8 +425,7 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
   ChainContext ctx{*st.backend,
                    [&](const TensorIr& t) {
                      auto it = find(t.id);
-                     return it != nullptr && it->state == Entry::State::ready && it->meta.shape == t.shape &&
-                            it->meta.dtype == t.dtype;
+                     return it != nullptr && it->state == Entry::State::ready && matches(*it, t);
                    },
                    [&](TensorId id) { return find(id) == nullptr; }, local};
   auto chain = find_chain(ops, first, ctx);
