@@ -575,7 +575,7 @@ void import_part(Self self, DataPart part) {
   if (whole.parts.size() == 1) {
     data.bytes = std::move(whole.parts.front());
   } else {
-    data.bytes = Bytes::allocate(whole.total);
+    data.bytes = st.backend->host_block(whole.total);
     auto* out = data.bytes.mutable_data();
     for (const auto& b : whole.parts) {
       if (!b.empty()) std::memcpy(out, b.data(), b.size());
@@ -590,7 +590,7 @@ void import_part(Self self, DataPart part) {
 DataPart part_of(TensorId id, const TensorData& d, uint64_t offset, uint64_t max) {
   DataPart part{id, d.shape, d.dtype, d.bytes.size(), offset, {}, true};
   const auto n = std::min<uint64_t>(max, d.bytes.size() - offset);
-  part.bytes = (offset == 0 && n == d.bytes.size()) ? d.bytes : Bytes::copy_of(d.bytes.data() + offset, n);
+  part.bytes = (offset == 0 && n == d.bytes.size()) ? d.bytes : d.bytes.slice(offset, n);
   return part;
 }
 
@@ -614,7 +614,11 @@ struct OutgoingParts {
 };
 
 void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
-  constexpr int window = 4;
+  // Two: one part on the wire while the next is encoded. CAF's write
+  // buffer for the connection only ever grows (by doubling, in fresh
+  // pages), and with the whole tensor queued at once it grew to twice the
+  // tensor; now it stays near two parts.
+  constexpr int window = 2;
   const auto chunk = self->state.transfer_chunk_bytes;
   const auto total = out->data.bytes.size();
   while (out->in_flight < window && out->next < total && out->done) {

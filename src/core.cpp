@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <utility>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -758,12 +759,7 @@ void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
   const auto& bytes = upload.data.bytes;
   for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
     const size_t n = std::min(chunk, bytes.size() - offset);
-    DataPart part{upload.out.id,
-                  upload.data.shape,
-                  upload.data.dtype,
-                  bytes.size(),
-                  offset,
-                  Bytes::copy_of(bytes.data() + offset, n),
+    DataPart part{upload.out.id, upload.data.shape, upload.data.dtype, bytes.size(), offset, bytes.slice(offset, n),
                   false};
     caf::anon_send(router_, import_atom::value, device, std::move(part));
   }
@@ -882,9 +878,17 @@ Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_p
   return ask<TensorData, TensorData>(std::move(keep), std::move(check), read_atom::value, device, ir.id);
 }
 
-// A read too large for one message: parts of transfer_chunk_bytes, asked
-// one after another (the runner serves them from one snapshot), copied into
-// one block. Runs on a helper actor like `ask`; no thread waits.
+// A read too large for one message: parts of transfer_chunk_bytes, copied
+// into one block. The part at byte 0 goes first (the runner takes its
+// snapshot then); later parts are asked `read_parts_in_flight` at a time,
+// so the worker encodes one part while this process decodes another.
+// Runs on a helper actor like `ask`; no thread waits.
+namespace {
+// Enough to overlap encoding on the worker with decoding here; each costs
+// one part of memory while in flight.
+constexpr int read_parts_in_flight = 3;
+}  // namespace
+
 Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
   Promise<TensorData> promise;
   auto fut = promise.future();
@@ -896,7 +900,9 @@ Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std:
     Promise<TensorData> promise;
     std::shared_ptr<const void> keep;
     TensorData data;
-    uint64_t next = 0;
+    uint64_t asked = 0;     // bytes asked for so far
+    uint64_t received = 0;  // bytes arrived so far
+    bool failed = false;
   };
   auto t = std::make_shared<Transfer>();
   t->promise = std::move(promise);
@@ -911,42 +917,49 @@ Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std:
   system_->spawn(
       [t, chunk, name, weak, device, ir](caf::event_based_actor* self, router_actor router) {
         auto fail = [t, weak](const caf::error& e) {
+          if (std::exchange(t->failed, true)) return;
           RuntimeThreadScope scope;
           t->keep.reset();
           t->promise.set_error(reply_failure(weak, e));
         };
-        auto ask_next = std::make_shared<std::function<void()>>();
-        *ask_next = [self, router, t, chunk, name, device, ir, fail, ask_next] {
-          self->request(router, caf::infinite, read_atom::value, device, ir.id, t->next, chunk)
+        auto ask = std::make_shared<std::function<void()>>();
+        *ask = [self, router, t, chunk, name, device, ir, fail, ask] {
+          const uint64_t total = t->data.bytes.size();
+          const uint64_t offset = t->asked;
+          const uint64_t size = std::min(chunk, total - offset);
+          t->asked += size;
+          self->request(router, caf::infinite, read_atom::value, device, ir.id, offset, chunk)
               .then(
-                  [t, name, ir, fail, ask_next](DataPart& part) {
-                    const auto total = t->data.bytes.size();
+                  [t, name, ir, fail, ask, offset, total, size](DataPart& part) {
+                    if (t->failed) return;
                     // A worker is not trusted to send what was asked.
-                    if (part.total != total || part.offset != t->next || part.dtype != ir.dtype ||
-                        part.shape != ir.shape || part.bytes.empty() || part.bytes.size() > total - t->next) {
-                      *ask_next = nullptr;
+                    if (part.total != total || part.offset != offset || part.dtype != ir.dtype ||
+                        part.shape != ir.shape || part.bytes.size() != size) {
+                      *ask = nullptr;
                       fail(make_error(Errc::protocol_error, "read of tensor " + std::to_string(ir.id.value) + " from " +
                                                                 name + ": a part does not continue the tensor"));
                       return;
                     }
-                    std::memcpy(t->data.bytes.mutable_data() + t->next, part.bytes.data(), part.bytes.size());
-                    t->next += part.bytes.size();
-                    if (t->next < total) {
-                      (*ask_next)();
+                    std::memcpy(t->data.bytes.mutable_data() + offset, part.bytes.data(), part.bytes.size());
+                    t->received += part.bytes.size();
+                    if (t->received < total) {
+                      // After the first part, keep the window full.
+                      const int more = offset == 0 ? read_parts_in_flight : 1;
+                      for (int i = 0; i < more && t->asked < total; ++i) (*ask)();
                       return;
                     }
-                    *ask_next = nullptr;  // breaks the cycle through its own capture
+                    *ask = nullptr;  // breaks the cycle through its own capture
                     RuntimeThreadScope scope;
                     t->keep.reset();
                     canonicalize_bools(t->data);
                     t->promise.set_value(std::move(t->data));
                   },
-                  [fail, ask_next](caf::error& e) {
-                    *ask_next = nullptr;
+                  [fail, ask](caf::error& e) {
+                    *ask = nullptr;
                     fail(e);
                   });
         };
-        (*ask_next)();
+        (*ask)();
       },
       router_);
   return fut;

@@ -67,6 +67,49 @@ TEST_CASE("Bytes::allocate gives aligned writable blocks of the size asked on bo
   }
 }
 
+TEST_CASE("Bytes::slice shares its block and keeps copy-on-write exact", "[messages]") {
+  using switchyard::Bytes;
+  auto whole = Bytes::allocate(1000);
+  auto* w = whole.mutable_data();
+  for (size_t i = 0; i < 1000; ++i) w[i] = static_cast<std::byte>(i % 251);
+  {
+    // An aligned offset: a view into the same block, no copy.
+    auto part = whole.slice(128, 500);
+    REQUIRE(part.size() == 500);
+    CHECK(part.data() == whole.data() + 128);
+    CHECK(part.data()[0] == static_cast<std::byte>(128 % 251));
+    CHECK(part.data()[499] == static_cast<std::byte>(627 % 251));
+    // The block has two holders now: neither may write in place.
+    CHECK_FALSE(whole.unique());
+    CHECK_FALSE(part.unique());
+    auto* own = part.mutable_data();  // copies the 500 bytes first
+    CHECK(own != whole.data() + 128);
+    own[0] = std::byte{7};
+    CHECK(whole.data()[128] == static_cast<std::byte>(128 % 251));
+    CHECK(part.data()[1] == static_cast<std::byte>(129 % 251));
+    CHECK(part.size() == 500);
+  }
+  CHECK(whole.unique());
+  {
+    // A view outlives the Bytes it was cut from.
+    Bytes tail;
+    {
+      auto source = Bytes::copy_of(whole.data(), 1000);
+      tail = source.slice(960, 40);
+    }
+    CHECK(tail.unique());
+    CHECK(tail.data()[39] == static_cast<std::byte>(999 % 251));
+  }
+  {
+    // An offset off the alignment would break Bytes' promise: a copy.
+    auto odd = whole.slice(3, 10);
+    CHECK(odd.data() != whole.data() + 3);
+    CHECK(reinterpret_cast<uintptr_t>(odd.data()) % Bytes::alignment == 0);
+    CHECK(odd.data()[0] == std::byte{3});
+    CHECK(whole.unique());
+  }
+}
+
 TEST_CASE("Bool bytes other than 0 and 1 from a peer arrive as 1", "[messages]") {
   Config cfg;
   caf::actor_system sys{cfg};

@@ -362,6 +362,52 @@ TEST_CASE("A runner defers only the ops that need a pending import, in order", "
   self->send_exit(runner, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("A tensor imported in parts is joined into a block of the device's pool", "[protocol]") {
+  // Parts from another node are joined into Backend::host_block, which on
+  // cpu is the device's pool: once the tensor goes, the block is kept for
+  // the next transfer (a block from malloc would just be freed).
+  ProtocolConfig cfg;
+  caf::actor_system sys{cfg};
+  auto runner = spawn_cpu_runner(sys, "test:0");
+  caf::scoped_actor self{sys};
+  constexpr int64_t n = 3 * 256 * 1024 + 5;  // 3 MiB + 20 bytes: 4 MiB in the pool's classes
+  constexpr uint64_t total = n * sizeof(float);
+  constexpr uint64_t part_bytes = 1 << 20;
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 977) - 300.0f;
+  self->send(runner, expect_atom::value, tir(30, {n}));
+  for (uint64_t offset = 0; offset < total; offset += part_bytes) {
+    const auto size = std::min(part_bytes, total - offset);
+    DataPart part{TensorId{30}, Shape{n},
+                  DType::f32,   total,
+                  offset,       Bytes::copy_of(reinterpret_cast<const std::byte*>(values.data()) + offset, size),
+                  true};
+    bool acked = false;
+    self->request(runner, std::chrono::seconds(10), import_atom::value, std::move(part))
+        .receive([&](done_atom) { acked = true; }, [](caf::error& e) { FAIL(caf::to_string(e)); });
+    CHECK(acked);
+  }
+  self->request(runner, std::chrono::seconds(10), read_atom::value, TensorId{30})
+      .receive([&](TensorData& d) { CHECK(d.to_vector<float>() == values); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  auto stats = [&] {
+    DeviceStats out;
+    self->request(runner, std::chrono::seconds(10), stats_atom::value)
+        .receive([&](DeviceStats& s) { out = s; }, [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  constexpr uint64_t pool_class = uint64_t{4} << 20;
+  auto before = stats();
+  CHECK(before.live_bytes == total);
+  CHECK(before.bytes_bridged_in == total);
+  CHECK(before.cached_bytes == 0);
+  self->send(runner, submit_atom::value, std::vector<OperationIr>{OperationIr{DropOp{TensorId{30}}}});
+  auto after = stats();
+  CHECK(after.live_bytes == 0);
+  CHECK(after.cached_bytes == pool_class);
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("An import that overtakes its expect is kept, not lost", "[protocol]") {
   ProtocolConfig cfg;
   caf::actor_system sys{cfg};

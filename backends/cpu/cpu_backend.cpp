@@ -227,6 +227,7 @@ class CpuBackend final : public HostBackend {
     ctx_.random_ops = 0;
   }
 
+  [[nodiscard]] Bytes host_block(size_t size) override { return buffers_.allocate(size); }
   [[nodiscard]] MemoryStats memory() const override { return {buffers_.bytes_in_use(), buffers_.bytes_cached()}; }
   void trim() override { buffers_.trim(); }
 

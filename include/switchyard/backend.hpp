@@ -141,6 +141,14 @@ class Backend {
   /// Makes a buffer from host data (host backends keep the shared bytes).
   [[nodiscard]] virtual Expected<BufferPtr> from_data(const TensorIr& t, TensorData data) = 0;
 
+  /// (optional) Host memory for `size` bytes that from_data() takes in
+  /// without a copy, for bytes that arrive from elsewhere (the parts of a
+  /// tensor from another node are joined into it): the cpu backend gives a
+  /// block of its pool, which comes back to the pool for the next transfer
+  /// when the tensor goes, instead of fresh pages the kernel must fault in
+  /// and zero. The default: a fresh block.
+  [[nodiscard]] virtual Bytes host_block(size_t size) { return Bytes::allocate(size); }
+
   /// Host copy of a buffer (host backends share the bytes). `done` may run
   /// before this returns or later from another thread.
   virtual void to_data(const TensorIr& t, const BufferPtr& buffer, ReadCallback done) = 0;
@@ -229,7 +237,7 @@ struct BackendKind {
 /// Version of this interface as a backend module sees it. Bumped with every
 /// change to this header or to the op set's layout; a module built for
 /// another version is refused (and reported by Runtime::unavailable()).
-inline constexpr uint32_t module_abi_version = 2;  // 2: Backend::fusible_head
+inline constexpr uint32_t module_abi_version = 3;  // 3: Backend::host_block
 
 }  // namespace switchyard::backends
 

@@ -45,6 +45,17 @@ class Bytes {
     return b;
   }
 
+  /// Bytes [offset, offset + size) of this block, sharing it: parts of a
+  /// tensor crossing a connection are views, not copies. `offset` must keep
+  /// the view aligned (a multiple of `alignment`), or the bytes are copied.
+  [[nodiscard]] Bytes slice(size_t offset, size_t size) const {
+    if (offset % alignment != 0) return copy_of(block_.get() + offset, size);
+    Bytes b;
+    b.block_ = std::shared_ptr<std::byte>(block_, block_.get() + offset);  // aliasing: owns the whole block
+    b.size_ = size;
+    return b;
+  }
+
   [[nodiscard]] size_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   /// Read-only view of the block.

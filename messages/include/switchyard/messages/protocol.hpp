@@ -108,7 +108,9 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<read_atom, TensorId, std::vector<OperationIr>, LocalReply<TensorData>>,
     // Bytes [offset, offset + max) of a tensor, for reads too large for one
     // message; the runner keeps a snapshot from the part at offset 0 until
-    // the last part is served or the tensor is dropped.
+    // the last part is served or the tensor is dropped. The reply holds
+    // exactly min(max, size - offset) bytes, so a client may ask for later
+    // parts several at a time once the part at 0 has come.
     caf::replies_to<read_atom, TensorId, uint64_t, uint64_t>::with<DataPart>,
     // Completes once every op received before it has run.
     caf::replies_to<sync_atom>::with<done_atom>,
