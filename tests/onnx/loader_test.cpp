@@ -226,6 +226,76 @@ TEST_CASE("onnx: an unsupported attribute or attribute value fails at load namin
              Catch::Contains("node 'r' (Relu)") && Catch::Contains("attribute 'frobnicate'"));
 }
 
+TEST_CASE("onnx: BatchNormalization training_mode=1 normalises by the batch and moves the running statistics",
+          "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  auto model_bytes = [](int outputs, int64_t opset) {
+    Builder m(opset);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{3}});
+    m.init("scale", {2.0f, 0.5f}, {2});
+    m.init("bias", {1.0f, -1.0f}, {2});
+    m.init("mean", {0.5f, -4.0f}, {2});
+    m.init("var", {1.0f, 9.0f}, {2});
+    std::vector<std::string> outs{"y", "running_mean", "running_var"};
+    outs.resize(static_cast<size_t>(outputs));
+    auto& n = m.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, outs, "bn");
+    attr_i(n, "training_mode", 1);
+    auto* momentum = n.add_attribute();
+    momentum->set_name("momentum");
+    momentum->set_type(pb::AttributeProto::FLOAT);
+    momentum->set_f(0.75f);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{3}});
+    if (outputs > 1) m.output("running_mean", pb::TensorProto::FLOAT, {int64_t{2}});
+    if (outputs > 2) m.output("running_var", pb::TensorProto::FLOAT, {int64_t{2}});
+    return m.bytes();
+  };
+  const std::vector<float> x = {1, 2, 3, -1, 0, 7, 4, 5, 9, 2, 2, -3};  // [2, 2, 3]
+  // Per channel: the mean and biased variance over the batch and the last axis.
+  std::vector<double> mean(2, 0.0), var(2, 0.0);
+  for (int c = 0; c < 2; ++c) {
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 3; ++i) mean[c] += x[static_cast<size_t>(b * 6 + c * 3 + i)] / 6.0;
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 3; ++i) {
+        const double d = x[static_cast<size_t>(b * 6 + c * 3 + i)] - mean[c];
+        var[c] += d * d / 6.0;
+      }
+  }
+  const double scale[] = {2.0, 0.5}, bias[] = {1.0, -1.0}, run_mean[] = {0.5, -4.0}, run_var[] = {1.0, 9.0};
+  for (const char* device : {"cpu:0", "reference:0"}) {
+    INFO(device);
+    auto dev = rt.device(device);
+    auto model = sy::onnx::Model::load_bytes(model_bytes(3, 15), dev);
+    auto out = model.run({{"x", dev.tensor(x, {2, 2, 3})}});
+    auto y = read_floats(out.at("y"));
+    REQUIRE(y.size() == 12);
+    for (size_t k = 0; k < 12; ++k) {
+      const size_t c = (k / 3) % 2;
+      CHECK(y[k] == Approx((x[k] - mean[c]) / std::sqrt(var[c] + 1e-5) * scale[c] + bias[c]).epsilon(1e-5));
+    }
+    auto rm = read_floats(out.at("running_mean")), rv = read_floats(out.at("running_var"));
+    for (size_t c = 0; c < 2; ++c) {
+      CHECK(rm[c] == Approx(run_mean[c] * 0.75 + mean[c] * 0.25).epsilon(1e-5));
+      CHECK(rv[c] == Approx(run_var[c] * 0.75 + var[c] * 0.25).epsilon(1e-5));
+    }
+    // Y alone in training mode: the same values.
+    auto only_y = sy::onnx::Model::load_bytes(model_bytes(1, 15), dev).run({{"x", dev.tensor(x, {2, 2, 3})}});
+    CHECK(read_floats(only_y.at("y")) == y);
+  }
+  // Opset 9's training form (is_test=0, five outputs) is not this: refused
+  // at load, naming the node.
+  Builder old(9);
+  old.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{3}});
+  for (const char* name : {"scale", "bias", "mean", "var"}) old.init(name, {1.0f, 1.0f}, {2});
+  attr_i(old.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y", "m", "v", "sm", "sv"}, "bn9"),
+         "is_test", 0);
+  old.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{3}});
+  sy::Errc code{};
+  CHECK_THAT(load_error(old.bytes(), rt.cpu(), &code),
+             Catch::Contains("node 'bn9' (BatchNormalization)") && Catch::Contains("is_test=0"));
+  CHECK(code == sy::Errc::unsupported);
+}
+
 TEST_CASE("onnx: a dtype Switchyard lacks fails at load naming the value or node", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder in;

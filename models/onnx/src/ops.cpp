@@ -1373,15 +1373,44 @@ Tensor scatter_nd(Ctx& ctx, const Tensor& data, Tensor idx, const Tensor& update
   return out.reshape(ds);
 }
 
+// BatchNormalization: inference, or (opset 14+) training_mode=1 with its
+// batch statistics and the updated running mean and variance; the opset-6/9
+// training form (is_test=0, five outputs with the saved statistics) is not.
 std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
-  for (const auto& a : n.attribute())
-    if (a.name() == "training_mode" && a.i() != 0) return "training_mode=1 (inference only)";
+  bool training = false;
   for (const auto& a : n.attribute()) {
+    if (a.name() == "training_mode" && a.i() != 0) training = true;
     if (a.name() == "spatial" && a.i() != 1) return "spatial=0";
-    if (a.name() == "is_test" && a.i() == 0) return "is_test=0 (training statistics)";
+    if (a.name() == "is_test" && a.i() == 0) return "is_test=0 (training statistics of opset 6-9)";
   }
-  if (n.output_size() > 1) return "the running mean/variance outputs (training only)";
+  if (!training && n.output_size() > 1) return "the running mean/variance outputs without training_mode=1";
+  if (n.output_size() > 3) return "more than three outputs (the saved statistics of opset 6-9)";
   return "";
+}
+
+// BatchNormalization with training_mode=1: normalised by the batch's own
+// mean and (biased) variance over every axis but the channels, and the
+// running statistics moved toward them by 1 - momentum (ONNX 14's formula).
+Outs batch_norm_training(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  const size_t r = x.rank();
+  if (r < 2)
+    ctx.fail(Errc::unsupported, "training_mode=1 on an input of rank " + std::to_string(r) + " (needs [N, C, ...])");
+  Ints axes{0};
+  for (size_t a = 2; a < r; ++a) axes.push_back(static_cast<int64_t>(a));
+  Tensor mean = x.mean(axes, true);
+  Tensor d = x.sub(mean);
+  Tensor var = d.mul(d).mean(axes, true);
+  const double eps = ctx.attr_f("epsilon", 1e-5f), momentum = ctx.attr_f("momentum", 0.9f);
+  Tensor y = d.mul(var.add(scalar_for(x.dtype(), eps)).rsqrt())
+                 .mul(per_channel(ctx.dev(1), r))
+                 .add(per_channel(ctx.dev(2), r));
+  const Shape channels{x.shape()[1]};
+  auto running = [&](const Tensor& before, const Tensor& batch) {
+    Tensor now = batch.reshape(channels).cast(before.dtype());
+    return before.mul(scalar_for(before.dtype(), momentum)).add(now.mul(scalar_for(before.dtype(), 1.0 - momentum)));
+  };
+  return Outs{dev_value(y), dev_value(running(ctx.dev(3), mean)), dev_value(running(ctx.dev(4), var))};
 }
 
 // NegativeLogLikelihoodLoss over log-probabilities [N, C, d...] and targets
@@ -3463,6 +3492,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       }};
   t["BatchNormalization"] = {
       {"epsilon", "momentum", "spatial", "training_mode", "is_test"}, no_training_outputs, [](Ctx& ctx) {
+        if (ctx.attr_i("training_mode", 0) != 0) return batch_norm_training(ctx);
         Tensor x = ctx.dev(0);
         const size_t r = x.rank();
         bool per_channel_stats = r >= 2;
