@@ -4,7 +4,8 @@
 //
 //   cmake -B build -DSWITCHYARD_BENCHMARKS=ON && ninja -C build remote_bench
 //   build/bench/remote/remote_bench [--mib=64] [--reps=5] [--chunk=BYTES] [--ops=20000]
-//                                   [--only=roundtrip|throughput|bulk|mlp] [--warmup=3]
+//                                   [--only=roundtrip|throughput|bulk|mlp] [--warmup=3] [--max-batch=N]
+//                                   [--flush-us=N]
 // (--chunk: transfer_chunk_bytes of the client and the worker; default theirs;
 // --only: one section, for profiling it alone; --warmup: unmeasured bulk
 // transfers first; REMOTE_BENCH_VERBOSE=1 prints every transfer)
@@ -165,6 +166,8 @@ int main(int argc, char** argv) {
   size_t chunk = 0;
   int ops = 20000;
   int warmup = 3;
+  size_t max_batch = 0;
+  long flush_us = -1;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -173,6 +176,8 @@ int main(int argc, char** argv) {
     if (a.rfind("--chunk=", 0) == 0) chunk = std::stoul(a.substr(8));
     if (a.rfind("--ops=", 0) == 0) ops = std::stoi(a.substr(6));
     if (a.rfind("--warmup=", 0) == 0) warmup = std::stoi(a.substr(9));
+    if (a.rfind("--max-batch=", 0) == 0) max_batch = std::stoul(a.substr(12));
+    if (a.rfind("--flush-us=", 0) == 0) flush_us = std::stol(a.substr(11));
     if (a.rfind("--only=", 0) == 0) only = a.substr(7);
   }
   std::vector<std::string> worker_args{"--devices=cpu:0"};
@@ -181,6 +186,8 @@ int main(int argc, char** argv) {
   sy::RuntimeOptions o;
   o.devices = {"cpu:0"};
   if (chunk > 0) o.transfer_chunk_bytes = chunk;
+  if (max_batch > 0) o.max_batch = max_batch;
+  if (flush_us >= 0) o.flush_interval = std::chrono::microseconds(flush_us);
   sy::Runtime rt(o);
   rt.connect(worker.host(), worker.port());
   auto local = rt.device("cpu:0");

@@ -281,6 +281,56 @@ TEST_CASE("a killed worker fails pending futures with device lost; the rest keep
   CHECK(added[0].ones({2}).to_vector<float>() == std::vector<float>{1, 1});
 }
 
+TEST_CASE("reads in parts: concurrent readers of one tensor each get it whole and a killed worker fails the read",
+          "[remote]") {
+  // Parts of 64 KiB, three in flight per read after the first: readers of
+  // one tensor share the worker's snapshot and its count of readers.
+  auto w = std::make_unique<WorkerProcess>(std::vector<std::string>{"--devices=cpu:0", "--threads=1"});
+  auto options = local_cpu();
+  options.transfer_chunk_bytes = 64 * 1024;
+  sy::Runtime rt(options);
+  rt.connect(w->host(), w->port());
+  auto name = w->address() + "/cpu:0";
+  auto remote = rt.device(name);
+  constexpr int64_t n = 3 * 256 * 1024 + 7;  // 3 MiB + 28 bytes: a short last part
+  auto x = remote.arange(0, n);
+  std::vector<sy::Future<sy::TensorData>> reads;
+  for (int i = 0; i < 4; ++i) reads.push_back(x.read());
+  auto y = x * 2.0;  // pending while its read starts
+  auto doubled = y.read();
+  for (auto& r : reads) {
+    REQUIRE(r.wait_for(20s));
+    auto v = r.get().to_vector<float>();
+    REQUIRE(v.size() == static_cast<size_t>(n));
+    bool exact = true;
+    for (int64_t i = 0; i < n; ++i) exact = exact && v[static_cast<size_t>(i)] == static_cast<float>(i);
+    CHECK(exact);
+  }
+  REQUIRE(doubled.wait_for(20s));
+  auto d = doubled.get().to_vector<float>();
+  REQUIRE(d.size() == static_cast<size_t>(n));
+  CHECK(d.back() == static_cast<float>(2 * (n - 1)));
+  // The snapshots went with their last parts: nothing stays on the worker
+  // but the two tensors.
+  y = sy::Tensor();
+  x = sy::Tensor();
+  remote.sync().get();
+  // 128 MiB in parts of 8 KiB (16,384 parts, three in flight): the worker
+  // dies mid-read.
+  auto options_small = local_cpu();
+  options_small.transfer_chunk_bytes = 8 * 1024;
+  sy::Runtime rt2(options_small);
+  rt2.connect(w->host(), w->port());
+  auto big = rt2.device(name).arange(0, int64_t{32} << 20);
+  auto reading = big.read();
+  std::this_thread::sleep_for(150ms);
+  w->stop(SIGKILL);
+  REQUIRE(reading.wait_for(10s));
+  CHECK(code_of([&] { (void)reading.get(); }) == sy::Errc::device_lost);
+  // The runtime goes on.
+  CHECK(rt2.cpu().ones({2}).to_vector<float>() == std::vector<float>{1, 1});
+}
+
 TEST_CASE("a worker frees the tensors of a client that went away and keeps serving others", "[remote]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1"});
   sy::Runtime observer(local_cpu());
