@@ -5,7 +5,7 @@
 //   cmake -B build -DSWITCHYARD_BENCHMARKS=ON && ninja -C build remote_bench
 //   build/bench/remote/remote_bench [--mib=64] [--reps=5] [--chunk=BYTES] [--ops=20000]
 //                                   [--only=roundtrip|throughput|bulk|mlp] [--warmup=3] [--max-batch=N]
-//                                   [--flush-us=N]
+//                                   [--flush-us=N] [--worker=HOST:PORT]
 // (--chunk: transfer_chunk_bytes of the client and the worker; default theirs;
 // --only: one section, for profiling it alone; --warmup: unmeasured bulk
 // transfers first; REMOTE_BENCH_VERBOSE=1 prints every transfer)
@@ -18,6 +18,7 @@
 #include <cstring>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <optional>
 #include <string>
 #include <sys/socket.h>
 #include <thread>
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
   int warmup = 3;
   size_t max_batch = 0;
   long flush_us = -1;
+  std::string external;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -179,19 +181,25 @@ int main(int argc, char** argv) {
     if (a.rfind("--max-batch=", 0) == 0) max_batch = std::stoul(a.substr(12));
     if (a.rfind("--flush-us=", 0) == 0) flush_us = std::stol(a.substr(11));
     if (a.rfind("--only=", 0) == 0) only = a.substr(7);
+    if (a.rfind("--worker=", 0) == 0) external = a.substr(9);
   }
   std::vector<std::string> worker_args{"--devices=cpu:0"};
   if (chunk > 0) worker_args.push_back("--transfer-chunk-bytes=" + std::to_string(chunk));
-  sy::testing::WorkerProcess worker(worker_args);
+  // --worker=HOST:PORT: a worker started elsewhere (under a profiler, say)
+  // instead of one of our own.
+  std::optional<sy::testing::WorkerProcess> own;
+  if (external.empty()) own.emplace(worker_args);
+  const std::string host = own ? own->host() : external.substr(0, external.rfind(':'));
+  const auto port = own ? own->port() : static_cast<uint16_t>(std::stoul(external.substr(external.rfind(':') + 1)));
   sy::RuntimeOptions o;
   o.devices = {"cpu:0"};
   if (chunk > 0) o.transfer_chunk_bytes = chunk;
   if (max_batch > 0) o.max_batch = max_batch;
   if (flush_us >= 0) o.flush_interval = std::chrono::microseconds(flush_us);
   sy::Runtime rt(o);
-  rt.connect(worker.host(), worker.port());
+  rt.connect(host, port);
   auto local = rt.device("cpu:0");
-  auto remote = rt.device(worker.address() + "/cpu:0");
+  auto remote = rt.device(host + ":" + std::to_string(port) + "/cpu:0");
   std::printf("remote = %s (separate process on loopback)\n", remote.name().c_str());
   auto wanted = [&](const char* section) { return only.empty() || only == section; };
   if (wanted("roundtrip"))
