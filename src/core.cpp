@@ -878,17 +878,17 @@ Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_p
   return ask<TensorData, TensorData>(std::move(keep), std::move(check), read_atom::value, device, ir.id);
 }
 
-// A read too large for one message: parts of transfer_chunk_bytes, copied
-// into one block. The part at byte 0 goes first (the runner takes its
-// snapshot then); later parts are asked `read_parts_in_flight` at a time,
-// so the worker encodes one part while this process decodes another.
-// Runs on a helper actor like `ask`; no thread waits.
 namespace {
 // Enough to overlap encoding on the worker with decoding here; each costs
 // one part of memory while in flight.
 constexpr int read_parts_in_flight = 3;
 }  // namespace
 
+// A read too large for one message: parts of transfer_chunk_bytes, copied
+// into one block. The part at byte 0 goes first (the runner takes its
+// snapshot then); later parts are asked `read_parts_in_flight` at a time,
+// so the worker encodes one part while this process decodes another.
+// Runs on a helper actor like `ask`; no thread waits.
 Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
   Promise<TensorData> promise;
   auto fut = promise.future();
