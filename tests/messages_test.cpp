@@ -4,6 +4,8 @@
 // type would silently serialize to nothing.
 #include <bit>
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include <caf/all.hpp>
@@ -65,6 +67,46 @@ TEST_CASE("Bytes::allocate gives aligned writable blocks of the size asked on bo
     CHECK(copy.data()[0] == std::byte{1});
     CHECK(copy.data()[size - 1] == (size == 1 ? std::byte{1} : std::byte{2}));
   }
+}
+
+TEST_CASE("TensorIr crosses as one compact block and a declared rank larger than the message is refused",
+          "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  // Scalars, inline dims, dims on the heap (more than Dims' inline six),
+  // the largest rank the op rules accept, ids and extents at their limits.
+  for (const auto& shape : {Shape{}, Shape{1}, Shape{2, 3, 4, 5, 6, 7, 8}, Shape(std::vector<int64_t>(16, 1)),
+                            Shape{0, int64_t{1} << 40}}) {
+    auto x = ir(UINT64_MAX, shape, DType::bf16, TensorStatus::read_write);
+    auto back = round_trip(sys, x);
+    CHECK(back.id == x.id);
+    CHECK(back.shape == x.shape);
+    CHECK(back.dtype == DType::bf16);
+    CHECK(back.status == TensorStatus::read_write);
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    REQUIRE_FALSE(sink(x));
+    CHECK(buf.size() == 14 + 8 * shape.rank());
+  }
+  // A hostile rank: 2^31 axes announced, 16 bytes of them sent. Refused
+  // before anything is allocated for them.
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(ir(7, Shape{2, 2}, DType::f32)));
+  const uint32_t huge = uint32_t{1} << 31;
+  std::memcpy(buf.data() + 10, &huge, 4);
+  TensorIr back;
+  caf::binary_deserializer source{sys, buf};
+  auto err = source(back);
+  REQUIRE(err);
+  CHECK(describe(err).code == Errc::protocol_error);
+  CHECK_THAT(describe(err).message, Catch::Contains("2147483648 axes"));
+  CHECK(back.shape.dims.capacity() <= Dims::inline_capacity);
+  // Cut short: the dims end before the rank says.
+  buf.resize(buf.size() - 8);
+  std::memcpy(buf.data() + 10, "\x02\0\0\0", 4);
+  caf::binary_deserializer cut{sys, buf};
+  CHECK(cut(back));
 }
 
 TEST_CASE("Bytes::slice shares its block and keeps copy-on-write exact", "[messages]") {

@@ -2,10 +2,14 @@
 #pragma once
 
 // CAF inspect overloads of the value types that the public headers use
-// (Bytes, TensorData). They live here, not next to the types, so that those
+// (Bytes, TensorData, TensorIr). They live here, not next to the types, so that those
 // headers stay free of CAF; every header that sends them (operation_ir.hpp,
 // protocol.hpp) includes this one.
 
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -16,6 +20,7 @@
 
 #include "switchyard/messages/error.hpp"
 #include "switchyard/messages/tensor_data.hpp"
+#include "switchyard/messages/tensor_ir.hpp"
 
 namespace switchyard {
 
@@ -45,6 +50,56 @@ typename Inspector::result_type inspect(Inspector& f, Bytes& x) {
     // Printing inspectors (logs, to_string) show the size only.
     size_t n = x.size();
     return f(caf::meta::type_name("bytes"), n);
+  }
+}
+
+namespace detail {
+// TensorIr on the wire: id (8 bytes), dtype (1), status (1), rank (4), then
+// the dims (8 each), little-endian. Every op names two or three tensors, and
+// field by field through CAF's processors (an error object per field, a
+// sequence per shape) they were half of what decoding a batch cost.
+inline constexpr size_t tensor_ir_head = 14;
+// No op accepts more than 16 axes (op_rules); this only bounds what a
+// decoder that cannot see the message's size would allocate.
+inline constexpr uint32_t tensor_ir_max_rank = 1024;
+
+// Tensor bytes cross as they are in memory too: peers share a byte order.
+static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
+}  // namespace detail
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TensorIr& x) {
+  if constexpr (std::is_same_v<Inspector, caf::serializer>) {
+    std::array<char, detail::tensor_ir_head> head{};
+    const uint64_t id = x.id.value;
+    const auto rank = static_cast<uint32_t>(x.shape.rank());
+    std::memcpy(head.data(), &id, 8);
+    head[8] = static_cast<char>(x.dtype);
+    head[9] = static_cast<char>(x.status);
+    std::memcpy(head.data() + 10, &rank, 4);
+    if (auto err = f.apply_raw(head.size(), head.data())) return err;
+    if (rank == 0) return {};
+    return f.apply_raw(size_t{rank} * sizeof(int64_t), x.shape.dims.data());
+  } else if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
+    std::array<char, detail::tensor_ir_head> head{};
+    if (auto err = f.apply_raw(head.size(), head.data())) return err;
+    uint64_t id = 0;
+    uint32_t rank = 0;
+    std::memcpy(&id, head.data(), 8);
+    std::memcpy(&rank, head.data() + 10, 4);
+    x.id.value = id;
+    // Any byte: the op rules refuse a dtype or status that is not one.
+    x.dtype = static_cast<DType>(static_cast<uint8_t>(head[8]));
+    x.status = static_cast<TensorStatus>(static_cast<uint8_t>(head[9]));
+    const auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
+    if (rank > detail::tensor_ir_max_rank || (bin != nullptr && uint64_t{rank} * 8 > bin->remaining()))
+      return make_error(Errc::protocol_error,
+                        "a tensor of " + std::to_string(rank) + " axes exceeds the bytes received or any rank");
+    x.shape.dims.resize(rank);
+    if (rank == 0) return {};
+    return f.apply_raw(size_t{rank} * sizeof(int64_t), x.shape.dims.data());
+  } else {
+    return f(x.id, x.shape, x.dtype, x.status);
   }
 }
 

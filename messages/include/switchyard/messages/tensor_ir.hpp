@@ -29,9 +29,7 @@ struct TensorIr {
   [[nodiscard]] size_t bytes() const noexcept { return static_cast<size_t>(shape.numel()) * size_of(dtype); }
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TensorIr& x) {
-  return f(x.id, x.shape, x.dtype, x.status);
-}
+// Its inspect overload is in inspect.hpp (a compact encoding that needs
+// CAF's serializer types; this header stays free of CAF).
 
 }  // namespace switchyard
