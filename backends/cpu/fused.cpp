@@ -584,17 +584,27 @@ class RegisterProgramBuilder {
       free_spills_.pop_back();
     }
     slots_[v] = Slot{Slot::spill, slot};
+    spilled_.push_back(v);
     emit(Code::spill, slots_[v]);
   }
 
   /// The current op's result, now in the accumulator; spill slots whose
   /// value the op read for the last time are free again.
   void produced(const TensorIr& t) {
-    for (size_t v = 0; v < slots_.size(); ++v)
-      if (slots_[v].kind == Slot::spill && last_read_[v] == static_cast<int>(op_)) {
+    // Only the values in spill slots, not every value so far: that made
+    // building a chain quadratic in its length (a 128-op chain of tiny adds
+    // spent more here than in running).
+    for (size_t i = 0; i < spilled_.size();) {
+      const int v = spilled_[i];
+      if (last_read_[v] == static_cast<int>(op_)) {
         free_spills_.push_back(slots_[v].index);
         slots_[v].kind = Slot::none;  // (read no more)
+        spilled_[i] = spilled_.back();
+        spilled_.pop_back();
+      } else {
+        ++i;
       }
+    }
     accumulator_ = new_value(Slot{});
     if (const auto it = last_reader_.find(t.id); it != last_reader_.end()) last_read_[accumulator_] = it->second;
     tensors_.emplace_back(t.id, accumulator_);
@@ -648,6 +658,7 @@ class RegisterProgramBuilder {
   std::vector<std::pair<TensorId, int>> tensors_;  // tensor -> value holding it
   std::unordered_map<TensorId, int> last_reader_;  // tensor -> index of the last op reading it
   std::vector<int> free_spills_;
+  std::vector<int> spilled_;  // values now in a spill slot
   int spills_ = 0;
   int accumulator_ = -1;
   size_t op_ = 0;
