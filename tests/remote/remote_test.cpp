@@ -315,6 +315,29 @@ TEST_CASE("reads in parts: concurrent readers of one tensor each get it whole an
   y = sy::Tensor();
   x = sy::Tensor();
   remote.sync().get();
+  {
+    // Parts of 1,000 bytes on both sides: off Bytes' 64-byte alignment, so
+    // the parts are copies, not views; uploads and reads (the client's
+    // parts) and a bridge back (the worker's) still arrive whole.
+    WorkerProcess odd_worker({"--devices=cpu:0", "--threads=1", "--transfer-chunk-bytes=1000"});
+    auto odd_options = local_cpu();
+    odd_options.transfer_chunk_bytes = 1000;
+    sy::Runtime odd(odd_options);
+    odd.connect(odd_worker.host(), odd_worker.port());
+    auto there = odd.device(odd_worker.address() + "/cpu:0");
+    std::vector<float> values(10007);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+    auto up = there.tensor(values, {static_cast<int64_t>(values.size())});
+    auto read = up.read();
+    REQUIRE(read.wait_for(20s));
+    CHECK(read.get().to_vector<float>() == values);
+    auto back = (up + 1.0).to(odd.cpu()).read();
+    REQUIRE(back.wait_for(20s));
+    auto b = back.get().to_vector<float>();
+    REQUIRE(b.size() == values.size());
+    CHECK(b.front() == values.front() + 1.0f);
+    CHECK(b.back() == values.back() + 1.0f);
+  }
   // 128 MiB in parts of 8 KiB (16,384 parts, three in flight): the worker
   // dies mid-read.
   auto options_small = local_cpu();
