@@ -59,8 +59,11 @@ namespace detail {
 // field by field through CAF's processors (an error object per field, a
 // sequence per shape) they were half of what decoding a batch cost.
 inline constexpr size_t tensor_ir_head = 14;
-// No op accepts more than 16 axes (op_rules); this only bounds what a
-// decoder that cannot see the message's size would allocate.
+// No op accepts more than 16 axes (op_rules). Up to that, dims cost at most
+// 128 bytes and a short message just fails to decode; past it, the rank is
+// checked against what came (the dynamic_cast stays off the common path)
+// and bounded for a decoder that cannot see the message's size.
+inline constexpr uint32_t tensor_ir_cheap_rank = 16;
 inline constexpr uint32_t tensor_ir_max_rank = 1024;
 
 // Tensor bytes cross as they are in memory too: peers share a byte order.
@@ -91,10 +94,12 @@ typename Inspector::result_type inspect(Inspector& f, TensorIr& x) {
     // Any byte: the op rules refuse a dtype or status that is not one.
     x.dtype = static_cast<DType>(static_cast<uint8_t>(head[8]));
     x.status = static_cast<TensorStatus>(static_cast<uint8_t>(head[9]));
-    const auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
-    if (rank > detail::tensor_ir_max_rank || (bin != nullptr && uint64_t{rank} * 8 > bin->remaining()))
-      return make_error(Errc::protocol_error,
-                        "a tensor of " + std::to_string(rank) + " axes exceeds the bytes received or any rank");
+    if (rank > detail::tensor_ir_cheap_rank) {
+      const auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
+      if (rank > detail::tensor_ir_max_rank || (bin != nullptr && uint64_t{rank} * 8 > bin->remaining()))
+        return make_error(Errc::protocol_error,
+                          "a tensor of " + std::to_string(rank) + " axes exceeds the bytes received or any rank");
+    }
     x.shape.dims.resize(rank);
     if (rank == 0) return {};
     return f.apply_raw(size_t{rank} * sizeof(int64_t), x.shape.dims.data());
