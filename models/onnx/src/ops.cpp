@@ -1388,6 +1388,18 @@ std::string no_training_outputs(const ::onnx::NodeProto& n, int64_t) {
   return "";
 }
 
+// x - mean and the biased variance over `axes` (kept): where every composed
+// normalisation starts.
+struct Moments {
+  Tensor mean, centred, var;
+};
+Moments moments(const Tensor& x, const Ints& axes) {
+  Tensor mean = x.mean(axes, true);
+  Tensor d = x.sub(mean);
+  Tensor var = d.mul(d).mean(axes, true);
+  return {std::move(mean), std::move(d), std::move(var)};
+}
+
 // BatchNormalization with training_mode=1: normalised by the batch's own
 // mean and (biased) variance over every axis but the channels, and the
 // running statistics moved toward them by 1 - momentum (ONNX 14's formula).
@@ -1398,9 +1410,7 @@ Outs batch_norm_training(Ctx& ctx) {
     ctx.fail(Errc::unsupported, "training_mode=1 on an input of rank " + std::to_string(r) + " (needs [N, C, ...])");
   Ints axes{0};
   for (size_t a = 2; a < r; ++a) axes.push_back(static_cast<int64_t>(a));
-  Tensor mean = x.mean(axes, true);
-  Tensor d = x.sub(mean);
-  Tensor var = d.mul(d).mean(axes, true);
+  const auto [mean, d, var] = moments(x, axes);
   const double eps = ctx.attr_f("epsilon", 1e-5f), momentum = ctx.attr_f("momentum", 0.9f);
   Tensor y = d.mul(var.add(scalar_for(x.dtype(), eps)).rsqrt())
                  .mul(per_channel(ctx.dev(1), r))
@@ -3483,9 +3493,8 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
         if (!stats_wanted && ctx.in(1).shape().dims == normalized &&
             (!ctx.has(2) || ctx.in(2).shape().dims == normalized) && is_floating(x.dtype()))
           return Outs{dev_value(nn::layer_norm(x, normalized, ctx.dev(1), ctx.has(2) ? ctx.dev(2) : Tensor(), eps))};
-        Tensor mean = x.mean(axes, true);
-        Tensor d = x.sub(mean);
-        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), eps)).rsqrt();
+        const auto [mean, d, var] = moments(x, axes);
+        Tensor inv = var.add(scalar_for(x.dtype(), eps)).rsqrt();
         Tensor y = d.mul(inv).mul(ctx.dev(1));
         if (ctx.has(2)) y = y.add(ctx.dev(2));
         return Outs{dev_value(y), dev_value(mean), dev_value(inv)};
@@ -3514,16 +3523,16 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
           return Outs{dev_value(nn::group_norm(x, x.shape()[1], ctx.dev(1), ctx.dev(2), ctx.attr_f("epsilon", 1e-5f)))};
         Ints axes;
         for (size_t a = 2; a < r; ++a) axes.push_back(static_cast<int64_t>(a));
-        Tensor d = x.sub(x.mean(axes, true));
-        Tensor inv = d.mul(d).mean(axes, true).add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
-        return Outs{dev_value(d.mul(inv).mul(per_channel(ctx.dev(1), r)).add(per_channel(ctx.dev(2), r)))};
+        const auto m = moments(x, axes);
+        Tensor inv = m.var.add(scalar_for(x.dtype(), ctx.attr_f("epsilon", 1e-5f))).rsqrt();
+        return Outs{dev_value(m.centred.mul(inv).mul(per_channel(ctx.dev(1), r)).add(per_channel(ctx.dev(2), r)))};
       }};
   t["MeanVarianceNormalization"] = {
       {"axes"}, nullptr, [](Ctx& ctx) {
         Tensor x = ctx.dev(0);
         Ints axes = norm_ints(ctx, ctx.attr_ints("axes").value_or(Ints{0, 2, 3}), x.rank());
-        Tensor d = x.sub(x.mean(axes, true));
-        return Outs{dev_value(d.div(d.mul(d).mean(axes, true).sqrt()))};
+        const auto m = moments(x, axes);
+        return Outs{dev_value(m.centred.div(m.var.sqrt()))};
       }};
   t["NegativeLogLikelihoodLoss"] = {{"ignore_index", "reduction"}, known_reduction, [](Ctx& ctx) {
                                       Tensor w = ctx.has(2) ? ctx.dev(2) : Tensor();
