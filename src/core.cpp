@@ -581,11 +581,21 @@ bool Core::send_locked(DeviceId device, Queue& q, bool last) {
   // Sent under the lock, so batches of one device leave in queue order. A
   // local runner takes them straight from us: the router would only
   // forward them, one scheduler hop per batch.
-  if (slots_[device].local)
+  if (slots_[device].local) {
     caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), submit_atom::value,
                    LocalBatch{std::move(batch)});
-  else
+  } else if (batch.size() <= detail::max_wire_ops) {
     caf::anon_send(router_, submit_atom::value, device, std::move(batch));
+  } else {
+    // A worker refuses longer batches (a bound on what one message makes
+    // it allocate); max_batch above it, or many late drops, split here.
+    for (size_t first = 0; first < batch.size(); first += detail::max_wire_ops) {
+      const auto last = batch.begin() + static_cast<ptrdiff_t>(std::min(batch.size(), first + detail::max_wire_ops));
+      caf::anon_send(router_, submit_atom::value, device,
+                     std::vector<OperationIr>(std::make_move_iterator(batch.begin() + static_cast<ptrdiff_t>(first)),
+                                              std::make_move_iterator(last)));
+    }
+  }
   return true;
 }
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include <caf/all.hpp>
@@ -607,5 +608,120 @@ TEST_CASE("Shapes of every rank round-trip through the binary serializer", "[mes
     auto back = round_trip(sys, ir(7, s, DType::f32));
     CHECK(back.shape == s);
     CHECK(back.shape.rank() == rank);
+  }
+}
+
+namespace {
+
+// A batch block as encode_ops writes it, with `edit` applied, decoded the way
+// a worker decodes a message: CAF's binary deserializer and the inspect
+// overload of std::vector<OperationIr>.
+caf::error decode_edited(caf::actor_system& sys, const std::vector<OperationIr>& ops,
+                         const std::function<void(std::vector<char>&)>& edit, std::vector<OperationIr>& back) {
+  auto block = detail::encode_ops(ops);
+  edit(block);
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  size_t n = block.size();
+  REQUIRE_FALSE(sink.begin_sequence(n));
+  REQUIRE_FALSE(sink.apply_raw(n, block.data()));
+  caf::binary_deserializer source{sys, buf};
+  return source(back);
+}
+
+template <class T>
+void put_at(std::vector<char>& block, size_t at, T v) {
+  REQUIRE(at + sizeof v <= block.size());
+  std::memcpy(block.data() + at, &v, sizeof v);
+}
+
+}  // namespace
+
+TEST_CASE("An op batch crosses as one block and a hostile block is refused before it allocates", "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  auto a = ir(1, {2, 3}, DType::f32), o = ir(3, {2, 3}, DType::f32, TensorStatus::not_init);
+  const std::vector<OperationIr> ops{ScalarOp{BinaryKind::add, a, 1.0, false, o}, DropOp{TensorId{1}}};
+  auto block = detail::encode_ops(ops);
+  // u32 count, then add: tag, kind, lhs (14 + 16), scalar (1 + 1 + 8 + 8),
+  // scalar_first, out (14 + 16); drop: tag, id.
+  const size_t add_bytes = 1 + 1 + 30 + 18 + 1 + 30;
+  REQUIRE(block.size() == 4 + add_bytes + 9);
+  std::vector<OperationIr> back;
+  REQUIRE_FALSE(decode_edited(
+      sys, ops, [](auto&) {}, back));
+  REQUIRE(back.size() == 2);
+  CHECK(std::get<ScalarOp>(back[0].op).lhs.shape == Shape{2, 3});
+  CHECK(std::get<DropOp>(back[1].op).id == TensorId{1});
+
+  auto refused = [&](const std::function<void(std::vector<char>&)>& edit, const std::string& why) {
+    std::vector<OperationIr> out;
+    auto err = decode_edited(sys, ops, edit, out);
+    REQUIRE(err);
+    CHECK(describe(err).code == Errc::protocol_error);
+    CHECK_THAT(describe(err).message, Catch::Contains(why));
+  };
+  SECTION("more ops than a batch may hold") {
+    refused([](auto& b) { put_at<uint32_t>(b, 0, detail::max_wire_ops + 1); }, "more than the 65536");
+  }
+  SECTION("more ops than the bytes could hold") {
+    refused([](auto& b) { put_at<uint32_t>(b, 0, 60000); }, "declares 60000 ops");
+  }
+  SECTION("an op cut short") {
+    refused([](auto& b) { b.resize(b.size() - 3); }, "op 1: ends inside an op");
+  }
+  SECTION("bytes after the last op") {
+    refused([](auto& b) { b.push_back(0); }, "1 bytes after the last op");
+  }
+  SECTION("an unknown tag") {
+    refused([&](auto& b) { b[4 + add_bytes] = static_cast<char>(250); }, "op 1: unknown operation tag 250");
+  }
+  SECTION("a rank larger than the bytes") {
+    // lhs's rank field: count, tag, kind, then id (8), dtype, status.
+    refused([](auto& b) { put_at<uint32_t>(b, 4 + 1 + 1 + 10, 0x7fffffff); }, "axes exceeds the bytes received");
+  }
+  SECTION("a block larger than the message") {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    size_t n = 1u << 30;
+    REQUIRE_FALSE(sink.begin_sequence(n));
+    std::vector<OperationIr> out;
+    caf::binary_deserializer source{sys, buf};
+    auto err = source(out);
+    REQUIRE(err);
+    CHECK_THAT(describe(err).message, Catch::Contains("exceeds the 0 bytes received"));
+  }
+}
+
+TEST_CASE("Vectors and data inside a batch declare no more than the block holds", "[messages]") {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  auto a = ir(1, {6}, DType::f32), o = ir(3, {3}, DType::f32, TensorStatus::not_init);
+  SECTION("a view's strides") {
+    const std::vector<OperationIr> ops{ViewOp{a, o, 0, {2}}};
+    // count, tag, in (14 + 8), out (14 + 8), offset (8): the strides' count.
+    std::vector<OperationIr> back;
+    auto err = decode_edited(
+        sys, ops, [](auto& b) { put_at<uint32_t>(b, 4 + 1 + 22 + 22 + 8, 0xffffffffu); }, back);
+    REQUIRE(err);
+    CHECK_THAT(describe(err).message, Catch::Contains("declares 4294967295 elements"));
+  }
+  SECTION("an upload's bytes") {
+    const std::vector<OperationIr> ops{FromDataOp{o, TensorData::from(std::vector<float>{1, 2, 3}, Shape{3})}};
+    // count, tag, out (14 + 8), then the data: rank (4), dim (8), dtype: its size.
+    std::vector<OperationIr> back;
+    auto err = decode_edited(
+        sys, ops, [](auto& b) { put_at<uint64_t>(b, 4 + 1 + 22 + 4 + 8 + 1, uint64_t{1} << 40); }, back);
+    REQUIRE(err);
+    CHECK_THAT(describe(err).message, Catch::Contains("declares 1099511627776 bytes of data"));
+  }
+  SECTION("bool bytes other than 0 and 1 arrive as 1") {
+    auto d = TensorData::from(std::vector<uint8_t>{0, 1, 0}, Shape{3});
+    d.dtype = DType::boolean;
+    const std::vector<OperationIr> ops{FromDataOp{ir(4, {3}, DType::boolean, TensorStatus::not_init), d}};
+    std::vector<OperationIr> back;
+    REQUIRE_FALSE(decode_edited(
+        sys, ops, [](auto& b) { b.back() = 7; }, back));
+    CHECK(std::get<FromDataOp>(back[0].op).data.to_vector<int>() == std::vector<int>{0, 1, 1});
   }
 }

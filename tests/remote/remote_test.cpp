@@ -243,6 +243,27 @@ TEST_CASE("each client's ops reach a worker in order across many batches", "[rem
   CHECK(dev.stats().get().ops_failed == 0);
 }
 
+TEST_CASE("a batch longer than one message may carry reaches a worker whole and in order", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::RuntimeOptions o = local_cpu();
+  // One batch of every op: nothing but the read sends it.
+  o.max_batch = 200000;
+  o.flush_interval = std::chrono::minutes(5);
+  sy::Runtime rt(o);
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  const int n = static_cast<int>(sy::detail::max_wire_ops) + 4000;
+  auto x = dev.full({2}, 0);
+  for (int i = 0; i < n; ++i) x = x + 1.0;
+  auto got = x.read();
+  REQUIRE(got.wait_for(60s));
+  CHECK(got.get().to_vector<float>() == std::vector<float>(2, static_cast<float>(n)));
+  auto stats = dev.stats();
+  REQUIRE(stats.wait_for(10s));
+  CHECK(stats.get().ops_failed == 0);
+  CHECK(stats.get().ops_executed >= static_cast<uint64_t>(n));
+}
+
 TEST_CASE("a killed worker fails pending futures with device lost; the rest keeps working", "[remote]") {
   auto w = std::make_unique<WorkerProcess>(std::vector<std::string>{"--devices=cpu:0", "--threads=1"});
   sy::Runtime rt(local_cpu());

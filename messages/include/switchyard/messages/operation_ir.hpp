@@ -3,7 +3,11 @@
 
 // The op set's wire format: CAF inspect overloads of the op types in ops.hpp.
 
+#include <algorithm>
 #include <bit>
+#include <cstddef>
+#include <span>
+#include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -168,6 +172,62 @@ typename Inspector::result_type inspect(Inspector& f, OperationIr& x) {
     if (!detail::emplace_alternative(x.op, tag))
       return make_error(Errc::protocol_error, "unknown operation tag " + std::to_string(tag));
     return std::visit([&](auto& alt) { return f(alt); }, x.op);
+  }
+}
+
+namespace detail {
+/// Most ops one batch message may carry: a client splits longer batches
+/// for a remote device, and a decoder refuses more (see decode_ops).
+inline constexpr size_t max_wire_ops = 65536;
+/// A batch as one block (src/op_codec.cpp describes the layout).
+[[nodiscard]] std::vector<char> encode_ops(const std::vector<OperationIr>& ops);
+/// Fills `ops` from a block; empty on success, else what is wrong with it.
+[[nodiscard]] std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr>& ops);
+}  // namespace detail
+
+/// A batch crosses the wire as one block that op_codec.cpp writes and
+/// reads with the op structs' inspect functions above: through CAF's
+/// processors, field by field, decoding was most of what a remote tiny op
+/// cost a worker. The block's size is checked against the bytes received
+/// before it is read, and nothing is allocated for what a peer only declared.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, std::vector<OperationIr>& ops) {
+  if constexpr (std::is_same_v<Inspector, caf::serializer>) {
+    auto block = detail::encode_ops(ops);
+    size_t n = block.size();
+    if (auto err = f.begin_sequence(n)) return err;
+    if (auto err = f.apply_raw(n, block.data())) return err;
+    return f.end_sequence();
+  } else if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
+    size_t n = 0;
+    if (auto err = f.begin_sequence(n)) return err;
+    std::string why;
+    if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f)) {
+      if (n > bin->remaining())
+        return make_error(Errc::protocol_error, "op batch of " + std::to_string(n) + " bytes exceeds the " +
+                                                    std::to_string(bin->remaining()) + " bytes received");
+      why = detail::decode_ops({reinterpret_cast<const std::byte*>(bin->remainder().data()), n}, ops);
+      bin->skip(n);
+    } else {
+      // Another deserializer: copied in steps, so memory follows what
+      // actually arrives.
+      std::vector<std::byte> block;
+      for (size_t done = 0; done < n;) {
+        const size_t step = std::min<size_t>(n - done, size_t{1} << 20);
+        block.resize(done + step);
+        if (auto err = f.apply_raw(step, block.data() + done)) return err;
+        done += step;
+      }
+      why = detail::decode_ops(block, ops);
+    }
+    if (!why.empty()) return make_error(Errc::protocol_error, "op batch: " + why);
+    return f.end_sequence();
+  } else {
+    // Printing inspectors (logs, to_string): the ops' names.
+    std::vector<std::string> names;
+    names.reserve(ops.size());
+    for (const auto& op : ops) names.push_back(op.name());
+    return f(caf::meta::type_name("ops"), names);
   }
 }
 

@@ -24,7 +24,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 9;  // 9: TensorIr in one compact block (issue 20)
+inline constexpr uint32_t protocol_version = 10;  // 10: a batch of ops in one block (issue 20)
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// A batch of ops on the wire (operation_ir.hpp, inspect of
+// std::vector<OperationIr>): the op structs' own inspect functions walk
+// their fields, as they do for CAF's processors, but into and out of one
+// byte block with plain loads and stores. CAF's processors return an error
+// object from every field and call virtually per primitive: decoding a batch
+// of tiny ops cost a worker ~2,200 instructions per op that way.
+//
+// Layout (little-endian): u32 op count, then per op its tag (the variant
+// index, one byte) and its fields in inspect order. bool: one byte;
+// integers and enums: their width; doubles (F64Bits): their 8 IEEE bytes;
+// TensorId: 8 bytes; TensorIr: the compact 14-byte head and its dims
+// (inspect.hpp); Shape: u32 rank and the dims; Bytes: u64 size and the
+// bytes; a vector: u32 count and its elements.
+
+#include <bit>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "switchyard/messages/operation_ir.hpp"
+
+namespace switchyard::detail {
+namespace {
+
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
+
+class Writer {
+ public:
+  // The inspector interface of the op structs' inspect functions.
+  using result_type = bool;  // true: failed (never, when writing)
+  static constexpr bool reads_state = true;
+  static constexpr bool writes_state = false;
+
+  explicit Writer(std::vector<char>& out) : out_(out) {}
+
+  template <class... Ts>
+  bool operator()(Ts&&... xs) {
+    (put(xs), ...);
+    return false;
+  }
+
+  void raw(const void* p, size_t n) {
+    if (n == 0) return;  // p may be null then
+    const auto* c = static_cast<const char*>(p);
+    out_.insert(out_.end(), c, c + n);
+  }
+
+  template <class T>
+  void put(const T& x) {
+    if constexpr (std::is_base_of_v<caf::meta::annotation, T>) {
+      // type names: the tag says what follows
+    } else if constexpr (std::is_same_v<T, bool>) {
+      const char b = x ? 1 : 0;
+      raw(&b, 1);
+    } else if constexpr (std::is_integral_v<T> || std::is_enum_v<T>) {
+      raw(&x, sizeof x);
+    } else if constexpr (std::is_same_v<T, F64Bits>) {
+      const auto bits = std::bit_cast<uint64_t>(x.value);
+      raw(&bits, 8);
+    } else if constexpr (std::is_same_v<T, TensorId>) {
+      raw(&x.value, 8);
+    } else if constexpr (std::is_same_v<T, TensorIr>) {
+      std::array<char, tensor_ir_head> head{};
+      const auto rank = static_cast<uint32_t>(x.shape.rank());
+      std::memcpy(head.data(), &x.id.value, 8);
+      head[8] = static_cast<char>(x.dtype);
+      head[9] = static_cast<char>(x.status);
+      std::memcpy(head.data() + 10, &rank, 4);
+      raw(head.data(), head.size());
+      raw(x.shape.dims.data(), size_t{rank} * 8);
+    } else if constexpr (std::is_same_v<T, Shape>) {
+      const auto rank = static_cast<uint32_t>(x.rank());
+      raw(&rank, 4);
+      raw(x.dims.data(), size_t{rank} * 8);
+    } else if constexpr (std::is_same_v<T, Bytes>) {
+      const uint64_t n = x.size();
+      raw(&n, 8);
+      raw(x.data(), n);
+    } else if constexpr (std::is_same_v<T, TensorData>) {
+      put(x.shape);
+      put(x.dtype);
+      put(x.bytes);
+    } else if constexpr (is_vector<T>::value) {
+      const auto n = static_cast<uint32_t>(x.size());
+      raw(&n, 4);
+      if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+        raw(x.data(), x.size() * 8);
+      else
+        for (const auto& e : x) put(e);
+    } else {
+      static_assert(!std::is_floating_point_v<T>, "doubles cross as F64Bits");
+      inspect(*this, const_cast<T&>(x));  // an op struct or Scalar: reads only
+    }
+  }
+
+ private:
+  std::vector<char>& out_;
+};
+
+class Reader {
+ public:
+  using result_type = bool;  // true: failed
+  static constexpr bool reads_state = false;
+  static constexpr bool writes_state = true;
+
+  explicit Reader(std::span<const std::byte> in) : at_(in.data()), end_(in.data() + in.size()) {}
+
+  template <class... Ts>
+  bool operator()(Ts&&... xs) {
+    return !(get(xs) && ...);
+  }
+
+  [[nodiscard]] size_t remaining() const { return static_cast<size_t>(end_ - at_); }
+  [[nodiscard]] const std::string& why() const { return why_; }
+
+  [[gnu::cold, gnu::noinline]] bool fail(std::string why) {
+    if (why_.empty()) why_ = std::move(why);
+    return false;
+  }
+
+  [[gnu::cold, gnu::noinline]] bool short_by(size_t n) {
+    return fail("ends inside an op (" + std::to_string(remaining()) + " bytes left, " + std::to_string(n) + " needed)");
+  }
+
+  // Inline, with the failure out of line: this is most of a decode.
+  [[gnu::always_inline]] bool raw(void* p, size_t n) {
+    if (n > remaining()) [[unlikely]]
+      return short_by(n);
+    if (n != 0) std::memcpy(p, at_, n);  // p may be null when n is 0
+    at_ += n;
+    return true;
+  }
+
+  template <class T>
+  bool get(T& x) {
+    if constexpr (std::is_base_of_v<caf::meta::annotation, T>) {
+      return true;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      uint8_t b = 0;
+      if (!raw(&b, 1)) return false;
+      x = b != 0;
+      return true;
+    } else if constexpr (std::is_integral_v<T> || std::is_enum_v<T>) {
+      // Any value of the underlying type: the op rules refuse a kind or
+      // dtype that is not one.
+      return raw(&x, sizeof x);
+    } else if constexpr (std::is_same_v<T, F64Bits>) {
+      uint64_t bits = 0;
+      if (!raw(&bits, 8)) return false;
+      x.value = std::bit_cast<double>(bits);
+      return true;
+    } else if constexpr (std::is_same_v<T, TensorId>) {
+      return raw(&x.value, 8);
+    } else if constexpr (std::is_same_v<T, TensorIr>) {
+      std::array<char, tensor_ir_head> head{};
+      if (!raw(head.data(), head.size())) return false;
+      uint32_t rank = 0;
+      std::memcpy(&x.id.value, head.data(), 8);
+      std::memcpy(&rank, head.data() + 10, 4);
+      x.dtype = static_cast<DType>(static_cast<uint8_t>(head[8]));
+      x.status = static_cast<TensorStatus>(static_cast<uint8_t>(head[9]));
+      return dims(x.shape, rank);
+    } else if constexpr (std::is_same_v<T, Shape>) {
+      uint32_t rank = 0;
+      return raw(&rank, 4) && dims(x, rank);
+    } else if constexpr (std::is_same_v<T, Bytes>) {
+      uint64_t n = 0;
+      if (!raw(&n, 8)) return false;
+      // Checked before allocating: a peer's size never gets allocated
+      // beyond what it sent.
+      if (n > remaining())
+        return fail("declares " + std::to_string(n) + " bytes of data with " + std::to_string(remaining()) + " left");
+      x = Bytes::allocate(n);
+      return raw(x.mutable_data(), n);
+    } else if constexpr (std::is_same_v<T, TensorData>) {
+      if (!get(x.shape) || !get(x.dtype) || !get(x.bytes)) return false;
+      canonicalize_bools(x);
+      return true;
+    } else if constexpr (is_vector<T>::value) {
+      uint32_t n = 0;
+      if (!raw(&n, 4)) return false;
+      // Each element takes at least min_bytes on the wire: the count is
+      // checked against what came before anything is allocated.
+      constexpr size_t min_bytes = std::is_same_v<typename T::value_type, TensorIr> ? tensor_ir_head : 8;
+      static_assert(std::is_same_v<typename T::value_type, TensorIr> ||
+                    std::is_same_v<typename T::value_type, int64_t>);
+      if (size_t{n} > remaining() / min_bytes)
+        return fail("declares " + std::to_string(n) + " elements with " + std::to_string(remaining()) + " bytes left");
+      x.resize(n);
+      if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        return raw(x.data(), size_t{n} * 8);
+      } else {
+        for (auto& e : x)
+          if (!get(e)) return false;
+        return true;
+      }
+    } else {
+      static_assert(!std::is_floating_point_v<T>, "doubles cross as F64Bits");
+      return !inspect(*this, x);  // an op struct or Scalar
+    }
+  }
+
+ private:
+  bool dims(Shape& s, uint32_t rank) {
+    if (rank > tensor_ir_max_rank || size_t{rank} * 8 > remaining())
+      return fail("a tensor of " + std::to_string(rank) + " axes exceeds the bytes received or any rank");
+    s.dims.resize(rank);
+    return raw(s.dims.data(), size_t{rank} * 8);
+  }
+
+  const std::byte* at_;
+  const std::byte* end_;
+  std::string why_;
+};
+
+// The smallest op on the wire: a tag and an id (drop, seed).
+constexpr size_t min_op_bytes = 9;
+
+}  // namespace
+
+std::vector<char> encode_ops(const std::vector<OperationIr>& ops) {
+  std::vector<char> out;
+  out.reserve(4 + ops.size() * 64);
+  Writer w(out);
+  const auto n = static_cast<uint32_t>(ops.size());
+  w.raw(&n, 4);
+  for (const auto& op : ops) {
+    const auto tag = static_cast<uint8_t>(op.op.index());
+    w.raw(&tag, 1);
+    std::visit([&](const auto& alt) { w.put(alt); }, op.op);
+  }
+  return out;
+}
+
+std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr>& ops) {
+  Reader r(bytes);
+  uint32_t n = 0;
+  if (!r.raw(&n, 4)) return "shorter than its op count";
+  // An op is ~600 bytes in memory and may be 9 on the wire: the cap keeps
+  // what one message can make a worker allocate near 40 MiB (the client
+  // sends no more ops in one message).
+  if (n > max_wire_ops)
+    return std::to_string(n) + " ops, more than the " + std::to_string(max_wire_ops) + " a batch may hold";
+  if (size_t{n} > r.remaining() / min_op_bytes)
+    return "declares " + std::to_string(n) + " ops with " + std::to_string(r.remaining()) + " bytes left";
+  ops.clear();
+  ops.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint8_t tag = 0;
+    if (!r.raw(&tag, 1)) return "op " + std::to_string(i) + ": " + r.why();
+    auto& op = ops.emplace_back();
+    if (!emplace_alternative(op.op, tag))
+      return "op " + std::to_string(i) + ": unknown operation tag " + std::to_string(tag);
+    if (!std::visit([&](auto& alt) { return r.get(alt); }, op.op)) return "op " + std::to_string(i) + ": " + r.why();
+  }
+  if (r.remaining() != 0) return std::to_string(r.remaining()) + " bytes after the last op";
+  return {};
+}
+
+}  // namespace switchyard::detail
