@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
+#include <span>
 
 #include "switchyard/messages/op_rules.hpp"
 
@@ -11,60 +14,76 @@ namespace {
 
 /// A tensor the chain mentions, as far as the scan has gone.
 struct Mention {
-  const TensorIr* tensor = nullptr;  // as first mentioned (the ops outlive the scan)
-  bool produced = false;             // an output of an op of the chain (else an external input)
-  bool consumed = false;             // used for the last time: no later op may mention it
-  bool read_write = false;           // some mention is a last use
+  const TensorIr* tensor = nullptr;   // as first mentioned (the ops outlive the scan)
+  bool produced = false;              // an output of an op of the chain (else an external input)
+  bool consumed = false;              // used for the last time: no later op may mention it
+  uint8_t first_at = 0;               // position in the chain of the op that first mentions it
+  uint8_t last_use_at = no_position;  // position of the op that uses it for the last time (read_write)
+  static constexpr uint8_t no_position = 255;
 };
+static_assert(max_chain_ops < Mention::no_position);
 
 class Scan {
  public:
   explicit Scan(const Shape& shape) : shape_(shape) { mentions_.reserve(max_chain_ops + max_inputs); }
 
-  /// Adds `op` to the chain if it can follow the ops before it; false
-  /// (changing nothing) otherwise.
-  bool add(OperationIr& op) {
+  /// Adds `op`, the chain's op at `position`, if it can follow the ops
+  /// before it; false (changing nothing) otherwise.
+  bool add(OperationIr& op, size_t position) {
+    const auto at = static_cast<uint8_t>(position);
+    // The op's tensors, gathered once: each visit of the op variant cost
+    // more than the checks made on what it yields.
+    const TensorIr* out = nullptr;
     size_t outputs = 0;
-    bool ok = true;
-    op.each_output([&](const TensorIr& t) { ok = ok && ++outputs == 1 && t.shape == shape_ && find(t.id) == nullptr; });
-    if (!ok || outputs != 1) return false;
+    op.each_output([&](const TensorIr& t) {
+      out = &t;
+      ++outputs;
+    });
+    if (outputs != 1 || out->shape != shape_ || find(out->id) != nullptr) return false;
+    std::array<TensorIr*, max_op_inputs> in{};
+    size_t n = 0;
+    op.each_input([&](TensorIr& t) {
+      if (n < in.size()) in[n] = &t;
+      ++n;
+    });
+    if (n > in.size()) return false;
+    const std::span<TensorIr* const> inputs(in.data(), n);
     size_t fresh_inputs = 0;
-    op.each_input([&](const TensorIr& t) {
-      const Mention* m = find(t.id);
+    for (const TensorIr* t : inputs) {
+      const Mention* m = find(t->id);
       if (m == nullptr)
         ++fresh_inputs;
-      else  // an intermediate as produced (unfused, anything else fails the op)
-        ok = ok && !m->consumed && (!m->produced || (t.shape == m->tensor->shape && t.dtype == m->tensor->dtype));
-    });
-    if (!ok || externals_ + fresh_inputs > max_inputs) return false;
+      else if (m->consumed || (m->produced && (t->shape != m->tensor->shape || t->dtype != m->tensor->dtype)))
+        return false;  // an intermediate as produced (unfused, anything else fails the op)
+    }
+    if (externals_ + fresh_inputs > max_inputs) return false;
     // Liveness after the op: intermediates it consumes die (each once, even
     // if it names one twice), its output lives.
     size_t live = live_ + 1;
-    op.each_input([&](const TensorIr& t) {
-      Mention* m = find(t.id);
-      if (m != nullptr && m->produced && t.status == TensorStatus::read_write && !m->consumed) {
+    for (const TensorIr* t : inputs) {
+      Mention* m = find(t->id);
+      if (m != nullptr && m->produced && t->status == TensorStatus::read_write && !m->consumed) {
         m->consumed = true;
         --live;
       }
-    });
+    }
     if (live > max_chain_live) {
-      op.each_input([&](const TensorIr& t) {
-        if (Mention* m = find(t.id); m != nullptr && m->produced) m->consumed = false;  // none was before
-      });
+      for (const TensorIr* t : inputs)
+        if (Mention* m = find(t->id); m != nullptr && m->produced) m->consumed = false;  // none was before
       return false;
     }
-    op.each_input([&](const TensorIr& t) {
-      Mention* m = find(t.id);
+    for (const TensorIr* t : inputs) {
+      Mention* m = find(t->id);
       if (m == nullptr) {
-        m = &remember({&t, false, false, false});
+        m = &remember({t, false, false, at});
         ++externals_;
       }
-      if (t.status == TensorStatus::read_write) {
+      if (t->status == TensorStatus::read_write) {
         m->consumed = true;
-        m->read_write = true;
+        m->last_use_at = std::min(m->last_use_at, at);
       }
-    });
-    op.each_output([&](const TensorIr& t) { remember({&t, true, false, false}); });
+    }
+    remember({out, true, false, at});
     live_ = live;
     return true;
   }
@@ -78,19 +97,23 @@ class Scan {
     return m == nullptr || !m->produced;
   }
 
-  [[nodiscard]] std::vector<TensorIr> inputs() const {
+  /// The inputs of the chain's first `size` ops: what they read that none
+  /// of them produces, in order of first mention, read_write if one of them
+  /// uses it for the last time (a later op's last use does not count).
+  [[nodiscard]] std::vector<TensorIr> inputs(size_t size) const {
     std::vector<TensorIr> out;
     out.reserve(externals_);
     for (const auto& m : mentions_) {
-      if (m.produced) continue;
+      if (m.produced || m.first_at >= size) continue;
       out.push_back(*m.tensor);
-      if (m.read_write) out.back().status = TensorStatus::read_write;
+      if (m.last_use_at < size) out.back().status = TensorStatus::read_write;
     }
     return out;
   }
 
  private:
   static constexpr size_t max_inputs = 16;
+  static constexpr size_t max_op_inputs = 8;  // more than any fusible op or head has
 
   // Mentions by id: open addressing in a fixed table, so a scan costs the
   // same per op however long the chain grows (a linear search made the
@@ -132,19 +155,6 @@ bool would_run(OperationIr& op, const Scan& scan, const ChainContext& ctx) {
   return ok && !(ctx.local ? validate_local(op) : validate(op)) && ctx.backend.supports(op);
 }
 
-// Length of the longest chain among ops[first, first + limit) whose ops
-// all pass `admit` (0 when there is none).
-template <class Admit>
-size_t longest_chain(std::span<OperationIr> ops, size_t first, size_t limit, const Shape& shape, Admit admit) {
-  Scan scan(shape);
-  size_t longest = 0;
-  for (size_t k = first; k < first + limit; ++k) {
-    if (!admit(ops[k], scan) || !scan.add(ops[k])) break;
-    if (scan.closed()) longest = k - first + 1;
-  }
-  return longest;
-}
-
 }  // namespace
 
 std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, const ChainContext& ctx) {
@@ -153,24 +163,34 @@ std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, c
   // only in the first place.
   const bool head = ctx.backend.fusible_head(ops[first]);
   if (!head && !ctx.backend.fusible(ops[first])) return std::nullopt;
-  const auto accepted = [&](const OperationIr& op) { return (head && &op == &ops[first]) || ctx.backend.fusible(op); };
   Shape shape;
   ops[first].each_output([&](const TensorIr& t) { shape = t.shape; });
-  // The structure first: cheap, and what usually rules a chain out. Then
-  // what the device knows, op by op over that prefix, cutting the chain
+  // The structure first: cheap, and what usually rules a chain out. One
+  // scan, whose state then also answers which inputs come from outside.
+  Scan scan(shape);
+  uint64_t closed = 0;  // bit k: ops[first, first + k] form a chain
+  static_assert(max_chain_ops <= 64);
+  const size_t limit = std::min(ops.size() - first, max_chain_ops);
+  for (size_t k = 0; k < limit; ++k) {
+    auto& op = ops[first + k];
+    if ((k > 0 && !ctx.backend.fusible(op)) || !scan.add(op, k)) break;
+    if (scan.closed()) closed |= uint64_t{1} << k;
+  }
+  // Length of the longest chain among the first `n` ops (0 if none).
+  const auto longest = [&](size_t n) -> size_t {
+    const uint64_t ends = n >= 64 ? closed : closed & ((uint64_t{1} << n) - 1);
+    return ends == 0 ? 0 : static_cast<size_t>(64 - std::countl_zero(ends));
+  };
+  size_t size = longest(limit);
+  // Then what the device knows, op by op over that prefix, cutting the chain
   // before an op that would fail or wait: that op then runs alone and fails
-  // or waits as it would have anyway.
-  size_t size = longest_chain(ops, first, std::min(ops.size() - first, max_chain_ops), shape,
-                              [&](OperationIr& op, const Scan&) { return accepted(op); });
-  if (size >= 2)
-    size = longest_chain(ops, first, size, shape,
-                         [&](OperationIr& op, const Scan& scan) { return would_run(op, scan, ctx); });
+  // or waits as it would have anyway. (An op's inputs from outside are the
+  // same in the scan's final state: an output id is fresh, so no earlier op
+  // can mention it.)
+  for (size_t k = 0; k < size && size >= 2; ++k)
+    if (!would_run(ops[first + k], scan, ctx)) size = longest(k);
   if (size < 2) return std::nullopt;
-  // The inputs as the chain was cut: a later op's last use of an input
-  // must not make it read_write here.
-  Scan chain(shape);
-  for (size_t k = first; k < first + size; ++k) chain.add(ops[k]);
-  return FusedChain{size, chain.inputs()};
+  return FusedChain{size, scan.inputs(size)};
 }
 
 }  // namespace switchyard::actors

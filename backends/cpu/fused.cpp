@@ -18,11 +18,11 @@
 // so fusing two ops' loops cannot turn a multiply and an add into an FMA.
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 
 #include "backends/cpu/element_fns.hpp"
 #include "backends/cpu/kernels.hpp"
@@ -413,6 +413,11 @@ class RegisterProgramBuilder {
                                                   std::span<const Bytes* const> bytes, const TensorIr& out,
                                                   std::vector<RegisterLoad<T>>& loads) {
     if (out.dtype != dtype) return std::nullopt;
+    // Sized once: a chain of tiny ops spent more growing these than running.
+    tensors_.reserve(chain.size() + inputs.size());
+    slots_.reserve(2 * chain.size() + inputs.size());
+    last_read_.reserve(2 * chain.size() + inputs.size());
+    code_.reserve(3 * chain.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
       const auto& t = inputs[k];
       if (t.dtype != dtype) return std::nullopt;
@@ -428,9 +433,12 @@ class RegisterProgramBuilder {
       }
     }
     // Each tensor's last reader, by op index.
+    size_t capacity = 16;
+    while (capacity < 2 * (chain.size() + inputs.size())) capacity *= 2;  // the ids a chain names, twice
+    rehash(capacity);
     for (size_t j = 0; j < chain.size(); ++j)
-      chain[j].each_input([&](const TensorIr& t) { last_reader_[t.id] = static_cast<int>(j); });
-    for (const auto& [id, v] : tensors_) last_read_[v] = last_reader_[id];
+      chain[j].each_input([&](const TensorIr& t) { last_reader(t.id) = static_cast<int>(j); });
+    for (const auto& [id, v] : tensors_) last_read_[v] = last_reader(id);
     for (op_ = 0; op_ < chain.size(); ++op_)
       if (!std::visit([&](auto& o) { return add(o); }, chain[op_].op)) return std::nullopt;
     if (ssize(constants_) + spills_ > vector_program::max_registers) return std::nullopt;
@@ -447,46 +455,55 @@ class RegisterProgramBuilder {
     Code code;
     Slot operand;
   };
+  /// A unary op's codes, each with a constant operand or -1 (at most two:
+  /// clamp's bounds).
+  struct Steps {
+    std::array<std::pair<Code, int>, 2> items;
+    size_t count = 0;
+    void push_back(std::pair<Code, int> s) { items[count++] = s; }
+    [[nodiscard]] const std::pair<Code, int>* begin() const { return items.data(); }
+    [[nodiscard]] const std::pair<Code, int>* end() const { return items.data() + count; }
+  };
 
   bool add(const UnaryOp& op) {
     if (op.in.dtype != dtype || unary_compute_dtype(op) != dtype || op.out.dtype != dtype) return false;
-    std::vector<std::pair<Code, int>> steps;  // codes, with a constant operand or -1
+    Steps steps;
     switch (op.kind) {
       case UnaryKind::neg:
-        steps = {{Code::neg, -1}};
+        steps.push_back({Code::neg, -1});
         break;
       case UnaryKind::abs:
-        steps = {{Code::abs, -1}};
+        steps.push_back({Code::abs, -1});
         break;
       case UnaryKind::relu:
-        steps = {{Code::relu, -1}};
+        steps.push_back({Code::relu, -1});
         break;
       case UnaryKind::sign:
-        steps = {{Code::sign, -1}};
+        steps.push_back({Code::sign, -1});
         break;
       case UnaryKind::floor:
-        steps = {{Code::floor, -1}};
+        steps.push_back({Code::floor, -1});
         break;
       case UnaryKind::ceil:
-        steps = {{Code::ceil, -1}};
+        steps.push_back({Code::ceil, -1});
         break;
       case UnaryKind::round:
-        steps = {{Code::round, -1}};
+        steps.push_back({Code::round, -1});
         break;
       case UnaryKind::sqrt:
-        steps = {{Code::sqrt, -1}};
+        steps.push_back({Code::sqrt, -1});
         break;
       case UnaryKind::rsqrt:
-        steps = {{Code::rsqrt, -1}};
+        steps.push_back({Code::rsqrt, -1});
         break;
       case UnaryKind::reciprocal:
-        steps = {{Code::reciprocal, -1}};
+        steps.push_back({Code::reciprocal, -1});
         break;
       case UnaryKind::clamp:
         // As element_fns' clamp: the low bound, then the high one; neither
         // is a copy.
-        if (!std::isnan(op.a)) steps.emplace_back(Code::clamp_low, constant(clamp_bound<T>(op.a)));
-        if (!std::isnan(op.b)) steps.emplace_back(Code::clamp_high, constant(clamp_bound<T>(op.b)));
+        if (!std::isnan(op.a)) steps.push_back({Code::clamp_low, constant(clamp_bound<T>(op.a))});
+        if (!std::isnan(op.b)) steps.push_back({Code::clamp_high, constant(clamp_bound<T>(op.b))});
         break;
       default:
         return false;
@@ -606,8 +623,36 @@ class RegisterProgramBuilder {
       }
     }
     accumulator_ = new_value(Slot{});
-    if (const auto it = last_reader_.find(t.id); it != last_reader_.end()) last_read_[accumulator_] = it->second;
+    last_read_[accumulator_] = last_reader(t.id);
     tensors_.emplace_back(t.id, accumulator_);
+  }
+
+  /// The index of the last op reading `id` (-1: none so far): open
+  /// addressing over at most twice the ids a chain can name, so a lookup
+  /// costs the same at any chain length.
+  int& last_reader(TensorId id) {
+    const size_t mask = reader_keys_.size() - 1;
+    for (size_t i = (id.value * 0x9E3779B97F4A7C15ull) >> 40 & mask;; i = (i + 1) & mask) {
+      if (reader_keys_[i] == id.value) return reader_values_[i];
+      if (reader_keys_[i] == 0) {  // id 0 is never valid (validation refuses it)
+        if (2 * ++reader_used_ > reader_keys_.size()) {
+          rehash(2 * reader_keys_.size());
+          return last_reader(id);
+        }
+        reader_keys_[i] = id.value;
+        return reader_values_[i] = -1;
+      }
+    }
+  }
+
+  void rehash(size_t capacity) {
+    auto keys = std::move(reader_keys_);
+    auto values = std::move(reader_values_);
+    reader_keys_.assign(capacity, 0);
+    reader_values_.assign(capacity, -1);
+    reader_used_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] != 0) last_reader(TensorId{keys[i]}) = values[i];
   }
 
   int value(const TensorIr& t) const {
@@ -656,7 +701,9 @@ class RegisterProgramBuilder {
   std::vector<Slot> slots_;                        // by value
   std::vector<int> last_read_;                     // by value: index of the last op reading it
   std::vector<std::pair<TensorId, int>> tensors_;  // tensor -> value holding it
-  std::unordered_map<TensorId, int> last_reader_;  // tensor -> index of the last op reading it
+  std::vector<uint64_t> reader_keys_;              // tensor ids (0: free slot) ...
+  std::vector<int> reader_values_;                 // ... -> index of the last op reading it
+  size_t reader_used_ = 0;
   std::vector<int> free_spills_;
   std::vector<int> spilled_;  // values now in a spill slot
   int spills_ = 0;
