@@ -372,6 +372,87 @@ TEST_CASE("validate rejects an op whose declared output contradicts the rules", 
   CHECK(describe(verr).code == Errc::index_out_of_range);
 }
 
+// validate() accepts unary, binary and scalar ops through plain tests first
+// (op_rules.cpp, passes_quickly) and runs the full checks only on the ops
+// those do not accept: both must accept exactly what the rules allow.
+TEST_CASE("validate accepts exactly the element-wise ops the rules allow", "[messages][rules]") {
+  const std::vector<DType> dtypes(std::begin(all_dtypes), std::end(all_dtypes));
+  const Shape s{2, 3};
+  size_t accepted = 0, refused = 0;
+  // `op` with the output the rules give must pass; with any other dtype or
+  // a wrong shape it must not.
+  auto check = [&](OperationIr& op, const caf::expected<TensorSpec>& spec) {
+    TensorIr* output = nullptr;
+    op.each_output([&](TensorIr& t) { output = &t; });
+    TensorIr& out = *output;
+    std::string operands;
+    op.each_input(
+        [&](const TensorIr& t) { operands.append(" ").append(name_of(t.dtype)).append(t.shape.to_string()); });
+    INFO(op.name() << " of" << operands);
+    if (!spec) {
+      CHECK(validate(op));
+      ++refused;
+      return;
+    }
+    out.shape = spec->shape;
+    out.dtype = spec->dtype;
+    OperationIr good = op;
+    CHECK_FALSE(validate(good));
+    ++accepted;
+    for (DType other : dtypes) {
+      if (other == spec->dtype) continue;
+      out.dtype = other;
+      OperationIr bad = op;
+      CHECK(validate(bad));
+    }
+    out.dtype = spec->dtype;
+    out.shape = Shape{7};
+    OperationIr bad_shape = op;
+    CHECK(validate(bad_shape));
+    out.id = TensorId{};
+    out.shape = spec->shape;
+    OperationIr no_id = op;
+    CHECK(validate(no_id));
+  };
+  for (DType t : dtypes) {
+    for (size_t k = 0; k < unary_kind_count; ++k) {
+      UnaryOp u{static_cast<UnaryKind>(k), ir(1, s, t), ir(2, s, t, TensorStatus::not_init)};
+      auto spec = unary_result(u.kind, s, t);
+      OperationIr op = u;
+      check(op, spec);
+    }
+    for (DType t2 : dtypes) {
+      for (const Shape& rs : {s, Shape{3}, Shape{}}) {
+        for (size_t k = 0; k < binary_kind_count; ++k) {
+          BinaryOp b{static_cast<BinaryKind>(k), ir(1, s, t), ir(2, rs, t2), ir(3, s, t, TensorStatus::not_init)};
+          auto spec = binary_result(b.kind, s, t, rs, t2);
+          OperationIr op = b;
+          check(op, spec);
+        }
+      }
+    }
+    for (Scalar sc : {Scalar(true), Scalar(int64_t{3}), Scalar(2.5)}) {
+      for (size_t k = 0; k < binary_kind_count; ++k) {
+        ScalarOp x{static_cast<BinaryKind>(k), ir(1, s, t), sc, false, ir(2, s, t, TensorStatus::not_init)};
+        auto spec = scalar_result(x.kind, s, t, sc.kind);
+        OperationIr op = x;
+        check(op, spec);
+      }
+    }
+  }
+  // Both outcomes were exercised in numbers.
+  CHECK(accepted > 1000);
+  CHECK(refused > 100);
+  // An input with a status no peer may send, a negative extent, an unknown kind.
+  OperationIr bad_status = UnaryOp{UnaryKind::neg, ir(1, s, DType::f32, static_cast<TensorStatus>(9)),
+                                   ir(2, s, DType::f32, TensorStatus::not_init)};
+  CHECK(validate(bad_status));
+  OperationIr negative = UnaryOp{UnaryKind::neg, ir(1, {-2, 3}, DType::f32), ir(2, {-2, 3}, DType::f32)};
+  CHECK(validate(negative));
+  OperationIr unknown = ScalarOp{static_cast<BinaryKind>(250), ir(1, s, DType::f32), 1.0, false, ir(2, s, DType::f32)};
+  CHECK(validate(unknown));
+}
+
 TEST_CASE("validate rejects conv and pool ops that a lying peer sends", "[messages][rules][conv]") {
   auto conv = [] {
     ConvOp c{ir(1, {1, 4, 5, 5}, DType::f32), ir(2, {6, 2, 3, 3}, DType::f32), TensorIr{},

@@ -38,29 +38,44 @@ caf::error check_shape(const Shape& s, const char* what) {
 
 std::vector<int64_t> contiguous_strides(const Shape& s) { return s.strides(); }
 
-caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
+namespace {
+// The dtype unary op `k` gives a `t` tensor, or nothing where its rule
+// rejects `t` (unary_result says why).
+std::optional<DType> unary_dtype(UnaryKind k, DType t) noexcept {
   switch (rule_of(k)) {
     case UnaryRule::keep:
-      return TensorSpec{s, t};
+      return t;
     case UnaryRule::keep_no_bool:
-      if (is_bool(t))
-        return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors" +
-                           (k == UnaryKind::neg ? " (use logical_not)" : ""));
-      return TensorSpec{s, t};
+      if (is_bool(t)) return std::nullopt;
+      return t;
     case UnaryRule::to_float:
-      return TensorSpec{s, is_floating(t) ? t : default_float};
+      return is_floating(t) ? t : default_float;
     case UnaryRule::float_only:
-      if (!is_floating(t))
-        return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) + " (cast first)");
-      return TensorSpec{s, t};
+      if (!is_floating(t)) return std::nullopt;
+      return t;
     case UnaryRule::integral:
-      if (is_floating(t))
-        return dtype_error(std::string(to_string(k)) + " needs an integer or bool tensor, got " + dt(t));
-      return TensorSpec{s, t};
+      if (is_floating(t)) return std::nullopt;
+      return t;
     case UnaryRule::to_bool:
-      return TensorSpec{s, DType::boolean};
+      return DType::boolean;
   }
-  return arg_error("unknown unary op");
+  return std::nullopt;
+}
+}  // namespace
+
+caf::expected<TensorSpec> unary_result(UnaryKind k, const Shape& s, DType t) {
+  if (auto r = unary_dtype(k, t)) return TensorSpec{s, *r};
+  switch (rule_of(k)) {
+    case UnaryRule::keep_no_bool:
+      return dtype_error(std::string(to_string(k)) + " is not defined for bool tensors" +
+                         (k == UnaryKind::neg ? " (use logical_not)" : ""));
+    case UnaryRule::float_only:
+      return dtype_error(std::string(to_string(k)) + " needs a floating tensor, got " + dt(t) + " (cast first)");
+    case UnaryRule::integral:
+      return dtype_error(std::string(to_string(k)) + " needs an integer or bool tensor, got " + dt(t));
+    default:
+      return arg_error("unknown unary op");
+  }
 }
 
 namespace {
@@ -98,12 +113,22 @@ caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
 }
 }  // namespace
 
+namespace {
+// The dtype binary op `k` gives operands `ta` and `tb` (`a0`, `b0`: 0-d),
+// or nothing where its rule rejects them (binary_result says why).
+std::optional<DType> binary_operands_dtype(BinaryKind k, bool a0, DType ta, bool b0, DType tb) noexcept {
+  // PyTorch rejects sub with any bool operand, not only bool - bool.
+  if (rule_of(k) == BinaryRule::no_bool_operand && (is_bool(ta) || is_bool(tb))) return std::nullopt;
+  return rule_dtype(k, result_type(a0, ta, b0, tb));
+}
+}  // namespace
+
 caf::expected<TensorSpec> binary_result(BinaryKind k, const Shape& a, DType ta, const Shape& b, DType tb) {
   auto shape = broadcast_shapes(a, b);
   if (!shape)
     return shape_error(std::string(to_string(k)) + ": shapes " + a.to_string() + " and " + b.to_string() +
                        " cannot be broadcast together");
-  // PyTorch rejects sub with any bool operand, not only bool - bool.
+  if (auto r = binary_operands_dtype(k, a.rank() == 0, ta, b.rank() == 0, tb)) return TensorSpec{std::move(*shape), *r};
   if (rule_of(k) == BinaryRule::no_bool_operand && (is_bool(ta) || is_bool(tb)))
     return dtype_error(std::string(to_string(k)) +
                        " with a bool operand is not defined (use logical_xor or logical_not), got " + dt(ta) + " and " +
@@ -846,7 +871,61 @@ struct KindChecker {
 
 }  // namespace
 
+namespace {
+// validate()'s checks of a tensor as plain tests, building no error object.
+bool shape_passes(const Shape& s) noexcept {
+  if (s.rank() > 16) return false;
+  int64_t n = 1;
+  for (auto d : s.dims) {
+    if (d < 0 || (d > 0 && n > max_elements / d)) return false;
+    n *= d;
+  }
+  return true;
+}
+
+bool tensor_passes(const TensorIr& t, bool input) noexcept {
+  return t.id && is_valid(t.dtype) && (!input || in_range(t.status, TensorStatus::read_write)) && shape_passes(t.shape);
+}
+
+constexpr auto last_unary = static_cast<UnaryKind>(unary_kind_count - 1);
+constexpr auto last_binary = static_cast<BinaryKind>(binary_kind_count - 1);
+
+// Unary, binary and scalar ops are most of what a remote batch holds (and
+// every op of a fused chain is validated before it joins the chain). This
+// accepts such an op only if it passes every check validate() makes, through
+// the same rules (unary_dtype, binary_operands_dtype, scalar_result_dtype),
+// without the error objects and spec copies of the full checks, ~400
+// instructions per op; an op it does not accept takes the full checks,
+// which say why.
+bool passes_quickly(const OperationIr& op) noexcept {
+  if (const auto* x = std::get_if<ScalarOp>(&op.op)) {
+    return in_range(x->kind, last_binary) && in_range(x->scalar.kind, ScalarKind::floating) &&
+           (x->scalar.kind != ScalarKind::boolean || x->scalar.i == 0 || x->scalar.i == 1) &&
+           tensor_passes(x->lhs, true) && tensor_passes(x->out, false) && x->out.shape == x->lhs.shape &&
+           scalar_result_dtype(x->kind, x->lhs.dtype, x->scalar.kind) == x->out.dtype;
+  }
+  if (const auto* x = std::get_if<UnaryOp>(&op.op)) {
+    return in_range(x->kind, last_unary) && tensor_passes(x->in, true) && tensor_passes(x->out, false) &&
+           x->out.shape == x->in.shape && unary_dtype(x->kind, x->in.dtype) == x->out.dtype;
+  }
+  if (const auto* x = std::get_if<BinaryOp>(&op.op)) {
+    if (!in_range(x->kind, last_binary) || !tensor_passes(x->lhs, true) || !tensor_passes(x->rhs, true) ||
+        !tensor_passes(x->out, false))
+      return false;
+    if (x->lhs.shape == x->rhs.shape) {
+      if (x->out.shape != x->lhs.shape) return false;
+    } else if (broadcast_shapes(x->lhs.shape, x->rhs.shape) != x->out.shape) {
+      return false;
+    }
+    return binary_operands_dtype(x->kind, x->lhs.shape.rank() == 0, x->lhs.dtype, x->rhs.shape.rank() == 0,
+                                 x->rhs.dtype) == x->out.dtype;
+  }
+  return false;
+}
+}  // namespace
+
 caf::error validate(OperationIr& op) {
+  if (passes_quickly(op)) return {};
   if (auto err = std::visit(KindChecker{}, op.op)) return err;
   caf::error err;
   op.each_input([&](TensorIr& t) {
