@@ -31,10 +31,9 @@ struct is_vector<std::vector<T>> : std::true_type {};
 
 class Writer {
  public:
-  // The inspector interface of the op structs' inspect functions.
+  // What the op structs' inspect functions ask of an inspector (the
+  // fields they hand over are taken below, F64Bits included).
   using result_type = bool;  // true: failed (never, when writing)
-  static constexpr bool reads_state = true;
-  static constexpr bool writes_state = false;
 
   /// Writes into `out` from its start; finish() trims it to what was written.
   explicit Writer(std::vector<char>& out) : out_(out) {}
@@ -112,8 +111,6 @@ class Writer {
 class Reader {
  public:
   using result_type = bool;  // true: failed
-  static constexpr bool reads_state = false;
-  static constexpr bool writes_state = true;
 
   explicit Reader(std::span<const std::byte> in) : at_(in.data()), end_(in.data() + in.size()) {}
 

@@ -545,6 +545,37 @@ TEST_CASE("malformed messages get errors and the worker keeps serving", "[remote
     self->request(*entry, 2s, sy::import_atom::value, sy::TensorId{6}, LyingTensorData{})
         .receive([](caf::message&) {}, [](caf::error&) {});
   }
+  {
+    // A batch of more ops than one message may carry (a Runtime splits
+    // such a batch): refused whole when it is decoded, so the fill at its
+    // end never runs.
+    RawConfig cfg(false);
+    caf::actor_system sys{cfg};
+    auto entry = sys.middleman().remote_actor(w.host(), w.port());
+    REQUIRE(entry);
+    caf::scoped_actor self{sys};
+    auto runners = hello_runners(self, *entry);
+    REQUIRE(runners.size() == 1);
+    auto runner = caf::actor_cast<sy::runner_actor>(runners[0]);
+    sy::TensorIr filled{sy::TensorId{4242}, sy::Shape{{2}}, sy::DType::f32, sy::TensorStatus::not_init};
+    std::vector<sy::OperationIr> ops(sy::detail::max_wire_ops, sy::OperationIr{sy::DropOp{sy::TensorId{77}}});
+    ops.emplace_back(sy::FillOp{sy::FillKind::full, filled, 1.0, 0.0});
+    self->send(runner, sy::submit_atom::value, ops);
+    bool read = false;
+    self->request(runner, 5s, sy::read_atom::value, filled.id)
+        .receive([&](sy::TensorData&) { read = true; }, [](caf::error&) {});
+    CHECK_FALSE(read);
+    // One op fewer is a batch like any other.
+    ops.erase(ops.begin());
+    self->send(runner, sy::submit_atom::value, ops);
+    self->request(runner, 5s, sy::read_atom::value, filled.id)
+        .receive(
+            [&](sy::TensorData& d) {
+              read = d.to_vector<float>() == std::vector<float>{1, 1};
+            },
+            [](caf::error&) {});
+    CHECK(read);
+  }
   // Still alive and serving a normal client.
   sy::Runtime rt(local_cpu());
   rt.connect(w.host(), w.port());
