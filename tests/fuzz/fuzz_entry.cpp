@@ -592,7 +592,7 @@ std::vector<Seed> decode_seeds() {
       seed_of("device_stats", Target::device_stats, DeviceStats{"cpu:0", 10, 1, 2, 3, 4096, 8192, 16, 32, 64}));
   std::vector<float> part_values{1, 2, 3, 4};
   seeds.push_back(seed_of("data_part", Target::data_part,
-                          DataPart{TensorId{5}, Shape{{16}}, DType::f32, 64, 16,
+                          DataPart{TensorId{5}, Shape{16}, DType::f32, 64, 16,
                                    Bytes::copy_of(part_values.data(), part_values.size() * sizeof(float)), true}));
   return seeds;
 }
