@@ -488,6 +488,26 @@ std::vector<caf::actor> hello_runners(caf::scoped_actor& self, const caf::actor&
   return runners;
 }
 
+// A client speaking CAF to a worker directly, without a Runtime, so it can
+// send what a Runtime never would. `lying`: see RawConfig.
+struct RawPeer {
+  RawPeer(const WorkerProcess& w, bool lying) : cfg(lying), sys(cfg), self(sys) {
+    auto e = sys.middleman().remote_actor(w.host(), w.port());
+    REQUIRE(e);
+    entry = *e;
+  }
+  /// The worker's one runner, after a hello.
+  sy::runner_actor runner() {
+    auto runners = hello_runners(self, entry);
+    REQUIRE(runners.size() == 1);
+    return caf::actor_cast<sy::runner_actor>(runners[0]);
+  }
+  RawConfig cfg;
+  caf::actor_system sys;
+  caf::scoped_actor self;
+  caf::actor entry;
+};
+
 }  // namespace
 
 TEST_CASE("a client of another protocol version is refused with a clear error", "[remote]") {
@@ -549,14 +569,9 @@ TEST_CASE("malformed messages get errors and the worker keeps serving", "[remote
     // A batch of more ops than one message may carry (a Runtime splits
     // such a batch): refused whole when it is decoded, so the fill at its
     // end never runs.
-    RawConfig cfg(false);
-    caf::actor_system sys{cfg};
-    auto entry = sys.middleman().remote_actor(w.host(), w.port());
-    REQUIRE(entry);
-    caf::scoped_actor self{sys};
-    auto runners = hello_runners(self, *entry);
-    REQUIRE(runners.size() == 1);
-    auto runner = caf::actor_cast<sy::runner_actor>(runners[0]);
+    RawPeer peer(w, false);
+    auto& self = peer.self;
+    auto runner = peer.runner();
     sy::TensorIr filled{sy::TensorId{4242}, sy::Shape{{2}}, sy::DType::f32, sy::TensorStatus::not_init};
     std::vector<sy::OperationIr> ops(sy::detail::max_wire_ops, sy::OperationIr{sy::DropOp{sy::TensorId{77}}});
     ops.emplace_back(sy::FillOp{sy::FillKind::full, filled, 1.0, 0.0});
@@ -588,14 +603,9 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
   rt.connect(w.host(), w.port());
   auto dev = rt.device(w.address() + "/cpu:0");
   {
-    RawConfig cfg(false);
-    caf::actor_system sys{cfg};
-    auto entry = sys.middleman().remote_actor(w.host(), w.port());
-    REQUIRE(entry);
-    caf::scoped_actor self{sys};
-    auto runners = hello_runners(self, *entry);
-    REQUIRE(runners.size() == 1);
-    auto runner = caf::actor_cast<sy::runner_actor>(runners[0]);
+    RawPeer peer(w, false);
+    auto& self = peer.self;
+    auto runner = peer.runner();
     const sy::Shape shape{{1024}};
     auto part = [&](uint64_t id, uint64_t offset, size_t n, uint64_t total = 4096) {
       return sy::DataPart{sy::TensorId{id},
@@ -637,7 +647,7 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
     // A bye in another node's name (here: for the worker's own runner) is
     // refused: it would free that client's tensors.
     sy::Errc bye_code{};
-    self->request(*entry, 5s, sy::bye_atom::value, runners[0])
+    self->request(peer.entry, 5s, sy::bye_atom::value, caf::actor_cast<caf::actor>(runner))
         .receive([](sy::done_atom) {}, [&](caf::error& e) { bye_code = sy::describe(e).code; });
     CHECK(bye_code == sy::Errc::protocol_error);
     // Parts of tensors nobody expects: 64 x 1 MiB announced as 1 GiB each.
