@@ -805,6 +805,23 @@ TEST_CASE("Vectors and data inside a batch declare no more than the block holds"
     REQUIRE(err);
     CHECK_THAT(describe(err).message, Catch::Contains("declares 1099511627776 bytes of data"));
   }
+  SECTION("a list of tensors that would take far more memory than the block") {
+    // One cat of a million 0-d tensors: 14 bytes each on the wire, 96 in
+    // memory, past what a block of this size may decode to.
+    const uint32_t n = 1'000'000;
+    std::vector<char> block(4 + 1 + 4 + size_t{n} * detail::tensor_ir_head + detail::tensor_ir_head + 8, 0);
+    put_at<uint32_t>(block, 0, 1);
+    block[4] = static_cast<char>(OperationIr{CatOp{}}.op.index());
+    put_at<uint32_t>(block, 5, n);
+    std::vector<OperationIr> back;
+    const auto why = detail::decode_ops(std::as_bytes(std::span(block)), back);
+    CHECK_THAT(why, Catch::Contains("op 0: decodes to more than the"));
+    // A tenth of it is a list like any other.
+    put_at<uint32_t>(block, 5, n / 10);
+    block.resize(4 + 1 + 4 + size_t{n / 10} * detail::tensor_ir_head + detail::tensor_ir_head + 8);
+    CHECK(detail::decode_ops(std::as_bytes(std::span(block)), back).empty());
+    CHECK(std::get<CatOp>(back.at(0).op).inputs.size() == n / 10);
+  }
   SECTION("bool bytes other than 0 and 1 arrive as 1") {
     auto d = TensorData::from(std::vector<uint8_t>{0, 1, 0}, Shape{3});
     d.dtype = DType::boolean;

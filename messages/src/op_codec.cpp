@@ -112,7 +112,8 @@ class Reader {
  public:
   using result_type = bool;  // true: failed
 
-  explicit Reader(std::span<const std::byte> in) : at_(in.data()), end_(in.data() + in.size()) {}
+  /// `budget`: the most bytes the decoded ops may take in memory.
+  Reader(std::span<const std::byte> in, size_t budget) : at_(in.data()), end_(in.data() + in.size()), budget_(budget) {}
 
   template <class... Ts>
   bool operator()(Ts&&... xs) {
@@ -120,6 +121,15 @@ class Reader {
   }
 
   [[nodiscard]] size_t remaining() const { return static_cast<size_t>(end_ - at_); }
+
+  /// Takes `bytes` of memory from the budget (false, and why, when it is
+  /// spent): a tensor in a list is 14 bytes on the wire and 96 in memory.
+  bool charge(size_t bytes) {
+    if (bytes > budget_)
+      return fail("decodes to more than the " + std::to_string(budget_ + bytes) + " bytes its size allows");
+    budget_ -= bytes;
+    return true;
+  }
   [[nodiscard]] const std::string& why() const { return why_; }
 
   [[gnu::cold, gnu::noinline]] bool fail(std::string why) {
@@ -195,6 +205,8 @@ class Reader {
                     std::is_same_v<typename T::value_type, int64_t>);
       if (size_t{n} > remaining() / min_bytes)
         return fail("declares " + std::to_string(n) + " elements with " + std::to_string(remaining()) + " bytes left");
+      if constexpr (!std::is_same_v<T, std::vector<int64_t>>)  // int64s take what they took on the wire
+        if (!charge(size_t{n} * sizeof(typename T::value_type))) return false;
       x.resize(n);
       if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
         return raw(x.data(), size_t{n} * 8);
@@ -219,6 +231,7 @@ class Reader {
 
   const std::byte* at_;
   const std::byte* end_;
+  size_t budget_;
   std::string why_;
 };
 
@@ -243,7 +256,10 @@ std::vector<char> encode_ops(const std::vector<OperationIr>& ops) {
 }
 
 std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr>& ops) {
-  Reader r(bytes);
+  // What the ops may take in memory: every op a batch may hold, plus twice
+  // the block for what lists expand to. Data bytes and axes take what they
+  // took on the wire and are not counted.
+  Reader r(bytes, max_wire_ops * sizeof(OperationIr) + 2 * bytes.size());
   uint32_t n = 0;
   if (!r.raw(&n, 4)) return "shorter than its op count";
   // An op is ~600 bytes in memory and may be 9 on the wire: the cap keeps
@@ -254,6 +270,7 @@ std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr
   if (size_t{n} > r.remaining() / min_op_bytes)
     return "declares " + std::to_string(n) + " ops with " + std::to_string(r.remaining()) + " bytes left";
   ops.clear();
+  if (!r.charge(size_t{n} * sizeof(OperationIr))) return r.why();
   ops.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
     uint8_t tag = 0;
