@@ -51,7 +51,16 @@ TEST_CASE("guard: a port closed in the turn that opened it frees its socket", "[
   auto guard = std::make_shared<switchyard::worker::ConnectionGuard>(switchyard::worker::GuardLimits{});
   auto connector = switchyard::worker::spawn_guarded_middleman(sys, guard, false);
   caf::scoped_actor self{sys};
-  const size_t before = open_descriptors();
+  // The actor system may still be opening or closing a descriptor of its
+  // own just after it starts (a run saw 11 before and 10 after): counted
+  // once the count holds still for a moment.
+  size_t before = open_descriptors();
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(20ms);
+    const size_t now = open_descriptors();
+    if (now == before) break;
+    before = now;
+  }
   constexpr int rounds = 40;
   int published = 0;
   int closed = 0;
@@ -72,6 +81,8 @@ TEST_CASE("guard: a port closed in the turn that opened it frees its socket", "[
     std::this_thread::sleep_for(20ms);
     after = open_descriptors();
   }
-  CHECK(after == before);
+  // A socket left open by any round would show here (fewer is the system
+  // settling further, not a leak).
+  CHECK(after <= before);
   self->send_exit(connector, caf::exit_reason::kill);
 }
