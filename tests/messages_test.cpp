@@ -703,18 +703,38 @@ TEST_CASE("Shapes of every rank round-trip through the binary serializer", "[mes
 
 namespace {
 
-// A batch block as encode_ops writes it, with `edit` applied, decoded the way
-// a worker decodes a message: CAF's binary deserializer and the inspect
-// overload of std::vector<OperationIr>.
+// A batch's bytes as they cross the wire: the block's length, the block,
+// then the uploads' bytes.
+std::vector<char> wire_bytes(const std::vector<char>& block, const std::vector<char>& data = {}) {
+  std::vector<char> wire(8);
+  const uint64_t length = block.size();
+  std::memcpy(wire.data(), &length, 8);
+  wire.insert(wire.end(), block.begin(), block.end());
+  wire.insert(wire.end(), data.begin(), data.end());
+  return wire;
+}
+
+// A batch as encode_ops writes it, with `edit` applied to its block (and
+// `edit_data` to its uploads' bytes), decoded the way a worker decodes a
+// message: CAF's binary deserializer and the inspect overload of
+// std::vector<OperationIr>.
 caf::error decode_edited(caf::actor_system& sys, const std::vector<OperationIr>& ops,
-                         const std::function<void(std::vector<char>&)>& edit, std::vector<OperationIr>& back) {
-  auto block = detail::encode_ops(ops);
-  edit(block);
+                         const std::function<void(std::vector<char>&)>& edit, std::vector<OperationIr>& back,
+                         const std::function<void(std::vector<char>&)>& edit_data = {}) {
+  auto encoded = detail::encode_ops(ops);
+  edit(encoded.block);
+  std::vector<char> data;
+  for (auto d : encoded.data) {
+    const auto* p = reinterpret_cast<const char*>(d.data());
+    data.insert(data.end(), p, p + d.size());
+  }
+  if (edit_data) edit_data(data);
+  auto wire = wire_bytes(encoded.block, data);
   std::vector<char> buf;
   caf::binary_serializer sink{sys, buf};
-  size_t n = block.size();
+  size_t n = wire.size();
   REQUIRE_FALSE(sink.begin_sequence(n));
-  REQUIRE_FALSE(sink.apply_raw(n, block.data()));
+  REQUIRE_FALSE(sink.apply_raw(n, wire.data()));
   caf::binary_deserializer source{sys, buf};
   return source(back);
 }
@@ -732,11 +752,13 @@ TEST_CASE("An op batch crosses as one block and a hostile block is refused befor
   caf::actor_system sys{cfg};
   auto a = ir(1, {2, 3}, DType::f32), o = ir(3, {2, 3}, DType::f32, TensorStatus::not_init);
   const std::vector<OperationIr> ops{ScalarOp{BinaryKind::add, a, 1.0, false, o}, DropOp{TensorId{1}}};
-  auto block = detail::encode_ops(ops);
+  auto encoded = detail::encode_ops(ops);
   // u32 count, then add: tag, kind, lhs (14 + 16), scalar (1 + 1 + 8 + 8),
   // scalar_first, out (14 + 16); drop: tag, id.
   const size_t add_bytes = 1 + 1 + 30 + 18 + 1 + 30;
-  REQUIRE(block.size() == 4 + add_bytes + 9);
+  REQUIRE(encoded.block.size() == 4 + add_bytes + 9);
+  CHECK(encoded.data.empty());
+  CHECK(encoded.wire_size() == 8 + encoded.block.size());
   std::vector<OperationIr> back;
   REQUIRE_FALSE(decode_edited(
       sys, ops, [](auto&) {}, back));
@@ -814,13 +836,43 @@ TEST_CASE("Vectors and data inside a batch declare no more than the block holds"
     block[4] = static_cast<char>(OperationIr{CatOp{}}.op.index());
     put_at<uint32_t>(block, 5, n);
     std::vector<OperationIr> back;
-    const auto why = detail::decode_ops(std::as_bytes(std::span(block)), back);
+    auto wire = wire_bytes(block);
+    const auto why = detail::decode_ops(std::as_bytes(std::span(wire)), back);
     CHECK_THAT(why, Catch::Contains("op 0: decodes to more than the"));
     // A tenth of it is a list like any other.
     put_at<uint32_t>(block, 5, n / 10);
     block.resize(4 + 1 + 4 + size_t{n / 10} * detail::tensor_ir_head + detail::tensor_ir_head + 8);
-    CHECK(detail::decode_ops(std::as_bytes(std::span(block)), back).empty());
+    wire = wire_bytes(block);
+    CHECK(detail::decode_ops(std::as_bytes(std::span(wire)), back).empty());
     CHECK(std::get<CatOp>(back.at(0).op).inputs.size() == n / 10);
+  }
+  SECTION("an upload's bytes travel after the block, not in it") {
+    const std::vector<OperationIr> ops{FromDataOp{o, TensorData::from(std::vector<float>{1, 2, 3}, Shape{3})}};
+    auto encoded = detail::encode_ops(ops);
+    REQUIRE(encoded.data.size() == 1);
+    CHECK(encoded.data[0].size() == 12);
+    CHECK(encoded.wire_size() == 8 + encoded.block.size() + 12);
+    std::vector<OperationIr> back;
+    REQUIRE_FALSE(decode_edited(
+        sys, ops, [](auto&) {}, back));
+    CHECK(std::get<FromDataOp>(back[0].op).data.to_vector<float>() == std::vector<float>{1, 2, 3});
+    // Bytes after the last upload, or fewer than it declares.
+    auto err = decode_edited(
+        sys, ops, [](auto&) {}, back, [](auto& data) { data.push_back(0); });
+    REQUIRE(err);
+    CHECK_THAT(describe(err).message, Catch::Contains("1 bytes of data no op declared"));
+    err = decode_edited(
+        sys, ops, [](auto&) {}, back, [](auto& data) { data.pop_back(); });
+    REQUIRE(err);
+    CHECK_THAT(describe(err).message, Catch::Contains("declares 12 bytes of data with 11 left"));
+  }
+  SECTION("a block longer than the batch") {
+    auto wire = wire_bytes(detail::encode_ops({DropOp{TensorId{1}}}).block);
+    const uint64_t length = 1000;
+    std::memcpy(wire.data(), &length, 8);
+    std::vector<OperationIr> back;
+    CHECK_THAT(detail::decode_ops(std::as_bytes(std::span(wire)), back),
+               Catch::Contains("a block of 1000 bytes in 13"));
   }
   SECTION("bool bytes other than 0 and 1 arrive as 1") {
     auto d = TensorData::from(std::vector<uint8_t>{0, 1, 0}, Shape{3});
@@ -828,7 +880,7 @@ TEST_CASE("Vectors and data inside a batch declare no more than the block holds"
     const std::vector<OperationIr> ops{FromDataOp{ir(4, {3}, DType::boolean, TensorStatus::not_init), d}};
     std::vector<OperationIr> back;
     REQUIRE_FALSE(decode_edited(
-        sys, ops, [](auto& b) { b.back() = 7; }, back));
+        sys, ops, [](auto&) {}, back, [](auto& data) { data.back() = 7; }));
     CHECK(std::get<FromDataOp>(back[0].op).data.to_vector<int>() == std::vector<int>{0, 1, 1});
   }
 }

@@ -6,12 +6,15 @@
 // object from every field and call virtually per primitive: decoding a batch
 // of tiny ops cost a worker ~2,200 instructions per op that way.
 //
-// Layout (little-endian): u32 op count, then per op its tag (the variant
-// index, one byte) and its fields in inspect order. bool: one byte;
+// Layout (little-endian), as one CAF byte sequence: u64 length of the block,
+// the block, then the bytes of every upload (FromDataOp) in op order, sent
+// from where they are (a copy into the block cost an inline upload one more
+// pass over its bytes). The block: u32 op count, then per op its tag (the
+// variant index, one byte) and its fields in inspect order. bool: one byte;
 // integers and enums: their width; doubles (F64Bits): their 8 IEEE bytes;
 // TensorId: 8 bytes; TensorIr: the compact 14-byte head and its dims
-// (inspect.hpp); Shape: u32 rank and the dims; Bytes: u64 size and the
-// bytes; a vector: u32 count and its elements.
+// (inspect.hpp); Shape: u32 rank and the dims; Bytes: u64 size (its bytes
+// follow the block); a vector: u32 count and its elements.
 
 #include <algorithm>
 #include <bit>
@@ -35,8 +38,9 @@ class Writer {
   // fields they hand over are taken below, F64Bits included).
   using result_type = bool;  // true: failed (never, when writing)
 
-  /// Writes into `out` from its start; finish() trims it to what was written.
-  explicit Writer(std::vector<char>& out) : out_(out) {}
+  /// Writes into `out.block` from its start (finish() trims it to what was
+  /// written) and lists uploads' bytes in `out.data`.
+  explicit Writer(EncodedOps& out) : out_(out.block), data_(out.data) {}
 
   void finish() { out_.resize(size_); }
 
@@ -85,7 +89,7 @@ class Writer {
     } else if constexpr (std::is_same_v<T, Bytes>) {
       const uint64_t n = x.size();
       raw(&n, 8);
-      raw(x.data(), n);
+      if (n != 0) data_.emplace_back(x.data(), n);
     } else if constexpr (std::is_same_v<T, TensorData>) {
       put(x.shape);
       put(x.dtype);
@@ -105,6 +109,7 @@ class Writer {
 
  private:
   std::vector<char>& out_;
+  std::vector<std::span<const std::byte>>& data_;
   size_t size_ = 0;  // bytes written
 };
 
@@ -112,8 +117,10 @@ class Reader {
  public:
   using result_type = bool;  // true: failed
 
-  /// `budget`: the most bytes the decoded ops may take in memory.
-  Reader(std::span<const std::byte> in, size_t budget) : at_(in.data()), end_(in.data() + in.size()), budget_(budget) {}
+  /// `block`: the ops; `data`: the uploads' bytes after it; `budget`: the
+  /// most bytes the decoded ops may take in memory.
+  Reader(std::span<const std::byte> block, std::span<const std::byte> data, size_t budget)
+      : at_(block.data()), end_(block.data() + block.size()), data_(data), budget_(budget) {}
 
   template <class... Ts>
   bool operator()(Ts&&... xs) {
@@ -121,6 +128,7 @@ class Reader {
   }
 
   [[nodiscard]] size_t remaining() const { return static_cast<size_t>(end_ - at_); }
+  [[nodiscard]] size_t data_remaining() const { return data_.size(); }
 
   /// Takes `bytes` of memory from the budget (false, and why, when it is
   /// spent): a tensor in a list is 14 bytes on the wire and 96 in memory.
@@ -187,10 +195,12 @@ class Reader {
       if (!raw(&n, 8)) return false;
       // Checked before allocating: a peer's size never gets allocated
       // beyond what it sent.
-      if (n > remaining())
-        return fail("declares " + std::to_string(n) + " bytes of data with " + std::to_string(remaining()) + " left");
+      if (n > data_.size())
+        return fail("declares " + std::to_string(n) + " bytes of data with " + std::to_string(data_.size()) + " left");
       x = Bytes::allocate(n);
-      return raw(x.mutable_data(), n);
+      if (n != 0) std::memcpy(x.mutable_data(), data_.data(), n);
+      data_ = data_.subspan(n);
+      return true;
     } else if constexpr (std::is_same_v<T, TensorData>) {
       if (!get(x.shape) || !get(x.dtype) || !get(x.bytes)) return false;
       canonicalize_bools(x);
@@ -231,6 +241,7 @@ class Reader {
 
   const std::byte* at_;
   const std::byte* end_;
+  std::span<const std::byte> data_;
   size_t budget_;
   std::string why_;
 };
@@ -240,9 +251,16 @@ constexpr size_t min_op_bytes = 9;
 
 }  // namespace
 
-std::vector<char> encode_ops(const std::vector<OperationIr>& ops) {
+size_t EncodedOps::wire_size() const {
+  size_t n = 8 + block.size();
+  for (const auto& d : data) n += d.size();
+  return n;
+}
+
+EncodedOps encode_ops(const std::vector<OperationIr>& ops) {
+  EncodedOps out;
   // Room for a typical op (a tag, a kind, two 2-d tensors, a scalar) each.
-  std::vector<char> out(4 + ops.size() * 96);
+  out.block.resize(4 + ops.size() * 96);
   Writer w(out);
   const auto n = static_cast<uint32_t>(ops.size());
   w.raw(&n, 4);
@@ -256,13 +274,18 @@ std::vector<char> encode_ops(const std::vector<OperationIr>& ops) {
 }
 
 std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr>& ops) {
+  uint64_t length = 0;
+  if (bytes.size() < 8) return "shorter than its block's length";
+  std::memcpy(&length, bytes.data(), 8);
+  if (length > bytes.size() - 8)
+    return "a block of " + std::to_string(length) + " bytes in " + std::to_string(bytes.size() - 8);
   // What the ops may take in memory: every op a batch may hold, plus twice
   // the block for what lists expand to. Data bytes and axes take what they
   // took on the wire and are not counted.
-  Reader r(bytes, max_wire_ops * sizeof(OperationIr) + 2 * bytes.size());
+  Reader r(bytes.subspan(8, length), bytes.subspan(8 + length), max_wire_ops * sizeof(OperationIr) + 2 * length);
   uint32_t n = 0;
   if (!r.raw(&n, 4)) return "shorter than its op count";
-  // An op is ~600 bytes in memory and may be 9 on the wire: the cap keeps
+  // An op is 608 bytes in memory and may be 9 on the wire: the cap keeps
   // what one message can make a worker allocate near 40 MiB (the client
   // sends no more ops in one message).
   if (n > max_wire_ops)
@@ -281,7 +304,55 @@ std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr
     if (!std::visit([&](auto& alt) { return r.get(alt); }, op.op)) return "op " + std::to_string(i) + ": " + r.why();
   }
   if (r.remaining() != 0) return std::to_string(r.remaining()) + " bytes after the last op";
+  if (r.data_remaining() != 0) return std::to_string(r.data_remaining()) + " bytes of data no op declared";
   return {};
+}
+
+caf::error save_ops(caf::serializer& f, const std::vector<OperationIr>& ops) {
+  const auto encoded = encode_ops(ops);
+  size_t n = encoded.wire_size();
+  uint64_t length = encoded.block.size();
+  if (auto err = f.begin_sequence(n)) return err;
+  if (auto err = f.apply_raw(8, &length)) return err;
+  if (auto err = f.apply_raw(encoded.block.size(), const_cast<char*>(encoded.block.data()))) return err;
+  // CAF's serializer only reads what apply_raw points at.
+  for (const auto& d : encoded.data)
+    if (auto err = f.apply_raw(d.size(), const_cast<std::byte*>(d.data()))) return err;
+  return f.end_sequence();
+}
+
+caf::error load_ops(caf::deserializer& f, std::vector<OperationIr>& ops) {
+  size_t n = 0;
+  if (auto err = f.begin_sequence(n)) return err;
+  std::string why;
+  if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f)) {
+    if (n > bin->remaining())
+      return make_error(Errc::protocol_error, "op batch of " + std::to_string(n) + " bytes exceeds the " +
+                                                  std::to_string(bin->remaining()) + " bytes received");
+    // Read where it lies in the received message, without a copy first.
+    why = decode_ops({reinterpret_cast<const std::byte*>(bin->remainder().data()), n}, ops);
+    bin->skip(n);
+  } else {
+    // Another deserializer: copied in steps, so memory follows what
+    // actually arrives.
+    std::vector<std::byte> bytes;
+    for (size_t done = 0; done < n;) {
+      const size_t step = std::min<size_t>(n - done, size_t{1} << 20);
+      bytes.resize(done + step);
+      if (auto err = f.apply_raw(step, bytes.data() + done)) return err;
+      done += step;
+    }
+    why = decode_ops(bytes, ops);
+  }
+  if (!why.empty()) return make_error(Errc::protocol_error, "op batch: " + why);
+  return f.end_sequence();
+}
+
+std::vector<std::string> op_names(const std::vector<OperationIr>& ops) {
+  std::vector<std::string> names;
+  names.reserve(ops.size());
+  for (const auto& op : ops) names.push_back(op.name());
+  return names;
 }
 
 }  // namespace switchyard::detail

@@ -3,7 +3,6 @@
 
 // The op set's wire format: CAF inspect overloads of the op types in ops.hpp.
 
-#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <span>
@@ -179,54 +178,39 @@ namespace detail {
 /// Most ops one batch message may carry: a client splits longer batches
 /// for a remote device, and a decoder refuses more (see decode_ops).
 inline constexpr size_t max_wire_ops = 65536;
-/// A batch as one block (src/op_codec.cpp describes the layout).
-[[nodiscard]] std::vector<char> encode_ops(const std::vector<OperationIr>& ops);
-/// Fills `ops` from a block; empty on success, else what is wrong with it.
+
+/// A batch on the wire (src/op_codec.cpp describes the layout): `block`
+/// holds the ops, `data` the uploads' bytes in order (sent as they are,
+/// without a copy into the block).
+struct EncodedOps {
+  std::vector<char> block;
+  std::vector<std::span<const std::byte>> data;
+  [[nodiscard]] size_t wire_size() const;
+};
+[[nodiscard]] EncodedOps encode_ops(const std::vector<OperationIr>& ops);
+/// Fills `ops` from a batch's bytes as they crossed the wire (the block's
+/// length, the block, the data); empty on success, else what is wrong.
 [[nodiscard]] std::string decode_ops(std::span<const std::byte> bytes, std::vector<OperationIr>& ops);
+
+caf::error save_ops(caf::serializer& f, const std::vector<OperationIr>& ops);
+caf::error load_ops(caf::deserializer& f, std::vector<OperationIr>& ops);
+[[nodiscard]] std::vector<std::string> op_names(const std::vector<OperationIr>& ops);
 }  // namespace detail
 
 /// A batch crosses the wire as one block that op_codec.cpp writes and
 /// reads with the op structs' inspect functions above: through CAF's
 /// processors, field by field, decoding was most of what a remote tiny op
-/// cost a worker. The block's size is checked against the bytes received
-/// before it is read, and nothing is allocated for what a peer only declared.
+/// cost a worker. Every size is checked against the bytes received before
+/// anything is allocated for it.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, std::vector<OperationIr>& ops) {
   if constexpr (std::is_same_v<Inspector, caf::serializer>) {
-    auto block = detail::encode_ops(ops);
-    size_t n = block.size();
-    if (auto err = f.begin_sequence(n)) return err;
-    if (auto err = f.apply_raw(n, block.data())) return err;
-    return f.end_sequence();
+    return detail::save_ops(f, ops);
   } else if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
-    size_t n = 0;
-    if (auto err = f.begin_sequence(n)) return err;
-    std::string why;
-    if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f)) {
-      if (n > bin->remaining())
-        return make_error(Errc::protocol_error, "op batch of " + std::to_string(n) + " bytes exceeds the " +
-                                                    std::to_string(bin->remaining()) + " bytes received");
-      why = detail::decode_ops({reinterpret_cast<const std::byte*>(bin->remainder().data()), n}, ops);
-      bin->skip(n);
-    } else {
-      // Another deserializer: copied in steps, so memory follows what
-      // actually arrives.
-      std::vector<std::byte> block;
-      for (size_t done = 0; done < n;) {
-        const size_t step = std::min<size_t>(n - done, size_t{1} << 20);
-        block.resize(done + step);
-        if (auto err = f.apply_raw(step, block.data() + done)) return err;
-        done += step;
-      }
-      why = detail::decode_ops(block, ops);
-    }
-    if (!why.empty()) return make_error(Errc::protocol_error, "op batch: " + why);
-    return f.end_sequence();
+    return detail::load_ops(f, ops);
   } else {
     // Printing inspectors (logs, to_string): the ops' names.
-    std::vector<std::string> names;
-    names.reserve(ops.size());
-    for (const auto& op : ops) names.push_back(op.name());
+    auto names = detail::op_names(ops);
     return f(caf::meta::type_name("ops"), names);
   }
 }
