@@ -74,14 +74,9 @@ class Writer {
     } else if constexpr (std::is_same_v<T, TensorId>) {
       raw(&x.value, 8);
     } else if constexpr (std::is_same_v<T, TensorIr>) {
-      std::array<char, tensor_ir_head> head{};
-      const auto rank = static_cast<uint32_t>(x.shape.rank());
-      std::memcpy(head.data(), &x.id.value, 8);
-      head[8] = static_cast<char>(x.dtype);
-      head[9] = static_cast<char>(x.status);
-      std::memcpy(head.data() + 10, &rank, 4);
+      const auto head = pack_tensor_ir_head(x);
       raw(head.data(), head.size());
-      raw(x.shape.dims.data(), size_t{rank} * 8);
+      raw(x.shape.dims.data(), x.shape.rank() * 8);
     } else if constexpr (std::is_same_v<T, Shape>) {
       const auto rank = static_cast<uint32_t>(x.rank());
       raw(&rank, 4);
@@ -181,12 +176,7 @@ class Reader {
     } else if constexpr (std::is_same_v<T, TensorIr>) {
       std::array<char, tensor_ir_head> head{};
       if (!raw(head.data(), head.size())) return false;
-      uint32_t rank = 0;
-      std::memcpy(&x.id.value, head.data(), 8);
-      std::memcpy(&rank, head.data() + 10, 4);
-      x.dtype = static_cast<DType>(static_cast<uint8_t>(head[8]));
-      x.status = static_cast<TensorStatus>(static_cast<uint8_t>(head[9]));
-      return dims(x.shape, rank);
+      return dims(x.shape, unpack_tensor_ir_head(head, x));
     } else if constexpr (std::is_same_v<T, Shape>) {
       uint32_t rank = 0;
       return raw(&rank, 4) && dims(x, rank);

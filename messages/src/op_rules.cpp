@@ -24,7 +24,22 @@ bool in_range_index_kind(IndexKind k) {
 
 }  // namespace
 
+namespace {
+// check_shape's rule as a plain test, building no error object.
+bool shape_passes(const Shape& s) noexcept {
+  if (s.rank() > 16) return false;
+  int64_t n = 1;
+  for (auto d : s.dims) {
+    if (d < 0 || (d > 0 && n > max_elements / d)) return false;
+    n *= d;
+  }
+  return true;
+}
+}  // namespace
+
 caf::error check_shape(const Shape& s, const char* what) {
+  if (shape_passes(s)) return {};
+  // Why not:
   int64_t n = 1;
   for (auto d : s.dims) {
     if (d < 0) return shape_error(std::string(what) + " shape " + s.to_string() + " has a negative extent");
@@ -32,8 +47,7 @@ caf::error check_shape(const Shape& s, const char* what) {
       return shape_error(std::string(what) + " shape " + s.to_string() + " is too large");
     n *= d;
   }
-  if (s.rank() > 16) return shape_error(std::string(what) + " shape " + s.to_string() + " has more than 16 axes");
-  return {};
+  return shape_error(std::string(what) + " shape " + s.to_string() + " has more than 16 axes");
 }
 
 std::vector<int64_t> contiguous_strides(const Shape& s) { return s.strides(); }
@@ -111,9 +125,7 @@ caf::expected<DType> binary_dtype(BinaryKind k, DType t, Operands operands) {
     return dtype_error(std::string(to_string(k)) + " needs integer or bool operands, got " + operands());
   return dtype_error(std::string(to_string(k)) + " is not defined for bool operands");
 }
-}  // namespace
 
-namespace {
 // The dtype binary op `k` gives operands `ta` and `tb` (`a0`, `b0`: 0-d),
 // or nothing where its rule rejects them (binary_result says why).
 std::optional<DType> binary_operands_dtype(BinaryKind k, bool a0, DType ta, bool b0, DType tb) noexcept {
@@ -873,16 +885,6 @@ struct KindChecker {
 
 namespace {
 // validate()'s checks of a tensor as plain tests, building no error object.
-bool shape_passes(const Shape& s) noexcept {
-  if (s.rank() > 16) return false;
-  int64_t n = 1;
-  for (auto d : s.dims) {
-    if (d < 0 || (d > 0 && n > max_elements / d)) return false;
-    n *= d;
-  }
-  return true;
-}
-
 bool tensor_passes(const TensorIr& t, bool input) noexcept {
   return t.id && is_valid(t.dtype) && (!input || in_range(t.status, TensorStatus::read_write)) && shape_passes(t.shape);
 }

@@ -68,32 +68,44 @@ inline constexpr uint32_t tensor_ir_max_rank = 1024;
 
 // Tensor bytes cross as they are in memory too: peers share a byte order.
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
+
+/// A TensorIr's head as it crosses (the op batch codec writes the same).
+inline std::array<char, tensor_ir_head> pack_tensor_ir_head(const TensorIr& x) {
+  std::array<char, tensor_ir_head> head{};
+  const uint64_t id = x.id.value;
+  const auto rank = static_cast<uint32_t>(x.shape.rank());
+  std::memcpy(head.data(), &id, 8);
+  head[8] = static_cast<char>(x.dtype);
+  head[9] = static_cast<char>(x.status);
+  std::memcpy(head.data() + 10, &rank, 4);
+  return head;
+}
+
+/// Fills `x`'s id, dtype and status from a head and returns its rank (the
+/// dims, which follow, are the caller's to check and read). Any byte is
+/// taken: the op rules refuse a dtype or status that is not one.
+inline uint32_t unpack_tensor_ir_head(const std::array<char, tensor_ir_head>& head, TensorIr& x) {
+  uint32_t rank = 0;
+  std::memcpy(&x.id.value, head.data(), 8);
+  std::memcpy(&rank, head.data() + 10, 4);
+  x.dtype = static_cast<DType>(static_cast<uint8_t>(head[8]));
+  x.status = static_cast<TensorStatus>(static_cast<uint8_t>(head[9]));
+  return rank;
+}
 }  // namespace detail
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TensorIr& x) {
   if constexpr (std::is_same_v<Inspector, caf::serializer>) {
-    std::array<char, detail::tensor_ir_head> head{};
-    const uint64_t id = x.id.value;
-    const auto rank = static_cast<uint32_t>(x.shape.rank());
-    std::memcpy(head.data(), &id, 8);
-    head[8] = static_cast<char>(x.dtype);
-    head[9] = static_cast<char>(x.status);
-    std::memcpy(head.data() + 10, &rank, 4);
+    auto head = detail::pack_tensor_ir_head(x);
     if (auto err = f.apply_raw(head.size(), head.data())) return err;
+    const size_t rank = x.shape.rank();
     if (rank == 0) return {};
-    return f.apply_raw(size_t{rank} * sizeof(int64_t), x.shape.dims.data());
+    return f.apply_raw(rank * sizeof(int64_t), x.shape.dims.data());
   } else if constexpr (std::is_same_v<Inspector, caf::deserializer>) {
     std::array<char, detail::tensor_ir_head> head{};
     if (auto err = f.apply_raw(head.size(), head.data())) return err;
-    uint64_t id = 0;
-    uint32_t rank = 0;
-    std::memcpy(&id, head.data(), 8);
-    std::memcpy(&rank, head.data() + 10, 4);
-    x.id.value = id;
-    // Any byte: the op rules refuse a dtype or status that is not one.
-    x.dtype = static_cast<DType>(static_cast<uint8_t>(head[8]));
-    x.status = static_cast<TensorStatus>(static_cast<uint8_t>(head[9]));
+    const uint32_t rank = detail::unpack_tensor_ir_head(head, x);
     if (rank > detail::tensor_ir_cheap_rank) {
       const auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
       if (rank > detail::tensor_ir_max_rank || (bin != nullptr && uint64_t{rank} * 8 > bin->remaining()))
