@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "switchyard/messages/id_slots.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::actors {
@@ -119,20 +120,14 @@ class Scan {
   // same per op however long the chain grows (a linear search made the
   // planning of 64-op chains of tiny adds cost more than it saved).
   static constexpr size_t table_size = 256;  // > 3 x (max_chain_ops + max_inputs)
-  [[nodiscard]] static size_t slot_of(TensorId id) { return (id.value * 0x9E3779B97F4A7C15ull) >> 56; }
 
   [[nodiscard]] const Mention* find(TensorId id) const {
-    for (size_t i = slot_of(id);; i = (i + 1) % table_size) {
-      if (keys_[i] == 0) return nullptr;  // id 0 is never valid: validation refuses it
-      if (keys_[i] == id.value) return &mentions_[index_[i]];
-    }
+    const uint8_t* index = find_id(index_, id);
+    return index == nullptr ? nullptr : &mentions_[*index];
   }
 
   Mention& remember(const Mention& m) {
-    size_t i = slot_of(m.tensor->id);
-    while (keys_[i] != 0) i = (i + 1) % table_size;
-    keys_[i] = m.tensor->id.value;
-    index_[i] = static_cast<uint8_t>(mentions_.size());
+    probe_id(index_, m.tensor->id) = {m.tensor->id.value, static_cast<uint8_t>(mentions_.size())};
     mentions_.push_back(m);
     return mentions_.back();
   }
@@ -140,8 +135,7 @@ class Scan {
 
   const Shape& shape_;
   std::vector<Mention> mentions_;
-  std::array<uint64_t, table_size> keys_{};  // 0: free
-  std::array<uint8_t, table_size> index_{};  // into mentions_
+  std::array<IdSlot<uint8_t>, table_size> index_{};  // into mentions_
   size_t externals_ = 0;
   size_t live_ = 0;  // intermediates not yet consumed, the last output included
 };

@@ -509,26 +509,15 @@ void Core::LastUseTable::reset(size_t keys) {
   if (slots_.size() < capacity) slots_.resize(capacity);
   // Only the part this batch uses: after one large batch, clearing the
   // whole array for each one-op batch of a round trip showed in profiles.
-  std::fill_n(slots_.begin(), capacity, Slot{});
-  mask_ = capacity - 1;
+  std::fill_n(slots_.begin(), capacity, IdSlot<uint32_t>{});
+  used_ = capacity;
 }
 
 uint32_t& Core::LastUseTable::find_or_insert(TensorId id, uint32_t fresh, bool& inserted) {
-  const size_t mask = mask_;
-  // Ids are sequential: a multiplicative hash spreads neighbours apart.
-  for (size_t i = (id.value * 0x9E3779B97F4A7C15ull) >> 32 & mask;; i = (i + 1) & mask) {
-    auto& slot = slots_[i];
-    if (slot.key == id.value) {
-      inserted = false;
-      return slot.value;
-    }
-    if (slot.key == 0) {
-      slot.key = id.value;
-      slot.value = fresh;
-      inserted = true;
-      return slot.value;
-    }
-  }
+  auto& slot = probe_id(std::span(slots_.data(), used_), id);
+  inserted = slot.key == 0;
+  if (inserted) slot = {id.value, fresh};
+  return slot.value;
 }
 
 bool Core::mark_last_use_locked(Queue& q, TensorId id) {

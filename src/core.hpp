@@ -14,6 +14,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "queue_mutex.hpp"
+#include "switchyard/messages/id_slots.hpp"
 #include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "switchyard/runtime.hpp"
@@ -136,12 +137,8 @@ class Core : public std::enable_shared_from_this<Core> {
     uint32_t& find_or_insert(TensorId id, uint32_t fresh, bool& inserted);
 
    private:
-    struct Slot {
-      uint64_t key = 0;  // 0: empty (never a valid id)
-      uint32_t value = 0;
-    };
-    std::vector<Slot> slots_;
-    size_t mask_ = 0;  // slots in use by the current batch, minus one
+    std::vector<IdSlot<uint32_t>> slots_;
+    size_t used_ = 0;  // slots in use by the current batch (a power of two)
   };
   struct Queue {
     QueueMutex mutex;

@@ -20,6 +20,7 @@
 
 #include <caf/all.hpp>
 
+#include "switchyard/messages/id_slots.hpp"
 #include "switchyard/messages/op_rules.hpp"
 #include "switchyard/messages/protocol.hpp"
 
@@ -882,5 +883,43 @@ TEST_CASE("Vectors and data inside a batch declare no more than the block holds"
     REQUIRE_FALSE(decode_edited(
         sys, ops, [](auto&) {}, back, [](auto& data) { data.back() = 7; }));
     CHECK(std::get<FromDataOp>(back[0].op).data.to_vector<int>() == std::vector<int>{0, 1, 1});
+  }
+}
+
+TEST_CASE("Id slots find every id put in and no other however the ids collide", "[messages]") {
+  // Sequential ids (as a client hands them out), ids a power of two apart
+  // (which share their low bits), and ids near the top of the range.
+  const std::vector<std::vector<uint64_t>> id_sets = {
+      [] {
+        std::vector<uint64_t> ids;
+        for (uint64_t i = 1; i <= 31; ++i) ids.push_back(i);
+        return ids;
+      }(),
+      [] {
+        std::vector<uint64_t> ids;
+        for (uint64_t i = 1; i <= 31; ++i) ids.push_back(i << 32);
+        return ids;
+      }(),
+      {std::numeric_limits<uint64_t>::max(), std::numeric_limits<uint64_t>::max() - 1, 1, 2},
+  };
+  for (const auto& ids : id_sets) {
+    std::vector<IdSlot<uint32_t>> slots(64);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      auto& slot = probe_id(slots, TensorId{ids[k]});
+      REQUIRE(slot.key == 0);  // not in yet
+      slot = {ids[k], static_cast<uint32_t>(k + 100)};
+    }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const uint32_t* value = find_id(slots, TensorId{ids[k]});
+      REQUIRE(value != nullptr);
+      CHECK(*value == k + 100);
+    }
+    for (uint64_t absent : {uint64_t{1000}, uint64_t{33} << 32, uint64_t{3} << 40})
+      CHECK(find_id(slots, TensorId{absent}) == nullptr);
+    // A full table but one slot still ends every probe.
+    std::array<IdSlot<uint8_t>, 2> tiny{};
+    probe_id(tiny, TensorId{ids[0]}) = {ids[0], 7};
+    CHECK(*find_id(tiny, TensorId{ids[0]}) == 7);
+    CHECK(find_id(tiny, TensorId{ids[1]}) == nullptr);
   }
 }

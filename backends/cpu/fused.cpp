@@ -27,6 +27,7 @@
 #include "backends/cpu/element_fns.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "backends/cpu/vector_program.hpp"
+#include "switchyard/messages/id_slots.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard::backends::cpu {
@@ -631,28 +632,23 @@ class RegisterProgramBuilder {
   /// addressing over at most twice the ids a chain can name, so a lookup
   /// costs the same at any chain length.
   int& last_reader(TensorId id) {
-    const size_t mask = reader_keys_.size() - 1;
-    for (size_t i = (id.value * 0x9E3779B97F4A7C15ull) >> 40 & mask;; i = (i + 1) & mask) {
-      if (reader_keys_[i] == id.value) return reader_values_[i];
-      if (reader_keys_[i] == 0) {  // id 0 is never valid (validation refuses it)
-        if (2 * ++reader_used_ > reader_keys_.size()) {
-          rehash(2 * reader_keys_.size());
-          return last_reader(id);
-        }
-        reader_keys_[i] = id.value;
-        return reader_values_[i] = -1;
+    auto& slot = probe_id(readers_, id);
+    if (slot.key == 0) {
+      if (2 * ++readers_used_ > readers_.size()) {
+        rehash(2 * readers_.size());
+        return last_reader(id);
       }
+      slot = {id.value, -1};
     }
+    return slot.value;
   }
 
   void rehash(size_t capacity) {
-    auto keys = std::move(reader_keys_);
-    auto values = std::move(reader_values_);
-    reader_keys_.assign(capacity, 0);
-    reader_values_.assign(capacity, -1);
-    reader_used_ = 0;
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (keys[i] != 0) last_reader(TensorId{keys[i]}) = values[i];
+    auto old = std::move(readers_);
+    readers_.assign(capacity, IdSlot<int>{});
+    readers_used_ = 0;
+    for (const auto& slot : old)
+      if (slot.key != 0) last_reader(TensorId{slot.key}) = slot.value;
   }
 
   int value(const TensorIr& t) const {
@@ -701,9 +697,8 @@ class RegisterProgramBuilder {
   std::vector<Slot> slots_;                        // by value
   std::vector<int> last_read_;                     // by value: index of the last op reading it
   std::vector<std::pair<TensorId, int>> tensors_;  // tensor -> value holding it
-  std::vector<uint64_t> reader_keys_;              // tensor ids (0: free slot) ...
-  std::vector<int> reader_values_;                 // ... -> index of the last op reading it
-  size_t reader_used_ = 0;
+  std::vector<IdSlot<int>> readers_;               // tensor id -> index of the last op reading it
+  size_t readers_used_ = 0;
   std::vector<int> free_spills_;
   std::vector<int> spilled_;  // values now in a spill slot
   int spills_ = 0;
