@@ -6,7 +6,11 @@
 // statistics are two-pass in double (mean, then the sum of squared
 // deviations), so a large mean does not cancel the variance as the
 // textbook sum-of-squares formula would; the slice is usually still in
-// cache for the second pass.
+// cache for the second pass. The result is computed in double too,
+// (x - mean) * scale + shift, and rounded once: the mean rounded to f32
+// first, or x * scale + shift folded into f32 constants, cancels for a
+// large mean (10000001, 10000003, 9999998 lost up to a third of their
+// normalised values), and the reference backend does it so.
 
 #include <cmath>
 
@@ -32,6 +36,12 @@ Stats centred_stats(const T* x, int64_t n, double eps) {
   }
   const double var = n > 0 ? sq / static_cast<double>(n) : 0.0;
   return {mean, 1.0 / std::sqrt(var + eps)};
+}
+
+/// y = (x - mean) * scale + shift over `n` values, in double, rounded once.
+template <class T>
+void normalise(const T* x, T* y, int64_t n, double mean, double scale, double shift) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<double>(x[i]) - mean) * scale + shift);
 }
 
 template <class T>
@@ -70,12 +80,11 @@ void run_norm(Context& ctx, const NormOp& op, const Inputs& in, T* y) {
           const T* px = x + r * inner;
           T* py = y + r * inner;
           Stats st = rms ? Stats{0.0, 1.0 / std::sqrt(mean_square(px, inner) + eps)} : centred_stats(px, inner, eps);
-          const T m = static_cast<T>(st.mean), s = static_cast<T>(st.inv_std);
           for (int64_t i = 0; i < inner; ++i) {
-            T v = (px[i] - m) * s;
-            if (w) v *= w[i];
-            if (b) v += b[i];
-            py[i] = v;
+            double v = (static_cast<double>(px[i]) - st.mean) * st.inv_std;
+            if (w) v *= static_cast<double>(w[i]);
+            if (b) v += static_cast<double>(b[i]);
+            py[i] = static_cast<T>(v);
           }
         }
       });
@@ -96,11 +105,8 @@ void run_norm(Context& ctx, const NormOp& op, const Inputs& in, T* y) {
             const int64_t c = p % channels;
             const double inv = 1.0 / std::sqrt(static_cast<double>(var[c]) + eps);
             const double scale = inv * (w ? static_cast<double>(w[c]) : 1.0);
-            const double shift = (b ? static_cast<double>(b[c]) : 0.0) - static_cast<double>(mean[c]) * scale;
-            const T sc = static_cast<T>(scale), sh = static_cast<T>(shift);
-            const T* px = x + p * spatial;
-            T* py = y + p * spatial;
-            for (int64_t i = 0; i < spatial; ++i) py[i] = px[i] * sc + sh;
+            normalise(x + p * spatial, y + p * spatial, spatial, static_cast<double>(mean[c]), scale,
+                      b ? static_cast<double>(b[c]) : 0.0);
           }
         });
         break;
@@ -117,9 +123,8 @@ void run_norm(Context& ctx, const NormOp& op, const Inputs& in, T* y) {
           const int64_t c0 = (g % groups) * per_group;
           for (int64_t c = 0; c < per_group; ++c) {
             const double scale = st.inv_std * (w ? static_cast<double>(w[c0 + c]) : 1.0);
-            const double shift = (b ? static_cast<double>(b[c0 + c]) : 0.0) - st.mean * scale;
-            const T sc = static_cast<T>(scale), sh = static_cast<T>(shift);
-            for (int64_t i = 0; i < spatial; ++i) py[c * spatial + i] = px[c * spatial + i] * sc + sh;
+            normalise(px + c * spatial, py + c * spatial, spatial, st.mean, scale,
+                      b ? static_cast<double>(b[c0 + c]) : 0.0);
           }
         }
       });

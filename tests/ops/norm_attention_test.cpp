@@ -96,6 +96,40 @@ TEST_CASE("rms_norm, group_norm and batch_norm", "[ops][norm]") {
   expect_all([&](const Device& d) { return bn(d, true); }, DType::f32, {2, 2}, {0, 1, 2, 3});
 }
 
+TEST_CASE("a large mean keeps every norm's normalised values", "[ops][norm]") {
+  // Exact in f32; the mean, 10000000.67, is not. Normalised in double:
+  // the mean rounded to f32 first, or x * scale + shift folded into f32
+  // constants, loses up to a third of each value.
+  const std::vector<double> xs = {10000001, 10000003, 9999998};
+  const double mean = (xs[0] + xs[1] + xs[2]) / 3;
+  double var = 0;
+  for (double x : xs) var += (x - mean) * (x - mean) / 3;
+  std::vector<double> z;
+  for (double x : xs) z.push_back((x - mean) / std::sqrt(var));
+  expect_all(
+      [&](const Device& d) {
+        return nn::layer_norm(make(d, DType::f32, {1, 3}, xs), {3}, {}, {}, 0);
+      },
+      DType::f32, {1, 3}, z);
+  // group_norm with a weight and bias per channel (three channels, one group).
+  expect_all(
+      [&](const Device& d) {
+        return nn::group_norm(make(d, DType::f32, {1, 3, 1}, xs), 1, make(d, DType::f32, {3}, {2, 1, -1}),
+                              make(d, DType::f32, {3}, {1, 0, 0.5}), 0);
+      },
+      DType::f32, {1, 3, 1}, {2 * z[0] + 1, z[1], -z[2] + 0.5});
+  // batch_norm whose running mean is large: three channels of one value.
+  expect_all(
+      [&](const Device& d) {
+        return nn::batch_norm(make(d, DType::f32, {1, 3}, xs), make(d, DType::f32, {3}, {mean, mean, mean}),
+                              make(d, DType::f32, {3}, {var, var, var}), {}, {}, false, 0.1, 0);
+      },
+      DType::f32, {1, 3},
+      {(xs[0] - static_cast<float>(mean)) / std::sqrt(static_cast<float>(var)),
+       (xs[1] - static_cast<float>(mean)) / std::sqrt(static_cast<float>(var)),
+       (xs[2] - static_cast<float>(mean)) / std::sqrt(static_cast<float>(var))});
+}
+
 TEST_CASE("normalisation errors name the op, shapes and argument", "[ops][norm][errors]") {
   Device d = reference();
   auto x = d.zeros({2, 6, 3});
