@@ -91,6 +91,7 @@ struct RunnerState {
   uint32_t track = 0;
   std::shared_ptr<std::atomic<uint64_t>> batches_done;  // null: nobody counts
   bool fuse_elementwise = true;
+  std::shared_ptr<const std::atomic<bool>> abandon;  // RunnerHooks::abandon
   Logger log;
   std::chrono::milliseconds idle_trim_after{0};
   bool busy_since_idle_check = false;  // an op came in since the last idle timer
@@ -279,7 +280,14 @@ void fail_op(RunnerState& st, OperationIr& op, const caf::error& err, bool sprea
 // Runs one op whose inputs have all resolved. Builds no caf::error and
 // allocates nothing of its own unless the op fails or has more than four
 // inputs: this is the per-op path (docs/PERFORMANCE.md).
+bool abandoned(const RunnerState& st) { return st.abandon && st.abandon->load(std::memory_order_relaxed); }
+
 void run(RunnerState& st, OperationIr& op) {
+  if (abandoned(st)) {
+    release_last_uses(st, op);
+    fail_op(st, op, make_error(Errc::runtime_closed, st.name + ": the runtime shut down before " + op.name() + " ran"));
+    return;
+  }
   std::array<BufferPtr, 4> small_in;
   std::unique_ptr<BufferPtr[]> many_in;
   size_t n_in = 0;
@@ -655,7 +663,7 @@ void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
   for (size_t i = 0; i < ops.size();) {
     size_t ran = 0;
     try {
-      if (st.fuse_elementwise) ran = run_chain(st, ops, i, local);
+      if (st.fuse_elementwise && !abandoned(st)) ran = run_chain(st, ops, i, local);
       if (ran == 0) {
         submit_one(self, ops[i], local);
         ran = 1;
@@ -723,6 +731,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.idle_trim_after = hooks.idle_trim_after;
   self->state.transfer_chunk_bytes = hooks.transfer_chunk_bytes;
   self->state.transfer_timeout = hooks.transfer_timeout;
+  self->state.abandon = std::move(hooks.abandon);
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;

@@ -41,6 +41,11 @@ struct RunnerHooks {
   /// Where failed ops (debug) and failed bridges out of this device are
   /// logged, on the runner's thread; silent by default.
   Logger log;
+  /// Set by the runtime's shutdown once it stops waiting for queued work:
+  /// from then on every op not yet run fails with runtime_closed instead of
+  /// running (a kernel already running finishes), so the runner reaches its
+  /// stop message within the shutdown's bound. Null: never.
+  std::shared_ptr<const std::atomic<bool>> abandon;
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

@@ -295,10 +295,11 @@ void Core::start() {
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
-      auto runner = actors::spawn_runner(
-          *system_, name, std::move(backend),
-          actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
-                              options_.transfer_chunk_bytes, options_.remote_timeout, options_.fuse_elementwise, log_});
+      auto runner =
+          actors::spawn_runner(*system_, name, std::move(backend),
+                               actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
+                                                   options_.transfer_chunk_bytes, options_.remote_timeout,
+                                                   options_.fuse_elementwise, log_, abandon_});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
       log_.log(LogLevel::info, [&, threads = opts.threads, kind = where.first->name] {
         return "device " + name + " started" +
@@ -1057,12 +1058,20 @@ void Core::shut_down() {
   if (flusher_.joinable()) flusher_.join();
   if (!system_) return;
   {
-    // Let in-flight work finish (bounded), so outstanding reads complete.
+    // Let queued work finish, so outstanding reads complete: up to
+    // options_.shutdown_timeout for all devices together. Then local runners fail
+    // what they have not run yet with runtime_closed (a kernel running
+    // finishes), so a deep backlog cannot hold the destructor up; remote
+    // devices' futures fail as their connections close.
     caf::scoped_actor self{*system_};
-    for (DeviceId d = 0; d < device_count(); ++d)
-      if (!lost(d))
-        self->request(router_, std::chrono::seconds(10), sync_atom::value, d)
-            .receive([](done_atom) {}, [](caf::error&) {});
+    const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
+    for (DeviceId d = 0; d < device_count(); ++d) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (!lost(d) && left.count() > 0)
+        self->request(router_, left, sync_atom::value, d).receive([](done_atom) {}, [](caf::error&) {});
+    }
+    abandon_->store(true, std::memory_order_relaxed);
     // Each worker hears that we leave (bounded): it frees our tensors now
     // and logs a clean disconnect, where a connection closing before CAF
     // sent our router's down message would read as a lost client.

@@ -236,6 +236,9 @@ class Core : public std::enable_shared_from_this<Core> {
   std::shared_ptr<actors::Tracer> tracer_;  // null unless tracing
   std::atomic<uint64_t> next_id_;
   std::atomic<bool> closed_{false};
+  // Set once shut_down() stops waiting for queued work: local runners then
+  // fail what they have not run (actors::RunnerHooks::abandon).
+  std::shared_ptr<std::atomic<bool>> abandon_ = std::make_shared<std::atomic<bool>>(false);
 
   std::mutex flusher_mutex_;
   std::condition_variable flusher_wake_;

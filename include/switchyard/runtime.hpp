@@ -121,6 +121,11 @@ struct RuntimeOptions {
   /// path and the install libdir. A module is loaded only when a device of
   /// its kind is asked for; a missing one is reported by unavailable().
   std::vector<std::string> backend_module_path;
+  /// How long destroying the runtime lets queued work run, for all devices
+  /// together, before every op not yet run fails with runtime_closed (a
+  /// kernel already running finishes first), and with it the reads and
+  /// syncs that wait on such ops.
+  std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(10)};
 };
 
 /// Owns the actor system, the router and one runner per device. Thread
@@ -133,7 +138,8 @@ class Runtime {
   Runtime();
   /// Starts the devices `options` names (throws Error when one cannot start).
   explicit Runtime(RuntimeOptions options);
-  /// Completes or fails every outstanding future, then stops the devices.
+  /// Lets queued work run for up to RuntimeOptions::shutdown_timeout, fails
+  /// what is left with runtime_closed, then stops the devices.
   ~Runtime();
   /// Not copyable: a Runtime owns its devices.
   Runtime(const Runtime&) = delete;

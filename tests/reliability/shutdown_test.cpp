@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "support/faulty_backend.hpp"
@@ -266,5 +267,64 @@ TEST_CASE("a slow kernel in flight at shutdown completes or fails its futures", 
     } catch (const Error& e) {
       CHECK((e.code() == Errc::kernel_failure || e.code() == Errc::runtime_closed || e.code() == Errc::device_lost));
     }
+  }
+}
+
+namespace {
+
+// A backlog of dependent products far longer than the shutdown timeout:
+// about 400 x 2 GFLOP on one kernel thread.
+Future<TensorData> deep_backlog(const Device& d) {
+  auto a = d.uniform({1024, 1024}, -1, 1);
+  Tensor b = a;
+  for (int i = 0; i < 400; ++i) b = b.matmul(a).tanh();
+  return b.read();
+}
+
+}  // namespace
+
+TEST_CASE("destroying a runtime with a deep backlog fails what is left after the shutdown timeout",
+          "[reliability][shutdown]") {
+  RuntimeOptions o;
+  o.devices = {"cpu:0"};
+  o.cpu_threads = 1;
+  o.shutdown_timeout = 200ms;
+  std::optional<Runtime> rt(std::move(o));
+  auto early = rt->cpu().ones({4}).read();
+  auto last = deep_backlog(rt->cpu());
+  const auto t0 = std::chrono::steady_clock::now();
+  rt.reset();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  // The timeout, one product still running and the teardown: far below the
+  // backlog's own time (tens of seconds).
+  CHECK(took < 8s);
+  REQUIRE(last.wait_for(resolve_bound));
+  try {
+    (void)last.get();
+    FAIL("the last read of a backlog of tens of seconds completed");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == Errc::runtime_closed);
+    CHECK(std::string(e.what()).find("shut down") != std::string::npos);
+  }
+  CHECK(value_or_closed(early));
+}
+
+TEST_CASE("a runtime destroyed inside a continuation fails a deep backlog on another device within the timeout",
+          "[reliability][shutdown]") {
+  RuntimeOptions o = two_cpus();
+  o.shutdown_timeout = 200ms;
+  auto holder = std::make_shared<std::optional<Runtime>>(std::move(o));
+  auto last = deep_backlog((*holder)->cpu(0));
+  (*holder)->cpu(1).ones({1}).read().then([holder](TensorData) { holder->reset(); }).wait_for(resolve_bound);
+  // The destructor returned at once; the teardown's own thread fails the
+  // backlog once the timeout has passed.
+  REQUIRE(last.wait_for(8s));
+  try {
+    (void)last.get();
+    FAIL("the last read of a backlog of tens of seconds completed");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == Errc::runtime_closed);
   }
 }
