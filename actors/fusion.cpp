@@ -153,8 +153,8 @@ bool would_run(OperationIr& op, const Scan& scan, const ChainContext& ctx) {
 
 std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, const ChainContext& ctx) {
   if (first + 1 >= ops.size()) return std::nullopt;
-  // A head (a convolution that applies what follows as it stores its sums)
-  // only in the first place.
+  // A head (a convolution or matmul that applies what follows as it stores
+  // its sums) only in the first place.
   const bool head = ctx.backend.fusible_head(ops[first]);
   if (!head && !ctx.backend.fusible(ops[first])) return std::nullopt;
   Shape shape;

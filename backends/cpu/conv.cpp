@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "backends/common/conv_geometry.hpp"
-#include "backends/cpu/conv_chain.hpp"
+#include "backends/cpu/chain_heads.hpp"
 #include "backends/cpu/depthwise_f32.hpp"
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
@@ -483,17 +483,6 @@ void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* 
 
 // The epilogue as a pass of its own over y (n values; `add` laid out as
 // y), for when the native GEMM is off: the same steps in the same order.
-void apply_epilogue(Context& ctx, float* y, const float* add, F32GemmEpilogue ep, int64_t n) {
-  ctx.pool.parallel_for(n, parallel_grain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float v = y[i];
-      if (add != nullptr) v = ep.add_first ? add[i] + v : v + add[i];
-      if (ep.relu) v = v > 0.0f || v != v ? v : 0.0f;
-      y[i] = v;
-    }
-  });
-}
-
 bool depthwise_like(const ConvGeometry& g) { return g.c_in_group() == 1 && g.groups > 1; }
 
 }  // namespace
@@ -517,7 +506,7 @@ Expected<Bytes> conv_fused(Context& ctx, ConvOp& op, const Inputs& in, const flo
     // Switched off since the chain was planned (the tests toggle it).
     init_output<float>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
     forward<float>(ctx, g, x, w, y);
-    apply_epilogue(ctx, y, add, ep, op.out.numel());
+    apply_epilogue(ctx.pool, y, add, ep, op.out.numel());
   }
   return out;
 }

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "backends/cpu/bf16_gemm.hpp"
-#include "backends/cpu/conv_chain.hpp"
+#include "backends/cpu/chain_heads.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 
@@ -128,8 +128,9 @@ class CpuBackend final : public HostBackend {
   [[nodiscard]] bool fusible(const OperationIr& op) const override { return fusible_elementwise(op); }
 
   [[nodiscard]] bool fusible_head(const OperationIr& op) const override {
-    const auto* c = std::get_if<ConvOp>(&op.op);
-    return c != nullptr && conv_fusible_head(*c);
+    if (const auto* c = std::get_if<ConvOp>(&op.op)) return conv_fusible_head(*c);
+    if (const auto* m = std::get_if<MatmulOp>(&op.op)) return matmul_fusible_head(*m);
+    return false;
   }
 
   DeviceError execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors,
@@ -137,37 +138,40 @@ class CpuBackend final : public HostBackend {
     HostInputs host(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) host.add(tensors[i], inputs[i]);
     if (host.error) return std::move(host.error);
-    if (std::holds_alternative<ConvOp>(chain.front().op)) return execute_conv_chain(chain, tensors, host, output);
+    if (std::holds_alternative<ConvOp>(chain.front().op) || std::holds_alternative<MatmulOp>(chain.front().op))
+      return execute_headed_chain(chain, tensors, host, output);
     auto result = fused_elementwise(ctx_, chain, tensors, host.view());
     if (!result) return std::move(result.error());
     output = std::make_shared<HostBuffer>(std::move(*result));
     return {};
   }
 
-  // A chain headed by a convolution: the add of a same-shape f32 tensor and
-  // the relu that follow it in a CNN (conv, relu; conv, add, relu) run in
-  // the GEMM's store; any ops after those as a fused element-wise chain over
-  // the result, as its input.
-  DeviceError execute_conv_chain(std::span<OperationIr> chain, std::span<const TensorIr> tensors, HostInputs& host,
-                                 BufferPtr& output) {
-    auto& conv = std::get<ConvOp>(chain.front().op);
+  // A chain headed by a convolution or a matmul: the add of a same-shape
+  // f32 tensor and the relu that follow it (conv, relu; conv, add, relu;
+  // linear, relu; linear, add) run in the GEMM's store; any ops after those
+  // as a fused element-wise chain over the result, as its input.
+  DeviceError execute_headed_chain(std::span<OperationIr> chain, std::span<const TensorIr> tensors, HostInputs& host,
+                                   BufferPtr& output) {
+    auto& head = chain.front();
     const auto bytes_of = [&](const TensorIr& t) -> const Bytes* {
       for (size_t k = 0; k < tensors.size(); ++k)
         if (tensors[k].id == t.id) return host.view().bytes[k];
       return nullptr;
     };
-    std::array<const Bytes*, 3> conv_in{};
-    std::array<bool, 3> conv_consumable{};
+    std::array<const Bytes*, 3> head_in{};
+    std::array<bool, 3> head_consumable{};
     size_t n_in = 0;
-    conv.each_input([&](const TensorIr& t) { conv_in[n_in++] = bytes_of(t); });
-    if (std::find(conv_in.begin(), conv_in.begin() + static_cast<std::ptrdiff_t>(n_in), nullptr) !=
-        conv_in.begin() + static_cast<std::ptrdiff_t>(n_in))
-      return DeviceError(Errc::kernel_failure, "cpu: fused chain: a convolution input is missing");
-    TensorIr result = conv.out;  // the last output the epilogue computes
+    head.each_input([&](const TensorIr& t) { head_in[n_in++] = bytes_of(t); });
+    if (std::find(head_in.begin(), head_in.begin() + static_cast<std::ptrdiff_t>(n_in), nullptr) !=
+        head_in.begin() + static_cast<std::ptrdiff_t>(n_in))
+      return DeviceError(Errc::kernel_failure, "cpu: fused chain: an input of " + head.name() + " is missing");
+    TensorIr head_out;
+    head.each_output([&](const TensorIr& t) { head_out = t; });
+    TensorIr result = head_out;  // the last output the epilogue computes
     size_t used = 1;
     F32GemmEpilogue ep;
     const Bytes* add = nullptr;
-    const auto same = [&](const TensorIr& t) { return t.dtype == DType::f32 && t.shape == conv.out.shape; };
+    const auto same = [&](const TensorIr& t) { return t.dtype == DType::f32 && t.shape == head_out.shape; };
     // A value the store replaces must not be read after the op that
     // consumes it there: the rest of the chain sees only the store's result.
     const auto read_after = [&](size_t op, TensorId id) {
@@ -194,8 +198,10 @@ class CpuBackend final : public HostBackend {
         result = u->out;
         ++used;
       }
-    auto y = conv_fused(ctx_, conv, Inputs{{conv_in.data(), n_in}, {conv_consumable.data(), n_in}},
-                        add != nullptr ? add->as<const float>() : nullptr, ep);
+    const Inputs in{{head_in.data(), n_in}, {head_consumable.data(), n_in}};
+    const float* addend = add != nullptr ? add->as<const float>() : nullptr;
+    auto y = std::holds_alternative<ConvOp>(head.op) ? conv_fused(ctx_, std::get<ConvOp>(head.op), in, addend, ep)
+                                                     : matmul_fused(ctx_, std::get<MatmulOp>(head.op), in, addend, ep);
     if (!y) return std::move(y.error());
     if (used < chain.size()) {
       // The rest reads `result` (for the last time: only the chain sees it;

@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/kernels.hpp"
 #include "backends/cpu/native_gemm.hpp"
 
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
@@ -92,6 +93,18 @@ bool openblas_runs_avx512() noexcept {
     return core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
   }();
   return avx512;
+}
+
+void apply_epilogue(ThreadPool& pool, float* y, const float* add, F32GemmEpilogue ep, int64_t n) {
+  if (add == nullptr && !ep.relu) return;
+  pool.parallel_for(n, parallel_grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float v = y[i];
+      if (add != nullptr) v = ep.add_first ? add[i] + v : v + add[i];
+      if (ep.relu) v = v > 0.0f || v != v ? v : 0.0f;
+      y[i] = v;
+    }
+  });
 }
 
 bool native_f32_gemm_enabled() noexcept { return kernel_switch().enabled(); }
@@ -141,7 +154,8 @@ struct TileStart {
 /// What happens to a micro-tile's sums before they are stored, on the last
 /// K block (F32GemmEpilogue).
 struct TileEnd {
-  const float* add = nullptr;  // at the tile's first element, ldc apart as C
+  const float* col_bias = nullptr;  // at the tile's first column
+  const float* add = nullptr;       // at the tile's first element, ldc apart as C
   bool add_first = false;
   bool relu = false;
 };
@@ -173,6 +187,15 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }
+  }
+  if (e.col_bias != nullptr) {
+    __m512 bias[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) bias[v] = _mm512_maskz_loadu_ps(m[v], e.col_bias + 16 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], bias[v]);
   }
   if (e.add != nullptr) {
 #pragma GCC unroll 16
@@ -416,6 +439,7 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
           s.bias = pc == 0 && ops.row_bias != nullptr ? ops.row_bias + ir : nullptr;
           TileEnd e;
           if (last_block) {
+            e.col_bias = ops.col_bias != nullptr ? ops.col_bias + jr : nullptr;
             e.add = ops.add != nullptr ? ops.add + ir * g.ldc + jr : nullptr;
             e.add_first = g.epilogue.add_first;
             e.relu = g.epilogue.relu;
@@ -440,6 +464,7 @@ void empty_sum(const F32Gemm& g) {
       const float bias = ops.row_bias != nullptr ? ops.row_bias[i] : 0.0f;
       for (int64_t j = 0; j < g.n; ++j) {
         float x = g.accumulate ? (ops.row_bias != nullptr ? row[j] + bias : row[j]) : bias;
+        if (ops.col_bias != nullptr) x += ops.col_bias[j];
         if (add != nullptr) x = g.epilogue.add_first ? add[j] + x : x + add[j];
         if (g.epilogue.relu) x = x > 0.0f || x != x ? x : 0.0f;
         row[j] = x;

@@ -50,13 +50,16 @@ struct F32GemmOperands {
   /// add[i * ldc + j]), or null: a residual connection fused into a
   /// convolution. Must not overlap C, which holds partial sums meanwhile.
   const float* add = nullptr;
+  /// n values added to each row's finished sums before `add` (a linear
+  /// layer's bias, where the unfused op adds it), or null.
+  const float* col_bias = nullptr;
 };
 
 /// What happens to each element of C after its last product, before it is
 /// stored: the element-wise ops that follow a convolution in a CNN, applied
 /// while the sums are still in registers instead of in passes over memory.
-/// In this order: C + add (or add + C when add_first, the operands as the
-/// unfused add took them), then relu (NaN stays NaN, -0 becomes 0, as the
+/// In this order: C + col_bias (F32GemmOperands), C + add (or add + C when
+/// add_first, the operands as the unfused add took them), then relu (NaN stays NaN, -0 becomes 0, as the
 /// unfused relu); every step one f32 rounding, so the bits are those of the
 /// unfused ops.
 struct F32GemmEpilogue {
@@ -92,6 +95,11 @@ struct F32Gemm {
   F32GemmEpilogue epilogue;
   std::function<F32GemmOperands(int64_t batch)> locate;
 };
+
+/// The epilogue as a pass over the `n` finished values of `y` (`add` as
+/// long, or null), for when the kernel that would have applied it was off:
+/// the same bits as in the GEMM's store.
+void apply_epilogue(ThreadPool& pool, float* y, const float* add, F32GemmEpilogue ep, int64_t n);
 
 /// Runs `g` on the native kernel over the pool's threads; false (nothing
 /// done) when the kernel is off. Every dimension may be 0. IEEE throughout:

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cblas.h>
 
+#include "backends/cpu/chain_heads.hpp"
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/loops.hpp"
 #include "backends/cpu/matmul_plan.hpp"
@@ -39,9 +40,11 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
 // Result columns below which OpenBLAS keeps f32 products (see above).
 constexpr int64_t native_min_n = 8;
 
-// c = a b for every batch entry on the native f32 GEMM; false when it is off
-// or the shape is one it is not used for.
-bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const float* a, const float* b, float* c) {
+// c = a b [+ col_bias] for every batch entry on the native f32 GEMM, with
+// `ep` (and `add`, laid out as c) applied as it stores; false when the
+// kernel is off or the shape is one it is not used for.
+bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const float* a, const float* b, float* c,
+                   const float* col_bias = nullptr, const float* add = nullptr, F32GemmEpilogue ep = {}) {
   if (d.n < native_min_n || openblas_runs_avx512()) return false;
   F32Gemm g;
   g.m = d.m;
@@ -53,11 +56,22 @@ bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const 
   g.ldb = op.transpose_rhs ? d.k : d.n;
   g.b_transposed = op.transpose_rhs;
   g.ldc = d.n;
+  g.epilogue = ep;
   g.locate = [&](int64_t batch) {
     const auto [ao, bo] = d.operands(batch);
-    return F32GemmOperands{a + ao * d.m * d.k, b + bo * d.k * d.n, c + batch * d.m * d.n, nullptr};
+    F32GemmOperands ops{a + ao * d.m * d.k, b + bo * d.k * d.n, c + batch * d.m * d.n, nullptr};
+    ops.col_bias = col_bias;
+    ops.add = add != nullptr ? add + batch * d.m * d.n : nullptr;
+    return ops;
   };
   return gemm_f32(ctx.pool, g);
+}
+
+// A bias the GEMM's store can add: one value per result column, the same
+// for every row (a linear layer's [n]); other shapes broadcast in a pass.
+bool bias_per_column(const MatmulOp& op) {
+  const auto& dims = op.bias.shape.dims;
+  return op.has_bias() && !dims.empty() && dims.back() == op.out.shape.dims.back() && op.bias.numel() == dims.back();
 }
 
 }  // namespace
@@ -126,14 +140,18 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
         else
           int_gemm(op.transpose_lhs, op.transpose_rhs, d.m, d.n, d.k, pa, pb, pc);
       };
-      bool native = false;
-      if constexpr (std::is_same_v<T, float>) native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c);
+      bool native = false, bias_added = false;
+      if constexpr (std::is_same_v<T, float>) {
+        const float* col_bias = bias_per_column(op) ? in.bytes[2]->as<const float>() : nullptr;
+        native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c, col_bias);
+        bias_added = native && col_bias != nullptr;
+      }
       if (d.k == 0) {
         std::fill(c, c + op.out.numel(), T(0));
       } else if (c_mat > 0 && !native) {
         for (int64_t i = 0; i < d.batches; ++i) one(i);
       }
-      if (op.has_bias()) {
+      if (op.has_bias() && !bias_added) {
         const T* bias = in.bytes[2]->as<const T>();
         map2<T, T>(ctx, c, op.out.shape.strides(), bias, broadcast_strides(op.bias.shape, op.out.shape), c,
                    op.out.shape, [](T x, T y) { return static_cast<T>(x + y); });
@@ -141,6 +159,32 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
     }
   });
   if (!ok) return DeviceError(Errc::unsupported, "cpu: matmul is not defined for bool");
+  return out;
+}
+
+bool matmul_fusible_head(const MatmulOp& op) {
+  const auto f32 = [](const TensorIr& t) { return t.dtype == DType::f32; };
+  if (!f32(op.lhs) || !f32(op.rhs) || !f32(op.out) || (op.has_bias() && !f32(op.bias)) || op.out.numel() == 0 ||
+      !native_f32_gemm_enabled() || openblas_runs_avx512())
+    return false;
+  const MatmulDims d = plan_matmul(op);
+  return d.k > 0 && d.n >= native_min_n && (!op.has_bias() || bias_per_column(op));
+}
+
+Expected<Bytes> matmul_fused(Context& ctx, MatmulOp& op, const Inputs& in, const float* add, F32GemmEpilogue ep) {
+  auto out = ctx.buffers.allocate(op.out.bytes());
+  const MatmulDims d = plan_matmul(op);
+  // (matmul_fusible_head admitted only a bias per column.)
+  const float* col_bias = op.has_bias() ? in.bytes[2]->as<const float>() : nullptr;
+  float* c = writable<float>(out);
+  if (!matmul_native(ctx, op, d, in.bytes[0]->as<const float>(), in.bytes[1]->as<const float>(), c, col_bias, add,
+                     ep)) {
+    // Switched off since the chain was planned (the tests toggle it).
+    auto y = matmul(ctx, op, in);
+    if (!y) return y;
+    apply_epilogue(ctx.pool, writable<float>(*y), add, ep, op.out.numel());
+    return y;
+  }
   return out;
 }
 

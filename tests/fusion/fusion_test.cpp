@@ -526,6 +526,71 @@ TEST_CASE("a convolution's output read again after its relu or add keeps the unf
   if (sy::backends::cpu::native_f32_gemm_enabled()) CHECK(stats(p.on).ops_fused - before.ops_fused > 0);
 }
 
+// --- matmuls heading chains -------------------------------------------------
+
+TEST_CASE("an MLP's relus and residual adds run in the linear layers' store with the unfused bits",
+          "[fusion][matmul]") {
+  sy::testing::Watchdog watchdog(120s, "matmul chains");
+  Pair p;
+  std::mt19937_64 rng(11);
+  auto values = [&](int64_t n) { return uniform_floats(rng, n, -1, 1); };
+  auto xv = values(5 * 24);
+  xv[7] = std::numeric_limits<float>::quiet_NaN();  // row 0: NaN through every layer
+  xv[30] = std::numeric_limits<float>::infinity();
+  const auto w1 = values(40 * 24), b1 = values(40), w2 = values(40 * 40), b2 = values(40);
+  const auto w3 = values(16 * 40), w4 = values(4 * 16), b4 = values(4);
+  const auto bv = values(3 * 5 * 24), bw = values(24 * 16), br = values(3 * 5 * 16);
+  // 2-D biases broadcast in a pass: no head then.
+  const auto b2d = values(5 * 16), w5 = values(16 * 24);
+  auto run = [&](const sy::Device& d) {
+    auto t = [&](const std::vector<float>& v, Shape s) { return d.tensor(v, std::move(s)); };
+    auto x = t(xv, {5, 24});
+    auto h = x.linear(t(w1, {40, 24}), t(b1, {40})).relu();        // 2 ops
+    auto y = (h.linear(t(w2, {40, 40}), t(b2, {40})) + h).relu();  // 3
+    auto z = (y.linear(t(w3, {16, 40})) * 0.5f).sigmoid();         // 3: the rest after the store
+    auto narrow = z.linear(t(w4, {4, 16}), t(b4, {4})).relu();     // 4 columns: no head
+    auto batched = (t(bv, {3, 5, 24}).matmul(t(bw, {24, 16})) + t(br, {3, 5, 16})).relu();  // 3
+    auto wide_bias = (x.matmul(t(bw, {24, 16})) + t(b2d, {5, 16})).relu();                  // 3: a plain add, then relu
+    auto biased2d = t(xv, {5, 24}).linear(t(w5, {16, 24}), t(b2d, {5, 16})).relu();         // no head
+    return outcome(h) + " | " + outcome(y) + " | " + outcome(z) + " | " + outcome(narrow) + " | " + outcome(batched) +
+           " | " + outcome(wide_bias) + " | " + outcome(biased2d);
+  };
+  const auto before = stats(p.on);
+  const auto fused = run(p.on);
+  CHECK(fused.find("nan") != std::string::npos);
+  CHECK(fused == run(p.off));
+  if (sy::backends::cpu::native_f32_gemm_enabled() && !sy::backends::cpu::openblas_runs_avx512())
+    CHECK(stats(p.on).ops_fused - before.ops_fused == 2 + 3 + 3 + 3 + 3);
+  CHECK(stats(p.off).ops_fused == 0);
+}
+
+TEST_CASE("a linear layer's output read again after its relu or add keeps the unfused bits", "[fusion][matmul]") {
+  sy::testing::Watchdog watchdog(120s, "matmul outputs read later");
+  Pair p;
+  std::mt19937_64 rng(13);
+  auto values = [&](int64_t n) { return uniform_floats(rng, n, -1, 1); };
+  const auto xv = values(6 * 20), w = values(32 * 20), b = values(32), r = values(6 * 32), w2 = values(20 * 32);
+  auto run = [&](const sy::Device& d) {
+    auto x = d.tensor(xv, Shape{6, 20});
+    auto weight = d.tensor(w, Shape{32, 20});
+    auto bias = d.tensor(b, Shape{32});
+    auto residual = d.tensor(r, Shape{6, 32});
+    auto l1 = x.linear(weight, bias);
+    auto a = l1.relu() + l1;
+    l1 = {};
+    auto l2 = x.linear(weight, bias);
+    auto c = (l2 + residual).relu() * l2;
+    l2 = {};
+    // A chain of one matmul into another: the second is no part of the first's chain.
+    auto l3 = x.linear(weight, bias).relu().linear(d.tensor(w2, Shape{20, 32})).relu();
+    return outcome(a) + " | " + outcome(c) + " | " + outcome(l3);
+  };
+  const auto before = stats(p.on);
+  CHECK(run(p.on) == run(p.off));
+  if (sy::backends::cpu::native_f32_gemm_enabled() && !sy::backends::cpu::openblas_runs_avx512())
+    CHECK(stats(p.on).ops_fused - before.ops_fused > 0);
+}
+
 // --- random chains over every dtype -----------------------------------------
 
 using Rng = std::mt19937_64;
