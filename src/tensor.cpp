@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -190,7 +191,33 @@ Tensor Tensor::binary(BinaryKind k, const Tensor& o) const {
   return emit(a, std::move(out), std::move(op));
 }
 
+namespace {
+// PyTorch's pow(Tensor, Scalar) takes these exponents to other kernels for
+// f32, f64 and bf16 tensors (ATen's pow_tensor_scalar: sqrt, rsqrt,
+// reciprocal, products), not for f16 and not for a tensor exponent. They
+// differ from pow at -inf and -0 (sqrt(-inf) is NaN and sqrt(-0) is -0,
+// where pow gives inf and 0), where x * x overflows (1e20 ** -2 is 0 in
+// f32) and in rounding; so x.pow(0.5) here is x.sqrt(), and so on.
+std::optional<Tensor> torch_scalar_pow(const Tensor& x, BinaryKind k, Scalar s) {
+  if (k != BinaryKind::pow || s.kind == ScalarKind::boolean || !x.defined()) return std::nullopt;
+  const DType t = x.dtype();
+  if (t != DType::f32 && t != DType::f64 && t != DType::bf16) return std::nullopt;
+  const double e = s.kind == ScalarKind::floating ? s.f : static_cast<double>(s.i);
+  if (s.kind == ScalarKind::integral && s.is_unsigned)
+    return std::nullopt;  // a uint64 beyond int64: no special exponent
+  if (e == 0.5) return x.sqrt();
+  if (e == -0.5) return x.rsqrt();
+  if (e == -1) return x.reciprocal();
+  if (e == 2) return x.mul(x);
+  if (e == 3) return x.mul(x).mul(x);
+  if (e == -2) return x.mul(x).reciprocal();
+  return std::nullopt;
+}
+}  // namespace
+
 Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
+  if (!scalar_first)
+    if (auto special = torch_scalar_pow(*this, k, s)) return *special;
   const auto& a = handle(to_string(k));
   // The dtype alone first: scalar_result's caf::expected and its copy of the
   // shape cost ~120 instructions per op; it runs only to say why an op fails.

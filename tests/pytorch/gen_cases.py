@@ -411,6 +411,15 @@ for name in ("add", "sub", "mul", "div", "pow", "remainder", "maximum", "lt", "e
                 if name in ("sub", "div", "pow", "remainder", "lt", "floor_divide"):
                     add("scalar", [x], {"kind": name, "value": s, "scalar": kind, "first": True},
                         lambda x, w=wrapped, fn=fn: fn(w, x))
+# PyTorch's CPU pow takes these exponents of a Python scalar (not of a
+# tensor) to sqrt, 1 / sqrt, reciprocal and products for f32, f64 and bf16,
+# not for f16: they differ from pow at -inf, -0 and where x * x overflows.
+POW_EDGES = torch.tensor([-float("inf"), -0.0, 0.0, 4.0, 1e20, -3.5, float("nan"), float("inf"), 0.3])
+for dt in ("f32", "f64", "bf16", "f16"):
+    for kind, s in (("float", 0.5), ("float", -0.5), ("float", -1.0), ("float", 2.0), ("float", 3.0),
+                    ("float", -2.0), ("float", 1.5), ("int", 2), ("int", 3)):
+        add("scalar", [POW_EDGES.to(DT[dt])], {"kind": "pow", "value": s, "scalar": kind, "first": False},
+            lambda x, s=s: x.pow(s))
 add("scalar", [torch.tensor([1, 2], dtype=torch.int32)], {"kind": "remainder", "value": 0, "scalar": "int", "first": False},
     lambda x: torch.remainder(x, torch.tensor(0)))
 # Large integer scalars (issue 15, item 10): exact beyond 2^53, wrapping in
