@@ -103,3 +103,5 @@ set(SWITCHYARD_PC_LIBS_PRIVATE "-lcaf_io -lcaf_openssl -lcaf_core -lopenblas -lh
 file(RELATIVE_PATH SWITCHYARD_PC_PREFIX_FROM_PCDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file("${PROJECT_SOURCE_DIR}/cmake/switchyard.pc.in" "${PROJECT_BINARY_DIR}/switchyard.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/switchyard.pc" DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+configure_file("${PROJECT_SOURCE_DIR}/cmake/switchyard-onnx.pc.in" "${PROJECT_BINARY_DIR}/switchyard-onnx.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/switchyard-onnx.pc" DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
