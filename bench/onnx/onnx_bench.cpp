@@ -39,12 +39,14 @@ int main(int argc, char** argv) {
     sy::onnx::DataMap feeds{{input, sy::TensorData::from(x, shape)}};
     for (int i = 0; i < 50; ++i) (void)model.infer(feeds).get();  // warm-up (builds the plan)
     // Device ops one cached call submits (the upload and the reads included).
+    // Of those, how many ran inside fused chains (a relu in a GEMM's store).
     auto ops_now = [&] { return rt.device(device).stats().get().ops_executed; };
+    auto fused_now = [&] { return rt.device(device).stats().get().ops_fused; };
     (void)rt.device(device).sync().get();
-    const uint64_t ops_before = ops_now();
+    const uint64_t ops_before = ops_now(), fused_before = fused_now();
     (void)model.infer(feeds).get();
     (void)rt.device(device).sync().get();
-    const uint64_t ops_per_call = ops_now() - ops_before;
+    const uint64_t ops_per_call = ops_now() - ops_before, fused_per_call = fused_now() - fused_before;
     std::vector<double> lat;
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < iters; ++i) {
@@ -56,8 +58,9 @@ int main(int argc, char** argv) {
     std::sort(lat.begin(), lat.end());
     std::printf(
         "{\"runtime\": \"switchyard %s\", \"shape\": \"%s\", \"median_us\": %.1f, \"p99_us\": %.1f, "
-        "\"rows_per_s\": %.0f, \"device_ops_per_call\": %llu}\n",
+        "\"rows_per_s\": %.0f, \"device_ops_per_call\": %llu, \"fused_ops_per_call\": %llu}\n",
         device.c_str(), argv[a], lat[lat.size() / 2], lat[lat.size() * 99 / 100],
-        static_cast<double>(b * iters) / total, static_cast<unsigned long long>(ops_per_call));
+        static_cast<double>(b * iters) / total, static_cast<unsigned long long>(ops_per_call),
+        static_cast<unsigned long long>(fused_per_call));
   }
 }
