@@ -498,7 +498,7 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
 
 // Reads tensor `id` once it is ready or failed, answering `done` with its
 // contents or its error.
-void read_when_resolved(Self self, TensorId id, std::function<void(caf::expected<TensorData>)> done) {
+void read_when_resolved(Self self, TensorId id, const std::function<void(caf::expected<TensorData>)>& done) {
   when_resolved(
       self, id, [self, done](Entry& e) { read_entry(self, e, done); },
       [done](caf::error err) { done(std::move(err)); });
@@ -690,7 +690,7 @@ void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
 // import `dst`; `done` hears when it left, or why it could not.
 void export_tensor(Self self, TensorId id, runner_actor target, TensorId dst,
                    std::function<void(const caf::error&)> done) {
-  auto send = [self, id, target, dst, done](caf::expected<TensorData> r) {
+  auto send = [self, id, target = std::move(target), dst, done = std::move(done)](caf::expected<TensorData> r) {
     if (!r) {
       // The source's own failure, logged where it happened.
       self->state.log.log(LogLevel::trace, [&] {
@@ -769,7 +769,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](read_atom, TensorId id, std::vector<OperationIr>& ops, LocalReply<TensorData>& reply) {
         if (!ops.empty()) take_in(self, ops, true);
-        read_when_resolved(self, id, std::move(reply.deliver));
+        read_when_resolved(self, id, reply.deliver);
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
         auto& st = self->state;

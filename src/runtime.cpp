@@ -76,7 +76,7 @@ Future<void> Runtime::sync_all() const {
   }
   for (const auto& d : devices) {
     auto f = core_->sync(d.id());
-    f.on_complete([done, remaining](std::exception_ptr e) {
+    f.on_complete([done, remaining](const std::exception_ptr& e) {
       if (e) done.set_error(e);
       if (remaining->fetch_sub(1) == 1) done.set_value();
     });

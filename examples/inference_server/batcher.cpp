@@ -119,12 +119,13 @@ void Batcher::loop() {
     ++dispatched_[r];
     next_ = r + 1;
     lock.unlock();
-    dispatch(r, std::move(jobs), rows);
+    dispatch(r, jobs, rows);
+    jobs.clear();  // our references go before the lock is taken again
     lock.lock();
   }
 }
 
-void Batcher::dispatch(size_t r, std::vector<std::shared_ptr<Job>> jobs, int64_t rows) {
+void Batcher::dispatch(size_t r, const std::vector<std::shared_ptr<Job>>& jobs, int64_t rows) {
   batch_rows_.observe(static_cast<double>(rows));
   try {
     std::vector<float> flat;
@@ -146,7 +147,7 @@ void Batcher::dispatch(size_t r, std::vector<std::shared_ptr<Job>> jobs, int64_t
       auto poison = rep.device.full({1}, 1, sy::DType::i32).remainder(rep.device.zeros({1}, sy::DType::i32));
       x = x + poison.cast(sy::DType::f32);
     }
-    sy::Future<void> split = x.read().then([jobs, w = out_width_](sy::TensorData d) {
+    sy::Future<void> split = x.read().then([jobs, w = out_width_](const sy::TensorData& d) {
       auto v = d.as<float>();
       size_t off = 0;
       for (const auto& j : jobs) {
@@ -155,7 +156,7 @@ void Batcher::dispatch(size_t r, std::vector<std::shared_ptr<Job>> jobs, int64_t
         off += k;
       }
     });
-    split.on_complete([this, r, jobs](std::exception_ptr e) {
+    split.on_complete([this, r, jobs](const std::exception_ptr& e) {
       if (e)
         for (const auto& j : jobs) j->done.set_error(e);
       finish(r);

@@ -87,7 +87,7 @@ class Batcher {
     std::chrono::steady_clock::time_point arrived;
   };
   void loop();
-  void dispatch(size_t replica, std::vector<std::shared_ptr<Job>> jobs, int64_t rows);
+  void dispatch(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs, int64_t rows);
   void finish(size_t replica);
 
   int64_t in_width_;

@@ -411,7 +411,7 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
     finish(replica);
     return;
   }
-  fut.on_complete([this, fut, jobs, replica](std::exception_ptr e) {
+  fut.on_complete([this, fut, jobs, replica](const std::exception_ptr& e) {
     if (e) {
       for (auto& j : jobs) j->done.set_error(e);
     } else if (jobs.size() == 1) {

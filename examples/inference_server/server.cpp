@@ -370,7 +370,7 @@ int main(int argc, char** argv) {
   // Answers on the event-loop thread (bad input), on the thread that
   // completes the batch's future, or on the strand when the request timeout
   // fires first: whichever comes first counts.
-  auto infer = [&](http::Request req, http::Responder respond) {
+  auto infer = [&](const http::Request& req, const http::Responder& respond) {
     ++in_flight;
     const auto t0 = Clock::now();
     auto once = std::make_shared<std::atomic<bool>>(false);
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
       auto fut = onnx_batcher->submit(std::move(p.inputs), p.rows);
       respond.on_deadline(opt.request_timeout,
                           [reply] { reply(504, serve::error_body("timed out waiting for the model")); });
-      fut.on_complete([fut, reply](std::exception_ptr e) {
+      fut.on_complete([fut, reply](const std::exception_ptr& e) {
         try {
           if (!e) return reply(200, serve::onnx_outputs_body(fut.get()));
           std::rethrow_exception(e);
@@ -523,7 +523,7 @@ int main(int argc, char** argv) {
       return false;
     };
     if (path == "/v1/infer") {
-      if (only("POST")) infer(std::move(req), respond);
+      if (only("POST")) infer(req, respond);
     } else if (path == "/healthz") {
       if (only("GET")) respond(healthz());
     } else if (path == "/metrics") {

@@ -330,7 +330,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   /// An error the layer answers itself: reply, then close (the stream's
   /// framing can no longer be trusted).
-  void fail(int status, std::string message) {
+  void fail(int status, const std::string& message) {
     keep_alive_ = false;
     release_body();
     parser_.reset();  // with the partial body in it

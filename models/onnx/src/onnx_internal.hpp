@@ -116,7 +116,7 @@ class Ctx {
   [[nodiscard]] const ::onnx::AttributeProto* attr(std::string_view name) const;
   [[nodiscard]] int64_t attr_i(std::string_view name, int64_t fallback) const;
   [[nodiscard]] float attr_f(std::string_view name, float fallback) const;
-  [[nodiscard]] std::string attr_s(std::string_view name, std::string fallback) const;
+  [[nodiscard]] std::string attr_s(std::string_view name, const std::string& fallback) const;
   [[nodiscard]] std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
 
   /// Runs the subgraph in `attribute` (see SubgraphRunner).

@@ -223,7 +223,7 @@ OpSpec unary(UnaryKind k) {
 }
 
 OpSpec composed(std::function<Tensor(Ctx&, const Tensor&)> f, std::vector<std::string> attrs = {}) {
-  return {std::move(attrs), nullptr, [f](Ctx& ctx) { return Outs{dev_value(f(ctx, ctx.dev(0)))}; }};
+  return {std::move(attrs), nullptr, [f = std::move(f)](Ctx& ctx) { return Outs{dev_value(f(ctx, ctx.dev(0)))}; }};
 }
 
 // Integer host arithmetic for shape subgraphs (broadcasting).
@@ -375,7 +375,7 @@ OpSpec variadic(BinaryKind k, bool mean) {
 
 Tensor reduce(const Tensor& x, const std::string& op, const Ints& axes, bool keep) {
   const DType t = x.dtype();
-  auto back = [&](Tensor r) { return r.dtype() == t ? r : r.cast(t); };
+  auto back = [&](const Tensor& r) { return r.dtype() == t ? r : r.cast(t); };
   if (op == "ReduceSum") return back(x.sum(axes, keep));
   if (op == "ReduceMean") return x.mean(axes, keep);
   if (op == "ReduceMax") return x.max(axes, keep);
@@ -1714,13 +1714,14 @@ std::string window_check(const ::onnx::NodeProto& n, int64_t) {
 
 // `terms` are the coefficients a_k of sum_k (-1)^k a_k cos(2 pi k n / N).
 OpSpec window(std::vector<double> terms) {
-  return {{"output_datatype", "periodic"}, window_check, [terms](Ctx& ctx) {
+  return {{"output_datatype", "periodic"}, window_check, [terms = std::move(terms)](Ctx& ctx) {
             const auto size = ctx.ints(0);
             if (size.size() != 1) ctx.fail(Errc::shape_mismatch, "size must hold one value");
             if (size[0] < 0) ctx.fail(Errc::invalid_argument, "size " + std::to_string(size[0]));
             const DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("output_datatype", 1)));
             const double span = static_cast<double>(ctx.attr_i("periodic", 1) != 0 ? size[0] : size[0] - 1);
             std::vector<double> v;
+            v.reserve(static_cast<size_t>(size[0]));
             for (int64_t i = 0; i < size[0]; ++i) {
               double w = 0, sign = 1;
               for (size_t k = 0; k < terms.size(); ++k, sign = -sign)

@@ -209,7 +209,7 @@ float Ctx::attr_f(std::string_view name, float fallback) const {
   return a ? a->f() : fallback;
 }
 
-std::string Ctx::attr_s(std::string_view name, std::string fallback) const {
+std::string Ctx::attr_s(std::string_view name, const std::string& fallback) const {
   const auto* a = attr(name);
   return a ? a->s() : fallback;
 }
