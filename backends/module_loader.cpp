@@ -76,8 +76,11 @@ Loaded load(const std::string& kind, const std::vector<std::string>& search_path
   const std::string file = module_file_name(kind);
   std::string path;
   for (const auto& dir : search_path) {
-    if (is_file(dir + "/" + file)) {
-      path = dir + "/" + file;
+    std::string candidate = dir;
+    candidate += '/';
+    candidate += file;
+    if (is_file(candidate)) {
+      path = std::move(candidate);
       break;
     }
   }

@@ -15,8 +15,10 @@ namespace sy = switchyard;
 int main() {
   sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "cpu:1"}});
   std::atomic<int> failures{0};
+  constexpr int kThreads = 8;
   std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       auto dev = rt.device(t % 2 == 0 ? "cpu:0" : "cpu:1");
       for (int round = 0; round < 50; ++round) {

@@ -88,6 +88,7 @@ std::vector<DeviceStats> Runtime::stats() const {
   std::vector<Future<DeviceStats>> futures;
   for (const auto& d : devices()) futures.push_back(core_->stats(d.id()));
   std::vector<DeviceStats> out;
+  out.reserve(futures.size());
   for (auto& f : futures) out.push_back(f.get());
   return out;
 }

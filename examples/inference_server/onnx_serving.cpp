@@ -401,6 +401,7 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
       sox::DataMap batch;
       for (const auto& [name, first] : jobs.front()->inputs) {
         std::vector<const sy::TensorData*> parts;
+        parts.reserve(jobs.size());
         for (const auto& j : jobs) parts.push_back(&j->inputs.at(name));
         batch.emplace(name, stack_rows(parts));
       }

@@ -437,6 +437,7 @@ int main(int argc, char** argv) {
     std::ostringstream out;
     const auto reps = batch_devices();
     std::vector<sy::Future<sy::DeviceStats>> stats;
+    stats.reserve(reps.size());
     for (const auto& d : reps) stats.push_back(d.stats());
     std::vector<std::optional<sy::DeviceStats>> got;
     for (auto& f : stats) {
