@@ -43,6 +43,7 @@ void add_loader_dirs(std::vector<std::string>& dirs, void* handle) {
   Dl_serinfo size{};
   if (dlinfo(handle, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size < sizeof(Dl_serinfo)) return;
   // Dl_serinfo ends in a flexible array; malloc'd storage is aligned for it.
+  // NOLINTNEXTLINE(cppcoreguidelines-no-malloc): a flexible array of dls_size bytes, as dlinfo documents
   std::unique_ptr<Dl_serinfo, decltype(&std::free)> info(static_cast<Dl_serinfo*>(std::malloc(size.dls_size)),
                                                          &std::free);
   if (!info) return;

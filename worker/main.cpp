@@ -373,6 +373,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
 
 }  // namespace
 
+// NOLINTNEXTLINE(bugprone-exception-escape): bad input is answered; only resource exhaustion is left to throw
 int main(int argc, char** argv) {
   // A self-pipe, not sigwait: OpenBLAS starts its threads before main, so
   // a blocked-signal mask cannot cover them and SIGTERM could land on one

@@ -667,6 +667,7 @@ class RegisterProgramBuilder {
   /// scalar ops often repeats one).
   int constant(T v) {
     for (size_t c = 0; c < constants_.size(); ++c)
+      // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bits on purpose: -0 and 0, NaN payloads differ
       if (std::memcmp(&constants_[c], &v, sizeof v) == 0) return constant_values_[c];
     constants_.push_back(v);
     constant_values_.push_back(new_value(Slot{Slot::constant, static_cast<int>(constants_.size()) - 1}));

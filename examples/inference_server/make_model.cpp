@@ -18,6 +18,7 @@
 #include "mlp_model.hpp"
 #include "tools/cli.hpp"
 
+// NOLINTNEXTLINE(bugprone-exception-escape): bad input and save errors are caught; only bad_alloc is left
 int main(int argc, char** argv) {
   std::string out;
   std::string layers;

@@ -245,6 +245,7 @@ void fit_connections_to_fd_limit(http::Options& o) {
 
 }  // namespace
 
+// NOLINTNEXTLINE(bugprone-exception-escape): start-up errors are caught; only bad_alloc or thread errors are left
 int main(int argc, char** argv) {
   // Shutdown signals become a byte on a pipe that the signal thread below
   // reads. Not sigwait with the signals blocked: libraries start threads

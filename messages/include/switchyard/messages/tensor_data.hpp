@@ -70,6 +70,7 @@ struct TensorData {
         for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i] != 0);
       } else {
         const S* src = bytes.as<const S>();
+        // NOLINTNEXTLINE(bugprone-signed-char-misuse): i8 elements are numbers, sign extension is meant
         for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i]);
       }
     });
