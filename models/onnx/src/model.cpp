@@ -138,17 +138,20 @@ struct Compiler {
         throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
       const auto& spec = it->second;
       if (std::string why = older_opset_check(node, opset); !why.empty())
+        // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
         throw Error(Errc::unsupported, label + ": " + why);
       for (const auto& a : node.attribute())
         if (std::find(spec.attributes.begin(), spec.attributes.end(), a.name()) == spec.attributes.end())
           throw Error(Errc::unsupported, label + ": attribute '" + a.name() + "' is not supported");
       if (spec.check) {
         std::string missing = spec.check(node, opset);
+        // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
         if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
       }
       for (const auto& o : node.output()) {
         auto et = elem_type.find(o);
         if (et != elem_type.end() && et->second != 0 && !detail::to_dtype(et->second))
+          // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
           throw Error(Errc::unsupported, label + ": output '" + o + "' has dtype " +
                                              detail::onnx_type_name(et->second) + ", which Switchyard lacks");
       }
@@ -156,6 +159,7 @@ struct Compiler {
       for (const auto& i : node.input()) {
         const int s = i.empty() ? -1 : scope.find(i);
         if (!i.empty() && s < 0)
+          // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
           throw Error(Errc::invalid_argument, label + ": input '" + i + "' is never produced (graph not sorted?)");
         ins.push_back(s);
       }

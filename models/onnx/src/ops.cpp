@@ -778,7 +778,10 @@ Tensor einsum(Ctx& ctx, const std::string& equation, std::vector<Tensor> operand
     for (char l : batch) shape.push_back(std::max(extent(acc, l), extent(rhs, l)));
     for (char l : left) shape.push_back(extent(acc, l));
     for (char l : right) shape.push_back(extent(rhs, l));
-    acc = EinsumTerm{a.matmul(b).reshape(Shape(shape)), batch + left + right};
+    std::string letters = batch;
+    letters += left;
+    letters += right;
+    acc = EinsumTerm{a.matmul(b).reshape(Shape(shape)), std::move(letters)};
   }
   sum_letters(acc, out);
   if (acc.letters.size() != out.size())
@@ -2224,10 +2227,12 @@ Value stack_values(Ctx& ctx, const std::vector<Value>& parts, int64_t axis) {
   }
   if (host) {
     std::vector<const TensorData*> data;
+    data.reserve(lifted.size());
     for (const auto& v : lifted) data.push_back(&*v.host);
     return host_value(host_concat(data, axis));
   }
   std::vector<Tensor> tensors;
+  tensors.reserve(lifted.size());
   for (const auto& v : lifted) tensors.push_back(v.dev.defined() ? v.dev : ctx.device().from_data(*v.host));
   return dev_value(cat(tensors, axis));
 }
@@ -2539,6 +2544,7 @@ Outs concat_from_sequence(Ctx& ctx) {
   }
   if (host && total <= kHostMax) {
     std::vector<const TensorData*> parts;
+    parts.reserve(items.size());
     for (const auto& v : items) parts.push_back(&*v.host);
     return Outs{host_value(host_concat(parts, axis))};
   }
