@@ -35,7 +35,7 @@ void gemm(bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, in
                 static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-constexpr int64_t blas_single_thread_mnk = 4 * 65536;
+constexpr int64_t blas_single_thread_mnk = int64_t{4} * 65536;
 
 template <class T>
 void run_attention(Context& ctx, const AttentionOp& op, const Inputs& in, T* y) {

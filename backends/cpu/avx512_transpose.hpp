@@ -8,6 +8,7 @@
 // -Wmaybe-uninitialized inside the intrinsics (see bf16_gemm.cpp).
 
 #if defined(__x86_64__)
+#include <cstddef>
 #include <immintrin.h>
 
 namespace switchyard::backends::cpu {
@@ -16,7 +17,7 @@ namespace switchyard::backends::cpu {
 /// rows r[0..15] form.
 __attribute__((target("avx512f"))) inline void transpose16x16(__m512i r[16]) {
   __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
+  for (std::ptrdiff_t i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
   }

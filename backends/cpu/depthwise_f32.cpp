@@ -136,7 +136,7 @@ SY_DW_TARGET inline void segment(const Plan& p, const float* xin, const float* w
   }
   float* dst = out + o1 * g.out[2] + 16 * c0;
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(dst + 16 * v, p.stores[static_cast<size_t>(c0 + v)], acc[v]);
+  for (int64_t v = 0; v < V; ++v) _mm512_mask_storeu_ps(dst + 16 * v, p.stores[static_cast<size_t>(c0 + v)], acc[v]);
 }
 
 /// A row segment's taps, read once for all its rows: per vector v and
@@ -188,7 +188,8 @@ SY_DW_TARGET inline void block(const Plan& p, const SegmentTaps<KW, V>& t, const
   for (int r = 0; r < R; ++r) {
     float* dst = out + (o1 + r) * g.out[2] + 16 * c0;
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(dst + 16 * v, p.stores[static_cast<size_t>(c0 + v)], acc[r][v]);
+    for (int64_t v = 0; v < V; ++v)
+      _mm512_mask_storeu_ps(dst + 16 * v, p.stores[static_cast<size_t>(c0 + v)], acc[r][v]);
   }
 }
 

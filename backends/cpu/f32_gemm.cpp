@@ -135,9 +135,9 @@ namespace {
 // loads per cycle.
 constexpr int kMR = SY_F32_MR;
 constexpr int kNV = SY_F32_NV;
-constexpr int64_t kNR = 16 * kNV;
-constexpr int64_t kKC = SY_F32_KC;  // a B micro-panel, kKC x kNR, stays in L1
-constexpr int64_t kMC = 16 * kMR;   // a tile's A block, kMC x kKC, in L2
+constexpr int64_t kNR = int64_t{16} * kNV;
+constexpr int64_t kKC = SY_F32_KC;          // a B micro-panel, kKC x kNR, stays in L1
+constexpr int64_t kMC = int64_t{16} * kMR;  // a tile's A block, kMC x kKC, in L2
 constexpr int64_t kNC = 32 * kNR;
 constexpr int64_t kFillRows = 8;  // rows of B a fill_b call writes (8 x kNC floats: 32 KiB at most)
 
@@ -168,19 +168,20 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
   __m512 acc[R][V];
   __mmask16 m[V];
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) m[v] = mask16(cols - 16 * v);
+  for (int v = 0; v < V; ++v) m[v] = mask16(cols - static_cast<int64_t>(16 * v));
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
-      acc[i][v] = s.load_c ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+      acc[i][v] =
+          s.load_c ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + static_cast<int64_t>(16 * v)) : _mm512_setzero_ps();
       if (s.bias != nullptr) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_set1_ps(s.bias[i]));
     }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
     __m512 bv[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = _mm512_load_ps(b + p * kNR + 16 * v);
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_load_ps(b + p * kNR + static_cast<int64_t>(16 * v));
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const __m512 av = _mm512_set1_ps(a[p * kMR + i]);
@@ -191,7 +192,7 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
   if (e.col_bias != nullptr) {
     __m512 bias[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bias[v] = _mm512_maskz_loadu_ps(m[v], e.col_bias + 16 * v);
+    for (int v = 0; v < V; ++v) bias[v] = _mm512_maskz_loadu_ps(m[v], e.col_bias + static_cast<int64_t>(16 * v));
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
@@ -202,7 +203,7 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
-        const __m512 r = _mm512_maskz_loadu_ps(m[v], e.add + i * ldc + 16 * v);
+        const __m512 r = _mm512_maskz_loadu_ps(m[v], e.add + i * ldc + static_cast<int64_t>(16 * v));
         acc[i][v] = e.add_first ? _mm512_add_ps(r, acc[i][v]) : _mm512_add_ps(acc[i][v], r);
       }
   }
@@ -220,7 +221,7 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(c + i * ldc + static_cast<int64_t>(16 * v), m[v], acc[i][v]);
 }
 
 using MicroFn = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t, const TileStart&,
@@ -231,7 +232,7 @@ constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...
   return {&micro<static_cast<int>(I / kNV) + 1, static_cast<int>(I % kNV) + 1>...};
 }
 /// micro<rows, vectors> at [(rows - 1) * kNV + vectors - 1].
-constexpr auto kMicro = micro_table(std::make_index_sequence<kMR * kNV>{});
+constexpr auto kMicro = micro_table(std::make_index_sequence<static_cast<size_t>(kMR) * kNV>{});
 
 /// Packs rows [i0, i0 + kMR) x columns [pc, pc + kc) of A (rows past m are
 /// zero) k by k: out[(p - pc) * kMR + r] = A(i0 + r, p).
@@ -276,8 +277,9 @@ SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
-        const int64_t j = q * kNR + 16 * v;
-        _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(mask16(cols - j), row + j));
+        const int64_t j = q * kNR + static_cast<int64_t>(16 * v);
+        _mm512_store_ps(out + q * panel + p * kNR + static_cast<int64_t>(16 * v),
+                        _mm512_maskz_loadu_ps(mask16(cols - j), row + j));
       }
   }
 }
@@ -300,10 +302,10 @@ SY_F32_TARGET void pack_shifted(const F32Gemm& g, const float* b, int64_t p0, in
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
-        const int64_t j = q * kNR + 16 * v;
+        const int64_t j = q * kNR + static_cast<int64_t>(16 * v);
         const __mmask16 m = j < cols ? static_cast<__mmask16>(mask[j / 16] & mask16(cols - j)) : __mmask16(0);
         if (ahead && j < cols) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T0);
-        _mm512_store_ps(out + q * panel + p * kNR + 16 * v, _mm512_maskz_loadu_ps(m, row + j));
+        _mm512_store_ps(out + q * panel + p * kNR + static_cast<int64_t>(16 * v), _mm512_maskz_loadu_ps(m, row + j));
       }
   }
 }
@@ -349,8 +351,8 @@ Grid plan_grid(const F32Gemm& g, int64_t threads) {
     const int64_t mc = (g.m + mt - 1) / mt, nc = (g.n + nt - 1) / nt;
     const bool split_n = nc >= 4 * kNR && nc * kMR >= mc * kNR;
     if (split_n)
-      ++nt;
-    else if (mc >= 4 * kMR)
+      ++nt;  // NOLINT(bugprone-branch-clone): n is split first, and again only when m cannot be
+    else if (mc >= int64_t{4} * kMR)
       ++mt;
     else if (nc >= 4 * kNR)
       ++nt;
