@@ -104,7 +104,9 @@ caf::result<Reply> relay(Self self, DeviceId id, Ts... xs) {
   };
   self->request(it->second.runner, timeout_for(self, it->second.runner), xs...)
       .then(
-          [self, id, rp, forget](Reply& r) mutable {
+          // By default capture: self and id are used only when Reply is
+          // DeviceStats, and an explicit capture would be unused otherwise.
+          [=](Reply& r) mutable {
             forget();
             if constexpr (std::is_same_v<Reply, DeviceStats>) {
               if (auto d = self->state.devices.find(id); d != self->state.devices.end()) r.device = d->second.name;

@@ -71,6 +71,7 @@ class CpuBackend final : public HostBackend {
   }
 
   [[nodiscard]] std::string_view kind() const noexcept override { return "cpu"; }
+  using HostBackend::supports;  // supports(DType), not hidden by the overload below
   // Every op on every dtype (a host backend stores them all), which the
   // interface's default finds by visiting the op twice and asking about each
   // tensor's dtype, ~70 instructions per op.
