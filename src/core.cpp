@@ -77,7 +77,13 @@ ContinuationScope::ContinuationScope() noexcept { ++runtime_handler_depth; }
 ContinuationScope::~ContinuationScope() { --runtime_handler_depth; }
 
 TensorHandle::~TensorHandle() {
-  if (core && !core->closed()) core->drop(device, ir.id);
+  // Queueing the drop allocates; if that fails (bad_alloc), the tensor stays
+  // on its device until the runtime closes rather than the destructor
+  // terminating the program.
+  try {
+    if (core && !core->closed()) core->drop(device, ir.id);
+  } catch (...) {  // swallowed: see above
+  }
 }
 
 namespace {
@@ -452,7 +458,17 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
   return ids;
 }
 
-Core::~Core() { close(); }
+Core::~Core() {
+  // A destructor must not throw: what close() could not finish (bad_alloc,
+  // a thread that would not start) is logged instead.
+  try {
+    close();
+  } catch (const std::exception& e) {
+    log_.log(LogLevel::error, [&] { return std::string("shutdown failed: ") + e.what(); });
+  } catch (...) {
+    log_.log(LogLevel::error, [] { return std::string("shutdown failed"); });
+  }
+}
 
 std::optional<DeviceId> Core::find(std::string_view name) const {
   // Newest first: a reconnected worker's devices reuse the lost ones' names.
@@ -866,7 +882,9 @@ Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_p
   if (!slots_[device].local) flush(device);
   if (!slots_[device].local && options_.transfer_chunk_bytes > 0 && ir.bytes() > options_.transfer_chunk_bytes)
     return read_in_parts(device, ir, std::move(keep));
-  auto check = [device = info(device).name, ir](Promise<TensorData>& p, TensorData& d) {
+  // Init-captures: a plain capture of the const reference `ir` would be a
+  // const member, copied (allocating) whenever the closure is moved.
+  auto check = [device = info(device).name, ir = ir](Promise<TensorData>& p, TensorData& d) {
     if (auto err = validate_data(d, ir.shape, ir.dtype))
       p.set_error(to_exception(make_error(Errc::protocol_error, "read of tensor " + std::to_string(ir.id.value) +
                                                                     " from " + device + ": " + describe(err).message)));
@@ -915,7 +933,9 @@ Future<TensorData> Core::read_in_parts(DeviceId device, const TensorIr& ir, std:
   auto weak = weak_from_this();
   ThreadLoggerGuard logger_guard;
   system_->spawn(
-      [t, chunk, name, weak, device, ir](caf::event_based_actor* self, router_actor router) {
+      // Init-captures for the const `name` and `ir`: moved, not copied, with
+      // the closure.
+      [t, chunk, name = name, weak, device, ir = ir](caf::event_based_actor* self, const router_actor& router) {
         auto fail = [t, weak](const caf::error& e) {
           if (std::exchange(t->failed, true)) return;
           RuntimeThreadScope scope;

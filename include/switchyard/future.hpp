@@ -209,8 +209,14 @@ struct BrokenPromiseGuard {
   BrokenPromiseGuard(const BrokenPromiseGuard&) = delete;
   BrokenPromiseGuard& operator=(const BrokenPromiseGuard&) = delete;
   ~BrokenPromiseGuard() {
-    state->set_error(std::make_exception_ptr(
-        Error(Errc::runtime_closed, "the request was abandoned without a result (broken promise)")));
+    // A destructor must not throw: without memory for the message, the
+    // future fails with the bad_alloc instead.
+    try {
+      state->set_error(std::make_exception_ptr(
+          Error(Errc::runtime_closed, "the request was abandoned without a result (broken promise)")));
+    } catch (...) {
+      state->set_error(std::current_exception());
+    }
   }
 };
 
