@@ -39,7 +39,7 @@ constexpr std::chrono::milliseconds kLingerTime{2000};
 constexpr size_t kLingerBytes = 1 << 20;
 // Reads of a new request's first bytes; the buffer never holds more than a
 // header plus one read beyond it.
-constexpr size_t kReadChunk = 16 * 1024;
+constexpr size_t kReadChunk = size_t{16} * 1024;
 
 }  // namespace
 
