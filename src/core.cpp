@@ -657,7 +657,7 @@ void Core::submit(DeviceId device, OperationIr&& op) {
     if (closed()) return;
     if (chunk > 0 && upload_bytes > 0 && q.upload_bytes + upload_bytes > chunk) sent = send_locked(device, q);
     if (chunk > 0 && upload_bytes > chunk) {
-      send_in_parts(device, std::get<FromDataOp>(std::move(op.op)), chunk);
+      send_in_parts(device, std::get<FromDataOp>(op.op), chunk);
       sent = true;
     } else {
       q.upload_bytes += upload_bytes;
@@ -770,7 +770,7 @@ void Core::flusher_loop() {
 // Under the device's queue lock, after the queue was sent: the expect and
 // the parts leave in queue order, so ops queued later find the tensor
 // pending on the runner and wait for its last part.
-void Core::send_in_parts(DeviceId device, FromDataOp upload, size_t chunk) {
+void Core::send_in_parts(DeviceId device, const FromDataOp& upload, size_t chunk) {
   caf::anon_send(router_, expect_atom::value, device, upload.out);
   const auto& bytes = upload.data.bytes;
   for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
@@ -860,7 +860,7 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
   auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
   ThreadLoggerGuard logger_guard;
   system_->spawn(
-      [promise, convert, weak, box, xs...](caf::event_based_actor* self, router_actor router) mutable {
+      [promise, convert, weak, box, xs...](caf::event_based_actor* self, const router_actor& router) mutable {
         self->request(router, caf::infinite, xs...)
             .then(
                 [promise, convert, box](Reply& r) mutable {

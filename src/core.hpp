@@ -220,7 +220,7 @@ class Core : public std::enable_shared_from_this<Core> {
   Future<Value> ask_local(DeviceId device, std::shared_ptr<const void> keep, Convert convert, Ts... xs);
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask(std::shared_ptr<const void> keep, Convert convert, Ts... xs);
-  void send_in_parts(DeviceId device, FromDataOp upload, size_t chunk);
+  void send_in_parts(DeviceId device, const FromDataOp& upload, size_t chunk);
   Future<TensorData> read_in_parts(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep);
 
   RuntimeOptions options_;

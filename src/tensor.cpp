@@ -515,7 +515,7 @@ Tensor Tensor::unsqueeze(int64_t axis) const {
   return view(h, std::move(out), 0, std::move(strides));
 }
 
-Tensor Tensor::flip(std::vector<int64_t> axes) const {
+Tensor Tensor::flip(const std::vector<int64_t>& axes) const {
   const auto& h = handle("flip");
   auto strides = h.ir.shape.strides();
   int64_t offset = 0;
@@ -541,17 +541,17 @@ Tensor Tensor::slice(int64_t axis, Slice s) const {
   auto a = axis_of("slice", axis, h.ir.shape.rank());
   std::vector<Slice> all(a + 1);
   all[a] = s;
-  return slice(std::move(all));
+  return slice(all);
 }
 
-Tensor Tensor::slice(std::vector<Slice> s) const {
+Tensor Tensor::slice(const std::vector<Slice>& s) const {
   const auto& h = handle("slice");
   auto r = slice_region("slice", h.ir.shape, s);
   if (r.shape.numel() == 0) r.offset = 0;
   return view(h, std::move(r.shape), r.offset, std::move(r.strides));
 }
 
-Tensor Tensor::slice_assign(std::vector<Slice> s, const Tensor& value) const {
+Tensor Tensor::slice_assign(const std::vector<Slice>& s, const Tensor& value) const {
   const auto& h = handle("slice_assign");
   const auto& v = value.handle("slice_assign");
   same_device("slice_assign", h, v);
@@ -674,7 +674,7 @@ Tensor Tensor::pad(std::vector<int64_t> before, std::vector<int64_t> after, doub
       pad_before.push_back(std::max<int64_t>(before[d], 0));
       pad_after.push_back(std::max<int64_t>(after[d], 0));
     }
-    return slice(std::move(keep)).pad(std::move(pad_before), std::move(pad_after), value);
+    return slice(keep).pad(std::move(pad_before), std::move(pad_after), value);
   }
   auto out = new_output(h, unwrap(pad_result(h.ir.shape, h.ir.dtype, before, after)));
   return emit(h, out, PadOp{as_input(h), out, std::move(before), std::move(after), value});

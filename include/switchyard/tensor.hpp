@@ -340,13 +340,13 @@ class Tensor {
   /// Inserts an extent-1 axis at `axis`.
   [[nodiscard]] Tensor unsqueeze(int64_t axis) const;
   /// Reverses the given axes (a 0-d tensor accepts 0 and -1).
-  [[nodiscard]] Tensor flip(std::vector<int64_t> axes) const;
+  [[nodiscard]] Tensor flip(const std::vector<int64_t>& axes) const;
   /// Stepped slice along one axis.
   [[nodiscard]] Tensor slice(int64_t axis, Slice s) const;
   /// Slices along the leading axes (one Slice per axis, the rest whole).
-  [[nodiscard]] Tensor slice(std::vector<Slice> s) const;
+  [[nodiscard]] Tensor slice(const std::vector<Slice>& s) const;
   /// A copy with the sliced region replaced by `value` (broadcast to it).
-  [[nodiscard]] Tensor slice_assign(std::vector<Slice> s, const Tensor& value) const;
+  [[nodiscard]] Tensor slice_assign(const std::vector<Slice>& s, const Tensor& value) const;
   /// Constant padding, `before[k]` / `after[k]` elements on axis k; a
   /// negative width crops instead (as F.pad), down to an empty axis.
   [[nodiscard]] Tensor pad(std::vector<int64_t> before, std::vector<int64_t> after, double value = 0) const;
