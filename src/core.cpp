@@ -256,8 +256,10 @@ void Core::start() {
     if (kind == kinds.end()) {
       std::string known;
       for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k.name;
+      // NOLINTBEGIN(performance-inefficient-string-concatenation): error path, start() fails
       throw Error(Errc::unknown_device,
                   "device '" + name + "': no backend '" + req.kind + "' in this build (have: " + known + ")");
+      // NOLINTEND(performance-inefficient-string-concatenation)
     }
     int count = kind->device_count();
     if (req.index < 0) {
