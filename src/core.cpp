@@ -309,8 +309,10 @@ void Core::start() {
                                                    options_.transfer_chunk_bytes, options_.remote_timeout,
                                                    options_.fuse_elementwise, log_, abandon_});
       add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
-      log_.log(LogLevel::info, [&, threads = opts.threads, kind = where.first->name] {
-        return "device " + name + " started" +
+      // (The name by init-capture: clang before 16 cannot capture a
+      // structured binding, which keeps clang-tidy from parsing the file.)
+      log_.log(LogLevel::info, [&, threads = opts.threads, kind = where.first->name, &device = name] {
+        return "device " + device + " started" +
                (kind == "cpu" ? " (" + std::to_string(threads) + (threads == 1 ? " kernel thread)" : " kernel threads)")
                               : "");
       });

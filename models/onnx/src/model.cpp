@@ -574,9 +574,11 @@ namespace {
 // the caller's value, and a slot left empty takes the model's default.
 template <class ModelImpl, class Map, class Bind>
 std::vector<Value> match_inputs(const ModelImpl& im, const Map& inputs, Bind bind) {
-  for (const auto& [name, unused] : inputs)
+  for (const auto& entry : inputs) {
+    const std::string& name = entry.first;  // not a structured binding: clang before 16 cannot capture one
     if (std::none_of(im.inputs.begin(), im.inputs.end(), [&](const ValueInfo& v) { return v.name == name; }))
       throw Error(Errc::invalid_argument, "onnx run: the model has no input '" + name + "'");
+  }
   std::vector<Value> given(im.inputs.size());
   for (size_t i = 0; i < im.inputs.size(); ++i) {
     auto it = inputs.find(im.inputs[i].name);
