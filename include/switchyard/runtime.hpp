@@ -123,8 +123,8 @@ struct RuntimeOptions {
   std::vector<std::string> backend_module_path;
   /// How long destroying the runtime lets queued work run, for all devices
   /// together, before every op not yet run fails with runtime_closed (a
-  /// kernel already running finishes first), and with it the reads and
-  /// syncs that wait on such ops.
+  /// kernel already running finishes first), and so do reads of what such
+  /// ops would have produced.
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(10)};
 };
 
