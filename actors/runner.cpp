@@ -277,11 +277,12 @@ void fail_op(RunnerState& st, OperationIr& op, const caf::error& err, bool sprea
   fail_outputs(st, op, err);
 }
 
+// Whether the runtime's shutdown stopped waiting (RunnerHooks::abandon).
+bool abandoned(const RunnerState& st) { return st.abandon && st.abandon->load(std::memory_order_relaxed); }
+
 // Runs one op whose inputs have all resolved. Builds no caf::error and
 // allocates nothing of its own unless the op fails or has more than four
 // inputs: this is the per-op path (docs/PERFORMANCE.md).
-bool abandoned(const RunnerState& st) { return st.abandon && st.abandon->load(std::memory_order_relaxed); }
-
 void run(RunnerState& st, OperationIr& op) {
   if (abandoned(st)) {
     release_last_uses(st, op);
