@@ -158,8 +158,16 @@ Core::Core(RuntimeOptions options)
   config_.load<caf::io::middleman>();
   const auto& tls = options_.tls;
   if (tls.enabled()) {
-    if (tls.cert.empty() != tls.key.empty())
-      throw Error(Errc::invalid_argument, "TLS: give both a certificate and a key, or neither");
+    // CAF's TLS endpoint without a certificate terminated the process at
+    // the first connect (an exception on its multiplexer thread), and
+    // without a CA file it verifies no peer: all three or none.
+    if (tls.cert.empty() || tls.key.empty() || tls.ca.empty()) {
+      std::string missing;
+      for (const auto& [field, value] : {std::pair{"cert", &tls.cert}, {"key", &tls.key}, {"ca", &tls.ca}})
+        if (value->empty()) missing += std::string(missing.empty() ? "" : ", ") + field;
+      throw Error(Errc::invalid_argument,
+                  "RuntimeOptions::tls needs cert, key and ca together, or none (missing: " + missing + ")");
+    }
     config_.load<caf::openssl::manager>();
     config_.openssl_certificate = tls.cert;
     config_.openssl_key = tls.key;

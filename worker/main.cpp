@@ -406,8 +406,13 @@ int main(int argc, char** argv) {
   const Logger library_log(library_level(level),
                            [](LogLevel l, std::string_view message) { spdlog::log(spdlog_level(l), "{}", message); });
   const bool tls = !cfg.cert.empty() || !cfg.key.empty() || !cfg.ca.empty();
-  if (tls && (cfg.cert.empty() || cfg.key.empty())) {
-    std::cerr << "switchyard-worker: TLS needs both --cert and --key\n";
+  if (tls && (cfg.cert.empty() || cfg.key.empty() || cfg.ca.empty())) {
+    // Half a TLS setup would lift the loopback-only rule while no client
+    // could connect (without --ca the worker verifies no peer).
+    std::string missing;
+    for (const auto& [option, value] : {std::pair{"--cert", &cfg.cert}, {"--key", &cfg.key}, {"--ca", &cfg.ca}})
+      if (value->empty()) missing += std::string(missing.empty() ? "" : ", ") + option;
+    std::cerr << "switchyard-worker: TLS needs --cert, --key and --ca together (missing: " << missing << ")\n";
     return 2;
   }
   if (tls) {

@@ -676,6 +676,26 @@ TEST_CASE("SIGTERM stops a worker cleanly", "[remote]") {
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("TLS options with a part missing are refused at construction naming it", "[remote]") {
+  // A CA alone once terminated the process at the first connect (CAF's TLS
+  // endpoint without a certificate throws on its multiplexer thread).
+  const auto refused = [](sy::TlsOptions tls, const std::string& missing) {
+    sy::RuntimeOptions o;
+    o.devices = {"cpu:0"};
+    o.tls = std::move(tls);
+    try {
+      sy::Runtime rt(std::move(o));
+      FAIL("a runtime started with TLS options missing " << missing);
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Contains("missing: " + missing));
+    }
+  };
+  refused({"", "", "ca.pem"}, "cert, key");
+  refused({"client.pem", "client.key", ""}, "ca");
+  refused({"client.pem", "", "ca.pem"}, "key");
+}
+
 TEST_CASE("TLS: a client with certificates signed by the worker's CA runs ops", "[remote]") {
   namespace fs = std::filesystem;
   auto dir = fs::temp_directory_path() / ("sy-tls-" + std::to_string(getpid()));
