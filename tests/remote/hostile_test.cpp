@@ -523,13 +523,17 @@ TEST_CASE("missing unreadable or broken TLS files stop the worker at start", "[r
   struct Case {
     std::string args, expect;
   };
+  const std::string some_ca = " --ca=" + d + "/garbage.pem";  // readable: the files are read in order
   std::vector<Case> cases = {
-      {"--cert=" + d + "/missing.pem --key=" + d + "/missing.key", "--cert '" + d + "/missing.pem': cannot read"},
-      {"--cert=" + d + " --key=" + d + "/x.key", "--cert '" + d + "': cannot read"},  // a directory
-      {"--cert=" + d + "/garbage.pem --key=" + d + "/garbage.pem", "not a usable PEM certificate"},
+      {"--cert=" + d + "/missing.pem --key=" + d + "/missing.key" + some_ca,
+       "--cert '" + d + "/missing.pem': cannot read"},
+      {"--cert=" + d + " --key=" + d + "/x.key" + some_ca, "--cert '" + d + "': cannot read"},  // a directory
+      {"--cert=" + d + "/garbage.pem --key=" + d + "/garbage.pem" + some_ca, "not a usable PEM certificate"},
+      // Half a TLS setup, before any file is read.
+      {"--cert=" + d + "/garbage.pem --key=" + d + "/garbage.pem", "missing: --ca"},
   };
   if (have_openssl) {
-    cases.push_back({"--cert=" + d + "/a.pem --key=" + d + "/b.key", "does not match --cert"});
+    cases.push_back({"--cert=" + d + "/a.pem --key=" + d + "/b.key --ca=" + d + "/a.pem", "does not match --cert"});
     cases.push_back({"--cert=" + d + "/a.pem --key=" + d + "/a.key --ca=" + d + "/missing-ca.pem",
                      "--ca '" + d + "/missing-ca.pem': cannot read"});
   }
