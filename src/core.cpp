@@ -168,6 +168,16 @@ Core::Core(RuntimeOptions options)
       throw Error(Errc::invalid_argument,
                   "RuntimeOptions::tls needs cert, key and ca together, or none (missing: " + missing + ")");
     }
+    // CAF reads them at the first connect, where a file it cannot load only
+    // shows as a handshake that never completes (connect_timeout later).
+    for (const auto& [field, path] : {std::pair{"cert", &tls.cert}, {"key", &tls.key}, {"ca", &tls.ca}})
+      if (std::FILE* f = std::fopen(path->c_str(), "rb"); f == nullptr || std::fgetc(f) == EOF) {
+        if (f != nullptr) std::fclose(f);
+        throw Error(Errc::invalid_argument, std::string("RuntimeOptions::tls.") + field + " '" + *path +
+                                                "': cannot read (missing, empty or a directory)");
+      } else {
+        std::fclose(f);
+      }
     config_.load<caf::openssl::manager>();
     config_.openssl_certificate = tls.cert;
     config_.openssl_key = tls.key;

@@ -694,6 +694,30 @@ TEST_CASE("TLS options with a part missing are refused at construction naming it
   refused({"", "", "ca.pem"}, "cert, key");
   refused({"client.pem", "client.key", ""}, "ca");
   refused({"client.pem", "", "ca.pem"}, "key");
+  // All three given, one of them unreadable: named at construction, not a
+  // connect that times out.
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("sy-tlsopt-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string d = dir.string();
+  std::ofstream(d + "/some.pem") << "-----BEGIN CERTIFICATE-----\n";
+  for (const auto& [tls, named] :
+       {std::pair{sy::TlsOptions{d + "/missing.pem", d + "/some.pem", d + "/some.pem"},
+                  "tls.cert '" + d + "/missing.pem'"},
+        {sy::TlsOptions{d + "/some.pem", d, d + "/some.pem"}, "tls.key '" + d + "'"},  // a directory
+        {sy::TlsOptions{d + "/some.pem", d + "/some.pem", d + "/none.pem"}, "tls.ca '" + d + "/none.pem'"}}) {
+    sy::RuntimeOptions o;
+    o.devices = {"cpu:0"};
+    o.tls = tls;
+    try {
+      sy::Runtime rt(std::move(o));
+      FAIL("a runtime started with an unreadable TLS file: " << named);
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Contains(named) && Catch::Contains("cannot read"));
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("TLS: a client with certificates signed by the worker's CA runs ops", "[remote]") {
