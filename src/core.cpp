@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <utility>
 
@@ -171,13 +172,9 @@ Core::Core(RuntimeOptions options)
     // CAF reads them at the first connect, where a file it cannot load only
     // shows as a handshake that never completes (connect_timeout later).
     for (const auto& [field, path] : {std::pair{"cert", &tls.cert}, {"key", &tls.key}, {"ca", &tls.ca}})
-      if (std::FILE* f = std::fopen(path->c_str(), "rb"); f == nullptr || std::fgetc(f) == EOF) {
-        if (f != nullptr) std::fclose(f);
+      if (std::ifstream file(*path, std::ios::binary); !file || file.peek() == std::ifstream::traits_type::eof())
         throw Error(Errc::invalid_argument, std::string("RuntimeOptions::tls.") + field + " '" + *path +
                                                 "': cannot read (missing, empty or a directory)");
-      } else {
-        std::fclose(f);
-      }
     config_.load<caf::openssl::manager>();
     config_.openssl_certificate = tls.cert;
     config_.openssl_key = tls.key;
