@@ -602,6 +602,63 @@ TEST_CASE("onnx: a failure while running names the node", "[onnx]") {
   }
 }
 
+TEST_CASE("onnx: an index input out of a weight's range fails at the call naming the input and the node", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // ids index the rows of a [4, 2] table and the columns of a [2, 3] one:
+  // the narrower bounds them.
+  Builder m;
+  m.input("ids", pb::TensorProto::INT64, {std::string("n")});
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.init("rows_table", {0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
+  m.init("cols_table", {0, 1, 2, 100, 101, 102}, {2, 3});
+  m.node("Gather", {"rows_table", "ids"}, {"r"}, "rows");
+  attr_i(m.node("Gather", {"cols_table", "ids"}, {"c"}, "cols"), "axis", 1);
+  m.node("Gather", {"x", "ids"}, {"xs"}, "from_input");  // data not a weight: no bound from it
+  m.output("r", pb::TensorProto::FLOAT, {std::string("n"), int64_t{2}});
+  m.output("c", pb::TensorProto::FLOAT, {int64_t{2}, std::string("n")});
+  m.output("xs", pb::TensorProto::FLOAT, {std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  REQUIRE(model.inputs().size() == 2);
+  CHECK(model.inputs()[0].index_extent == 3);
+  CHECK(model.inputs()[1].index_extent == -1);
+
+  auto x = sy::TensorData::from(std::vector<float>{5, 6, 7}, {3});
+  // A negative index counts from the end of the axis each Gather reads.
+  auto f = model.infer({{"ids", sy::TensorData::from(std::vector<int64_t>{0, 2, -1}, {3})}, {"x", x}});
+  REQUIRE(f.wait_for(kWait));
+  const auto got = f.get();
+  CHECK(got.at("r").to_vector<float>() == std::vector<float>{0, 1, 20, 21, 30, 31});
+  CHECK(got.at("c").to_vector<float>() == std::vector<float>{0, 2, 2, 100, 102, 102});
+  CHECK(got.at("xs").to_vector<float>() == std::vector<float>{5, 7, 7});
+
+  auto refused = [&](std::vector<int64_t> ids, sy::Shape shape) -> std::string {
+    try {
+      (void)model.infer({{"ids", sy::TensorData::from(ids, shape)}, {"x", x}});
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::index_out_of_range);
+      return e.what();
+    }
+    return "accepted";
+  };
+  CHECK_THAT(refused({0, 1, 3}, {3}), Catch::Contains("input 'ids' holds 3 at [2]") &&
+                                          Catch::Contains("node 'cols' (Gather)") && Catch::Contains("[-3, 3)"));
+  CHECK_THAT(refused({-4}, {1}), Catch::Contains("holds -4 at [0]"));
+  // infer_values checks the same.
+  try {
+    (void)model.infer_values({{"ids", sy::TensorData::from(std::vector<int64_t>{7}, {1})}, {"x", x}});
+    FAIL("expected an error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::index_out_of_range);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("input 'ids' holds 7"));
+  }
+  // Device tensors are not read back to check: the Gather fails on the device.
+  auto outs = model.run(sy::onnx::TensorMap{
+      {"ids", rt.cpu().from_data(sy::TensorData::from(std::vector<int64_t>{9}, {1}))}, {"x", rt.cpu().from_data(x)}});
+  auto r = outs.at("r").read();
+  REQUIRE(r.wait_for(kWait));
+  CHECK_THROWS_AS(r.get(), sy::Error);
+}
+
 // --- quantization: edge cases ONNX's backend tests leave out ---
 
 namespace {

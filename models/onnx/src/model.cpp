@@ -54,6 +54,39 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) 
   return info;
 }
 
+// An integer input that a Gather reads as indices into an initializer (an
+// embedding lookup) gets that axis's extent: a token id out of range is then
+// the caller's error at the call, naming the input, rather than a device
+// failure of the whole run (or of a server's whole batch).
+void mark_index_inputs(const ::onnx::GraphProto& graph, std::vector<ValueInfo>& inputs,
+                       std::vector<std::string>& index_node) {
+  std::unordered_map<std::string, const ::onnx::TensorProto*> weights;
+  for (const auto& t : graph.initializer()) weights.emplace(t.name(), &t);
+  index_node.assign(inputs.size(), "");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ValueInfo& info = inputs[i];
+    if (is_floating(info.dtype) || is_bool(info.dtype)) continue;
+    for (int n = 0; n < graph.node_size(); ++n) {
+      const auto& node = graph.node(n);
+      if (node.op_type() != "Gather" || !node.domain().empty() || node.input_size() < 2 || node.input(1) != info.name)
+        continue;
+      auto w = weights.find(node.input(0));
+      if (w == weights.end()) continue;
+      const auto rank = static_cast<int64_t>(w->second->dims_size());
+      int64_t axis = 0;
+      for (const auto& a : node.attribute())
+        if (a.name() == "axis") axis = a.i();
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) continue;  // the op's own check names it at run time
+      const int64_t extent = w->second->dims(static_cast<int>(axis));
+      if (info.index_extent >= 0 && info.index_extent <= extent) continue;
+      info.index_extent = extent;
+      index_node[i] =
+          node_label(node, static_cast<size_t>(n)) + " (axis " + std::to_string(axis) + " of '" + node.input(0) + "')";
+    }
+  }
+}
+
 // Opsets 1-5: an op is taken when the version of its definition that the
 // model's opset selects is the one opset 6 selects (the op did not change in
 // between), so it means what the op table implements. ONNX's own schema
@@ -226,7 +259,8 @@ struct Model::Impl {
   std::vector<ValueInfo> inputs, outputs;
   std::vector<int> input_slots, output_slots;
   std::vector<char> input_has_default;
-  std::vector<Value> base;  // initializers, by slot
+  std::vector<Value> base;              // initializers, by slot
+  std::vector<std::string> index_node;  // per input: the Gather behind its index_extent
 
   mutable std::mutex mu;
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
@@ -479,6 +513,8 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
       if (def[i]) impl->inputs.push_back(all[i]);
   }
 
+  mark_index_inputs(graph, impl->inputs, impl->index_node);
+
   // Dtypes of every typed value: a missing one fails here, naming the node
   // that produces it.
   std::unordered_map<std::string, int32_t> elem_type;
@@ -548,6 +584,27 @@ size_t Model::cached_plans() const {
 }
 
 namespace {
+
+// The first value of an index input outside [-extent, extent), named with
+// its position, as the Gather would refuse it on the device.
+void check_indices(const ValueInfo& info, const std::string& node, const TensorData& d) {
+  if (info.index_extent < 0) return;
+  const std::vector<int64_t> values = d.to_vector<int64_t>();
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (values[k] >= -info.index_extent && values[k] < info.index_extent) continue;
+    std::string at;
+    size_t rest = k;
+    for (size_t a = d.shape.rank(); a-- > 0;) {
+      const auto extent = static_cast<size_t>(d.shape[a]);
+      at = std::to_string(rest % extent) + (at.empty() ? "" : ", ") + at;
+      rest /= extent;
+    }
+    throw Error(Errc::index_out_of_range, "onnx run: input '" + info.name + "' holds " + std::to_string(values[k]) +
+                                              " at [" + at + "], out of range for " + node + ": indices must lie in [" +
+                                              std::to_string(-info.index_extent) + ", " +
+                                              std::to_string(info.index_extent) + ")");
+  }
+}
 
 void check_input(const ValueInfo& info, DType dtype, const Shape& shape) {
   if (dtype != info.dtype)
@@ -635,6 +692,7 @@ TensorMap Model::run(const DataMap& inputs) const {
       im.outputs, im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const TensorData& d, Value& v) {
         check_tensor_kind(info);
         check_input(info, d.dtype, d.shape);
+        check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], d);
         v.dev = im.device.from_data(d);
         v.readback = d;
       })));
@@ -677,6 +735,7 @@ Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
           if (sequence)
             throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is a sequence, given a tensor");
           check_input(info, h.tensor().dtype, h.tensor().shape);
+          check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], h.tensor());
           v = upload(h.tensor());
           return;
         }

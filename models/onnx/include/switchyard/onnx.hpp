@@ -33,6 +33,12 @@ struct ValueInfo {
   std::vector<std::string> dim_names;
   /// A tensor unless the model declares a sequence or an optional.
   ValueKind kind = ValueKind::tensor;
+  /// For an integer input that a Gather reads as indices into a weight (an
+  /// embedding lookup: the data is an initializer), the extent of the axis
+  /// it indexes: valid values lie in [-index_extent, index_extent), and a
+  /// run on host data checks them at the call (the smallest such extent
+  /// where several Gathers read the input). -1 otherwise.
+  int64_t index_extent = -1;
 };
 
 /// Named tensors, the inputs or outputs of one run.
@@ -131,7 +137,10 @@ class Model {
   /// naming the input. An input the model reads as a shape is read back
   /// (this call then blocks for it).
   [[nodiscard]] TensorMap run(const TensorMap& inputs) const;
-  /// Runs the model on host data (uploaded to the model's device).
+  /// Runs the model on host data (uploaded to the model's device). Besides
+  /// dtype and shape, an input with an index_extent is checked value by
+  /// value: one out of range throws Error(index_out_of_range) naming the
+  /// input, the value, where it is and the Gather node.
   [[nodiscard]] TensorMap run(const DataMap& inputs) const;
   /// run(), then the contents of every output: a future of the named data
   /// (a failing op fails it).
