@@ -5,6 +5,7 @@
 // model's input width, output rows written back, error bodies. Nothing here
 // knows about HTTP or the model format beyond its widths, so the tests use
 // it directly.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -52,6 +53,27 @@ namespace serve {
   return std::nullopt;
 }
 
+/// Why `body` is not JSON, from the parser's exception. A bare NaN or
+/// Infinity (which some encoders write for non-finite floats) is named as
+/// such, other mistakes only by the parser's own message and position.
+[[nodiscard]] inline std::string malformed_json(std::string_view body, const nlohmann::json::exception& e) {
+  if (dynamic_cast<const nlohmann::json::out_of_range*>(&e) != nullptr)
+    return "a number in the body is out of range (inputs must be finite): " + std::string(e.what());
+  std::string why = "malformed JSON: " + std::string(e.what());
+  const auto* parse = dynamic_cast<const nlohmann::json::parse_error*>(&e);
+  if (parse == nullptr || parse->byte == 0) return why;
+  // The parser stops inside the word it could not read: take the whole word.
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  size_t begin = std::min(parse->byte - 1, body.size());
+  while (begin > 0 && letter(body[begin - 1])) --begin;
+  size_t end = begin;
+  while (end < body.size() && letter(body[end])) ++end;
+  std::string word(body.substr(begin, end - begin));
+  for (char& c : word) c = static_cast<char>(c | 0x20);
+  if (word == "nan" || word == "inf" || word == "infinity") why += " (NaN and Infinity are not JSON numbers)";
+  return why;
+}
+
 /// {"error": msg}. Never throws on bytes from a peer quoted in `msg`:
 /// invalid UTF-8 becomes U+FFFD instead of making the JSON writer throw.
 [[nodiscard]] inline std::string error_body(const std::string& msg) {
@@ -79,10 +101,8 @@ struct Parsed {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::out_of_range& e) {
-    return fail("a number in the body is out of range (inputs must be finite float32): " + std::string(e.what()));
   } catch (const json::exception& e) {
-    return fail("malformed JSON (NaN and Infinity are not JSON numbers): " + std::string(e.what()));
+    return fail(malformed_json(body, e));
   }
   if (!j.is_object()) return fail("the body must be a JSON object {\"inputs\": [[...], ...]}");
   auto it = j.find("inputs");

@@ -7,6 +7,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "json_io.hpp"
+
 namespace sy = switchyard;
 namespace sox = switchyard::onnx;
 using json = nlohmann::json;
@@ -204,9 +206,15 @@ sy::TensorData rows_of(const sy::TensorData& d, int64_t first, int64_t n) {
 
 OnnxParsed parse_onnx_inputs(const std::string& body, const std::vector<sox::ValueInfo>& decl) {
   OnnxParsed p;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
-    p.error = "request body is not valid JSON";
+  if (auto at = invalid_utf8_at(body)) {
+    p.error = "the body is not valid UTF-8 (byte " + std::to_string(*at) + ")";
+    return p;
+  }
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    p.error = malformed_json(body, e);
     return p;
   }
   if (!j.is_object() || !j.contains("inputs")) {
@@ -246,6 +254,19 @@ OnnxParsed parse_onnx_inputs(const std::string& body, const std::vector<sox::Val
       p.error = "input '" + info->name + "' " + err;
       return p;
     }
+    // An index (token id) out of range here, before batching: on the device
+    // it would fail every request of the batch.
+    if (info->index_extent >= 0) {
+      const std::vector<int64_t> ids = d.to_vector<int64_t>();
+      for (size_t k = 0; k < ids.size(); ++k)
+        if (ids[k] < -info->index_extent || ids[k] >= info->index_extent) {
+          p.error = "input '" + info->name + "' holds " + std::to_string(ids[k]) + " (value " + std::to_string(k) +
+                    " in row-major order): the model indexes " + std::to_string(info->index_extent) +
+                    " entries with it, so values must lie in [" + std::to_string(-info->index_extent) + ", " +
+                    std::to_string(info->index_extent) + ")";
+          return p;
+        }
+    }
     const int64_t rows = d.shape.rank() > 0 ? d.shape[0] : 0;
     p.rows = p.rows < 0 || p.rows == rows ? rows : 0;
     p.inputs.emplace(info->name, std::move(d));
@@ -263,8 +284,11 @@ std::string onnx_outputs_body(const sox::DataMap& outputs) {
 std::string onnx_signature_json(const sox::Model& m) {
   auto list = [](const std::vector<sox::ValueInfo>& vs) {
     json a = json::array();
-    for (const auto& v : vs)
-      a.push_back({{"name", v.name}, {"dtype", std::string(sy::name_of(v.dtype))}, {"dims", v.dims}});
+    for (const auto& v : vs) {
+      json entry = {{"name", v.name}, {"dtype", std::string(sy::name_of(v.dtype))}, {"dims", v.dims}};
+      if (v.index_extent >= 0) entry["index_extent"] = v.index_extent;
+      a.push_back(std::move(entry));
+    }
     return a;
   };
   return json{{"inputs", list(m.inputs())}, {"outputs", list(m.outputs())}}.dump();

@@ -78,4 +78,40 @@ TEST_CASE("onnx: bad inputs are refused naming the input", "[serve][onnx]") {
   check_rejected(post(server.port(), R"({"inputs": {"ids": [1, 2]}})"), 400, "input 'ids' must have 2 axes");
   check_rejected(post(server.port(), R"({"inputs": [[1, 2], [3]]})"), 400, "input 'ids' is ragged");
   check_rejected(post(server.port(), R"({"inputs": {}})"), 400, "input 'ids' is missing");
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 2)"), 400, "malformed JSON");
+  Reply bare_nan = post(server.port(), R"({"inputs": {"ids": [[1, NaN]]}})");
+  check_rejected(bare_nan, 400, "NaN and Infinity are not JSON numbers");
+  // Only a bare NaN or Infinity is called one.
+  Reply other = post(server.port(), R"({"inputs": {"ids": [[1, 2]]]}})");
+  check_rejected(other, 400, "malformed JSON");
+  CHECK(other.body.find("NaN") == std::string::npos);
+}
+
+TEST_CASE("onnx: a token id outside the embedding is a 400 naming the input and batch-mates are served",
+          "[serve][onnx]") {
+  // The exported GPT step embeds 50 tokens.
+  ServerProcess server({"--model", onnx_model("gpt_step/model.onnx"), "--batch-window-us", "50000"});
+  auto health = json::parse(client(server.port()).Get("/healthz")->body);
+  CHECK(health["model"]["inputs"][0]["index_extent"] == 50);
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 2, 50]]}})"), 400,
+                 "input 'ids' holds 50 (value 2 in row-major order)");
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [[-51]]}})"), 400, "[-50, 50)");
+  // A bad request among good ones in the same window costs only itself.
+  std::vector<std::future<Reply>> replies;
+  for (int r = 0; r < 6; ++r)
+    replies.push_back(std::async(std::launch::async, [&, r] {
+      return post(server.port(), json{{"inputs", {{"ids", {{r == 3 ? 99 : r, 1, 2}}}}}}.dump());
+    }));
+  for (int r = 0; r < 6; ++r) {
+    REQUIRE(replies[r].wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    Reply rep = replies[r].get();
+    INFO("request " << r << ": " << rep.body);
+    CHECK(rep.status == (r == 3 ? 400 : 200));
+  }
+  // Negative ids count from the end, as Gather does: -1 is token 49.
+  Reply last = post(server.port(), R"({"inputs": {"ids": [[49, 3]]}})");
+  Reply negative = post(server.port(), R"({"inputs": {"ids": [[-1, 3]]}})");
+  REQUIRE(last.status == 200);
+  REQUIRE(negative.status == 200);
+  CHECK(json::parse(last.body) == json::parse(negative.body));
 }
