@@ -62,7 +62,7 @@ caf::error for_client(Self self, const Device& d, const caf::error& err) {
     return make_error(info.code, "device " + d.name + ": " + info.message);
   }
   if (!d.remote_name.empty() && info.message.starts_with(d.remote_name + ": "))
-    return make_error(info.code, d.name + info.message.substr(d.remote_name.size()));
+    return make_error(info.code, d.name + info.message.substr(d.remote_name.size()), info.tensor);
   return err;
 }
 

@@ -112,7 +112,7 @@ std::string id_str(TensorId id) { return "tensor #" + std::to_string(id.value); 
 
 caf::error on_device(const RunnerState& st, const caf::error& err) {
   auto info = describe(err);
-  return make_error(info.code, st.name + ": " + info.message);
+  return make_error(info.code, st.name + ": " + info.message, info.tensor);
 }
 
 void erase_if_unused(RunnerState& st, TensorId id, Entry& e) {
@@ -171,6 +171,19 @@ bool declare_outputs(RunnerState& st, OperationIr& op) {
   bool ok = true;
   op.each_output([&](const TensorIr& t) { ok = st.table.try_emplace(t.id, t, st.sender).second && ok; });
   return ok;
+}
+
+// An op's own failure carries its first output's id (Error::tensor()), so
+// whoever reads a dependent result can tell where it began; a failure that
+// spread from an input keeps the id it came with.
+caf::error failed_at(OperationIr& op, const caf::error& err) {
+  auto info = describe(err);
+  if (info.tensor) return err;
+  TensorId first;
+  op.each_output([&](const TensorIr& t) {
+    if (!first) first = t.id;
+  });
+  return make_error(info.code, std::move(info.message), first);
 }
 
 void fail_outputs(RunnerState& st, OperationIr& op, const caf::error& err) {
@@ -274,7 +287,7 @@ caf::error input_error(const RunnerState& st, OperationIr& op, bool& poisoned) {
 
 void fail_op(RunnerState& st, OperationIr& op, const caf::error& err, bool spread = false) {
   log_op_failure(st, op, err, spread);
-  fail_outputs(st, op, err);
+  fail_outputs(st, op, spread ? err : failed_at(op, err));
 }
 
 // Whether the runtime's shutdown stopped waiting (RunnerHooks::abandon).
@@ -411,7 +424,7 @@ void submit_one(Self self, OperationIr& op, bool local) {
     release_last_uses(st, op);
     err = on_device(st, err);
     log_op_failure(st, op, err);
-    fail_outputs(st, op, err);
+    fail_outputs(st, op, failed_at(op, err));
     return;
   }
   if (has_pending_input(st, op)) {
@@ -460,7 +473,8 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
                err, ",\"fused\":\"" + std::to_string(k + 1) + " of " + std::to_string(chain_ops.size()) + "\"");
   }
   if (err) {
-    err = on_device(st, err);
+    // Named by the chain's one output: its intermediates exist nowhere.
+    err = failed_at(chain_ops.back(), on_device(st, err));
     log_op_failure(st, chain_ops.back(), err);
     for (auto& op : chain_ops) fail_outputs(st, op, err);  // counts each; only the last output exists
     return chain_ops.size();
@@ -673,7 +687,7 @@ void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
       // A runner must outlive any op: report and keep serving.
       auto err = make_error(Errc::kernel_failure, st.name + ": " + ex.what());
       log_op_failure(st, ops[i], err);
-      fail_outputs(st, ops[i], err);
+      fail_outputs(st, ops[i], failed_at(ops[i], err));
       ran = std::max<size_t>(ran, 1);
     }
     i += ran;

@@ -23,12 +23,12 @@ namespace switchyard::detail {
 
 std::exception_ptr to_exception(const caf::error& err) {
   auto info = describe(err);
-  return std::make_exception_ptr(Error(info.code, info.message));
+  return std::make_exception_ptr(Error(info.code, info.message, info.tensor));
 }
 
 void throw_error(const caf::error& err) {
   auto info = describe(err);
-  throw Error(info.code, info.message);
+  throw Error(info.code, info.message, info.tensor);
 }
 
 namespace {

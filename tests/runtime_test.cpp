@@ -302,6 +302,35 @@ TEST_CASE("A failing kernel poisons its outputs and their dependents only", "[er
   CHECK(error_code_of([&] { (void)a.index_select(0, idx).read().get(); }) == Errc::index_out_of_range);
 }
 
+TEST_CASE("A device failure names the tensor of the op where it began", "[errors]") {
+  auto rt = make_runtime();
+  auto cpu0 = rt.device("cpu:0");
+  auto a = cpu0.tensor<int32_t>({5, 6}, {2});
+  auto zero = cpu0.tensor<int32_t>({1, 0}, {2});
+  auto bad = a.remainder(zero);
+  auto worse = (bad + 1).sum();
+  auto elsewhere = (bad * 3).to(rt.device("cpu:1")).relu();
+  auto failed_tensor = [](const Tensor& t) {
+    try {
+      (void)t.read().get();
+    } catch (const Error& e) {
+      return e.tensor();
+    }
+    return TensorId{};
+  };
+  REQUIRE(bad.id());
+  CHECK(failed_tensor(bad) == bad.id());
+  CHECK(failed_tensor(worse) == bad.id());
+  CHECK(failed_tensor(elsewhere) == bad.id());
+  // A failure that is no op's names no tensor.
+  try {
+    (void)cpu0.tensor<float>({1, 2}, {2}).matmul(cpu0.tensor<float>({1, 2, 3}, {3}));
+    FAIL("expected a shape error at the call");
+  } catch (const Error& e) {
+    CHECK(!e.tensor());
+  }
+}
+
 TEST_CASE("Futures of an empty future and a closed runtime fail clearly", "[errors]") {
   Future<int> empty;
   CHECK(error_code_of([&] { (void)empty.get(); }) == Errc::invalid_argument);

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "switchyard/messages/tensor_id.hpp"
+
 namespace switchyard {
 
 /// Every failure Switchyard reports. Devices report them as values; they become
@@ -40,13 +42,22 @@ enum class Errc : uint8_t {
 /// (TensorData) throw it too: every failure a caller sees is an Error.
 class Error : public std::runtime_error {
  public:
-  /// An error of kind `code`; `what` names the op and what was wrong.
-  Error(Errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  /// An error of kind `code`; `what` names the op and what was wrong;
+  /// `tensor`, where the failure is an op's, the op's (first) output.
+  Error(Errc code, const std::string& what, TensorId tensor = {})
+      : std::runtime_error(what), code_(code), tensor_(tensor) {}
   /// The kind of failure.
   [[nodiscard]] Errc code() const noexcept { return code_; }
+  /// For a failure of an op on a device, the id (Tensor::id()) of the first
+  /// output of the op that failed. A failure spreads unchanged to every op
+  /// that depends on it, so reading any of their results names the op where
+  /// it began. Empty (false) for failures that are no op's: a rejected call,
+  /// a lost device, a closed runtime's refusal.
+  [[nodiscard]] TensorId tensor() const noexcept { return tensor_; }
 
  private:
   Errc code_;
+  TensorId tensor_;
 };
 
 }  // namespace switchyard

@@ -117,10 +117,14 @@ ErrorInfo describe(const caf::error& err) {
   if (err.category() == error_category) {
     info.code = static_cast<Errc>(err.code());
     const auto& ctx = err.context();
-    if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+    // (message) or (message, failed op's output id); anything else a peer
+    // sends is not trusted for either.
+    if ((ctx.size() == 1 || ctx.size() == 2) && ctx.match_element<std::string>(0))
       info.message = ctx.get_as<std::string>(0);
     else
       info.message = to_string(info.code);
+    if (ctx.size() == 2 && ctx.match_element<std::string>(0) && ctx.match_element<uint64_t>(1))
+      info.tensor = TensorId{ctx.get_as<uint64_t>(1)};
     return info;
   }
   if (err.category() == caf::atom("system")) {

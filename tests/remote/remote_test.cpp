@@ -94,6 +94,24 @@ TEST_CASE("worker devices appear under host:port names and run ops", "[remote]")
   rt.sync_all().get();
 }
 
+TEST_CASE("a failure on a worker names the tensor of the op where it began", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  (void)rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  auto x = dev.tensor<float>(iota(3), {3});
+  auto bad = x.index_select(0, dev.tensor<int64_t>({0, 9}, {2}));
+  auto later = (bad + 1.0).to(rt.device("cpu:0")).sum();
+  try {
+    (void)later.read().get();
+    FAIL("expected the worker's failure");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::index_out_of_range);
+    CHECK(e.tensor() == bad.id());
+    CHECK_THAT(std::string(e.what()), Catch::Contains(w.address() + "/cpu:0"));
+  }
+}
+
 TEST_CASE("SWITCHYARD_WORKERS connects at start", "[remote]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1"});
   setenv("SWITCHYARD_WORKERS", w.address().c_str(), 1);
