@@ -659,6 +659,65 @@ TEST_CASE("onnx: an index input out of a weight's range fails at the call naming
   CHECK_THROWS_AS(r.get(), sy::Error);
 }
 
+TEST_CASE("onnx: a device op's failure names the node in infer and infer_values", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // The indices are computed on the device, so no check at the call can
+  // see them: ids + 10 is out of range for x's 3 entries.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.input("ids", pb::TensorProto::INT64, {int64_t{2}});
+  m.init_i64("ten", {10}, {});
+  m.node("Add", {"ids", "ten"}, {"shifted"}, "shift");
+  m.node("Gather", {"x", "shifted"}, {"picked"}, "lookup");
+  m.node("Relu", {"picked"}, {"y"}, "after");
+  m.node("Neg", {"x"}, {"z"}, "independent");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  m.output("z", pb::TensorProto::FLOAT, {int64_t{3}});
+  for (const char* name : {"cpu:0", "reference:0"}) {
+    INFO(name);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(name));
+    auto x = sy::TensorData::from(std::vector<float>{1, 2, 3}, {3});
+    auto ids = sy::TensorData::from(std::vector<int64_t>{0, 1}, {2});
+    auto f = model.infer({{"x", x}, {"ids", ids}});
+    REQUIRE(f.wait_for(kWait));
+    try {
+      (void)f.get();
+      FAIL("expected the Gather to fail");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::index_out_of_range);
+      CHECK_THAT(std::string(e.what()),
+                 Catch::StartsWith("onnx: node 'lookup' (Gather): " + std::string(name) + ": ") &&
+                     Catch::Contains("index 10 is out of range for extent 3"));
+      CHECK(e.tensor());
+    }
+    auto g = model.infer_values({{"x", x}, {"ids", ids}});
+    REQUIRE(g.wait_for(kWait));
+    try {
+      (void)g.get();
+      FAIL("expected the Gather to fail");
+    } catch (const sy::Error& e) {
+      CHECK_THAT(std::string(e.what()), Catch::StartsWith("onnx: node 'lookup' (Gather): "));
+    }
+    // run() hands out the tensors themselves: the failure names the device
+    // and op, and which tensor; the independent output is fine.
+    auto outs = model.run(sy::onnx::DataMap{{"x", x}, {"ids", ids}});
+    auto y = outs.at("y").read();
+    REQUIRE(y.wait_for(kWait));
+    try {
+      (void)y.get();
+      FAIL("expected the Gather to fail");
+    } catch (const sy::Error& e) {
+      CHECK_THAT(std::string(e.what()), Catch::StartsWith(std::string(name) + ": "));
+      CHECK(e.tensor());
+    }
+    CHECK(outs.at("z").to_vector<float>() == std::vector<float>{-1, -2, -3});
+    // In range, the same model runs.
+    auto ok = model.infer({{"x", x}, {"ids", sy::TensorData::from(std::vector<int64_t>{-10, -8}, {2})}});
+    REQUIRE(ok.wait_for(kWait));
+    CHECK(ok.get().at("y").to_vector<float>() == std::vector<float>{1, 3});
+  }
+}
+
 // --- quantization: edge cases ONNX's backend tests leave out ---
 
 namespace {

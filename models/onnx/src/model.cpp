@@ -242,6 +242,34 @@ struct Compiler {
   }
 };
 
+/// Which node of a run submitted a device op, for naming the node in a
+/// device failure (Error::tensor() is the failed op's output). Tensor ids
+/// grow as a run submits, one node after another, so each node that made
+/// device tensors records the largest id among its outputs; an op's output
+/// belongs to the first node whose largest id is at least its own. The
+/// first entry (node -1) marks what existed before the run's first node.
+struct NodeTrail {
+  std::vector<std::pair<uint64_t, int64_t>> ends;  // (largest output id, node), ids increasing
+
+  void record(uint64_t id, int64_t node) {
+    if (ends.empty() || id > ends.back().first) ends.emplace_back(id, node);
+  }
+  /// The node whose ops made `id`; -1 if none of this run's.
+  [[nodiscard]] int64_t node_of(TensorId id) const {
+    if (!id) return -1;
+    auto it =
+        std::lower_bound(ends.begin(), ends.end(), id.value, [](const auto& e, uint64_t v) { return e.first < v; });
+    return it == ends.end() ? -1 : it->second;
+  }
+};
+
+// The largest device tensor id in `v` (a sequence's items too); 0 if none.
+uint64_t largest_id(const Value& v) {
+  uint64_t top = v.dev.defined() ? v.dev.id().value : 0;
+  for (const auto& e : v.items) top = std::max(top, largest_id(e));
+  return top;
+}
+
 /// A cached plan for one input signature: the values known on the host
 /// (and their uploads), and which nodes they make unnecessary.
 struct Plan {
@@ -269,10 +297,14 @@ struct Model::Impl {
   /// Runs g's nodes on env; `on` is the device of a subgraph's nodes (its
   /// owner's), nullptr for the model's graph (placed per node).
   void execute(const Graph& g, std::vector<Value>& env, const std::vector<char>* skip, const Device* on,
-               bool* computed_read) const;
+               bool* computed_read, NodeTrail* trail = nullptr) const;
   /// Runs the graph on the given inputs; returns the outputs in order
   /// (an output the graph left without a value is not present()).
-  std::vector<Value> run_values(std::vector<Value> given) const;
+  /// `trail`, when given, records which node made which device tensors.
+  std::vector<Value> run_values(std::vector<Value> given, NodeTrail* trail = nullptr) const;
+  /// "onnx: node 'x' (Op): " for a failure of an op `trail`'s run
+  /// submitted; "" when the failure is none of its nodes'.
+  [[nodiscard]] std::string failure_prefix(const NodeTrail& trail, TensorId failed) const;
   /// Refuses a tensor-only run (run(), infer()) of a model with an output
   /// no TensorMap can hold.
   void check_tensor_outputs() const;
@@ -280,7 +312,7 @@ struct Model::Impl {
 };
 
 void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::vector<char>* skip, const Device* on,
-                          bool* computed_read) const {
+                          bool* computed_read, NodeTrail* trail) const {
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     if (skip != nullptr && (*skip)[n]) continue;
     std::vector<Value*> ins;
@@ -318,9 +350,17 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
       if (what.rfind("onnx: ", 0) == 0) throw;
       throw Error(e.code(), "onnx: " + node_label(g.nodes[n], n) + ": " + what);
     }
-    for (size_t k = 0; k < g.node_out[n].size() && k < outs.size(); ++k)
+    for (size_t k = 0; k < g.node_out[n].size() && k < outs.size(); ++k) {
+      if (trail != nullptr) trail->record(largest_id(outs[k]), static_cast<int64_t>(n));
       if (g.node_out[n][k] >= 0) env[g.node_out[n][k]] = std::move(outs[k]);
+    }
   }
+}
+
+std::string Model::Impl::failure_prefix(const NodeTrail& trail, TensorId failed) const {
+  const int64_t n = trail.node_of(failed);
+  if (n < 0) return "";
+  return "onnx: " + node_label(graph.nodes[static_cast<size_t>(n)], static_cast<size_t>(n)) + ": ";
 }
 
 namespace {
@@ -362,7 +402,7 @@ void Model::Impl::check_tensor_outputs() const {
                   "onnx run: output '" + o.name + "' is a sequence, which a TensorMap cannot hold: use infer_values()");
 }
 
-std::vector<Value> Model::Impl::run_values(std::vector<Value> given) const {
+std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* trail) const {
   std::set<size_t> vi;
   {
     std::lock_guard lock(mu);
@@ -378,7 +418,13 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given) const {
   for (size_t i = 0; i < given.size(); ++i)
     if (given[i].present()) env[input_slots[i]] = given[i];
   bool computed_read = false;
-  execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read);
+  if (trail != nullptr) {
+    // Everything made before the run (weights, the inputs' uploads) is no node's.
+    uint64_t before = 0;
+    for (const auto& v : env) before = std::max(before, largest_id(v));
+    trail->record(before, -1);
+  }
+  execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read, trail);
 
   std::vector<Value> out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -685,73 +731,113 @@ TensorMap Model::run(const TensorMap& inputs) const {
       })));
 }
 
-TensorMap Model::run(const DataMap& inputs) const {
-  const auto& im = *impl_;
+namespace {
+
+// run(DataMap)'s work; ModelImpl is Model::Impl (private, so not named here).
+template <class ModelImpl>
+TensorMap run_on_host_data(const ModelImpl& im, const DataMap& inputs, NodeTrail* trail) {
   im.check_tensor_outputs();
   return to_tensor_map(
-      im.outputs, im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const TensorData& d, Value& v) {
-        check_tensor_kind(info);
-        check_input(info, d.dtype, d.shape);
-        check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], d);
-        v.dev = im.device.from_data(d);
-        v.readback = d;
-      })));
+      im.outputs,
+      im.run_values(match_inputs(im, inputs,
+                                 [&](const ValueInfo& info, const TensorData& d, Value& v) {
+                                   check_tensor_kind(info);
+                                   check_input(info, d.dtype, d.shape);
+                                   check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], d);
+                                   v.dev = im.device.from_data(d);
+                                   v.readback = d;
+                                 }),
+                    trail));
 }
 
+// `result`, with a device failure of one of the run's ops prefixed by the
+// node that submitted it (the device's message names only the device and
+// the op). `prefix(id)` gives that node's prefix, "" for none.
+template <class T, class Prefix>
+Future<T> naming_the_node(const Future<T>& result, Prefix prefix) {
+  Promise<T> named;
+  result.on_complete([result, named, prefix = std::move(prefix)](const std::exception_ptr& e) {
+    if (!e) {
+      named.set_value(result.get());
+      return;
+    }
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      const std::string head = prefix(err.tensor());
+      named.set_error(head.empty() ? e : std::make_exception_ptr(Error(err.code(), head + err.what(), err.tensor())));
+    } catch (...) {
+      named.set_error(e);
+    }
+  });
+  return named.future();
+}
+
+}  // namespace
+
+TensorMap Model::run(const DataMap& inputs) const { return run_on_host_data(*impl_, inputs, nullptr); }
+
 Future<DataMap> Model::infer(const DataMap& inputs) const {
-  TensorMap outs = run(inputs);
+  auto trail = std::make_shared<NodeTrail>();
+  TensorMap outs = run_on_host_data(*impl_, inputs, trail.get());
   std::vector<std::string> names;
   std::vector<Future<TensorData>> reads;
   for (const auto& [name, t] : outs) {
     names.push_back(name);
     reads.push_back(t.read());
   }
-  return when_all(reads).then([names](std::vector<TensorData> datas) {
+  return naming_the_node(when_all(reads).then([names](std::vector<TensorData> datas) {
     DataMap out;
     for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], std::move(datas[i]));
     return out;
-  });
+  }),
+                         [impl = impl_, trail](TensorId id) { return impl->failure_prefix(*trail, id); });
 }
 
 Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
   const auto& im = *impl_;
+  auto trail = std::make_shared<NodeTrail>();
   auto upload = [&](const TensorData& d) {
     Value e;
     e.dev = im.device.from_data(d);
     e.readback = d;
     return e;
   };
-  std::vector<Value> outs =
-      im.run_values(match_inputs(im, inputs, [&](const ValueInfo& info, const HostValue& h, Value& v) {
-        const bool optional = info.kind == ValueKind::optional_tensor || info.kind == ValueKind::optional_sequence;
-        const bool sequence = info.kind == ValueKind::sequence || info.kind == ValueKind::optional_sequence;
-        if (h.is_none()) {
-          if (!optional)
-            throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is not optional, given none");
-          v = Value::none();
-          return;
-        }
-        if (h.is_tensor()) {
-          if (sequence)
-            throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is a sequence, given a tensor");
-          check_input(info, h.tensor().dtype, h.tensor().shape);
-          check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], h.tensor());
-          v = upload(h.tensor());
-          return;
-        }
-        if (!sequence)
-          throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is a tensor, given a sequence");
-        std::vector<Value> items;
-        for (size_t k = 0; k < h.items().size(); ++k) {
-          const TensorData& d = h.items()[k];
-          if (d.dtype != info.dtype)
-            throw Error(Errc::dtype_mismatch, "onnx run: input '" + info.name + "' element " + std::to_string(k) +
-                                                  " must be " + std::string(name_of(info.dtype)) + ", got " +
-                                                  std::string(name_of(d.dtype)));
-          items.push_back(upload(d));
-        }
-        v = Value::sequence(std::move(items), info.dtype);
-      }));
+  std::vector<Value> outs = im.run_values(
+      match_inputs(
+          im, inputs,
+          [&](const ValueInfo& info, const HostValue& h, Value& v) {
+            const bool optional = info.kind == ValueKind::optional_tensor || info.kind == ValueKind::optional_sequence;
+            const bool sequence = info.kind == ValueKind::sequence || info.kind == ValueKind::optional_sequence;
+            if (h.is_none()) {
+              if (!optional)
+                throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is not optional, given none");
+              v = Value::none();
+              return;
+            }
+            if (h.is_tensor()) {
+              if (sequence)
+                throw Error(Errc::invalid_argument,
+                            "onnx run: input '" + info.name + "' is a sequence, given a tensor");
+              check_input(info, h.tensor().dtype, h.tensor().shape);
+              check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], h.tensor());
+              v = upload(h.tensor());
+              return;
+            }
+            if (!sequence)
+              throw Error(Errc::invalid_argument, "onnx run: input '" + info.name + "' is a tensor, given a sequence");
+            std::vector<Value> items;
+            for (size_t k = 0; k < h.items().size(); ++k) {
+              const TensorData& d = h.items()[k];
+              if (d.dtype != info.dtype)
+                throw Error(Errc::dtype_mismatch, "onnx run: input '" + info.name + "' element " + std::to_string(k) +
+                                                      " must be " + std::string(name_of(info.dtype)) + ", got " +
+                                                      std::string(name_of(d.dtype)));
+              items.push_back(upload(d));
+            }
+            v = Value::sequence(std::move(items), info.dtype);
+          }),
+      trail.get());
   // Every tensor read at once; then put back together by output.
   struct Slot {
     std::string name;
@@ -770,7 +856,7 @@ Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
       for (const auto& e : v.items) read(e);
     if (v.kind == Value::Kind::none) slots.back().count = 0;
   }
-  return when_all(reads).then([slots](std::vector<TensorData> datas) {
+  auto values = when_all(reads).then([slots](std::vector<TensorData> datas) {
     HostValueMap out;
     for (const auto& s : slots) {
       if (s.kind == Value::Kind::none) {
@@ -786,6 +872,7 @@ Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
     }
     return out;
   });
+  return naming_the_node(values, [impl = impl_, trail](TensorId id) { return impl->failure_prefix(*trail, id); });
 }
 
 }  // namespace switchyard::onnx
