@@ -1373,6 +1373,55 @@ TEST_CASE("onnx: BitShift on u8 wraps left shifts and refuses an unknown directi
              Catch::Contains("node 'shift' (BitShift)") && Catch::Contains("direction='UP'"));
 }
 
+TEST_CASE("onnx: int64 Div, Mod with fmod and Clip stay exact above 2^53", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  constexpr int64_t big = (int64_t{1} << 60) + 1;
+  auto a = sy::TensorData::from(std::vector<int64_t>{big, -big, 7, -7, 7, -7, 0, big}, {8});
+  auto b = sy::TensorData::from(std::vector<int64_t>{7, 7, 2, 2, -2, -2, 5, 1}, {8});
+  Builder m(13);
+  m.input("a", pb::TensorProto::INT64, {int64_t{8}});
+  m.input("b", pb::TensorProto::INT64, {int64_t{8}});
+  m.init_i64("lo", {-5}, {});
+  m.init_i64("hi", {big + 1}, {});
+  m.node("Div", {"a", "b"}, {"q"});
+  attr_i(m.node("Mod", {"a", "b"}, {"r"}), "fmod", 1);
+  m.node("Clip", {"a", "lo", "hi"}, {"c"});
+  for (const char* o : {"q", "r", "c"}) m.output(o, pb::TensorProto::INT64, {int64_t{8}});
+  // C's truncating division and fmod (the dividend's sign), as ONNX says.
+  const std::vector<int64_t> q{164703072086692425, -164703072086692425, 3, -3, -3, 3, 0, big};
+  const std::vector<int64_t> r{2, -2, 1, -1, 1, -1, 0, 0};
+  const std::vector<int64_t> c{big, -5, 7, -5, 7, -5, 0, big};
+  for (const char* name : {"cpu:0", "reference:0"}) {
+    INFO(name);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(name));
+    CHECK(run_ints(model, {{"a", a}, {"b", b}}, "q") == q);
+    CHECK(run_ints(model, {{"a", a}, {"b", b}}, "r") == r);
+    CHECK(run_ints(model, {{"a", a}, {"b", b}}, "c") == c);
+  }
+}
+
+TEST_CASE("onnx: TopK before opset 10 takes k as an attribute", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto model_of = [](int64_t opset, bool with_k) {
+    Builder m(opset);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{4}});
+    auto& n = m.node("TopK", {"x"}, {"v", "i"}, "top");
+    if (with_k) attr_i(n, "k", 2);
+    m.output("v", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}});
+    m.output("i", pb::TensorProto::INT64, {int64_t{2}, int64_t{2}});
+    return m.bytes();
+  };
+  auto x = sy::TensorData::from(std::vector<float>{1, 4, 2, 3, 8, 5, 7, 6}, {2, 4});
+  for (int64_t opset : {7, 9}) {
+    auto model = sy::onnx::Model::load_bytes(model_of(opset, true), rt.cpu());
+    CHECK(run_doubles(model, {{"x", x}}, "v") == std::vector<double>{4, 3, 8, 7});
+    CHECK(run_ints(model, {{"x", x}}, "i") == std::vector<int64_t>{1, 3, 0, 2});
+  }
+  // From opset 10, K is an input: the attribute is refused, naming the node.
+  CHECK_THAT(load_error(model_of(11, true), rt.cpu()),
+             Catch::Contains("node 'top' (TopK)") && Catch::Contains("attribute 'k'"));
+}
+
 TEST_CASE("onnx: RoiAlign with an adaptive sampling grid matches the fixed grid of the same size", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   // sampling_ratio 0 reads the rois on the host (the grid follows their

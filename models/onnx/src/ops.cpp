@@ -313,9 +313,19 @@ std::optional<Value> host_binary(Ctx& ctx, const std::string& op) {
 
 // Integer division truncates (C), as ONNX's Div on integers.
 Tensor int_div(const Tensor& a, const Tensor& b) {
-  Tensor q = a.cast(DType::f64).div(b.cast(DType::f64));
-  Tensor t = q.abs().floor().mul(q.sign());
-  return t.cast(a.dtype());
+  // In integers throughout (through f64, quotients above 2^53 rounded):
+  // the floor quotient, plus one where it rounded a negative quotient down.
+  Tensor q = a.floor_divide(b);
+  Tensor rounded_down = a.remainder(b).ne(Scalar(0)).logical_and(a.lt(Scalar(0)).logical_xor(b.lt(Scalar(0))));
+  return q.add(rounded_down.cast(q.dtype()));
+}
+
+// C's fmod of integers (the sign of the dividend), exactly: Python's
+// remainder has the divisor's sign; where the two differ, fmod is r - b.
+Tensor int_fmod(const Tensor& a, const Tensor& b) {
+  Tensor r = a.remainder(b);
+  Tensor other_sign = r.ne(Scalar(0)).logical_and(r.lt(Scalar(0)).logical_xor(a.lt(Scalar(0))));
+  return where(other_sign, r.sub(b), r);
 }
 
 // Opset 6 and earlier: binary ops broadcast only with broadcast=1, and
@@ -2985,6 +2995,13 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                    if (ctx.has(2)) hi = ctx.host(2).at(0);
                  }
                  if (std::isnan(lo) && std::isnan(hi)) return Outs{dev_value(x)};
+                 if (!is_floating(x.dtype()) && ctx.opset() >= 11) {
+                   // Integer bounds as integers: through a double, a bound
+                   // above 2^53 would move. min(max(x, lo), hi), as clamp.
+                   if (ctx.has(1)) x = x.binary(BinaryKind::maximum, Scalar(ctx.host(1).to_vector<int64_t>().at(0)));
+                   if (ctx.has(2)) x = x.binary(BinaryKind::minimum, Scalar(ctx.host(2).to_vector<int64_t>().at(0)));
+                   return Outs{dev_value(x)};
+                 }
                  return Outs{dev_value(x.clamp(lo, hi))};
                }};
   // --- binary ---
@@ -3011,6 +3028,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Mod"] = {{"fmod"}, nullptr, [](Ctx& ctx) {
                 Tensor a = ctx.dev(0), b = ctx.dev(1);
                 if (ctx.attr_i("fmod", 0) == 0) return Outs{dev_value(a.remainder(b))};
+                if (!is_floating(a.dtype())) return Outs{dev_value(int_fmod(a, b))};
                 // C fmod: the sign of the dividend.
                 Tensor af = a.cast(DType::f64), bf = b.cast(DType::f64);
                 Tensor q = af.div(bf);
@@ -3395,10 +3413,22 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["QLinearMatMul"] = {{}, nullptr, qlinear_matmul};
   t["ConvInteger"] = {{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, nullptr, conv_integer};
   t["QLinearConv"] = {{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, nullptr, qlinear_conv};
-  t["TopK"] = {{"axis", "largest", "sorted"}, nullptr, [](Ctx& ctx) {
+  // TopK-1 (opsets 1-9, as PyTorch exports topk there) takes k as an
+  // attribute; from opset 10 it is input 1.
+  t["TopK"] = {{"axis", "largest", "sorted", "k"},
+               [](const ::onnx::NodeProto& n, int64_t opset) -> std::string {
+                 if (opset < 10) return "";
+                 for (const auto& a : n.attribute())
+                   if (a.name() == "k")
+                     return "attribute 'k' (opset 9 and earlier; this model is opset " + std::to_string(opset) +
+                            ": K is input 1)";
+                 return "";
+               },
+               [](Ctx& ctx) {
                  Tensor x = ctx.dev(0);
                  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
-                 const auto k = ctx.ints(1);
+                 if (ctx.opset() < 10 && !ctx.attr("k")) ctx.fail(Errc::invalid_argument, "attribute 'k' is missing");
+                 const auto k = ctx.opset() < 10 ? std::vector<int64_t>{ctx.attr_i("k", -1)} : ctx.ints(1);
                  if (k.size() != 1) ctx.fail(Errc::shape_mismatch, "K must hold one value");
                  auto [values, indices] =
                      x.topk(k[0], axis, ctx.attr_i("largest", 1) != 0, ctx.attr_i("sorted", 1) != 0);
