@@ -256,7 +256,7 @@ constexpr const char* kBlocked = R"(## What is not supported, and why
 
 int usage() {
   std::cerr << "usage: onnx_conformance [--data DIR] (--folder NAME --device DEV | --markdown FILE [--models DIR]) "
-               "[--filter S] [--verbose]\n";
+               "[--filter S] [--verbose] [--strict: unsupported fails too]\n";
   return 2;
 }
 
@@ -264,7 +264,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data", models, folder, device_name, markdown, filter;
-  bool verbose = false;
+  bool verbose = false, strict = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -282,6 +282,8 @@ int main(int argc, char** argv) {
       filter = next();
     else if (a == "--verbose")
       verbose = true;
+    else if (a == "--strict")
+      strict = true;
     else
       return usage();
   }
@@ -335,8 +337,9 @@ int main(int argc, char** argv) {
           else
             r = {Outcome::fail, "listed as a deviation (" + known->second + ") but " + label(r.outcome)};
         }
-        if (r.outcome == Outcome::fail) ++failed;
-        if (verbose || r.outcome == Outcome::fail)
+        // Our own exports are models the loader claims: a refusal fails too.
+        if (r.outcome == Outcome::fail || (strict && r.outcome == Outcome::unsupported)) ++failed;
+        if (verbose || r.outcome == Outcome::fail || (strict && r.outcome == Outcome::unsupported))
           std::cout << label(r.outcome) << " " << f << "/" << row.name << " on " << d << (r.reason.empty() ? "" : ": ")
                     << r.reason << "\n";
         row.per_device.push_back(std::move(r));

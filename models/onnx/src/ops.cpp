@@ -1470,18 +1470,43 @@ std::string known_reduction(const ::onnx::NodeProto& n, int64_t) {
 
 // --- recurrent layers (RNN, GRU, LSTM), unrolled over the sequence ---
 
-std::string rnn_check(const ::onnx::NodeProto& n, int64_t) {
+// The activations a recurrent op's `activations` may name: those without
+// alpha or beta (PyTorch exports RNN's nonlinearity='relu' as Relu).
+using RnnActivation = Tensor (*)(const Tensor&);
+RnnActivation rnn_activation(const std::string& name) {
+  if (name == "Tanh") return [](const Tensor& x) { return x.tanh(); };
+  if (name == "Sigmoid") return [](const Tensor& x) { return x.sigmoid(); };
+  if (name == "Relu") return [](const Tensor& x) { return x.relu(); };
+  if (name == "Softsign") return [](const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); };
+  if (name == "Softplus") return [](const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); };
+  return nullptr;
+}
+
+// f (gates), g (cell input) and h (cell output) as ONNX names them: RNN
+// has f, GRU f and g, LSTM all three, per direction.
+const std::vector<std::string>& rnn_default_activations(const std::string& op) {
   static const std::map<std::string, std::vector<std::string>> defaults = {
       {"RNN", {"Tanh"}}, {"GRU", {"Sigmoid", "Tanh"}}, {"LSTM", {"Sigmoid", "Tanh", "Tanh"}}};
+  return defaults.at(op);
+}
+
+std::string rnn_check(const ::onnx::NodeProto& n, int64_t) {
+  std::string direction = "forward";
+  for (const auto& a : n.attribute())
+    if (a.name() == "direction") direction = a.s();
+  const size_t directions = direction == "bidirectional" ? 2 : 1;
   for (const auto& a : n.attribute()) {
     if (a.name() == "clip") return "attribute 'clip' (cell clipping)";
     if (a.name() == "activation_alpha" || a.name() == "activation_beta") return "attribute '" + a.name() + "'";
     if (a.name() == "input_forget" && a.i() != 0) return "input_forget=1";
     if (a.name() == "activations") {
-      const auto& want = defaults.at(n.op_type());
-      std::vector<std::string> got(a.strings().begin(), a.strings().end());
-      for (size_t k = 0; k < got.size(); ++k)
-        if (got[k] != want[k % want.size()]) return "activation " + got[k] + " (only the defaults)";
+      const size_t want = rnn_default_activations(n.op_type()).size() * directions;
+      if (static_cast<size_t>(a.strings_size()) != want)
+        return "activations lists " + std::to_string(a.strings_size()) + " functions; direction '" + direction +
+               "' takes " + std::to_string(want);
+      for (const auto& name : a.strings())
+        if (rnn_activation(name) == nullptr)
+          return "activation " + name + " (Tanh, Sigmoid, Relu, Softsign and Softplus are supported)";
     }
   }
   return "";
@@ -1494,6 +1519,14 @@ struct RnnState {
 
 RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t d, int64_t hidden, bool reverse) {
   const int64_t gates = op == "RNN" ? 1 : op == "GRU" ? 3 : 4;
+  // This direction's f, g, h (the defaults where the node names none).
+  std::vector<std::string> names = rnn_default_activations(op);
+  if (auto a = ctx.attr("activations"); a && a->strings_size() > 0)
+    for (size_t k = 0; k < names.size(); ++k)
+      names[k] = a->strings(static_cast<int>(static_cast<size_t>(d) * names.size() + k));
+  const RnnActivation f = rnn_activation(names[0]);
+  const RnnActivation g = names.size() > 1 ? rnn_activation(names[1]) : nullptr;
+  const RnnActivation h_act = names.size() > 2 ? rnn_activation(names[2]) : nullptr;
   const int64_t seq = x.shape()[0], batch = x.shape()[1];
   Tensor w = ctx.dev(1).slice(0, Slice{d, d + 1}).reshape({gates * hidden, -1});
   Tensor r = ctx.dev(2).slice(0, Slice{d, d + 1}).reshape({gates * hidden, hidden});
@@ -1530,26 +1563,26 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
     const int64_t t = reverse ? seq - 1 - step : step;
     Tensor xt = xw.slice(0, Slice{t, t + 1}).reshape({batch, gates * hidden});
     if (op == "RNN") {
-      h = xt.add(h.matmul(r.mT())).add(rb).tanh();
+      h = f(xt.add(h.matmul(r.mT())).add(rb));
     } else if (op == "GRU") {
       Tensor rz = h.matmul(r.slice(0, Slice{0, 2 * hidden}).mT()).add(rb.slice(0, Slice{0, 2 * hidden}));
-      Tensor z = gate(xt, 0).add(gate(rz, 0)).sigmoid();
-      Tensor rr = gate(xt, 1).add(gate(rz, 1)).sigmoid();
+      Tensor z = f(gate(xt, 0).add(gate(rz, 0)));
+      Tensor rr = f(gate(xt, 1).add(gate(rz, 1)));
       Tensor r_h = r.slice(0, Slice{2 * hidden, 3 * hidden});
-      Tensor hh = lbr ? gate(xt, 2).add(rr.mul(h.matmul(r_h.mT()).add(vec(rb, 2)))).tanh()
-                      : gate(xt, 2).add(rr.mul(h).matmul(r_h.mT())).add(vec(rb, 2)).tanh();
+      Tensor hh = lbr ? g(gate(xt, 2).add(rr.mul(h.matmul(r_h.mT()).add(vec(rb, 2)))))
+                      : g(gate(xt, 2).add(rr.mul(h).matmul(r_h.mT())).add(vec(rb, 2)));
       h = z.neg().add(Scalar(1.0)).mul(hh).add(z.mul(h));
     } else {  // LSTM, gates i, o, f, c; peepholes i, o, f
-      Tensor g = xt.add(h.matmul(r.mT())).add(rb);
-      Tensor gi = gate(g, 0), go = gate(g, 1), gf = gate(g, 2), gc = gate(g, 3);
+      Tensor all = xt.add(h.matmul(r.mT())).add(rb);
+      Tensor gi = gate(all, 0), go = gate(all, 1), gf = gate(all, 2), gc = gate(all, 3);
       if (p.defined()) {
         gi = gi.add(vec(p, 0).mul(c));
         gf = gf.add(vec(p, 2).mul(c));
       }
-      Tensor i = gi.sigmoid(), f = gf.sigmoid();
-      c = f.mul(c).add(i.mul(gc.tanh()));
+      Tensor i = f(gi), forget = f(gf);
+      c = forget.mul(c).add(i.mul(g(gc)));
       if (p.defined()) go = go.add(vec(p, 1).mul(c));
-      h = go.sigmoid().mul(c.tanh());
+      h = f(go).mul(h_act(c));
     }
     ys[static_cast<size_t>(t)] = h;
   }

@@ -197,6 +197,28 @@ class ResNetMini(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class RecurrentExact(nn.Module):
+    """A bidirectional two-layer RNN with nonlinearity='relu' (exported as
+    RNN with activations Relu), and int64 truncating division, fmod and
+    clamp on values above 2^53, which must stay exact."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(6, 5, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True)
+
+    def forward(self, x, a, b):
+        y, _ = self.rnn(x)
+        return y, torch.div(a, b, rounding_mode="trunc"), torch.fmod(a, b), a.clamp(-5, 2**60 + 2)
+
+
+class TopKOld(nn.Module):
+    """topk at opset 9, where TopK takes k as an attribute."""
+
+    def forward(self, x):
+        values, indices = torch.topk(x, 3, 1)
+        return values, indices
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/onnx/models/pytorch"
     torch.manual_seed(0)
@@ -215,6 +237,16 @@ def main():
     torch.manual_seed(6)
     export(out, "resnet_mini", ResNetMini(), [[torch.randn(2, 3, 32, 32)], [torch.randn(1, 3, 24, 40)]], ["x"], ["y"],
            {"x": {0: "batch", 2: "h", 3: "w"}, "y": {0: "batch"}}, 13, tolerance=(1e-3, 1e-5))
+    torch.manual_seed(8)
+    big = torch.tensor([2**60 + 1, -(2**60 + 1), 7, -7, 2**53 + 1])
+    export(out, "recurrent_exact", RecurrentExact(),
+           [[torch.randn(2, 4, 6), big, torch.tensor([7, 7, -2, 2, 3])],
+            [torch.randn(3, 2, 6), big.flip(0), torch.tensor([-3, 5, 9, -9, 1])]], ["x", "a", "b"],
+           ["y", "q", "r", "c"], {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, 14,
+           tolerance=(1e-3, 1e-5))
+    torch.manual_seed(9)
+    export(out, "topk_opset9", TopKOld(), [[torch.randn(2, 6)], [torch.randn(4, 6)]], ["x"], ["values", "indices"],
+           {"x": {0: "batch"}, "values": {0: "batch"}, "indices": {0: "batch"}}, 9)
     try:
         import torchvision  # noqa: F401
         torch.manual_seed(4)
