@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "../support/watchdog.hpp"
 #include "ops_common.hpp"
 #include "switchyard/nn.hpp"
 
@@ -421,5 +422,66 @@ TEST_CASE("an Inf weight over zero padding gives PyTorch's border values", "[ops
       CHECK(yv[0] == 4.0);  // the reference leaves padded taps out everywhere (as channel 1)
     else if (d.kind() == "cpu")
       CHECK(std::isnan(yv[0]));  // 0 x Inf, as PyTorch's CPU conv2d
+  }
+}
+
+TEST_CASE("a conv weight used again gives the same bits and a new weight its own result", "[ops][conv]") {
+  // Every call must give the first call's bits, and a weight computed from
+  // the old one (written into its memory at its last use) or made later its
+  // own result: what a backend that keeps a prepared copy of a weight
+  // between calls (as ONNX Runtime pre-packs) must still honour.
+  struct Case {
+    sy::Shape x, w;
+    nn::ConvOptions o;
+  };
+  std::vector<Case> cases;
+  // 20 output channels (a partial 14-row panel), 576 = 64 * 9 rows (three K blocks).
+  cases.push_back({{2, 64, 12, 12}, {20, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false}});
+  cases.push_back({{1, 32, 9, 9}, {30, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 2, false}});    // 2 groups
+  cases.push_back({{1, 16, 15, 15}, {18, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, {}, {}, 1, false}});  // strided
+  cases.push_back({{1, 40, 7, 7}, {33, 40, 1, 1}, {}});                                            // pointwise
+  sy::testing::Watchdog watchdog(std::chrono::seconds(300), "conv weights used again");
+  Rng rng(11);
+  for (const auto& c : cases) {
+    for (const auto& d : devices()) {
+      INFO(label(d) << ": input " << c.x.to_string() << ", weight " << c.w.to_string());
+      const uint64_t seed = rng();
+      Rng data(seed);
+      auto x = random_tensor(d, data, DType::f32, c.x);
+      Rng weight_data = data;
+      auto w = random_tensor(d, data, DType::f32, c.w);
+      const auto first = nn::conv(x, w, {}, c.o).to_vector<float>();
+      for (int again = 0; again < 3; ++again) CHECK(nn::conv(x, w, {}, c.o).to_vector<float>() == first);
+      // Headed by the conv, fused with its relu on cpu.
+      auto relu_first = first;
+      for (auto& v : relu_first) v = v > 0 ? v : 0;
+      CHECK(nn::conv(x, w, {}, c.o).relu().to_vector<float>() == relu_first);
+      // Twice the weight: every product and sum exactly twice.
+      auto twice = first;
+      for (auto& v : twice) v *= 2;
+      const Tensor w2 = w * 2.0;
+      CHECK(nn::conv(x, w2, {}, c.o).to_vector<float>() == twice);
+      CHECK(nn::conv(x, w2, {}, c.o).to_vector<float>() == twice);
+      // The weight's last use computes a new one, which the device may write
+      // into the old one's memory where nothing else holds it (so the
+      // reference's copy is made anew: a bridge would share the memory).
+      const Tensor w_ref = random_tensor(reference(), weight_data, DType::f32, c.w);
+      w = w + 1.0;  // rebound: the old handle's drop follows its last use
+      {
+        auto want = nn::conv(x.to(reference()), w_ref + 1.0, {}, c.o).read().get();
+        for (int again = 0; again < 2; ++again)
+          CHECK(compare(nn::conv(x, w, {}, c.o).read().get(), want, Tol{1e-4, 1e-3}).empty());
+      }
+      w = Tensor();
+      // A new weight of its size.
+      for (int round = 0; round < 2; ++round) {
+        auto w3 = random_tensor(d, data, DType::f32, c.w);
+        auto want = nn::conv(x.to(reference()), w3.to(reference()), {}, c.o).read().get();
+        for (int again = 0; again < 2; ++again) {
+          auto got = nn::conv(x, w3, {}, c.o).read().get();
+          CHECK(compare(got, want, Tol{1e-4, 1e-3}).empty());
+        }
+      }
+    }
   }
 }
