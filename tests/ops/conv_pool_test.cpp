@@ -206,6 +206,12 @@ TEST_CASE("bad convolution and pooling arguments fail at the call, naming op, sh
 namespace {
 
 using Rng = std::mt19937_64;
+
+// A convolution's input and weight shapes and its options.
+struct ConvCase {
+  sy::Shape x, w;
+  nn::ConvOptions o;
+};
 int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
 
 Tensor random_tensor(const Device& d, Rng& rng, DType t, sy::Shape s) {
@@ -271,11 +277,7 @@ TEST_CASE("conv and conv_transpose agree with the reference on random shapes and
 TEST_CASE("the fast conv paths agree with the reference on larger shapes", "[ops][conv][random]") {
   // 3x3 over 32 channels and a 20x20 image: several im2col tiles; the 1x1
   // GEMM path; depthwise 3x3 with stride 2; a strided transposed conv.
-  struct Case {
-    sy::Shape x, w;
-    nn::ConvOptions o;
-  };
-  std::vector<Case> cases;
+  std::vector<ConvCase> cases;
   cases.push_back({{2, 32, 20, 20}, {16, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false}});
   cases.push_back({{1, 64, 30, 30}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false}});
   cases.push_back({{2, 32, 9, 9}, {24, 32, 1, 1}, {}});
@@ -430,11 +432,7 @@ TEST_CASE("a conv weight used again gives the same bits and a new weight its own
   // the old one (written into its memory at its last use) or made later its
   // own result: what a backend that keeps a prepared copy of a weight
   // between calls (as ONNX Runtime pre-packs) must still honour.
-  struct Case {
-    sy::Shape x, w;
-    nn::ConvOptions o;
-  };
-  std::vector<Case> cases;
+  std::vector<ConvCase> cases;
   // 20 output channels (a partial 14-row panel), 576 = 64 * 9 rows (three K blocks).
   cases.push_back({{2, 64, 12, 12}, {20, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false}});
   cases.push_back({{1, 32, 9, 9}, {30, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {}, {}, 2, false}});    // 2 groups
