@@ -638,17 +638,23 @@ void check_indices(const ValueInfo& info, const std::string& node, const TensorD
   const std::vector<int64_t> values = d.to_vector<int64_t>();
   for (size_t k = 0; k < values.size(); ++k) {
     if (values[k] >= -info.index_extent && values[k] < info.index_extent) continue;
-    std::string at;
+    std::vector<size_t> at(d.shape.rank());
     size_t rest = k;
-    for (size_t a = d.shape.rank(); a-- > 0;) {
+    for (size_t a = at.size(); a-- > 0;) {
       const auto extent = static_cast<size_t>(d.shape[a]);
-      at = std::to_string(rest % extent) + (at.empty() ? "" : ", ") + at;
+      at[a] = rest % extent;
       rest /= extent;
     }
-    throw Error(Errc::index_out_of_range, "onnx run: input '" + info.name + "' holds " + std::to_string(values[k]) +
-                                              " at [" + at + "], out of range for " + node + ": indices must lie in [" +
-                                              std::to_string(-info.index_extent) + ", " +
-                                              std::to_string(info.index_extent) + ")");
+    std::string what = "onnx run: input '" + info.name + "' holds " + std::to_string(values[k]) + " at [";
+    for (size_t a = 0; a < at.size(); ++a) {
+      if (a > 0) what += ", ";
+      what += std::to_string(at[a]);
+    }
+    what += "], out of range for ";
+    what += node;
+    what += ": indices must lie in [" + std::to_string(-info.index_extent) + ", ";
+    what += std::to_string(info.index_extent) + ")";
+    throw Error(Errc::index_out_of_range, what);
   }
 }
 
