@@ -201,6 +201,11 @@ namespace {
 std::optional<Tensor> torch_scalar_pow(const Tensor& x, BinaryKind k, Scalar s) {
   if (k != BinaryKind::pow || s.kind == ScalarKind::boolean || !x.defined()) return std::nullopt;
   const DType t = x.dtype();
+  // u8 to a negative integer power: the scalar, converted to u8 as the op
+  // computes, would wrap (-1 to 255). The integer rule instead: 1 / base
+  // truncated, so 1 where the base is 1, else 0.
+  if (t == DType::u8 && s.kind == ScalarKind::integral && !s.is_unsigned && s.i < 0)
+    return x.eq(Scalar(1)).cast(DType::u8);
   if (t != DType::f32 && t != DType::f64 && t != DType::bf16) return std::nullopt;
   const double e = s.kind == ScalarKind::floating ? s.f : static_cast<double>(s.i);
   if (s.kind == ScalarKind::integral && s.is_unsigned)
@@ -383,8 +388,12 @@ Tensor Tensor::addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar
     throw Error(Errc::shape_mismatch, "addmm: input " + x.ir.shape.to_string() + " does not broadcast to the product " +
                                           product.shape().to_string());
   const Scalar one = 1;
-  Tensor scaled_input = beta == one ? *this : mul(beta);
   Tensor scaled_product = alpha == one ? product : product.mul(alpha);
+  // beta = 0 ignores the input, NaN and infinities included (PyTorch's rule;
+  // 0 * NaN would be NaN). Its shape was checked above, and where its dtype
+  // is the product's, skipping it changes nothing else.
+  if (beta.to_double() == 0.0 && x.ir.dtype == product.dtype()) return scaled_product;
+  Tensor scaled_input = beta == one ? *this : mul(beta);
   return scaled_product.add(scaled_input);
 }
 

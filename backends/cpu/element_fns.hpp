@@ -99,17 +99,19 @@ T py_remainder(T a, T b) {
   }
 }
 
+// On a tie (+0 and -0) the first operand, as std::max and std::min and the
+// reference backend.
 template <class T>
 T nan_max(T a, T b) {
   if constexpr (std::is_floating_point_v<T>)
     if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  return a > b ? a : b;
+  return a < b ? b : a;
 }
 template <class T>
 T nan_min(T a, T b) {
   if constexpr (std::is_floating_point_v<T>)
     if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  return a < b ? a : b;
+  return b < a ? b : a;
 }
 
 // Fill values, scalar operands, arange elements, clamp bounds and casts
@@ -218,14 +220,20 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
   constexpr bool is_b = std::is_same_v<T, bool>;
   constexpr bool is_f = std::is_floating_point_v<T>;
   switch (k) {
+    // Floats flip or clear the sign bit (0 - x would keep +0 and -0 as they
+    // are); integers wrap.
     case UnaryKind::neg:
       if constexpr (is_b)
         return false;
+      else if constexpr (is_f)
+        return f([](T x) -> T { return -x; });
       else
         return f([](T x) -> T { return wrap_sub(T(0), x); });
     case UnaryKind::abs:
       if constexpr (is_b || std::is_unsigned_v<T>)
         return f([](T x) -> T { return x; });
+      else if constexpr (is_f)
+        return f([](T x) -> T { return std::fabs(x); });
       else
         return f([](T x) -> T { return x < 0 ? wrap_sub(T(0), x) : x; });
     case UnaryKind::sign:

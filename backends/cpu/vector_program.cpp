@@ -100,11 +100,12 @@ class Interpreter {
     const auto sub = [](V x, V y) { return hn::Sub(x, y); };
     const auto mul = [](V x, V y) { return hn::Mul(x, y); };
     const auto div = [](V x, V y) { return hn::Div(x, y); };
+    // On a tie (+0 and -0) the first operand, as element_fns' nan_max/nan_min.
     const auto maximum = [&](V x, V y) {
-      return hn::IfThenElse(hn::Or(hn::IsNaN(x), hn::IsNaN(y)), nan, hn::IfThenElse(hn::Gt(x, y), x, y));
+      return hn::IfThenElse(hn::Or(hn::IsNaN(x), hn::IsNaN(y)), nan, hn::IfThenElse(hn::Lt(x, y), y, x));
     };
     const auto minimum = [&](V x, V y) {
-      return hn::IfThenElse(hn::Or(hn::IsNaN(x), hn::IsNaN(y)), nan, hn::IfThenElse(hn::Lt(x, y), x, y));
+      return hn::IfThenElse(hn::Or(hn::IsNaN(x), hn::IsNaN(y)), nan, hn::IfThenElse(hn::Lt(y, x), y, x));
     };
     for (const Instruction& ins : program_.code) {
       src = slots_[ins.operand];
@@ -166,10 +167,10 @@ class Interpreter {
           binary([](V x, V b) { return hn::IfThenElse(hn::Gt(x, b), b, x); });
           break;
         case Code::neg:
-          unary([&](V x) { return hn::Sub(zero, x); });
+          unary([](V x) { return hn::Neg(x); });  // the sign flipped: -(+0) is -0
           break;
         case Code::abs:
-          unary([&](V x) { return hn::IfThenElse(hn::Lt(x, zero), hn::Sub(zero, x), x); });
+          unary([](V x) { return hn::Abs(x); });  // the sign cleared: |-0| is +0
           break;
         case Code::relu:
           unary([&](V x) { return hn::IfThenElse(hn::Or(hn::Gt(x, zero), hn::IsNaN(x)), x, zero); });

@@ -38,6 +38,8 @@ DType promoted_compute(const Op& op) {
     return scalar_compute_dtype(op);
   else if constexpr (std::is_same_v<Op, UnaryOp>)
     return op.in.dtype;
+  else if constexpr (std::is_same_v<Op, ScanOp>)
+    return op.out.dtype;  // a scan's dtype converts the input first (f32 70000 as f16 is inf)
   else
     return DType::f32;  // the others take operands of their own dtype
 }

@@ -66,11 +66,18 @@ struct UnaryFn {
   T lo, hi;
   bool has_lo, has_hi;
   __device__ R operator()(T x) const {
-    if constexpr (K == u_neg)
-      return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x));
-    else if constexpr (K == u_abs) {
+    // Floats flip or clear the sign bit (0 - x would keep the sign of a
+    // zero, as the CPU's kernels do not); integers wrap.
+    if constexpr (K == u_neg) {
+      if constexpr (is_f<T>)
+        return static_cast<T>(-static_cast<Wide<T>>(x));
+      else
+        return static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x));
+    } else if constexpr (K == u_abs) {
       if constexpr (is_b<T> || std::is_unsigned_v<T>)
         return x;
+      else if constexpr (is_f<T>)
+        return static_cast<T>(fabs(static_cast<Wide<T>>(x)));
       else
         return x < T(0) ? static_cast<T>(Wide<T>(0) - static_cast<Wide<T>>(x)) : x;
     } else if constexpr (K == u_sign) {
@@ -312,10 +319,11 @@ struct BinaryFn {
     } else if constexpr (K == b_maximum || K == b_minimum) {
       if constexpr (is_f<T>)
         if (isnan(a) || isnan(b)) return quiet_nan<T>();
+      // On a tie (+0 and -0) the first operand, as the CPU and reference.
       if constexpr (K == b_maximum)
-        return a > b ? a : b;
+        return a < b ? b : a;
       else
-        return a < b ? a : b;
+        return b < a ? b : a;
     } else if constexpr (K == b_atan2) {
       return atan2(a, b);
     } else if constexpr (K == b_eq)

@@ -470,3 +470,83 @@ TEST_CASE("where and masked_fill select with broadcasting and promotion", "[ops]
                             make(reference(), DType::i32, {1}, {1})),
                   sy::Error);
 }
+
+TEST_CASE("signed zeros: neg flips, abs clears, maximum and minimum keep the first of a tie", "[ops][unary]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& d : devices_fused_and_unfused()) {
+    for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      INFO(label(d) << " " << sy::name_of(t));
+      auto x = make(d, t, {4}, {0.0, -0.0, 1.5, -inf});
+      auto sign_bits = [](const Tensor& y) {
+        std::vector<int> s;
+        for (double v : y.to_vector<double>()) s.push_back(std::signbit(v) ? 1 : 0);
+        return s;
+      };
+      CHECK(sign_bits(x.neg()) == std::vector<int>{1, 0, 1, 0});
+      CHECK(sign_bits(x.abs()) == std::vector<int>{0, 0, 0, 0});
+      // Fused with the op before it on cpu, computed alike.
+      CHECK(sign_bits((x * 1.0).neg()) == std::vector<int>{1, 0, 1, 0});
+      CHECK(sign_bits((x * 1.0).abs()) == std::vector<int>{0, 0, 0, 0});
+      auto a = make(d, t, {2}, {-0.0, 0.0}), b = make(d, t, {2}, {0.0, -0.0});
+      CHECK(sign_bits(a.maximum(b)) == std::vector<int>{1, 0});
+      CHECK(sign_bits(a.minimum(b)) == std::vector<int>{1, 0});
+      CHECK(sign_bits(b.maximum(a)) == std::vector<int>{0, 1});
+      CHECK(sign_bits((a * 1.0).maximum(b)) == std::vector<int>{1, 0});
+    }
+  }
+}
+
+TEST_CASE("u8 to a negative integer power is 1 where the base is 1, else 0", "[ops][int]") {
+  for (const auto& d : devices()) {
+    INFO(label(d));
+    auto x = d.tensor<uint8_t>({0, 1, 2, 3, 255}, {5});
+    CHECK(x.pow(-1).to_vector<uint8_t>() == std::vector<uint8_t>{0, 1, 0, 0, 0});
+    CHECK(x.pow(-2).to_vector<uint8_t>() == std::vector<uint8_t>{0, 1, 0, 0, 0});
+    CHECK(x.pow(-1).dtype() == DType::u8);
+    // The signed dtypes follow the same rule in the kernels.
+    CHECK(d.tensor<int8_t>({-1, 1, 2, -3}, {4}).pow(-1).to_vector<int8_t>() == std::vector<int8_t>{-1, 1, 0, 0});
+  }
+}
+
+TEST_CASE("addmm with beta 0 ignores the input, NaN and infinities included", "[ops][matmul]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const auto& d : devices()) {
+    INFO(label(d));
+    auto input = d.tensor<float>({nan, inf}, {2});
+    auto y = input.addmm(d.ones({1, 2}), d.ones({2, 2}), 0, 1);
+    CHECK(y.shape() == sy::Shape{1, 2});
+    CHECK(y.to_vector<float>() == std::vector<float>{2, 2});
+    CHECK(input.addmm(d.ones({1, 2}), d.ones({2, 2}), 0.0, 3).to_vector<float>() == std::vector<float>{6, 6});
+    // Any other beta scales it in.
+    auto z = input.addmm(d.ones({1, 2}), d.ones({2, 2}), 1, 1).to_vector<float>();
+    CHECK(std::isnan(z[0]));
+    CHECK(z[1] == inf);
+    // The shape is still checked.
+    CHECK_THROWS_AS(d.ones({3}).addmm(d.ones({1, 2}), d.ones({2, 2}), 0, 1), sy::Error);
+  }
+}
+
+TEST_CASE("a scan's 16-bit dtype converts the input first", "[ops][scan]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& d : devices()) {
+    if (lacks_narrow_dtypes(d)) continue;
+    for (DType t : {DType::f16, DType::bf16}) {
+      INFO(label(d) << " " << sy::name_of(t));
+      // 70000 is beyond f16 (inf), and inf - inf is NaN: summed in f32 first it would be 0.
+      auto s = d.tensor<float>({70000.f, -70000.f, 1.f}, {3}).cumsum(0, t).to_vector<double>();
+      auto si = d.tensor<int32_t>({70000, -70000, 1}, {3}).cumsum(0, t).to_vector<double>();
+      if (t == DType::f16) {
+        CHECK(s[0] == inf);
+        CHECK(std::isnan(s[1]));
+        CHECK(std::isnan(si[1]));
+      } else {  // bf16 holds 70000 as 70144
+        CHECK(s == std::vector<double>{70144, 0, 1});
+        CHECK(si == std::vector<double>{70144, 0, 1});
+      }
+      // 1.005 rounds to 1.0078125 in bf16 and to 1.0048828125 in f16 before the product.
+      auto p = d.tensor<float>({1.005f, 2.f}, {2}).cumprod(0, t).to_vector<double>();
+      const double r = t == DType::f16 ? 1.0048828125 : 1.0078125;
+      CHECK(p == std::vector<double>{r, 2 * r});
+    }
+  }
+}
