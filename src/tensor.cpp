@@ -834,9 +834,14 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
     same_device("cat", first, x.handle("cat"));
     t = promote(t, x.dtype());
   }
+  // PyTorch's legacy rule: a 1-D empty tensor joins any cat (it is left
+  // out, after counting in the dtype), so cat({empty, x}) is x.
+  auto legacy_empty = [](const Tensor& x) { return x.shape().rank() == 1 && x.shape()[0] == 0; };
+  const bool skip_empty = !std::all_of(tensors.begin(), tensors.end(), legacy_empty);
   std::vector<Tensor> cast_inputs;
   std::vector<TensorIr> inputs;
   for (const auto& x : tensors) {
+    if (skip_empty && legacy_empty(x)) continue;
     cast_inputs.push_back(x.cast(t));
     inputs.push_back(as_input(cast_inputs.back().handle("cat")));
   }

@@ -498,3 +498,20 @@ TEST_CASE("interpolate: nearest and linear modes as PyTorch", "[ops][layout]") {
              }),
              Catch::Matchers::Contains("size has 3 values for 2 spatial axes"));
 }
+
+TEST_CASE("cat leaves out 1-D empty tensors of any dtype after promoting with them, as PyTorch", "[ops][layout]") {
+  for (const auto& d : devices()) {
+    INFO(label(d));
+    auto empty = d.zeros({0}, DType::f64);
+    auto x = d.ones({2, 3});
+    auto y = sy::cat({empty, x, empty}, 1);
+    CHECK(y.shape() == sy::Shape{2, 3});
+    CHECK(y.dtype() == DType::f64);
+    CHECK(y.to_vector<double>() == std::vector<double>(6, 1.0));
+    CHECK(sy::cat({x, empty}, 0).shape() == sy::Shape{2, 3});
+    CHECK(sy::cat({empty, empty}, 0).shape() == sy::Shape{0});
+    CHECK(sy::cat({empty, d.ones({2})}, 0).to_vector<double>() == std::vector<double>{1, 1});
+    // Only 1-D empties: a [0, 3] must match like any other operand.
+    CHECK_THROWS_AS(sy::cat({d.zeros({0, 3}), d.ones({2})}, 0), sy::Error);
+  }
+}
