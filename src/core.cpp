@@ -409,9 +409,11 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
       options_.tls.enabled() ? system_->openssl_manager().actor_handle() : system_->middleman().actor_handle();
   std::optional<caf::actor> entry;
   std::optional<caf::error> failure;
+  caf::node_id node;
   self->request(connector, left(), caf::connect_atom::value, host, port)
       .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+          [&](const caf::node_id& peer, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+            node = peer;
             if (!ptr)
               failure = caf::make_error(caf::sec::no_actor_published_at_port, "no worker published at this port");
             else if (!ifs.empty())
@@ -427,6 +429,12 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
                                                 " ms (RuntimeOptions::connect_timeout)");
     throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": " + system_->render(*failure));
   }
+  // The same worker under another name (localhost for 127.0.0.1, another
+  // interface): its process is the node the handshake reached.
+  for (const auto& w : workers_)
+    if (node && w.node == node && std::none_of(w.devices.begin(), w.devices.end(), [&](DeviceId d) { return lost(d); }))
+      throw Error(Errc::invalid_argument,
+                  "already connected to worker " + address + " (as " + w.host + ":" + std::to_string(w.port) + ")");
   const auto handshake_took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - (deadline - options_.connect_timeout));
   std::vector<std::string> names, kinds;
@@ -459,7 +467,7 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
     self->request(w.entry, std::chrono::seconds(10), peer_atom::value, host, port)
         .receive([](done_atom) {}, [](caf::error&) { /* bridges then relay via this client: slower, still correct */ });
   }
-  Worker worker{host, port, *entry, {}};
+  Worker worker{host, port, *entry, {}, node};
   for (size_t i = 0; i < names.size(); ++i)
     worker.devices.push_back(add_device(address + "/" + names[i], kinds[i], std::move(runners[i]), false));
   auto ids = worker.devices;

@@ -175,6 +175,7 @@ class Core : public std::enable_shared_from_this<Core> {
     uint16_t port = 0;
     caf::actor entry;
     std::vector<DeviceId> devices;
+    caf::node_id node;  // the worker process, however its address was spelled
   };
 
   [[nodiscard]] Slot& slot(DeviceId id) const {

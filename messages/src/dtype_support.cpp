@@ -3,7 +3,9 @@
 
 namespace switchyard {
 
-DTypeSupport dtype_support(std::string_view kind, DType t) {
+namespace {
+
+DTypeSupport table(std::string_view kind, DType t) {
   if (!is_valid(t)) return {};
   if (kind == "cpu") {
     if (is_half(t))
@@ -31,6 +33,14 @@ DTypeSupport dtype_support(std::string_view kind, DType t) {
     return {true, true, true, "native"};
   }
   return {};
+}
+
+}  // namespace
+
+DTypeSupport dtype_support(std::string_view kind, DType t) {
+  DTypeSupport s = table(kind, t);
+  if (is_bool(t)) s.matmul = false;  // matmul's rule refuses bool everywhere
+  return s;
 }
 
 }  // namespace switchyard

@@ -245,8 +245,19 @@ TEST_CASE("dtype_support says what each backend does with each dtype", "[dtype]"
       auto s = sy::dtype_support(kind, t);
       CHECK(s.storage);
       CHECK(s.arithmetic);
-      CHECK(s.matmul);
+      CHECK(s.matmul == !sy::is_bool(t));  // matmul's rule refuses bool
       CHECK(!s.how.empty());
+    }
+  }
+  // What a device says of matmul is what its matmul does.
+  for (const auto& d : devices()) {
+    for (auto t : sy::all_dtypes) {
+      INFO(label(d) << " " << sy::name_of(t));
+      auto product = [&] { return d.ones({2, 2}, t).matmul(d.ones({2, 2}, t)).to_vector<double>(); };
+      if (d.dtype_support(t).matmul)
+        CHECK(product() == std::vector<double>(4, 2.0));
+      else
+        CHECK_THROWS_AS(product(), sy::Error);
     }
   }
   CHECK(sy::dtype_support("cpu", DType::f16).how.find("f32") != std::string::npos);

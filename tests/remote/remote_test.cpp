@@ -446,6 +446,11 @@ TEST_CASE("connecting to a dead address or twice gives clear errors", "[remote]"
     port = w.port();
     rt.connect(w.host(), w.port());
     CHECK(code_of([&] { rt.connect(w.host(), w.port()); }) == sy::Errc::invalid_argument);
+    // The same worker by another name is the same worker.
+    const std::string other = w.host() == "localhost" ? "127.0.0.1" : "localhost";
+    CHECK_THAT(message_of([&] { rt.connect(other, w.port()); }),
+               Catch::Contains("already connected to worker " + other + ":" + std::to_string(w.port())));
+    CHECK(rt.devices().size() == 2);  // cpu:0 and the worker's one device, once
   }
   auto msg = message_of([&] { rt.connect("127.0.0.1", port); });
   CHECK(msg.find("cannot connect to worker 127.0.0.1:" + std::to_string(port)) != std::string::npos);

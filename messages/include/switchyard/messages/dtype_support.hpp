@@ -13,9 +13,11 @@ struct DTypeSupport {
   /// Tensors of the dtype can live on the device: created, read, written,
   /// cast, moved by layout ops and bridged.
   bool storage = false;
-  /// Element-wise ops, reductions, scans, sorting and the nn ops run.
+  /// The device computes in the dtype: element-wise ops, reductions, scans
+  /// and sorting run, as each op's dtype rule allows (the nn ops, such as
+  /// convolution, softmax and attention, take floating dtypes only).
   bool arithmetic = false;
-  /// matmul and the convolution / attention ops run.
+  /// matmul and linear run (bool has no matmul on any device).
   bool matmul = false;
   /// How, in words: the type arithmetic happens in and where it rounds.
   std::string how;
