@@ -86,7 +86,11 @@ bool fill(const json& v, std::vector<T>& out, sy::DType t, std::string& err) {
     err = "must hold integers (dtype " + std::string(sy::name_of(t)) + ")";
     return false;
   }
-  const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    err = "holds " + std::to_string(v.get<uint64_t>()) + ", outside " + std::string(sy::name_of(t));
+    return false;
+  }
+  const auto i = v.get<int64_t>();
   const bool fits = t == sy::DType::i64 || (t == sy::DType::i32 && i >= INT32_MIN && i <= INT32_MAX) ||
                     (t == sy::DType::u8 && i >= 0 && i <= 255) || (t == sy::DType::i8 && i >= -128 && i <= 127) ||
                     (t == sy::DType::i16 && i >= -32768 && i <= 32767);

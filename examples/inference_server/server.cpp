@@ -393,10 +393,17 @@ int main(int argc, char** argv) {
           if (!e) return reply(200, serve::onnx_outputs_body(fut.get()));
           std::rethrow_exception(e);
         } catch (const sy::Error& err) {
-          // Input the loader refuses at the call is the client's fault.
-          const bool bad_input = err.code() == sy::Errc::shape_mismatch || err.code() == sy::Errc::dtype_mismatch ||
-                                 err.code() == sy::Errc::invalid_argument;
-          reply(bad_input ? 422 : 503, serve::error_body(err.what()));
+          // A failure of an op on a device names that op (Error::tensor());
+          // the rest is the loader refusing what this input asks of the
+          // graph (a sequence longer than a positional table, an empty
+          // axis its reshapes cannot take): the client's fault, and a retry
+          // would fail the same way. Lost devices and closing are ours.
+          const auto code = err.code();
+          const bool ours = err.tensor() || code == sy::Errc::device_lost || code == sy::Errc::runtime_closed ||
+                            code == sy::Errc::out_of_memory || code == sy::Errc::kernel_failure ||
+                            code == sy::Errc::protocol_error || code == sy::Errc::worker_unreachable ||
+                            code == sy::Errc::unknown_device;
+          reply(ours ? 503 : 422, serve::error_body(err.what()));
         } catch (const std::exception& err) {
           reply(500, serve::error_body(std::string("internal error: ") + err.what()));
         }

@@ -342,6 +342,17 @@ TEST_CASE("onnx: an opset outside 7-17 fails at load", "[onnx]") {
   CHECK_THAT(load_error(m.bytes(), rt.cpu(), &code), Catch::Contains("opset 18"));
   CHECK(code == sy::Errc::unsupported);
   CHECK_THAT(load_error("not a model", rt.cpu()), Catch::Contains("not a valid ONNX model"));
+  // Empty bytes parse as an empty message: refused as what they are.
+  CHECK_THAT(load_error("", rt.cpu(), &code), Catch::Contains("not a valid ONNX model (0 bytes)"));
+  CHECK(code == sy::Errc::invalid_argument);
+  const auto dir = std::filesystem::temp_directory_path();
+  try {
+    (void)sy::onnx::Model::load(dir.string(), rt.cpu());
+    FAIL("a directory loaded");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::invalid_argument);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("is a directory"));
+  }
 }
 
 TEST_CASE("onnx: opsets 1-5 load per op only where the op is defined as in opset 6", "[onnx]") {

@@ -96,6 +96,16 @@ TEST_CASE("onnx: a token id outside the embedding is a 400 naming the input and 
   check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 2, 50]]}})"), 400,
                  "input 'ids' holds 50 (value 2 in row-major order)");
   check_rejected(post(server.port(), R"({"inputs": {"ids": [[-51]]}})"), 400, "[-50, 50)");
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 9223372036854775808]]}})"), 400,
+                 "holds 9223372036854775808, outside i64");
+  // A sequence longer than the positional table (64) passes the input
+  // checks but not the graph: the request's fault (422, naming the node),
+  // not a device failure (503) a client would retry.
+  json long_ids = json::array({std::vector<int64_t>(65, 1)});
+  Reply too_long = post(server.port(), json{{"inputs", {{"ids", long_ids}}}}.dump());
+  check_rejected(too_long, 422, "(Gather)");
+  json fits = json::array({std::vector<int64_t>(64, 1)});
+  CHECK(post(server.port(), json{{"inputs", {{"ids", fits}}}}.dump()).status == 200);
   // A bad request among good ones in the same window costs only itself.
   std::vector<std::future<Reply>> replies;
   for (int r = 0; r < 6; ++r)

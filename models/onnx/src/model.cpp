@@ -3,6 +3,7 @@
 // running (per-signature plans that keep host-folded shape arithmetic).
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <onnx/defs/schema.h>
@@ -471,6 +472,9 @@ Model Model::load_bytes(const std::string& bytes, const Device& device, const st
 }
 
 Model Model::load(const std::string& path, const std::vector<Stage>& stages) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(Errc::invalid_argument, "onnx: " + path + " is a directory, not an ONNX model file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(Errc::invalid_argument, "onnx: cannot open " + path);
   std::stringstream ss;
@@ -495,6 +499,9 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   }
   const Device& device = stages.front().device;
   ::onnx::ModelProto model;
+  // An empty message parses (every protobuf field is optional): say so
+  // rather than that it imports no opset.
+  if (bytes.empty()) throw Error(Errc::invalid_argument, "onnx: not a valid ONNX model (0 bytes)");
   if (!model.ParseFromString(bytes))
     throw Error(Errc::invalid_argument, "onnx: not a valid ONNX model (protobuf parse failed)");
   auto impl = std::make_shared<Impl>();
