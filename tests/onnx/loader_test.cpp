@@ -470,6 +470,21 @@ TEST_CASE("onnx: shape arithmetic is folded once per input shape and cached", "[
   CHECK(model.cached_plans() == 2);
 }
 
+TEST_CASE("onnx: past 256 signatures the oldest plans go, not all of them", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {std::string("n")});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {std::string("n")});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  for (int64_t n = 1; n <= 300; ++n) {
+    auto f = model.infer({{"x", sy::TensorData::from(std::vector<float>(static_cast<size_t>(n), -1.0f), {n})}});
+    REQUIRE(f.wait_for(kWait));
+    REQUIRE(f.get().at("y").shape == sy::Shape{n});
+  }
+  CHECK(model.cached_plans() == 256);
+}
+
 TEST_CASE("onnx: an input read as a shape keys the plan by its contents", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;

@@ -3,6 +3,7 @@
 // running (per-signature plans that keep host-folded shape arithmetic).
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -271,6 +272,9 @@ uint64_t largest_id(const Value& v) {
   return top;
 }
 
+/// Signatures whose plans a model keeps (Model::cached_plans).
+constexpr size_t kMaxPlans = 256;
+
 /// A cached plan for one input signature: the values known on the host
 /// (and their uploads), and which nodes they make unnecessary.
 struct Plan {
@@ -293,7 +297,8 @@ struct Model::Impl {
 
   mutable std::mutex mu;
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
-  mutable std::set<size_t> value_inputs;  // inputs whose contents the plan depends on
+  mutable std::deque<std::string> plan_order;  // plans' keys, oldest first
+  mutable std::set<size_t> value_inputs;       // inputs whose contents the plan depends on
 
   /// Runs g's nodes on env; `on` is the device of a subgraph's nodes (its
   /// owner's), nullptr for the model's graph (placed per node).
@@ -460,8 +465,14 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
   built->env = std::move(env);
   std::lock_guard lock(mu);
   value_inputs.insert(read_inputs.begin(), read_inputs.end());
-  if (plans.size() >= 256) plans.clear();  // bounded: value-dependent inputs can vary freely
-  plans[signature(given, value_inputs)] = std::move(built);
+  // Bounded (value-dependent inputs can vary freely): the oldest plan goes,
+  // so a workload of more signatures than that replans only what it must.
+  auto [at, fresh] = plans.insert_or_assign(signature(given, value_inputs), std::move(built));
+  if (fresh) plan_order.push_back(at->first);
+  while (plans.size() > kMaxPlans) {
+    plans.erase(plan_order.front());
+    plan_order.pop_front();
+  }
   return out;
 }
 
