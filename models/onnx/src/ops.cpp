@@ -1470,6 +1470,11 @@ std::string known_reduction(const ::onnx::NodeProto& n, int64_t) {
 
 // --- recurrent layers (RNN, GRU, LSTM), unrolled over the sequence ---
 
+// x / (1 + |x|).
+Tensor softsign(const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); }
+// log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+Tensor softplus(const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); }
+
 // The activations a recurrent op's `activations` may name: those without
 // alpha or beta (PyTorch exports RNN's nonlinearity='relu' as Relu).
 using RnnActivation = Tensor (*)(const Tensor&);
@@ -1477,8 +1482,8 @@ RnnActivation rnn_activation(const std::string& name) {
   if (name == "Tanh") return [](const Tensor& x) { return x.tanh(); };
   if (name == "Sigmoid") return [](const Tensor& x) { return x.sigmoid(); };
   if (name == "Relu") return [](const Tensor& x) { return x.relu(); };
-  if (name == "Softsign") return [](const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); };
-  if (name == "Softplus") return [](const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); };
+  if (name == "Softsign") return softsign;
+  if (name == "Softplus") return softplus;
   return nullptr;
 }
 
@@ -2959,9 +2964,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
     Scalar one = scalar_for(x.dtype(), 1);
     return x.add(one).div(x.neg().add(one)).log().mul(scalar_for(x.dtype(), 0.5));
   });
-  t["Softsign"] = composed([](Ctx&, const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); });
-  t["Softplus"] = composed([](Ctx&, const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); });
-  t["Mish"] = composed([](Ctx&, const Tensor& x) { return x.mul(x.relu().add(x.abs().neg().exp().log1p()).tanh()); });
+  t["Softsign"] = composed([](Ctx&, const Tensor& x) { return softsign(x); });
+  t["Softplus"] = composed([](Ctx&, const Tensor& x) { return softplus(x); });
+  t["Mish"] = composed([](Ctx&, const Tensor& x) { return x.mul(softplus(x).tanh()); });
   t["LeakyRelu"] = composed(
       [](Ctx& ctx, const Tensor& x) {
         return where(x.lt(Scalar(0.0)), x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.01f))), x);
