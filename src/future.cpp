@@ -4,6 +4,7 @@
 
 #include "switchyard/future.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -13,6 +14,11 @@
 #include "switchyard/error.hpp"
 
 namespace switchyard::detail {
+
+bool Countdown::arrive() noexcept {
+  static_assert(std::atomic_ref<size_t>::required_alignment <= alignof(size_t));
+  return std::atomic_ref<size_t>(remaining_).fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
 
 struct CompletionCore::Sync {
   std::mutex mutex;

@@ -15,7 +15,6 @@
 /// exceptions across the runner.
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +26,7 @@
 #include "switchyard/detail/std_light.hpp"
 #include "switchyard/error.hpp"
 #include "switchyard/messages/ops.hpp"
+#include "switchyard/messages/std_memory.hpp"
 
 namespace switchyard::backends {
 

@@ -5,13 +5,13 @@
 /// switchyard::Device: a device of a Runtime, and the tensors created on it.
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "switchyard/future.hpp"
 #include "switchyard/messages/device_stats.hpp"
 #include "switchyard/messages/dtype_support.hpp"
+#include "switchyard/messages/std_memory.hpp"
 #include "switchyard/messages/tensor_data.hpp"
 #include "switchyard/messages/tensor_id.hpp"
 

@@ -5,11 +5,9 @@
 /// switchyard::Future and Promise: results that arrive later, with `then`,
 /// `when_all` and `when_any`.
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <memory>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -18,6 +16,7 @@
 
 #include "switchyard/detail/std_light.hpp"
 #include "switchyard/error.hpp"
+#include "switchyard/messages/std_memory.hpp"
 
 namespace switchyard {
 
@@ -84,6 +83,18 @@ class Task {
     F fn;
   };
   std::unique_ptr<Base> impl_;
+};
+
+/// Counts arrivals down from n, from any threads; `arrive()` is true for the
+/// one that reaches zero. Its atomic decrement is built in the library
+/// (src/future.cpp), so this header needs no <atomic>.
+class Countdown {
+ public:
+  explicit Countdown(size_t n) noexcept : remaining_(n) {}
+  [[nodiscard]] bool arrive() noexcept;
+
+ private:
+  size_t remaining_;
 };
 
 /// The part of a future's state that does not depend on T: whether it is
@@ -430,7 +441,7 @@ template <class T>
       if constexpr (!std::is_void_v<T>) values.resize(n);
     }
     Promise<R> promise;
-    std::atomic<size_t> remaining;
+    detail::Countdown remaining;
     std::vector<std::optional<detail::Stored<T>>> values;
   };
   auto gather = std::make_shared<Gather>(futures.size());
@@ -455,7 +466,7 @@ template <class T>
     if constexpr (std::is_void_v<T>) {
       futures[i]
           .then([gather, finish] {
-            if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
+            if (gather->remaining.arrive()) finish(*gather);
           })
           .on_complete([gather](std::exception_ptr e) {
             if (e) gather->promise.set_error(e);
@@ -464,7 +475,7 @@ template <class T>
       futures[i]
           .then([gather, finish, i](T v) {
             gather->values[i].emplace(std::move(v));
-            if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
+            if (gather->remaining.arrive()) finish(*gather);
           })
           .on_complete([gather](std::exception_ptr e) {
             if (e) gather->promise.set_error(e);
@@ -481,7 +492,7 @@ template <class... Ts>
   using Tuple = std::tuple<detail::Stored<Ts>...>;
   struct Gather {
     Promise<Tuple> promise;
-    std::atomic<size_t> remaining{sizeof...(Ts)};
+    detail::Countdown remaining{sizeof...(Ts)};
     std::tuple<std::optional<detail::Stored<Ts>>...> values;
   };
   auto gather = std::make_shared<Gather>();
@@ -497,7 +508,7 @@ template <class... Ts>
       if constexpr (std::is_same_v<F, Future<void>>) {
         fut.then([gather, finish] {
              std::get<I>(gather->values).emplace();
-             if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
+             if (gather->remaining.arrive()) finish(*gather);
            })
             .on_complete([gather](std::exception_ptr e) {
               if (e) gather->promise.set_error(e);
@@ -505,7 +516,7 @@ template <class... Ts>
       } else {
         fut.then([gather, finish](auto v) {
              std::get<I>(gather->values).emplace(std::move(v));
-             if (gather->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*gather);
+             if (gather->remaining.arrive()) finish(*gather);
            })
             .on_complete([gather](std::exception_ptr e) {
               if (e) gather->promise.set_error(e);

@@ -4,7 +4,6 @@
 /// \file
 /// switchyard::Runtime, which owns the devices, and its RuntimeOptions.
 
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "switchyard/detail/std_light.hpp"
 #include "switchyard/device.hpp"
 #include "switchyard/log.hpp"
+#include "switchyard/messages/std_memory.hpp"
 
 namespace switchyard {
 

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "switchyard/device.hpp"
 #include "switchyard/messages/op_kinds.hpp"
 #include "switchyard/messages/scalar.hpp"
+#include "switchyard/messages/std_memory.hpp"
 
 namespace switchyard {
 

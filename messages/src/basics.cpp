@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cmath>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <type_traits>
 
@@ -18,6 +19,22 @@ std::optional<DType> parse_dtype(std::string_view name) noexcept {
   for (auto t : all_dtypes)
     if (name_of(t) == name) return t;
   return std::nullopt;
+}
+
+Dims::Dims(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }
+
+Dims::operator std::vector<int64_t>() const { return {begin(), end()}; }
+
+std::vector<int64_t> Dims::to_vector() const { return {begin(), end()}; }
+
+void Dims::grow(size_t n) {
+  n = n < 2 * size_t{capacity_} ? 2 * size_t{capacity_} : n;
+  if (n > UINT32_MAX) throw std::bad_array_new_length();
+  std::vector<int64_t> bigger(n);
+  const int64_t* old = data();
+  for (size_t i = 0; i < size_; ++i) bigger[i] = old[i];
+  heap_ = std::move(bigger);
+  capacity_ = static_cast<uint32_t>(n);
 }
 
 std::vector<int64_t> Shape::strides() const {

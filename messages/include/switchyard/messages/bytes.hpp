@@ -4,12 +4,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <type_traits>
 
 // CAF-free (a public header uses it); its inspect overload is in inspect.hpp.
 
 #include "switchyard/error.hpp"
+#include "switchyard/messages/std_memory.hpp"
 
 namespace switchyard {
 

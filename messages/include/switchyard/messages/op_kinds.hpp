@@ -10,7 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
+#include <type_traits>
 
 namespace switchyard {
 
@@ -112,8 +112,8 @@ inline constexpr OpRow<BinaryRule> binary_rows[] = {SWITCHYARD_BINARY_OPS(SWITCH
 }  // namespace detail
 
 /// Number of unary / binary kinds (valid kinds are below these).
-inline constexpr size_t unary_kind_count = std::size(detail::unary_rows);
-inline constexpr size_t binary_kind_count = std::size(detail::binary_rows);
+inline constexpr size_t unary_kind_count = std::extent_v<decltype(detail::unary_rows)>;
+inline constexpr size_t binary_kind_count = std::extent_v<decltype(detail::binary_rows)>;
 
 /// The op's name ("neg", "add"), as in error messages.
 [[nodiscard]] constexpr const char* to_string(UnaryKind k) noexcept {

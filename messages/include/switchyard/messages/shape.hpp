@@ -4,8 +4,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <iterator>
-#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,9 +40,9 @@ class Dims {
   }
   // Implicit both ways: code written against `std::vector<int64_t> dims`
   // keeps compiling (each conversion copies).
-  Dims(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }  // NOLINT
-  operator std::vector<int64_t>() const { return {begin(), end()}; }                  // NOLINT
-  [[nodiscard]] std::vector<int64_t> to_vector() const { return {begin(), end()}; }
+  Dims(const std::vector<int64_t>& values);  // NOLINT(google-explicit-constructor)
+  operator std::vector<int64_t>() const;     // NOLINT(google-explicit-constructor)
+  [[nodiscard]] std::vector<int64_t> to_vector() const;
 
   Dims(const Dims& other) : size_(other.size_), inline_(other.inline_) {
     if (other.capacity_ != inline_capacity) {
@@ -78,13 +76,25 @@ class Dims {
   [[nodiscard]] const_iterator end() const noexcept { return data() + size_; }
   [[nodiscard]] const_iterator cbegin() const noexcept { return data(); }
   [[nodiscard]] const_iterator cend() const noexcept { return data() + size_; }
-  [[nodiscard]] std::reverse_iterator<iterator> rbegin() noexcept { return std::reverse_iterator<iterator>(end()); }
-  [[nodiscard]] std::reverse_iterator<iterator> rend() noexcept { return std::reverse_iterator<iterator>(begin()); }
-  [[nodiscard]] std::reverse_iterator<const_iterator> rbegin() const noexcept {
-    return std::reverse_iterator<const_iterator>(end());
+  // Templates, so that std::reverse_iterator and the C++20 iterator
+  // concepts it checks are instantiated only where they are used: as plain
+  // members they were 3% of what the public headers cost every consumer's
+  // translation unit (docs/PERFORMANCE.md).
+  template <class It = iterator>
+  [[nodiscard]] std::reverse_iterator<It> rbegin() noexcept {
+    return std::reverse_iterator<It>(end());
   }
-  [[nodiscard]] std::reverse_iterator<const_iterator> rend() const noexcept {
-    return std::reverse_iterator<const_iterator>(begin());
+  template <class It = iterator>
+  [[nodiscard]] std::reverse_iterator<It> rend() noexcept {
+    return std::reverse_iterator<It>(begin());
+  }
+  template <class It = const_iterator>
+  [[nodiscard]] std::reverse_iterator<It> rbegin() const noexcept {
+    return std::reverse_iterator<It>(end());
+  }
+  template <class It = const_iterator>
+  [[nodiscard]] std::reverse_iterator<It> rend() const noexcept {
+    return std::reverse_iterator<It>(begin());
   }
   [[nodiscard]] int64_t& operator[](size_t i) noexcept { return data()[i]; }
   [[nodiscard]] int64_t operator[](size_t i) const noexcept { return data()[i]; }
@@ -200,15 +210,9 @@ class Dims {
     other.size_ = 0;
     other.capacity_ = inline_capacity;
   }
-  void grow(size_t n) {
-    n = n < 2 * size_t{capacity_} ? 2 * size_t{capacity_} : n;
-    if (n > UINT32_MAX) throw std::bad_array_new_length();
-    std::vector<int64_t> bigger(n);
-    const int64_t* old = data();
-    for (size_t i = 0; i < size_; ++i) bigger[i] = old[i];
-    heap_ = std::move(bigger);
-    capacity_ = static_cast<uint32_t>(n);
-  }
+  // Out of line (messages/src/basics.cpp): rare, and its vector code is
+  // instantiated once in the library instead of in every consumer.
+  void grow(size_t n);
 
   // The spill storage, used once more than inline_capacity values were held
   // (capacity_ then says how many it has room for); a vector rather than an

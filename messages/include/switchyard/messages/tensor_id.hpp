@@ -2,7 +2,8 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>  // declares std::hash (without <functional>, which pulls <unordered_map>)
+
+#include "switchyard/messages/std_memory.hpp"  // std::hash, without <functional> (which pulls <unordered_map>)
 
 namespace switchyard {
 
