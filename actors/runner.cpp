@@ -5,8 +5,10 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -56,6 +58,14 @@ struct RunnerState {
   // number, as copying a caf::node_id is an atomic count each way per op.
   std::unordered_map<caf::node_id, uint32_t> owners;
   uint32_t next_owner = 1;
+  // Client nodes detached lately, oldest first. What such a node still had
+  // on the wire when it went arrives after its detach (BASP and the worker's
+  // entry are different senders): creating entries for it would leave them
+  // owned by a node nobody frees any more, so it is dropped. A node's
+  // messages in flight arrive within moments of its going, hence bounded.
+  std::deque<caf::node_id> detached_order;
+  std::unordered_set<caf::node_id> detached;
+  static constexpr size_t kDetachedKept = 1024;
   uint32_t sender = 0;  // number of the node of the message being handled: owner of what it creates
   std::shared_ptr<backends::Backend> backend;
   TensorTable<Entry> table{std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()};
@@ -100,13 +110,17 @@ struct RunnerState {
 
 using Self = runner_actor::stateful_pointer<RunnerState>;
 
-// The number entries keep for client node `node` (0: none).
-uint32_t owner_number(RunnerState& st, const caf::node_id& node) {
+// The number entries keep for client node `node` (0: none); nullopt for a
+// node that was detached (its late messages create nothing).
+std::optional<uint32_t> owner_number(RunnerState& st, const caf::node_id& node) {
   if (!node) return 0;
-  auto [it, fresh] = st.owners.try_emplace(node, st.next_owner);
-  if (fresh) ++st.next_owner;
-  return it->second;
+  if (auto known = st.owners.find(node); known != st.owners.end()) return known->second;
+  if (st.detached.contains(node)) return std::nullopt;
+  st.owners.emplace(node, st.next_owner);
+  return st.next_owner++;
 }
+
+caf::node_id sender_node(Self self) { return self->current_sender() ? self->current_sender()->node() : caf::node_id{}; }
 
 std::string id_str(TensorId id) { return "tensor #" + std::to_string(id.value); }
 
@@ -566,6 +580,7 @@ void import_part(Self self, DataPart part) {
     import(self, id, make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " in parts: " + why),
            bridge);
   };
+  if (auto sender = sender_node(self); sender && st.detached.contains(sender)) return;  // a detached client's late part
   auto [it, fresh] = st.partial_imports.try_emplace(id);
   auto& p = it->second;
   if (fresh) {
@@ -573,7 +588,7 @@ void import_part(Self self, DataPart part) {
     p.dtype = part.dtype;
     p.total = part.total;
     p.bridge = part.bridge;
-    p.owner = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+    p.owner = sender_node(self);
   } else if (part.total != p.total || part.dtype != p.dtype || part.shape != p.shape) {
     return fail("a part names another shape, dtype or size than the first");
   }
@@ -669,12 +684,76 @@ void pump_parts(Self self, const std::shared_ptr<OutgoingParts>& out) {
   }
 }
 
+// Client node `client` is gone: everything it created here goes. Its
+// deferred ops fail (nobody can read their outputs any more) and so does
+// every entry of it still pending, which can only be an import that its
+// sender will never finish; otherwise both would wait for ever, holding
+// their inputs. Then its entries are released as if it had dropped them.
+void detach_client(Self self, const caf::node_id& client) {
+  auto& st = self->state;
+  if (st.detached.insert(client).second) {
+    st.detached_order.push_back(client);
+    if (st.detached_order.size() > RunnerState::kDetachedKept) {
+      st.detached.erase(st.detached_order.front());
+      st.detached_order.pop_front();
+    }
+  }
+  std::erase_if(st.partial_imports, [&](const auto& kv) { return kv.second.owner == client; });
+  auto known = st.owners.find(client);
+  if (known == st.owners.end()) return;
+  const uint32_t number = known->second;
+  st.owners.erase(known);
+  const auto gone = make_error(Errc::device_lost, st.name + ": its client went away");
+  auto theirs = [&](OperationIr& op) {
+    bool owned = false;
+    op.each_output([&](const TensorIr& t) {
+      const auto* e = st.table.find(t.id);
+      owned = owned || (e != nullptr && e->owner == number);
+    });
+    return owned;
+  };
+  std::vector<TensorId> inputs;
+  for (auto it = st.deferred.begin(); it != st.deferred.end();) {
+    if (!theirs(*it)) {
+      ++it;
+      continue;
+    }
+    OperationIr op = std::move(*it);
+    it = st.deferred.erase(it);
+    op.each_input([&](const TensorIr& t) {
+      if (auto* e = st.table.find(t.id)) {
+        --e->users;
+        inputs.push_back(t.id);
+      }
+    });
+    op.each_output([&](const TensorIr& t) { resolve(st, t.id, nullptr, gone); });
+  }
+  std::vector<TensorId> owned;
+  st.table.for_each([&](TensorId id, const Entry& e) {
+    if (e.owner == number) owned.push_back(id);
+  });
+  for (auto id : owned) {
+    if (auto* e = st.table.find(id); e != nullptr && e->state == Entry::State::pending) resolve(st, id, nullptr, gone);
+    release(st, id);
+  }
+  for (auto id : inputs)
+    if (auto* e = st.table.find(id)) erase_if_unused(st, id, *e);
+  // Others' syncs may have waited on the ops that went.
+  complete_syncs(self);
+}
+
 // A batch of ops from a client, in order. Counted as one batch taken in
 // (the client's backpressure), whether it came alone or with a request.
 // `local`: from a client in this process (see submit_one).
 void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
   auto& st = self->state;
-  st.sender = owner_number(st, self->current_sender() ? self->current_sender()->node() : caf::node_id{});
+  auto owner = owner_number(st, sender_node(self));
+  if (!owner) {
+    st.log.log(LogLevel::debug,
+               [&] { return st.name + ": " + std::to_string(ops.size()) + " ops of a detached client dropped"; });
+    return;
+  }
+  st.sender = *owner;
   for (size_t i = 0; i < ops.size();) {
     size_t ran = 0;
     try {
@@ -856,8 +935,9 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](expect_atom, TensorIr& ir) {
         auto& st = self->state;
-        auto [it, inserted] = st.table.try_emplace(
-            ir.id, ir, owner_number(st, self->current_sender() ? self->current_sender()->node() : caf::node_id{}));
+        auto owner = owner_number(st, sender_node(self));
+        if (!owner) return;  // a detached client's late message
+        auto [it, inserted] = st.table.try_emplace(ir.id, ir, *owner);
         if (!inserted) return;  // duplicate id from a misbehaving client
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
           auto data = std::move(early->second);
@@ -897,17 +977,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         // Only the worker itself may say a client is gone; a remote peer
         // could otherwise free another client's tensors.
         if (!self->current_sender() || self->current_sender()->node() != self->node()) return;
-        auto& st = self->state;
-        if (auto known = st.owners.find(client); known != st.owners.end()) {
-          const uint32_t number = known->second;
-          st.owners.erase(known);
-          std::vector<TensorId> owned;
-          st.table.for_each([&](TensorId id, const Entry& e) {
-            if (e.owner == number) owned.push_back(id);
-          });
-          for (auto id : owned) release(st, id);
-        }
-        std::erase_if(st.partial_imports, [&](const auto& kv) { return kv.second.owner == client; });
+        detach_client(self, client);
       },
   };
 }

@@ -8,7 +8,10 @@
 //         away (exit 0 once its device is lost) or it is killed;
 //   stall: asks for 64 reads of a 4 MiB tensor, then stops itself (SIGSTOP)
 //          so the replies pile up on the worker, as for a client that stops
-//          reading.
+//          reading;
+//   upload: starts sending a 64 MiB tensor to the worker in 256 KiB parts,
+//           with ops on it queued behind, prints "uploading" and holds, so
+//           that it can be killed in the middle of the transfer.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -21,8 +24,8 @@
 
 int main(int argc, char** argv) try {
   const std::string mode = argc == 5 ? argv[4] : "hold";
-  if ((argc != 4 && argc != 5) || (mode != "hold" && mode != "busy" && mode != "stall")) {
-    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall]\n", argv[0]);
+  if ((argc != 4 && argc != 5) || (mode != "hold" && mode != "busy" && mode != "stall" && mode != "upload")) {
+    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall|upload]\n", argv[0]);
     return 2;
   }
   const std::string host = argv[1];
@@ -31,6 +34,7 @@ int main(int argc, char** argv) try {
   switchyard::RuntimeOptions options;
   options.devices = {"cpu:0"};
   options.cpu_threads = 1;
+  if (mode == "upload") options.transfer_chunk_bytes = size_t{256} << 10;
   switchyard::Runtime rt(options);
   rt.connect(host, port);
   auto device = rt.device(host + ":" + std::to_string(port) + "/cpu:0");
@@ -40,6 +44,15 @@ int main(int argc, char** argv) try {
   device.sync().get();
   std::printf("ready\n");
   std::fflush(stdout);
+  if (mode == "upload") {
+    auto local = rt.device("cpu:0").ones({16 << 20});
+    auto there = local.to(device);
+    auto total = (there * 2).sum();
+    held.push_back(there);
+    held.push_back(total);
+    std::printf("uploading\n");
+    std::fflush(stdout);
+  }
   if (mode == "stall") {
     auto big = device.ones({1 << 20});
     device.sync().get();

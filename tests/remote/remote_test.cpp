@@ -438,6 +438,35 @@ TEST_CASE("a worker frees the tensors of a client process that was killed", "[re
   CHECK(dev.full({2}, 4).to_vector<float>() == std::vector<float>{4, 4});
 }
 
+TEST_CASE("a client killed in the middle of an upload leaves nothing waiting on the worker", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime observer(local_cpu());
+  observer.connect(w.host(), w.port());
+  auto dev = observer.device(w.address() + "/cpu:0");
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    sy::testing::ChildProcess client(
+        {SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "4", "upload"});
+    REQUIRE(client.read_line(30s) == "ready");
+    REQUIRE(client.read_line(30s) == "uploading");
+    // Killed once part of the tensor is on the worker and ops wait behind
+    // it (if the upload won the race, the checks below hold all the same).
+    for (int i = 0; i < 2000 && dev.stats().get().bytes_staged == 0; ++i) std::this_thread::sleep_for(1ms);
+    client.stop(SIGKILL);
+    sy::DeviceStats s;
+    for (int i = 0; i < 250; ++i) {
+      s = dev.stats().get();
+      if (s.live_handles == 0 && s.queue_depth == 0 && s.bytes_staged == 0) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    CHECK(s.live_handles == 0);
+    CHECK(s.queue_depth == 0);
+    CHECK(s.bytes_staged == 0);
+    CHECK(s.live_bytes == 0);
+  }
+  CHECK(dev.full({2}, 4).to_vector<float>() == std::vector<float>{4, 4});
+}
+
 TEST_CASE("connecting to a dead address or twice gives clear errors", "[remote]") {
   sy::Runtime rt(local_cpu());
   uint16_t port = 0;
