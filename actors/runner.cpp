@@ -256,14 +256,27 @@ caf::expected<TensorData> to_caf(backends::Expected<TensorData>&& result) {
 
 // A backend call, its exceptions turned into errors naming what() (called
 // only then: naming every op up front cost ~100 instructions per op).
+// The exception being handled as an error about `what`. A backend may be a
+// user's (backend.hpp) and throw anything; whatever it is fails the call,
+// never the runner.
+backends::DeviceError current_exception_error(const std::string& what) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return {Errc::out_of_memory, what + ": out of host memory"};
+  } catch (const std::exception& ex) {
+    return {Errc::kernel_failure, what + ": " + ex.what()};
+  } catch (...) {
+    return {Errc::kernel_failure, what + ": the backend threw an exception that is not a std::exception"};
+  }
+}
+
 template <class Name, class F>
 backends::DeviceError guarded_call(const Name& what, F&& call) {
   try {
     return call();
-  } catch (const std::bad_alloc&) {
-    return {Errc::out_of_memory, what() + ": out of host memory"};
-  } catch (const std::exception& ex) {
-    return {Errc::kernel_failure, what() + ": " + ex.what()};
+  } catch (...) {
+    return current_exception_error(what());
   }
 }
 
@@ -380,7 +393,7 @@ bool has_pending_input(RunnerState& st, OperationIr& op) {
 void complete_syncs(Self self) {
   auto& st = self->state;
   if (!st.deferred.empty() || st.syncs.empty()) return;
-  auto err = to_caf(st.backend->synchronize());
+  auto err = guarded([] { return std::string("synchronize"); }, [&] { return st.backend->synchronize(); });
   if (err) {
     err = on_device(st, err);
     st.log.log(LogLevel::debug, [&] { return describe(err).message; });
@@ -521,8 +534,17 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
     done(e.error());
     return;
   }
-  self->state.backend->to_data(
-      e.meta, e.buffer, [done = std::move(done)](backends::Expected<TensorData> r) { done(to_caf(std::move(r))); });
+  // A backend that throws here may or may not have called back yet; the
+  // reader is answered once either way.
+  auto answered = std::make_shared<bool>(false);
+  try {
+    self->state.backend->to_data(e.meta, e.buffer, [done, answered](backends::Expected<TensorData> r) {
+      *answered = true;
+      done(to_caf(std::move(r)));
+    });
+  } catch (...) {
+    if (!*answered) done(on_device(self->state, to_caf(current_exception_error("read"))));
+  }
 }
 
 // Reads tensor `id` once it is ready or failed, answering `done` with its
@@ -559,7 +581,12 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
                        "\"bytes\":" + std::to_string(data->bytes.size()));
       st.tracer->flow_end(st.track, id.value, now);
     }
-    auto buffer = st.backend->from_data(meta, std::move(*data));
+    backends::Expected<BufferPtr> buffer = backends::DeviceError{};
+    try {
+      buffer = st.backend->from_data(meta, std::move(*data));
+    } catch (...) {
+      buffer = current_exception_error("import of " + id_str(id));
+    }
     if (buffer)
       resolve(st, id, std::move(*buffer));
     else
@@ -762,9 +789,9 @@ void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
         submit_one(self, ops[i], local);
         ran = 1;
       }
-    } catch (const std::exception& ex) {
+    } catch (...) {
       // A runner must outlive any op: report and keep serving.
-      auto err = make_error(Errc::kernel_failure, st.name + ": " + ex.what());
+      auto err = on_device(st, to_caf(current_exception_error(ops[i].name())));
       log_op_failure(st, ops[i], err);
       fail_outputs(st, ops[i], failed_at(ops[i], err));
       ran = std::max<size_t>(ran, 1);
@@ -829,6 +856,21 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
+  // Backend calls that can fail an op are guarded where they are made. An
+  // exception from any other (a user's backend throwing in poll or trim)
+  // ends the runner, and with it the device, with that reason logged, not
+  // CAF's report on stdout.
+  self->set_exception_handler([self](std::exception_ptr& thrown) -> caf::error {
+    auto& st = self->state;
+    caf::error err;
+    try {
+      std::rethrow_exception(thrown);
+    } catch (...) {
+      err = make_error(Errc::device_lost, st.name + ": stopped: " + current_exception_error("backend").message());
+    }
+    st.log.log(LogLevel::error, [&] { return describe(err).message; });
+    return err;
+  });
   // The backend wakes us from its own threads; poll runs its completions here.
   self->state.backend->set_waker([handle = runner_actor{self}] { caf::anon_send(handle, poll_atom::value); });
   return {

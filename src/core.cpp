@@ -15,6 +15,7 @@
 #include "actors/runner.hpp"
 #include "actors/trace.hpp"
 #include "backends/backend.hpp"
+#include "backends/module_loader.hpp"
 #include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/op_rules.hpp"
@@ -255,10 +256,32 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
   return id;
 }
 
+namespace {
+// A kind's own reason for having no devices (optional for custom kinds).
+std::string unavailable_reason(const backends::BackendKind& kind) {
+  auto why = kind.unavailable_reason ? kind.unavailable_reason() : std::string{};
+  return why.empty() ? "no devices" : why;
+}
+}  // namespace
+
 void Core::start() {
   ThreadLoggerGuard logger_guard;
   auto kinds = backends::backend_kinds(options_.backend_module_path);
-  if (options_.extend_backends) options_.extend_backends(kinds);
+  if (options_.extend_backends) {
+    options_.extend_backends(kinds);
+    // A kind the extension got wrong is refused here, with what is wrong,
+    // rather than ignored (a second "cpu") or crashing when first used.
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      const auto& k = kinds[i];
+      auto refuse = [&](const std::string& why) {
+        throw Error(Errc::invalid_argument, "extend_backends: backend kind '" + k.name + "': " + why);
+      };
+      if (!backends::valid_kind_name(k.name)) refuse("a name is lower-case letters, digits and '_'");
+      if (!k.device_count || !k.create) refuse("device_count and create must be set");
+      for (size_t j = 0; j < i; ++j)
+        if (kinds[j].name == k.name) refuse("named twice (to replace a kind, change its entry)");
+    }
+  }
   std::vector<std::pair<std::string, std::pair<const backends::BackendKind*, int>>> plan;
   for (const auto& name : options_.devices) {
     auto req = parse_device(name);
@@ -278,12 +301,12 @@ void Core::start() {
     }
     int count = kind->device_count();
     if (req.index < 0) {
-      if (count == 0) note_unavailable(kind->name + ": " + kind->unavailable_reason());
+      if (count == 0) note_unavailable(kind->name + ": " + unavailable_reason(*kind));
       for (int i = 0; i < count; ++i) plan.push_back({kind->name + ":" + std::to_string(i), {&*kind, i}});
     } else if (req.index >= count) {
       throw Error(Errc::unknown_device, "device '" + name + "' does not exist: " + std::to_string(count) + " " +
                                             kind->name + " device(s)" +
-                                            (count == 0 ? " (" + kind->unavailable_reason() + ")" : ""));
+                                            (count == 0 ? " (" + unavailable_reason(*kind) + ")" : ""));
     } else {
       plan.push_back({name, {&*kind, req.index}});
     }
@@ -315,6 +338,10 @@ void Core::start() {
       }
       opts.cache_limit = options_.cpu_cache_limit;
       std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
+      // A user's BackendKind may get this wrong; say so instead of crashing.
+      if (!backend)
+        throw Error(Errc::unknown_device, "device '" + name + "': backend kind '" + where.first->name +
+                                              "' created no backend (create returned null)");
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));

@@ -4,6 +4,7 @@
 // depend on the failed call, later work must succeed, and no handle leaks.
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <optional>
 
 #include "support/faulty_backend.hpp"
@@ -108,6 +109,89 @@ TEST_CASE("an exception thrown by a kernel fails the op and the runner keeps ser
     CHECK(c.to_vector<float>() == std::vector<float>{5, 14, 14, 50});
   }
   CHECK(live_handles(d) == 0);
+}
+
+TEST_CASE("a backend throwing what is not a std::exception fails the call and the runner keeps serving",
+          "[reliability][fault]") {
+  Faulty f({"cpu:0", "faulty:0"});
+  auto d = f.dev();
+  {
+    auto a = d.arange(0, 4, 1, DType::f32);
+    f.plan->mode = FaultPlan::Mode::foreign;
+    f.fail_execute_in(1);
+    auto b = a.exp();
+    std::string msg;
+    CHECK(read_error(b, &msg) == Errc::kernel_failure);
+    CHECK_THAT(msg, Catch::Contains("faulty:0") && Catch::Contains("not a std::exception"));
+    // An import (a bridge from cpu:0) and a read that throw fail only themselves.
+    auto x = f.dev("cpu:0").tensor<float>({1, 2}, {2});
+    d.sync().get();
+    f.plan->fail_from_data_at = f.plan->from_datas.load() + 1;
+    auto up = x.to(d);
+    CHECK(read_error(up, &msg) == Errc::kernel_failure);
+    CHECK_THAT(msg, Catch::Contains("import of"));
+    CHECK((x.to(d) + 1.0f).to_vector<float>() == std::vector<float>{2, 3});
+    d.sync().get();
+    f.plan->fail_to_data_at = f.plan->to_datas.load() + 1;
+    CHECK(read_error(a, &msg) == Errc::kernel_failure);
+    CHECK_THAT(msg, Catch::Contains("faulty:0") && Catch::Contains("read"));
+    CHECK(f.plan->faults == 3);
+    CHECK(a.to_vector<float>() == std::vector<float>{0, 1, 2, 3});
+    CHECK((a * 2.0f).to_vector<float>() == std::vector<float>{0, 2, 4, 6});
+  }
+  CHECK(live_handles(d) == 0);
+  CHECK(live_handles(f.dev("cpu:0")) == 0);
+}
+
+TEST_CASE("extend_backends: a kind named wrongly or twice or without create is refused; a null backend too",
+          "[reliability][fault]") {
+  // A copy of the cpu kind, edited, appended to the registry.
+  using Edit = std::function<void(backends::BackendKind&)>;
+  auto with = [](Edit edit, std::vector<std::string> devices) {
+    RuntimeOptions o;
+    o.devices = std::move(devices);
+    o.extend_backends = [edit](std::vector<backends::BackendKind>& kinds) {
+      backends::BackendKind kind;
+      for (const auto& k : kinds)
+        if (k.name == "cpu") kind = k;
+      edit(kind);
+      kinds.push_back(kind);
+    };
+    return o;
+  };
+  auto renamed = [](std::string name) { return [name](backends::BackendKind& k) { k.name = name; }; };
+  auto message = [](const RuntimeOptions& o) -> std::string {
+    try {
+      Runtime rt(o);
+    } catch (const Error& e) {
+      return std::string(to_string(e.code())) + ": " + e.what();
+    }
+    return "no error";
+  };
+  CHECK_THAT(message(with(renamed("Tiny-X"), {"cpu:0"})),
+             Catch::StartsWith("invalid_argument") && Catch::Contains("'Tiny-X'") && Catch::Contains("lower-case"));
+  CHECK_THAT(message(with(renamed("cpu"), {"cpu:0"})),
+             Catch::StartsWith("invalid_argument") && Catch::Contains("named twice"));
+  auto no_create = [](backends::BackendKind& k) {
+    k.name = "nocreate";
+    k.create = nullptr;
+  };
+  CHECK_THAT(message(with(no_create, {"cpu:0"})), Catch::StartsWith("invalid_argument") && Catch::Contains("create"));
+  auto null_backend = [](backends::BackendKind& k) {
+    k.name = "nullbackend";
+    k.create = [](int, const backends::DeviceOptions&) -> std::unique_ptr<backends::Backend> { return nullptr; };
+  };
+  CHECK_THAT(message(with(null_backend, {"cpu:0", "nullbackend:0"})),
+             Catch::StartsWith("unknown_device") && Catch::Contains("nullbackend:0") && Catch::Contains("null"));
+  // Without a reason of its own, a kind with no devices says so plainly.
+  auto none = [](backends::BackendKind& k) {
+    k.name = "none";
+    k.device_count = [] { return 0; };
+    k.unavailable_reason = nullptr;
+  };
+  Runtime rt(with(none, {"cpu:0", "none:*"}));
+  REQUIRE(rt.unavailable().size() == 1);
+  CHECK(rt.unavailable()[0] == "none: no devices");
 }
 
 TEST_CASE("the Nth kernel fails for every N in a chain, each time exactly the dependents", "[reliability][fault]") {

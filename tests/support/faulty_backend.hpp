@@ -26,6 +26,7 @@ struct FaultPlan {
     error,      // the backend returns an error (out_of_memory / kernel_failure)
     bad_alloc,  // the backend throws std::bad_alloc
     exception,  // the backend throws std::runtime_error
+    foreign,    // the backend throws an int (not a std::exception), from to_data too
   };
   std::atomic<uint64_t> fail_execute_at{0};    // the N-th execute fails
   std::atomic<uint64_t> fail_from_data_at{0};  // the N-th upload (allocation) fails
@@ -64,8 +65,12 @@ class FaultyBackend final : public backends::Backend {
 
   void to_data(const TensorIr& t, const backends::BufferPtr& buffer, backends::ReadCallback done) override {
     if (hit(plan_->to_datas, plan_->fail_to_data_at)) {
-      // Reads report through the callback; a throwing mode still reports an
-      // error there, since to_data has no other channel.
+      if (plan_->mode.load() == FaultPlan::Mode::foreign) {
+        plan_->faults.fetch_add(1);
+        throw 42;  // NOLINT(hicpp-exception-baseclass): what a careless backend may do
+      }
+      // Reads report through the callback; the other throwing modes still
+      // report an error there, since to_data has no other channel.
       done(backends::DeviceError(Errc::kernel_failure,
                                  "injected fault in to_data #" + std::to_string(plan_->to_datas.load())));
       return;
@@ -121,6 +126,8 @@ class FaultyBackend final : public backends::Backend {
         throw std::bad_alloc();
       case FaultPlan::Mode::exception:
         throw std::runtime_error(what);
+      case FaultPlan::Mode::foreign:
+        throw 42;  // NOLINT(hicpp-exception-baseclass): what a careless backend may do
       case FaultPlan::Mode::error:
         break;
     }
