@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <filesystem>
 #include <link.h>
 #include <memory>
 #include <mutex>
@@ -56,12 +57,6 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
   return out;
-}
-
-bool valid_kind_name(const std::string& kind) {
-  return !kind.empty() && std::all_of(kind.begin(), kind.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
 }
 
 /// A module once loaded: the library handle (kept: RTLD_NODELETE) and the
@@ -139,6 +134,12 @@ Loaded load(const std::string& kind, const std::vector<std::string>& search_path
 
 }  // namespace
 
+bool valid_kind_name(const std::string& kind) {
+  return !kind.empty() && std::all_of(kind.begin(), kind.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
 std::string module_file_name(const std::string& kind) { return "libswitchyard-backend-" + kind + ".so"; }
 
 std::vector<std::string> module_search_path(const std::vector<std::string>& option_dirs) {
@@ -149,7 +150,20 @@ std::vector<std::string> module_search_path(const std::vector<std::string>& opti
   void* self_handle = nullptr;
   if (dladdr(reinterpret_cast<void*>(&module_search_path), &self) != 0 && self.dli_fname != nullptr) {
     std::string object = self.dli_fname;
-    if (const auto slash = object.rfind('/'); slash != std::string::npos) add_dir(dirs, object.substr(0, slash));
+    // A relative name is the program's own, as it was started (Switchyard
+    // linked statically): relative to a working directory that may have
+    // changed since. The kernel's link to it is absolute.
+    if (object.empty() || object.front() != '/') {
+      std::error_code ec;
+      auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+      if (!ec) object = exe.string();
+    }
+    if (const auto slash = object.rfind('/'); slash != std::string::npos) {
+      const auto dir = std::filesystem::path(object.substr(0, slash));
+      add_dir(dirs, dir.string());
+      // An installed program and its modules: PREFIX/bin and PREFIX/lib.
+      if (dir.filename() == "bin") add_dir(dirs, (dir.parent_path() / "lib").string());
+    }
     self_handle = dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
   }
   add_loader_dirs(dirs, self_handle);

@@ -13,6 +13,10 @@
 
 namespace switchyard::backends {
 
+/// Whether `kind` is a valid backend kind name: lower-case letters, digits
+/// and '_' (it names a module file and the devices "kind:index").
+[[nodiscard]] bool valid_kind_name(const std::string& kind);
+
 /// The file a module of `kind` is looked for under.
 [[nodiscard]] std::string module_file_name(const std::string& kind);
 
@@ -20,7 +24,8 @@ namespace switchyard::backends {
 ///   1. the directories in $SWITCHYARD_BACKEND_PATH (colon-separated),
 ///   2. `option_dirs` (RuntimeOptions::backend_module_path),
 ///   3. the directory of the object holding Switchyard's code (dladdr: the
-///      directory of libswitchyard.so, or of the program it is linked into),
+///      directory of libswitchyard.so, or of the program it is linked into,
+///      and for a program in PREFIX/bin also PREFIX/lib),
 ///   4. the dynamic loader's search path for that object and the program
 ///      (their RUNPATH, LD_LIBRARY_PATH, the system library directories),
 ///   5. the install libdir this library was configured with.

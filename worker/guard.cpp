@@ -3,7 +3,6 @@
 
 #include <cerrno>
 #include <fcntl.h>
-#include <iostream>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -59,7 +58,8 @@ size_t default_max_connections() {
 
 }  // namespace
 
-ConnectionGuard::ConnectionGuard(GuardLimits limits) : limits_(limits) {
+ConnectionGuard::ConnectionGuard(GuardLimits limits, std::function<void(const std::string&)> warn)
+    : limits_(limits), warn_(std::move(warn)) {
   if (limits_.max_connections == 0) limits_.max_connections = default_max_connections();
   reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   sweeper_ = std::thread([this] { sweep_loop(); });
@@ -260,8 +260,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
         guard_->count_framing_close();
         // Refusals before the handshake are counted, not logged (a flood
         // would flood the log); one of a peer that completed it is news.
-        if (framing_.handshake_done())
-          std::cerr << "switchyard-worker: closing connection from " << peer_ << ": " << framing_.error() << "\n";
+        if (framing_.handshake_done()) guard_->warn("closing connection from " + peer_ + ": " + framing_.error());
       }
       close_now(ctx);
       return false;
@@ -291,8 +290,9 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
       std::vector<char>().swap(stream_.wr_buf());
       if (!expired_.exchange(true)) {
         guard_->count_output_close();
-        std::cerr << "switchyard-worker: closing connection from " << peer_ << ": more than "
-                  << guard_->limits().max_output_bytes << " bytes of output queued (--max-output-bytes)\n";
+        guard_->warn("closing connection from " + peer_ + ": more than " +
+                     std::to_string(guard_->limits().max_output_bytes) +
+                     " bytes of output queued (--max-output-bytes)");
       }
       ::shutdown(fd_, SHUT_RDWR);
       return;

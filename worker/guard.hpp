@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,12 +82,17 @@ class GuardedConnection {
 /// per address, the registry the handshake deadline sweeps, counters.
 class ConnectionGuard {
  public:
-  explicit ConnectionGuard(GuardLimits limits);
+  /// `warn`: where a refusal of a peer that completed its handshake is
+  /// reported (the worker's log; nothing when empty).
+  explicit ConnectionGuard(GuardLimits limits, std::function<void(const std::string&)> warn = {});
   ~ConnectionGuard();
   ConnectionGuard(const ConnectionGuard&) = delete;
   ConnectionGuard& operator=(const ConnectionGuard&) = delete;
 
   [[nodiscard]] const GuardLimits& limits() const { return limits_; }
+  void warn(const std::string& line) const {
+    if (warn_) warn_(line);
+  }
   [[nodiscard]] GuardCounters counters() const;
 
   /// A connection handle never used before by this worker. CAF 0.17 names a
@@ -114,6 +120,7 @@ class ConnectionGuard {
   void sweep_loop();
 
   GuardLimits limits_;
+  std::function<void(const std::string&)> warn_;
   mutable std::mutex mutex_;
   std::set<GuardedConnection*> live_;
   std::map<std::string, size_t> per_address_;

@@ -191,6 +191,7 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
     int count = kind->device_count();
     std::vector<int> indices;
     if (idx == "*") {
+      if (count == 0) spdlog::warn("{}: no devices ({})", kind->name, kind->unavailable_reason());
       for (int i = 0; i < count; ++i) indices.push_back(i);
     } else {
       int i = -1;
@@ -202,26 +203,28 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
       }
       if (i < 0 || i >= count)
         return make_error(Errc::unknown_device, "device '" + name + "' does not exist (" + std::to_string(count) + " " +
-                                                    kind->name + " device(s))");
+                                                    kind->name + " device(s)" +
+                                                    (count == 0 ? ": " + kind->unavailable_reason() : "") + ")");
       indices.push_back(i);
     }
     for (int i : indices) {
       auto full = kind->name + ":" + std::to_string(i);
       for (const auto& [n, b] : out)
         if (n == full) return make_error(Errc::invalid_argument, "device '" + full + "' requested twice");
-      out.emplace_back(full, kind->create(i, opts));
+      auto backend = kind->create(i, opts);
+      if (!backend) return make_error(Errc::unknown_device, "device '" + full + "': its backend could not be created");
+      out.emplace_back(full, std::move(backend));
     }
   }
   return out;
 }
 
-void print_counters(const worker::GuardCounters& c) {
-  std::cerr << "switchyard-worker: connections accepted " << c.accepted << ", peak open " << c.peak_open
-            << ", refused (total limit) " << c.refused_total_limit << ", refused (per-address limit) "
-            << c.refused_address_limit << ", refused (rate limit) " << c.refused_rate_limit
-            << ", shed (no descriptors) " << c.shed_no_fds << ", closed (framing) " << c.closed_framing
-            << ", closed (output) " << c.closed_output << ", closed (handshake timeout) " << c.closed_handshake_timeout
-            << "\n";
+void log_counters(const worker::GuardCounters& c) {
+  spdlog::info(
+      "connections accepted {}, peak open {}, refused (total limit) {}, refused (per-address limit) {}, refused (rate "
+      "limit) {}, shed (no descriptors) {}, closed (framing) {}, closed (output) {}, closed (handshake timeout) {}",
+      c.accepted, c.peak_open, c.refused_total_limit, c.refused_address_limit, c.refused_rate_limit, c.shed_no_fds,
+      c.closed_framing, c.closed_output, c.closed_handshake_timeout);
 }
 
 // The last step of a stop is CAF's own teardown (~actor_system), which waits
@@ -289,7 +292,8 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
   limits.max_connections_per_address = cfg.max_connections_per_address;
   limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);
   limits.max_connect_rate_per_address = static_cast<double>(cfg.max_connect_rate_per_address);
-  auto guard = std::make_shared<worker::ConnectionGuard>(limits);
+  auto guard =
+      std::make_shared<worker::ConnectionGuard>(limits, [](const std::string& line) { spdlog::warn("{}", line); });
   int rc = 0;
   {
     // Declared before the system, so it outlives the system's destructor.
@@ -354,18 +358,16 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
     // returns only after it has read them. Only then the connector, then
     // the system.
     for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    if (!await_downs(self, actors.size(), std::chrono::seconds(3)))
-      std::cerr << "switchyard-worker: runners did not stop within 3 s\n";
+    if (!await_downs(self, actors.size(), std::chrono::seconds(3))) spdlog::warn("runners did not stop within 3 s");
     self->request(sys.middleman().actor_handle(), std::chrono::seconds(2), caf::get_atom::value, sys.node())
         .receive([](const caf::node_id&, const std::string&, uint16_t) {}, [](caf::error&) {});
     actors.clear();
     entry = nullptr;
     self->monitor(connector);
     self->send_exit(connector, caf::exit_reason::kill);
-    if (!await_downs(self, 1, std::chrono::seconds(3)))
-      std::cerr << "switchyard-worker: connection manager did not stop within 3 s\n";
+    if (!await_downs(self, 1, std::chrono::seconds(3))) spdlog::warn("connection manager did not stop within 3 s");
     connector = nullptr;
-    print_counters(guard->counters());
+    log_counters(guard->counters());
     watchdog.arm(std::chrono::seconds(2), rc);
   }
   return rc;
