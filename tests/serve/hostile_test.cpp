@@ -500,6 +500,56 @@ TEST_CASE("a header over --max-header-bytes gets 431 and the connection is close
   CHECK(c.closed_within(3000ms));
 }
 
+TEST_CASE("the whole header is held to --max-header-bytes however many fields and packets", "[serve][hostile]") {
+  ServerProcess server({"--max-header-bytes", "4096"});
+  auto fields = [](int n) {
+    std::string h = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+    for (int i = 0; i < n; ++i) h += "X: a\r\n";
+    return h + "\r\n";
+  };
+  auto status_of = [&](const std::string& request, size_t piece) {
+    RawConn c(server.port());
+    for (size_t at = 0; at < request.size(); at += piece) {
+      if (!c.send_all(std::string_view(request).substr(at, piece))) break;
+      if (piece < request.size()) std::this_thread::sleep_for(1ms);
+    }
+    auto r = c.read_response(5000ms);
+    return r ? r->status : -1;
+  };
+  CHECK(status_of(fields(600), 1 << 20) == 200);  // 3.6 KB
+  CHECK(status_of(fields(600), 100) == 200);
+  CHECK(status_of(fields(1000), 1 << 20) == 431);  // 6 KB of 6-byte fields
+  CHECK(status_of(fields(1000), 100) == 431);
+  CHECK(status_of(fields(5000), 1 << 20) == 431);
+  CHECK(status_of(fields(0), 1 << 20) == 200);
+}
+
+TEST_CASE("SIGTERM answers requests already begun whole or in part", "[serve][hostile]") {
+  ServerProcess server({});
+  const int port = server.port();
+  constexpr int kConns = 16;
+  std::vector<RawConn> conns;
+  for (int i = 0; i < kConns; ++i) conns.emplace_back(port);
+  // All accepted (the metrics request's own connection counts too): a
+  // connection still in the listen backlog is refused by the stop.
+  REQUIRE(metric_reaching(port, "serve_http_connections_open", kConns + 1) >= kConns + 1);
+  const Rows rows = random_rows(1, 4242);
+  const std::string request = post_request(body_of(rows));
+  const size_t head = request.find("\r\n") + 2;  // the request line: the header has begun
+  for (auto& c : conns) REQUIRE(c.send_all(std::string_view(request).substr(0, head)));
+  std::this_thread::sleep_for(200ms);
+  kill(server.pid(), SIGTERM);
+  std::this_thread::sleep_for(200ms);  // the stop has closed what it closes
+  for (auto& c : conns) (void)c.send_all(std::string_view(request).substr(head));
+  int answered = 0;
+  for (auto& c : conns) {
+    auto r = c.read_response(5000ms);
+    if (r && r->status == 200) ++answered;
+  }
+  CHECK(answered == kConns);
+  CHECK(server.terminate() == 0);
+}
+
 TEST_CASE("pipelined requests are all answered, in order", "[serve][hostile]") {
   ServerProcess server({"--batch-window-us", "500"});
   constexpr int kRequests = 40;

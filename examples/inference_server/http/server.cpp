@@ -132,9 +132,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   /// On the strand: server shutdown. Connections between requests close now;
-  /// one with a request in progress closes after its reply.
+  /// one with a request in progress closes after its reply. A request has
+  /// begun once its first bytes came, read or still in the socket: its
+  /// sender did nothing wrong, and closing a socket with unread bytes
+  /// resets it, so such a request is read (within its header deadline) and
+  /// answered too.
   void on_stop() {
-    if (state_ == State::idle || state_ == State::header) close();
+    if (state_ != State::idle) return;
+    error_code ec;
+    if (stream_.socket().available(ec) == 0 || ec) close();
   }
 
   /// On the strand: the handler's reply.
@@ -178,9 +184,25 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_header() {
     state_ = State::header;
+    header_bytes_ = 0;
     stream_.expires_after(srv_.opts.header_timeout);
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                             [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+    read_header_part();
+  }
+
+  // Beast's header_limit bounds the request line and the fields each, and
+  // each only within what one parse sees: fields arriving a packet at a
+  // time were accepted to twice the limit and more. The parser's own count
+  // of what it consumed holds the whole header to --max-header-bytes.
+  void read_header_part() {
+    bhttp::async_read_some(stream_, buffer_, *parser_,
+                           [self = shared_from_this()](error_code ec, size_t n) { self->on_header_part(ec, n); });
+  }
+
+  void on_header_part(error_code ec, size_t consumed) {
+    header_bytes_ += consumed;
+    if (!ec && header_bytes_ > srv_.opts.max_header_bytes) ec = bhttp::error::header_limit;
+    if (!ec && !parser_->is_header_done()) return read_header_part();
+    on_header(ec);
   }
 
   void on_header(error_code ec) {
@@ -368,6 +390,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::optional<bhttp::response<bhttp::string_body>> out_;
   State state_ = State::idle;
+  size_t header_bytes_ = 0;  // of the request being read, as the parser consumed them
   unsigned version_ = 11;
   bool keep_alive_ = true;
   std::array<char, 4096> discard_{};
