@@ -5,39 +5,19 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unistd.h>
 
 namespace switchyard::actors {
 
 std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
+  // nlohmann's writer escapes what JSON requires and replaces bytes that are
+  // not UTF-8 with U+FFFD: an error message from a user's backend or a
+  // peer may carry any bytes, and one raw byte made the whole trace
+  // unreadable to strict JSON readers.
+  const auto quoted = nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 namespace {

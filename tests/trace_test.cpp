@@ -16,9 +16,9 @@
 #include <unistd.h>
 #include <vector>
 
-using switchyard::actors::Tracer;
 using switchyard::Logger;
 using switchyard::LogLevel;
+using switchyard::actors::Tracer;
 using namespace std::chrono_literals;
 
 namespace {
@@ -104,6 +104,27 @@ TEST_CASE("events past the buffer bound are dropped and counted in the file", "[
   CHECK(slices + dropped == events);
   REQUIRE(warnings.size() == 1);  // the drops, reported once, through the log
   CHECK(warnings[0].find(std::to_string(dropped) + " events dropped") != std::string::npos);
+}
+
+TEST_CASE("names and arguments with any bytes leave the trace valid JSON", "[trace]") {
+  TraceFile file("bytes");
+  const std::string nasty = "q\"b\\n\nt\tc\x01 bad \xff\xfe end \xc3\xa9";
+  {
+    Tracer tracer(file.path.string());
+    const auto now = Tracer::Clock::now();
+    tracer.slice(0, nasty, now, now, "\"error\":\"" + switchyard::actors::json_escape(nasty) + "\"");
+  }
+  const auto events = parse_file(file.path);
+  bool found = false;
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    found = true;
+    // The invalid bytes became U+FFFD; everything else came back as it was.
+    const std::string expected = "q\"b\\n\nt\tc\x01 bad \xef\xbf\xbd\xef\xbf\xbd end \xc3\xa9";
+    CHECK(e.at("name").get<std::string>() == expected);
+    CHECK(e.at("args").at("error").get<std::string>() == expected);
+  }
+  CHECK(found);
 }
 
 TEST_CASE("a tracer that cannot create its file says which and why", "[trace]") {
