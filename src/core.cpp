@@ -209,12 +209,21 @@ void Core::check_usable(DeviceId id) const {
   if (auto why = lost(id)) throw Error(Errc::device_lost, *why);
 }
 
-void Core::check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const {
-  // Every backend runs the original six dtypes fully; only the narrow ones
-  // differ, so the common case costs one comparison.
-  if (!is_half(t) && t != DType::i8 && t != DType::i16) return;
+DTypeSupport Core::dtype_support(DeviceId id, DType t) const {
   const auto& info = slot(id).info;
-  const auto support = dtype_support(info.kind, t);
+  if (info.custom_support.empty()) return switchyard::dtype_support(info.kind, t);
+  for (size_t i = 0; i < std::size(all_dtypes); ++i)
+    if (all_dtypes[i] == t) return info.custom_support[i];
+  return {};
+}
+
+void Core::check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const {
+  // Every backend of the library runs the original six dtypes fully; only
+  // the narrow ones differ, so the common case costs one comparison. A
+  // custom backend says for itself.
+  const auto& info = slot(id).info;
+  if (!is_half(t) && t != DType::i8 && t != DType::i16 && info.custom_support.empty()) return;
+  const auto support = dtype_support(id, t);
   const char* missing = !support.storage                    ? "storage"
                         : arithmetic && !support.arithmetic ? "arithmetic"
                         : matmul && !support.matmul         ? "matrix products"
@@ -238,7 +247,8 @@ void Core::check_dtypes(DeviceId id, OperationIr& op) const {
       op.op);
 }
 
-DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner, bool local) {
+DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner, bool local,
+                          std::vector<DTypeSupport> custom_support) {
   ThreadLoggerGuard logger_guard;
   auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
   if (id >= max_devices)
@@ -249,7 +259,7 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
   self->request(router_, caf::infinite, attach_atom::value, id, name, caf::actor_cast<runner_actor>(runner))
       .receive([](done_atom) {}, [&](caf::error& e) { throw_error(e); });
   auto& s = slots_[id];
-  s.info = DeviceInfo{std::move(name), std::move(kind)};
+  s.info = DeviceInfo{std::move(name), std::move(kind), std::move(custom_support)};
   s.runner = std::move(runner);
   s.local = local;
   count_.store(id + 1, std::memory_order_release);
@@ -345,12 +355,24 @@ void Core::start() {
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
         throw Error(Errc::invalid_argument, "too many devices: a runtime holds at most " + std::to_string(max_devices));
+      // The library's table knows its own kinds; a custom backend is asked,
+      // once, which dtypes it holds (which ops it runs, supports(op) says).
+      std::vector<DTypeSupport> custom_support;
+      if (const auto& k = where.first->name; k != "cpu" && k != "reference" && k != "cuda") {
+        for (DType t : all_dtypes) {
+          const bool holds = backend->supports(t);
+          custom_support.push_back(
+              {holds, holds, holds && !is_bool(t),
+               holds ? "as backend kind '" + k + "' implements it (ops it does not run fail as unsupported)"
+                     : "backend kind '" + k + "' does not hold it"});
+        }
+      }
       auto runner =
           actors::spawn_runner(*system_, name, std::move(backend),
                                actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
                                                    options_.transfer_chunk_bytes, options_.remote_timeout,
                                                    options_.fuse_elementwise, log_, abandon_});
-      add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true);
+      add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true, std::move(custom_support));
       // (The name by init-capture: clang before 16 cannot capture a
       // structured binding, which keeps clang-tidy from parsing the file.)
       log_.log(LogLevel::info, [&, threads = opts.threads, kind = where.first->name, &device = name] {
@@ -386,8 +408,11 @@ void Core::start() {
     std::string list = env;
     for (size_t pos = 0; pos <= list.size();) {
       auto comma = std::min(list.find(',', pos), list.size());
-      if (comma > pos) {
-        const std::string w = list.substr(pos, comma - pos);
+      // Entries may be spaced ("a:1, b:2"), as lists in the environment often are.
+      auto first = list.find_first_not_of(" \t", pos);
+      auto last = list.find_last_not_of(" \t", comma == 0 ? 0 : comma - 1);
+      if (first < comma && last != std::string::npos && last >= first) {
+        const std::string w = list.substr(first, last - first + 1);
         try {
           connect_entry(w);
         } catch (const Error& e) {

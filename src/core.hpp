@@ -14,6 +14,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "queue_mutex.hpp"
+#include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/id_slots.hpp"
 #include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
@@ -42,6 +43,9 @@ struct TensorHandle {
 struct DeviceInfo {
   std::string name;
   std::string kind;
+  // For a kind the library does not know (a custom backend), per dtype (as
+  // all_dtypes), what its backend said it holds; empty: the library's table.
+  std::vector<DTypeSupport> custom_support;
 };
 
 /// Marks the calling thread as running a runtime reply handler (and the
@@ -122,6 +126,8 @@ class Core : public std::enable_shared_from_this<Core> {
   [[nodiscard]] Future<void> trim(DeviceId device);
   void bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir);
 
+  /// What device `id` does with dtype `t` (Device::dtype_support).
+  [[nodiscard]] DTypeSupport dtype_support(DeviceId id, DType t) const;
   [[nodiscard]] caf::actor_system& system() { return *system_; }
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
@@ -188,7 +194,8 @@ class Core : public std::enable_shared_from_this<Core> {
   void check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const;
   void check_dtypes(DeviceId id, OperationIr& op) const;
   // Attaches a runner under the next id and publishes it; add_mutex_ held.
-  DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local);
+  DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local,
+                      std::vector<DTypeSupport> custom_support = {});
   void on_lost(DeviceId id, const std::string& why);
   std::vector<DeviceId> connect_worker(const std::string& host, uint16_t port);
   // A device kind that starts none: listed by unavailable() and logged.

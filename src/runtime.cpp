@@ -105,7 +105,10 @@ std::string Device::kind() const {
   return core_->info(id_).kind;
 }
 
-DTypeSupport Device::dtype_support(DType t) const { return switchyard::dtype_support(kind(), t); }
+DTypeSupport Device::dtype_support(DType t) const {
+  if (!core_) throw Error(Errc::unknown_device, "use of an empty Device");
+  return core_->dtype_support(id_, t);
+}
 
 namespace {
 detail::Core& core_of(const std::shared_ptr<detail::Core>& c) {

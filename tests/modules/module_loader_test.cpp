@@ -108,6 +108,21 @@ TEST_CASE("a module registers its kind only when a device of it is asked for, an
   } catch (const sy::Error& e) {
     CHECK(e.code() == sy::Errc::unsupported);
   }
+  // Which dtypes it holds, the backend says (supports(DType): f32 only),
+  // and a dtype it does not hold is refused at the call.
+  auto dev = rt.device("testmod:0");
+  CHECK(dev.dtype_support(sy::DType::f32).storage);
+  CHECK(dev.dtype_support(sy::DType::f32).matmul);
+  CHECK_FALSE(dev.dtype_support(sy::DType::f64).storage);
+  CHECK_FALSE(dev.dtype_support(sy::DType::i8).arithmetic);
+  CHECK_THAT(dev.dtype_support(sy::DType::f64).how, Catch::Contains("testmod"));
+  try {
+    (void)dev.tensor(std::vector<double>{1, 2}, {2});
+    FAIL("an f64 tensor was accepted on an f32-only device");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::unsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("testmod:0") && Catch::Contains("f64"));
+  }
 }
 
 TEST_CASE("a module of another ABI, of another kind or without entry point is refused with the reason", "[modules]") {

@@ -114,10 +114,13 @@ TEST_CASE("a failure on a worker names the tensor of the op where it began", "[r
 
 TEST_CASE("SWITCHYARD_WORKERS connects at start", "[remote]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1"});
-  setenv("SWITCHYARD_WORKERS", w.address().c_str(), 1);
+  // Spaces around entries and empty entries are allowed.
+  const std::string list = " , " + w.address() + " ,,";
+  setenv("SWITCHYARD_WORKERS", list.c_str(), 1);
   std::unique_ptr<sy::Runtime> rt;
   REQUIRE_NOTHROW(rt = std::make_unique<sy::Runtime>(local_cpu()));
   unsetenv("SWITCHYARD_WORKERS");
+  CHECK(rt->unavailable().empty());
   CHECK(rt->devices().size() == 2);
   CHECK(rt->device(w.address() + "/cpu:0").zeros({3}).to_vector<float>() == std::vector<float>{0, 0, 0});
 }
