@@ -34,11 +34,15 @@ inline void apply_conventions(CLI::App& app) {
 /// 8 and an overflow as the type's maximum, all without an error.
 template <std::integral T>
 CLI::Validator integer_in(T lo, T hi) {
-  const bool open_ended = hi == std::numeric_limits<T>::max();
+  // A 64-bit maximum is no bound of the program's, only the type's: such an
+  // option is described by its lower bound. A narrower type's maximum (a
+  // port's 65535) is a real bound and shown.
+  const bool open_ended = hi == std::numeric_limits<T>::max() && sizeof(T) >= 8;
   const std::string range =
       open_ended ? "at least " + std::to_string(lo) : "in " + std::to_string(lo) + ".." + std::to_string(hi);
+  const std::string too_large = "too large (at most " + std::to_string(hi) + ")";
   return CLI::Validator(
-      [lo, hi, range](std::string& text) -> std::string {
+      [lo, hi, range, too_large](std::string& text) -> std::string {
         std::string_view digits = text;
         if (digits.starts_with('-')) digits.remove_prefix(1);
         const bool decimal = !digits.empty() && (digits.size() == 1 || digits.front() != '0') &&
@@ -47,6 +51,7 @@ CLI::Validator integer_in(T lo, T hi) {
         // A negative value for an unsigned T fails here too, as out of range.
         T value{};
         auto [stop, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc::result_out_of_range && !text.starts_with('-')) return "'" + text + "' is " + too_large;
         if (ec != std::errc() || value < lo || value > hi) return "'" + text + "' is not " + range;
         return {};
       },

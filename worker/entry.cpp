@@ -50,6 +50,8 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
           // (remote_link_unreachable: killed, network gone) is a lost client.
           if (!reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown) {
             if (log.info) log.info("client " + caf::to_string(node) + " disconnected");
+          } else if (log.stopping && log.stopping->load()) {
+            if (log.info) log.info("client " + caf::to_string(node) + " disconnected: the worker is stopping");
           } else if (log.warn) {
             log.warn("client " + caf::to_string(node) + " lost: " + caf::to_string(reason));
           }

@@ -4,7 +4,9 @@
 // The entry actor a switchyard-worker publishes (protocol in
 // messages/protocol.hpp, "A worker's entry actor").
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,9 @@ struct EntryLog {
   std::function<void(const std::string&)> info;
   /// A client's connection was lost (it died, or its link broke).
   std::function<void(const std::string&)> warn;
+  /// Set by the worker before it closes every connection to stop: the
+  /// clients it then loses were not lost, the worker left them (info).
+  std::shared_ptr<std::atomic<bool>> stopping;
 };
 
 /// Spawns the entry actor serving `devices`. `connector` is the middleman

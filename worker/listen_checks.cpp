@@ -69,10 +69,18 @@ std::string openssl_error() {
 // Readability first: "cannot read" with errno says more than OpenSSL's
 // "system lib" for a missing or forbidden file.
 std::string unreadable(const char* option, const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    return std::string(option) + " '" + path + "': cannot read (" + (err ? std::strerror(err) : "cannot open") + ")";
+  }
+  // errno is not reset by a read that finds the end: an empty file (or
+  // /dev/null) reported whatever had failed last, elsewhere.
+  errno = 0;
   char c;
-  if (!in || !in.get(c)) {
-    int err = errno;
+  if (!in.get(c)) {
+    const int err = errno;
     return std::string(option) + " '" + path + "': cannot read (" + (err ? std::strerror(err) : "empty file") + ")";
   }
   return {};

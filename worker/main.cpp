@@ -317,6 +317,8 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
     worker::EntryLog log;
     log.info = [](const std::string& line) { spdlog::info("{}", line); };
     log.warn = [](const std::string& line) { spdlog::warn("{}", line); };
+    auto stopping = std::make_shared<std::atomic<bool>>(false);
+    log.stopping = stopping;
     auto entry = worker::spawn_entry(sys, devices, connector, std::move(log));
     actors.push_back(entry);
     devices.clear();
@@ -345,6 +347,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
       // No new connections, then none of the old ones: their nodes go down
       // and nothing from a client reaches a runner while it stops.
       self->send(connector, caf::close_atom::value, *port);
+      stopping->store(true);
       guard->expire_all();
     }
     // Runners and entry first, while the middleman still runs. A runner a

@@ -15,6 +15,7 @@
 // business of http/server.hpp; this file holds the routes and the model.
 #include "http/server.hpp"
 
+#include <arpa/inet.h>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <poll.h>
@@ -139,6 +141,9 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
   for (std::string d; std::getline(ss, d, ',');)
     if (!d.empty()) o.devices.push_back(d);
   if (o.devices.empty()) return switchyard::cli::usage_error(app, "--devices names no device");
+  in6_addr any_address{};
+  if (inet_pton(AF_INET, o.host.c_str(), &any_address) != 1 && inet_pton(AF_INET6, o.host.c_str(), &any_address) != 1)
+    return switchyard::cli::usage_error(app, "--host: '" + o.host + "' is not an IP address");
   o.batch.window = std::chrono::microseconds(window_us);
   o.http.idle_timeout = std::chrono::milliseconds(idle_ms);
   o.http.header_timeout = std::chrono::milliseconds(header_ms);
@@ -292,6 +297,12 @@ int main(int argc, char** argv) {
   std::vector<sy::onnx::Model> onnx_models;
   try {
     rt.emplace(sy::RuntimeOptions{.devices = opt.devices});
+  } catch (const sy::Error& e) {
+    // A device --devices names wrongly is a usage error, as for the worker.
+    std::fprintf(stderr, "inference_server: --devices: %s\n", e.what());
+    return e.code() == sy::Errc::unknown_device || e.code() == sy::Errc::invalid_argument ? 2 : 1;
+  }
+  try {
     for (const auto& why : rt->unavailable()) std::fprintf(stderr, "inference_server: note: %s\n", why.c_str());
     for (const auto& d : rt->devices())
       if (onnx_model)
