@@ -6,12 +6,12 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "switchyard/device.hpp"
 #include "switchyard/future.hpp"
+#include "switchyard/messages/std_memory.hpp"
 #include "switchyard/tensor.hpp"
 
 namespace switchyard::onnx {
