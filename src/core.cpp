@@ -234,11 +234,12 @@ void Core::check_dtype(DeviceId id, DType t, std::string_view what, bool arithme
 }
 
 void Core::check_dtypes(DeviceId id, OperationIr& op) const {
+  const bool custom = !slot(id).info.custom_support.empty();
   std::visit(
       [&](auto& o) {
         using Op = std::decay_t<decltype(o)>;
         auto check = [&](const TensorIr& t) {
-          if (!is_half(t.dtype) && t.dtype != DType::i8 && t.dtype != DType::i16) return;
+          if (!custom && !is_half(t.dtype) && t.dtype != DType::i8 && t.dtype != DType::i16) return;
           check_dtype(id, t.dtype, op.name(), computes_v<Op>, multiplies_v<Op>);
         };
         o.each_input(check);
