@@ -2,6 +2,7 @@
 #include "actors/runner.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -254,8 +255,6 @@ caf::expected<TensorData> to_caf(backends::Expected<TensorData>&& result) {
   return to_caf(result.error());
 }
 
-// A backend call, its exceptions turned into errors naming what() (called
-// only then: naming every op up front cost ~100 instructions per op).
 // The exception being handled as an error about `what`. A backend may be a
 // user's (backend.hpp) and throw anything; whatever it is fails the call,
 // never the runner.
@@ -271,6 +270,8 @@ backends::DeviceError current_exception_error(const std::string& what) {
   }
 }
 
+// A backend call, its exceptions turned into errors naming what() (called
+// only then: naming every op up front cost ~100 instructions per op).
 template <class Name, class F>
 backends::DeviceError guarded_call(const Name& what, F&& call) {
   try {
@@ -536,14 +537,14 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
   }
   // A backend that throws here may or may not have called back yet; the
   // reader is answered once either way.
-  auto answered = std::make_shared<bool>(false);
+  auto answered = std::make_shared<std::atomic<bool>>(false);  // a callback may come on another thread
   try {
     self->state.backend->to_data(e.meta, e.buffer, [done, answered](backends::Expected<TensorData> r) {
-      *answered = true;
+      answered->store(true);
       done(to_caf(std::move(r)));
     });
   } catch (...) {
-    if (!*answered) done(on_device(self->state, to_caf(current_exception_error("read"))));
+    if (!answered->load()) done(on_device(self->state, to_caf(current_exception_error("read"))));
   }
 }
 
