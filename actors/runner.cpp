@@ -530,7 +530,7 @@ void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::er
   f(*it);
 }
 
-void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData>)> done) {
+void read_entry(Self self, Entry& e, const std::function<void(caf::expected<TensorData>)>& done) {
   if (e.state == Entry::State::failed) {
     done(e.error());
     return;
