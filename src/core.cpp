@@ -359,7 +359,8 @@ void Core::start() {
       // The library's table knows its own kinds; a custom backend is asked,
       // once, which dtypes it holds (which ops it runs, supports(op) says).
       std::vector<DTypeSupport> custom_support;
-      if (const auto& k = where.first->name; k != "cpu" && k != "reference" && k != "cuda") {
+      // (Every kind of the library's table holds f32; one it does not know holds nothing there.)
+      if (const auto& k = where.first->name; !switchyard::dtype_support(k, DType::f32).storage) {
         for (DType t : all_dtypes) {
           const bool holds = backend->supports(t);
           custom_support.push_back(
@@ -409,11 +410,10 @@ void Core::start() {
     std::string list = env;
     for (size_t pos = 0; pos <= list.size();) {
       auto comma = std::min(list.find(',', pos), list.size());
+      std::string w = list.substr(pos, comma - pos);
       // Entries may be spaced ("a:1, b:2"), as lists in the environment often are.
-      auto first = list.find_first_not_of(" \t", pos);
-      auto last = list.find_last_not_of(" \t", comma == 0 ? 0 : comma - 1);
-      if (first < comma && last != std::string::npos && last >= first) {
-        const std::string w = list.substr(first, last - first + 1);
+      if (const auto first = w.find_first_not_of(" \t"); first != std::string::npos) {
+        w = w.substr(first, w.find_last_not_of(" \t") - first + 1);
         try {
           connect_entry(w);
         } catch (const Error& e) {
