@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace switchyard::actors {
@@ -30,8 +32,24 @@ unsigned tid_of(uint32_t track) { return track + 1; }
 
 Tracer::Tracer(std::string path, Limits limits, Logger log)
     : path_(std::move(path)), limits_(limits), log_(std::move(log)), pid_(::getpid()) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Not O_TRUNC: a second Runtime given the same path (SWITCHYARD_TRACE
+  // applies to every Runtime of a process) truncated the first one's trace
+  // under it. The lock says whether another tracer holds the file; only its
+  // holder empties it.
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error("cannot write trace file '" + path_ + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(fd_);
+    throw std::runtime_error("trace file '" + path_ +
+                             "' is being written by another Runtime (of this process or another); give each "
+                             "Runtime its own RuntimeOptions::trace_path");
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_, 0) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw std::runtime_error("cannot write trace file '" + path_ + "': " + std::strerror(err));
+  }
   char head[160];
   std::snprintf(head, sizeof head,
                 "[\n{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"switchyard %d\"}}", pid_,

@@ -206,3 +206,33 @@ TEST_CASE("a trace path that cannot be created is a warning to the sink and sile
   CHECK(got.level_of("/nonexistent-switchyard-dir/trace.json").has_value());
   CHECK(output_of([&] { run(RuntimeOptions{}); }).empty());
 }
+
+TEST_CASE("two runtimes given one trace path: the second warns and runs untraced and the first trace stays whole",
+          "[log]") {
+  const std::string path = "/tmp/switchyard_log_test_shared_trace_" + std::to_string(::getpid()) + ".json";
+  Collected got;
+  {
+    Runtime first(RuntimeOptions{.devices = {"cpu:0"}, .trace_path = path});
+    CHECK((first.device("cpu:0").ones({2}) * 3).to_vector<float>() == std::vector<float>{3, 3});
+    Runtime second(
+        RuntimeOptions{.devices = {"cpu:0"}, .trace_path = path, .log_sink = got.sink(), .log_level = LogLevel::warn});
+    CHECK(second.device("cpu:0").ones({2}).neg().to_vector<float>() == std::vector<float>{-1, -1});
+    CHECK(first.device("cpu:0").ones({2}).sqrt().to_vector<float>() == std::vector<float>{1, 1});
+  }
+  INFO(got.dump());
+  CHECK(got.level_of("tracing is off") == LogLevel::warn);
+  CHECK(got.level_of("another Runtime").has_value());
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  std::remove(path.c_str());
+  // The first runtime's ops are all there, the second's neg is not, and the array is closed.
+  CHECK(text.find("\"mul_scalar\"") != std::string::npos);
+  CHECK(text.find("\"sqrt\"") != std::string::npos);
+  CHECK(text.find("\"neg\"") == std::string::npos);
+  REQUIRE(text.size() > 2);
+  CHECK(text[text.find_last_not_of("\n ")] == ']');
+}

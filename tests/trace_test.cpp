@@ -131,3 +131,23 @@ TEST_CASE("a tracer that cannot create its file says which and why", "[trace]") 
   CHECK_THROWS_WITH(Tracer("/nonexistent-dir/trace.json"),
                     Catch::Contains("/nonexistent-dir/trace.json") && Catch::Contains("No such file"));
 }
+
+TEST_CASE("a second tracer of the same file is refused and the first one's trace stays whole", "[trace]") {
+  TraceFile file("shared");
+  {
+    Tracer first(file.path.string());
+    const auto now = Tracer::Clock::now();
+    first.slice(0, "op", now, now, "");
+    CHECK_THROWS_WITH(Tracer(file.path.string()),
+                      Catch::Contains(file.path.string()) && Catch::Contains("another Runtime"));
+    first.slice(0, "op", now, now, "");
+  }
+  CHECK(slices_and_dropped(parse_file(file.path)).first == 2);
+  {
+    // Once the first is gone the file is free again, and a new trace starts empty.
+    Tracer again(file.path.string());
+    const auto now = Tracer::Clock::now();
+    again.slice(0, "op", now, now, "");
+  }
+  CHECK(slices_and_dropped(parse_file(file.path)).first == 1);
+}
