@@ -31,6 +31,23 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+// The first transfer coding of a Transfer-Encoding value list that is not
+// "chunked" (case-insensitive, parameters ignored), or empty if there is
+// none. Beast decodes chunked only; a body under any other coding would
+// reach the handler still encoded.
+std::string_view unsupported_coding(std::string_view list) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    item = item.substr(0, item.find(';'));
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty() && !iequals(item, "chunked")) return item;
+  }
+  return {};
+}
+
 // After an error reply the peer may still be sending (a body we refused):
 // closing with unread bytes makes the kernel send RST, which can destroy the
 // reply before the peer reads it. So half-close and read a bounded amount
@@ -210,6 +227,12 @@ class Session : public std::enable_shared_from_this<Session> {
     auto& msg = parser_->get();
     version_ = msg.version();
     keep_alive_ = msg.keep_alive();
+    for (auto [it, end] = msg.equal_range(bhttp::field::transfer_encoding); it != end; ++it) {
+      if (const auto coding = unsupported_coding(it->value()); !coding.empty()) {
+        ++srv_.stats.bad_requests;
+        return fail(501, "Transfer-Encoding '" + std::string(coding) + "' is not implemented (only chunked is)");
+      }
+    }
     const bool has_length = parser_->content_length().has_value() || parser_->chunked();
     const auto method = msg.method();
     if (!has_length && (method == bhttp::verb::post || method == bhttp::verb::put || method == bhttp::verb::patch)) {
