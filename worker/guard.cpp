@@ -82,6 +82,18 @@ GuardCounters ConnectionGuard::counters() const {
 
 bool ConnectionGuard::admit(const std::string& peer) {
   std::lock_guard lock(mutex_);
+  // The caps first: a connection they refuse takes no token, so a peer held
+  // at its cap is counted (and logged) as that, not as over the rate once
+  // its retries have emptied its bucket.
+  if (counters_.open >= limits_.max_connections) {
+    ++counters_.refused_total_limit;
+    return false;
+  }
+  if (auto it = per_address_.find(peer);
+      it != per_address_.end() && it->second >= limits_.max_connections_per_address) {
+    ++counters_.refused_address_limit;
+    return false;
+  }
   if (const double rate = limits_.max_connect_rate_per_address; rate > 0) {
     const double burst = std::max(64.0, rate);
     const auto now = std::chrono::steady_clock::now();
@@ -94,15 +106,6 @@ bool ConnectionGuard::admit(const std::string& peer) {
       return false;
     }
     b.tokens -= 1;
-  }
-  if (counters_.open >= limits_.max_connections) {
-    ++counters_.refused_total_limit;
-    return false;
-  }
-  if (auto it = per_address_.find(peer);
-      it != per_address_.end() && it->second >= limits_.max_connections_per_address) {
-    ++counters_.refused_address_limit;
-    return false;
   }
   return true;
 }

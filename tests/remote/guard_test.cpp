@@ -9,9 +9,11 @@
 #include <chrono>
 #include <filesystem>
 #include <netinet/in.h>
+#include <string>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -85,4 +87,57 @@ TEST_CASE("guard: a port closed in the turn that opened it frees its socket", "[
   // settling further, not a leak).
   CHECK(after <= before);
   self->send_exit(connector, caf::exit_reason::kill);
+}
+
+namespace {
+// A connection the guard only counts: its handshake is done, so the
+// deadline sweep leaves it alone.
+class CountedConnection : public switchyard::worker::GuardedConnection {
+ public:
+  void expire() override {}
+  [[nodiscard]] bool handshake_done() const override { return true; }
+  [[nodiscard]] std::chrono::steady_clock::time_point opened_at() const override { return at_; }
+
+ private:
+  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
+};
+}  // namespace
+
+TEST_CASE("guard: a peer held at its connection cap is refused for the cap and keeps its rate tokens",
+          "[framing][guard]") {
+  switchyard::worker::GuardLimits limits;
+  limits.max_connections = 16;
+  limits.max_connections_per_address = 1;
+  limits.max_connect_rate_per_address = 1;  // burst 64
+  switchyard::worker::ConnectionGuard guard(limits);
+  CountedConnection first;
+  REQUIRE(guard.admit("10.0.0.1"));
+  guard.opened(&first, "10.0.0.1", true);
+  // Retries while its one connection lives: each is refused for the cap,
+  // however many (more than the bucket's 64 tokens).
+  constexpr int retries = 200;
+  for (int i = 0; i < retries; ++i) CHECK_FALSE(guard.admit("10.0.0.1"));
+  auto c = guard.counters();
+  CHECK(c.refused_address_limit == retries);
+  CHECK(c.refused_rate_limit == 0);
+  // Once it closes, the peer connects again at once: the refusals took no tokens.
+  guard.closed(&first, "10.0.0.1", true);
+  CountedConnection second;
+  REQUIRE(guard.admit("10.0.0.1"));
+  guard.opened(&second, "10.0.0.1", true);
+  guard.closed(&second, "10.0.0.1", true);
+  // The total cap, too, is counted as itself and leaves other peers' buckets alone.
+  std::vector<CountedConnection> many(16);
+  for (size_t i = 0; i < many.size(); ++i) {
+    const auto peer = "10.0.1." + std::to_string(i);
+    REQUIRE(guard.admit(peer));
+    guard.opened(&many[i], peer, true);
+  }
+  for (int i = 0; i < retries; ++i) CHECK_FALSE(guard.admit("10.0.2.1"));
+  c = guard.counters();
+  CHECK(c.refused_total_limit == retries);
+  CHECK(c.refused_rate_limit == 0);
+  guard.closed(&many[0], "10.0.1.0", true);
+  CHECK(guard.admit("10.0.2.1"));
+  for (size_t i = 1; i < many.size(); ++i) guard.closed(&many[i], "10.0.1." + std::to_string(i), true);
 }
