@@ -22,6 +22,15 @@ bool is_file(const std::string& path) {
 }
 
 void add_dir(std::vector<std::string>& dirs, std::string dir) {
+  // A relative directory is taken against the working directory now, when
+  // the runtime starts: the module loads later (at the first use of its
+  // kind), by when the program may have changed directory; and the
+  // absolute name is what a "not found" message should show.
+  if (!dir.empty() && dir.front() != '/') {
+    std::error_code ec;
+    auto absolute = std::filesystem::absolute(dir, ec);
+    if (!ec) dir = absolute.lexically_normal().string();
+  }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (!dir.empty() && std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
 }

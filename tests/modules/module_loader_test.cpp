@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -87,6 +88,39 @@ TEST_CASE("the module search path starts with the environment, then the options,
   REQUIRE(dladdr(reinterpret_cast<void*>(&sb::module_search_path), &self) != 0);
   const std::string object = self.dli_fname;
   CHECK(dirs[3] == object.substr(0, object.rfind('/')));
+}
+
+TEST_CASE("relative module folders are taken against the working directory at the runtime's start", "[modules]") {
+  const auto cwd = std::filesystem::current_path();
+  setenv("SWITCHYARD_BACKEND_PATH", "rel/env", 1);
+  const auto dirs = sb::module_search_path({"./rel/options/../opt", "rel/options/"});
+  unsetenv("SWITCHYARD_BACKEND_PATH");
+  REQUIRE(dirs.size() >= 3);
+  CHECK(dirs[0] == (cwd / "rel/env").string());
+  CHECK(dirs[1] == (cwd / "rel/opt").string());
+  CHECK(dirs[2] == (cwd / "rel/options").string());
+  // A module found through a relative folder loads even once the program
+  // has changed directory between the search path's making and the load.
+  const auto module_dir = std::filesystem::relative(SWITCHYARD_TEST_MODULE_DIR, cwd);
+  REQUIRE(module_dir.is_relative());
+  unsetenv("SWITCHYARD_BACKEND_PATH");
+  const std::vector<std::string> search = {sb::module_search_path({module_dir.string()}).front()};
+  struct RestoreDirectory {
+    std::filesystem::path dir;
+    ~RestoreDirectory() { std::filesystem::current_path(dir); }
+  } restore{cwd};
+  std::filesystem::current_path("/");
+  sy::RuntimeOptions options;
+  options.devices = {"cpu:0", "testmod:0"};
+  options.extend_backends = [&search](std::vector<sb::BackendKind>& kinds) {
+    kinds.push_back(sb::module_kind("testmod", search));
+  };
+  {
+    sy::Runtime rt(std::move(options));
+    CHECK(rt.unavailable().empty());
+    auto x = rt.device("testmod:0").tensor(std::vector<float>{1, -2}, {2});
+    CHECK((-x).to_vector<float>() == std::vector<float>{-1, 2});
+  }
 }
 
 TEST_CASE("a module registers its kind only when a device of it is asked for, and its devices run ops", "[modules]") {
