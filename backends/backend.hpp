@@ -18,4 +18,22 @@ namespace switchyard::backends {
 /// in module_search_path(module_dirs) (backends/module_loader.hpp).
 [[nodiscard]] std::vector<BackendKind> backend_kinds(const std::vector<std::string>& module_dirs = {});
 
+/// One device a devices list asks for.
+struct PlannedDevice {
+  std::string name;  ///< kind:index
+  const BackendKind* kind = nullptr;
+  int index = 0;
+};
+
+/// The devices a list of names asks of `kinds`, as the runtime and the
+/// worker read `devices` alike: "kind:N" is that device, which must exist;
+/// "kind:*" every device of the kind, possibly none (then, or for a kind
+/// not in `kinds`, a line in `unavailable` says why). An index is decimal
+/// digits without sign or leading zeros. Throws Error(unknown_device)
+/// naming the entry and what is wrong with it, Error(invalid_argument) for
+/// a device named twice.
+[[nodiscard]] std::vector<PlannedDevice> plan_devices(const std::vector<BackendKind>& kinds,
+                                                      const std::vector<std::string>& names,
+                                                      std::vector<std::string>& unavailable);
+
 }  // namespace switchyard::backends

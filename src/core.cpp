@@ -90,31 +90,6 @@ TensorHandle::~TensorHandle() {
 
 namespace {
 
-struct DeviceRequest {
-  std::string kind;
-  int index = 0;  // -1: every device of the kind
-};
-
-DeviceRequest parse_device(const std::string& name) {
-  auto colon = name.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == name.size())
-    throw Error(Errc::unknown_device, "device name '" + name + "' is not of the form kind:index (e.g. cpu:0, cuda:*)");
-  DeviceRequest r{name.substr(0, colon), 0};
-  auto idx = name.substr(colon + 1);
-  if (idx == "*") {
-    r.index = -1;
-    return r;
-  }
-  try {
-    size_t used = 0;
-    r.index = std::stoi(idx, &used);
-    if (used != idx.size() || r.index < 0) throw std::invalid_argument(idx);
-  } catch (const std::exception&) {
-    throw Error(Errc::unknown_device, "device name '" + name + "' has an invalid index '" + idx + "'");
-  }
-  return r;
-}
-
 // CAF 0.17 gives every thread that spawns an actor or builds a scoped_actor
 // (actor_system::spawn_impl calls CAF_SET_LOGGER_SYS) a thread-local strong
 // reference to the system's logger, dropped only when the thread exits, and
@@ -267,14 +242,6 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
   return id;
 }
 
-namespace {
-// A kind's own reason for having no devices (optional for custom kinds).
-std::string unavailable_reason(const backends::BackendKind& kind) {
-  auto why = kind.unavailable_reason ? kind.unavailable_reason() : std::string{};
-  return why.empty() ? "no devices" : why;
-}
-}  // namespace
-
 void Core::start() {
   ThreadLoggerGuard logger_guard;
   auto kinds = backends::backend_kinds(options_.backend_module_path);
@@ -293,37 +260,10 @@ void Core::start() {
         if (kinds[j].name == k.name) refuse("named twice (to replace a kind, change its entry)");
     }
   }
-  std::vector<std::pair<std::string, std::pair<const backends::BackendKind*, int>>> plan;
-  for (const auto& name : options_.devices) {
-    auto req = parse_device(name);
-    auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.name == req.kind; });
-    if (kind == kinds.end() && req.index < 0) {
-      // "kind:*" of a kind this library does not know: no such devices, which is fine.
-      note_unavailable(req.kind + ": not compiled into this build");
-      continue;
-    }
-    if (kind == kinds.end()) {
-      std::string known;
-      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k.name;
-      // NOLINTBEGIN(performance-inefficient-string-concatenation): error path, start() fails
-      throw Error(Errc::unknown_device,
-                  "device '" + name + "': no backend '" + req.kind + "' in this build (have: " + known + ")");
-      // NOLINTEND(performance-inefficient-string-concatenation)
-    }
-    int count = kind->device_count();
-    if (req.index < 0) {
-      if (count == 0) note_unavailable(kind->name + ": " + unavailable_reason(*kind));
-      for (int i = 0; i < count; ++i) plan.push_back({kind->name + ":" + std::to_string(i), {&*kind, i}});
-    } else if (req.index >= count) {
-      throw Error(Errc::unknown_device, "device '" + name + "' does not exist: " + std::to_string(count) + " " +
-                                            kind->name + " device(s)" +
-                                            (count == 0 ? " (" + unavailable_reason(*kind) + ")" : ""));
-    } else {
-      plan.push_back({name, {&*kind, req.index}});
-    }
-  }
-  size_t cpu_devices =
-      std::count_if(plan.begin(), plan.end(), [](const auto& p) { return p.second.first->name == "cpu"; });
+  std::vector<std::string> unavailable;
+  const auto plan = backends::plan_devices(kinds, options_.devices, unavailable);
+  for (auto& why : unavailable) note_unavailable(std::move(why));
+  size_t cpu_devices = std::count_if(plan.begin(), plan.end(), [](const auto& p) { return p.kind->name == "cpu"; });
   // CPUs this process may use (affinity mask, cgroup quota), not the machine's.
   auto hw = available_cpus();
   std::string trace_path = options_.trace_path;
@@ -338,20 +278,20 @@ void Core::start() {
   }
   {
     std::lock_guard add_lock(add_mutex_);
-    for (auto& [name, where] : plan) {
+    for (const auto& [name, kind, index] : plan) {
       if (find(name)) throw Error(Errc::invalid_argument, "device '" + name + "' requested twice");
       backends::DeviceOptions opts;
       opts.threads =
           options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
-      if (where.first->name == "cuda") {
+      if (kind->name == "cuda") {
         opts.memory_limit = options_.cuda_memory_limit;
         opts.allow_tf32 = options_.cuda_allow_tf32;
       }
       opts.cache_limit = options_.cpu_cache_limit;
-      std::shared_ptr<backends::Backend> backend = where.first->create(where.second, opts);
+      std::shared_ptr<backends::Backend> backend = kind->create(index, opts);
       // A user's BackendKind may get this wrong; say so instead of crashing.
       if (!backend)
-        throw Error(Errc::unknown_device, "device '" + name + "': backend kind '" + where.first->name +
+        throw Error(Errc::unknown_device, "device '" + name + "': backend kind '" + kind->name +
                                               "' created no backend (create returned null)");
       auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
       if (id >= max_devices)
@@ -360,7 +300,7 @@ void Core::start() {
       // once, which dtypes it holds (which ops it runs, supports(op) says).
       std::vector<DTypeSupport> custom_support;
       // (Every kind of the library's table holds f32; one it does not know holds nothing there.)
-      if (const auto& k = where.first->name; !switchyard::dtype_support(k, DType::f32).storage) {
+      if (const auto& k = kind->name; !switchyard::dtype_support(k, DType::f32).storage) {
         for (DType t : all_dtypes) {
           const bool holds = backend->supports(t);
           custom_support.push_back(
@@ -374,13 +314,12 @@ void Core::start() {
                                actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
                                                    options_.transfer_chunk_bytes, options_.remote_timeout,
                                                    options_.fuse_elementwise, log_, abandon_});
-      add_device(name, where.first->name, caf::actor_cast<caf::actor>(runner), true, std::move(custom_support));
+      add_device(name, kind->name, caf::actor_cast<caf::actor>(runner), true, std::move(custom_support));
       // (The name by init-capture: clang before 16 cannot capture a
       // structured binding, which keeps clang-tidy from parsing the file.)
-      log_.log(LogLevel::info, [&, threads = opts.threads, kind = where.first->name, &device = name] {
+      log_.log(LogLevel::info, [threads = opts.threads, cpu = kind->name == "cpu", &device = name] {
         return "device " + device + " started" +
-               (kind == "cpu" ? " (" + std::to_string(threads) + (threads == 1 ? " kernel thread)" : " kernel threads)")
-                              : "");
+               (cpu ? " (" + std::to_string(threads) + (threads == 1 ? " kernel thread)" : " kernel threads)") : "");
       });
     }
   }

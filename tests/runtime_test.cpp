@@ -252,6 +252,27 @@ TEST_CASE("An unknown device is an error, never a fallback", "[errors]") {
   CHECK(error_code_of([] { Runtime bad(RuntimeOptions{.devices = {"cpu"}}); }) == Errc::unknown_device);
 }
 
+TEST_CASE("A device index is plain decimal digits and a device is named once", "[errors]") {
+  for (const char* bad : {"cpu:01", "cpu: 0", "cpu:+0", "cpu:-1", "cpu:0x0", "cpu:0 ", "cpu:99999999999", "cpu:**"}) {
+    INFO(bad);
+    auto msg = error_message_of([&] { Runtime rt(RuntimeOptions{.devices = {bad}}); });
+    CHECK_THAT(msg, Catch::Contains(std::string("'") + bad + "'") && Catch::Contains("invalid index"));
+    CHECK(error_code_of([&] { Runtime rt(RuntimeOptions{.devices = {bad}}); }) == Errc::unknown_device);
+  }
+  CHECK(error_code_of([] { Runtime rt(RuntimeOptions{.devices = {"cpu:0", "cpu:0"}}); }) == Errc::invalid_argument);
+  CHECK_THAT(error_message_of([] {
+               Runtime rt(RuntimeOptions{.devices = {"cpu:0", "cpu:0"}});
+             }),
+             Catch::Contains("'cpu:0' requested twice"));
+  CHECK_THAT(error_message_of([] {
+               Runtime rt(RuntimeOptions{.devices = {"cpu:1", "cpu:0", "cpu:1"}});
+             }),
+             Catch::Contains("'cpu:1' requested twice"));
+  Runtime ok(RuntimeOptions{.devices = {"cpu:10", "cpu:0"}});
+  CHECK(ok.device("cpu:10").name() == "cpu:10");
+  CHECK((ok.device("cpu:10").ones({2}) + 1).to_vector<float>() == std::vector<float>{2, 2});
+}
+
 TEST_CASE("The default runtime starts cpu:0 and says why other devices are missing", "[runtime]") {
   Runtime rt;
   auto devices = rt.devices();

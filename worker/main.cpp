@@ -177,44 +177,22 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   auto kinds = backends::backend_kinds();
   auto names = split(cfg.devices);
   if (names.empty()) return make_error(Errc::invalid_argument, "--devices names no device");
+  std::vector<backends::PlannedDevice> plan;
+  std::vector<std::string> unavailable;
+  try {
+    plan = backends::plan_devices(kinds, names, unavailable);
+  } catch (const Error& e) {
+    return make_error(e.code(), e.what());
+  }
+  for (const auto& why : unavailable) spdlog::warn("{}", why);
   auto hw = static_cast<unsigned>(available_cpus());
   backends::DeviceOptions opts;
   opts.threads = cfg.threads != 0 ? cfg.threads : std::max<size_t>(1, hw / names.size());
   opts.allow_tf32 = cfg.cuda_allow_tf32;
-  for (const auto& name : names) {
-    auto colon = name.find(':');
-    auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) {
-      return colon != std::string::npos && k.name == name.substr(0, colon);
-    });
-    if (kind == kinds.end()) return make_error(Errc::unknown_device, "device '" + name + "': unknown kind");
-    auto idx = name.substr(colon + 1);
-    int count = kind->device_count();
-    std::vector<int> indices;
-    if (idx == "*") {
-      if (count == 0) spdlog::warn("{}: no devices ({})", kind->name, kind->unavailable_reason());
-      for (int i = 0; i < count; ++i) indices.push_back(i);
-    } else {
-      int i = -1;
-      try {
-        size_t used = 0;
-        i = std::stoi(idx, &used);
-        if (used != idx.size()) i = -1;
-      } catch (const std::exception&) {
-      }
-      if (i < 0 || i >= count)
-        return make_error(Errc::unknown_device, "device '" + name + "' does not exist (" + std::to_string(count) + " " +
-                                                    kind->name + " device(s)" +
-                                                    (count == 0 ? ": " + kind->unavailable_reason() : "") + ")");
-      indices.push_back(i);
-    }
-    for (int i : indices) {
-      auto full = kind->name + ":" + std::to_string(i);
-      for (const auto& [n, b] : out)
-        if (n == full) return make_error(Errc::invalid_argument, "device '" + full + "' requested twice");
-      auto backend = kind->create(i, opts);
-      if (!backend) return make_error(Errc::unknown_device, "device '" + full + "': its backend could not be created");
-      out.emplace_back(full, std::move(backend));
-    }
+  for (const auto& [name, kind, index] : plan) {
+    auto backend = kind->create(index, opts);
+    if (!backend) return make_error(Errc::unknown_device, "device '" + name + "': its backend could not be created");
+    out.emplace_back(name, std::move(backend));
   }
   return out;
 }
