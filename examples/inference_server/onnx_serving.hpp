@@ -37,10 +37,16 @@ struct OnnxParsed {
   std::string error;
 };
 
+/// Which JSON reader parse_onnx_inputs uses: both (simdjson first, nlohmann
+/// for whatever it declines, and for every error message), or one alone
+/// (for tests: `fast_only` fails whatever the fast path declines).
+enum class InputParser { both, slow_only, fast_only };
+
 /// Parses a request body against the model's declared inputs (names, dtypes,
 /// ranks, fixed extents); errors name the input.
 [[nodiscard]] OnnxParsed parse_onnx_inputs(const std::string& body,
-                                           const std::vector<switchyard::onnx::ValueInfo>& decl);
+                                           const std::vector<switchyard::onnx::ValueInfo>& decl,
+                                           InputParser parser = InputParser::both);
 
 /// {"outputs": {NAME: nested list, ...}}.
 [[nodiscard]] std::string onnx_outputs_body(const switchyard::onnx::DataMap& outputs);
