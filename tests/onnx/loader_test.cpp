@@ -10,11 +10,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 #include <optional>
 #include <random>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 #include <variant>
 
 #include <switchyard/onnx.hpp>
@@ -2165,4 +2168,290 @@ TEST_CASE("onnx: an exported layer norm runs as one op unless its parts are read
   REQUIRE(y3.size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) CHECK(y3[i] == Approx(want[i]).margin(1e-4));
   CHECK(ops_of_a_run(split, rt.device("cpu:1")) >= 4);
+}
+
+// --- models a hostile or broken exporter writes (black-box audit, session 21) ---
+
+TEST_CASE("onnx: a zero stride dilation or blocksize is refused naming the node instead of crashing libonnx",
+          "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  struct Case {
+    const char* op;
+    const char* attribute;
+  };
+  for (const Case& c :
+       {Case{"Conv", "strides"}, Case{"Conv", "dilations"}, Case{"MaxPool", "strides"}, Case{"AveragePool", "strides"},
+        Case{"LpPool", "strides"}, Case{"DepthToSpace", "blocksize"}, Case{"SpaceToDepth", "blocksize"}}) {
+    INFO(c.op << " " << c.attribute);
+    Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{4}, int64_t{4}, int64_t{4}});
+    const bool conv = std::string(c.op) == "Conv";
+    if (conv) m.init("w", std::vector<float>(4 * 4 * 9, 0.5f), {4, 4, 3, 3});
+    auto& n = m.node(c.op, conv ? std::vector<std::string>{"x", "w"} : std::vector<std::string>{"x"}, {"y"}, "bad");
+    if (std::string(c.attribute) == "blocksize") {
+      attr_i(n, "blocksize", 0);
+    } else {
+      if (!conv) attr_ints(n, "kernel_shape", {2, 2});
+      attr_ints(n, c.attribute, {0, 0});
+    }
+    m.output("y", pb::TensorProto::FLOAT, {});
+    sy::Errc code{};
+    CHECK_THAT(load_error(m.bytes(), rt.cpu(), &code),
+               Catch::Contains("node 'bad'") && Catch::Contains(c.attribute) && Catch::Contains("must be positive"));
+    CHECK(code == sy::Errc::invalid_argument);
+  }
+}
+
+namespace {
+// Add(x, w) with w [6] f32 from an external file: location and entries as given.
+std::string external_model(const std::string& location, std::vector<std::pair<std::string, std::string>> extra) {
+  Builder m(13);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{6}});
+  auto* t = m.g().add_initializer();
+  t->set_name("w");
+  t->set_data_type(pb::TensorProto::FLOAT);
+  t->add_dims(6);
+  t->set_data_location(pb::TensorProto::EXTERNAL);
+  extra.insert(extra.begin(), {"location", location});
+  for (const auto& [k, v] : extra) {
+    auto* e = t->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  }
+  m.node("Add", {"x", "w"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{6}});
+  return m.bytes();
+}
+}  // namespace
+
+TEST_CASE("onnx: external data entries that lie or point outside the model folder are refused", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  const auto root = std::filesystem::temp_directory_path() / ("sy_onnx_ext_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "model");
+  std::filesystem::create_directories(root / "secret");
+  struct Cleanup {
+    std::filesystem::path p;
+    ~Cleanup() { std::filesystem::remove_all(p); }
+  } cleanup{root};
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  for (const char* file : {"model/w.bin", "secret/w.bin"}) {
+    std::ofstream f(root / file, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(w.data()), 24);
+  }
+  std::filesystem::create_symlink(root / "secret/w.bin", root / "model/link.bin");
+  std::filesystem::create_symlink("w.bin", root / "model/inside_link.bin");
+  std::filesystem::create_directories(root / "model/sub");
+  REQUIRE(::mkfifo((root / "model/fifo").c_str(), 0600) == 0);
+  const std::string dir = (root / "model").string();
+  auto error_of = [&](const std::string& bytes) {
+    try {
+      (void)sy::onnx::Model::load_bytes(bytes, rt.cpu(), dir);
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // What is fine loads: the file itself, with an offset and length, and a link within the folder.
+  auto x = sy::TensorData::from(std::vector<float>(6, 0.5f), {6});
+  for (const auto& bytes : {external_model("w.bin", {}), external_model("w.bin", {{"offset", "0"}, {"length", "24"}}),
+                            external_model("inside_link.bin", {})}) {
+    auto model = sy::onnx::Model::load_bytes(bytes, rt.cpu(), dir);
+    CHECK(run_doubles(model, {{"x", x}}, "y") == std::vector<double>{1.5, 2.5, 3.5, 4.5, 5.5, 6.5});
+  }
+  CHECK_THAT(error_of(external_model("link.bin", {})), Catch::Contains("outside the model's folder"));
+  CHECK_THAT(error_of(external_model("fifo", {})), Catch::Contains("not a regular file"));
+  CHECK_THAT(error_of(external_model("sub", {})), Catch::Contains("not a regular file"));
+  for (const char* junk : {"abc", "-24", "+1", "18446744073709551616", " 1", ""}) {
+    INFO("offset '" << junk << "'");
+    CHECK_THAT(error_of(external_model("w.bin", {{"offset", junk}})), Catch::Contains("not a non-negative decimal"));
+    CHECK_THAT(error_of(external_model("w.bin", {{"length", junk}})), Catch::Contains("not a non-negative decimal"));
+  }
+  for (const auto& [offset, length] : std::vector<std::pair<std::string, std::string>>{{"1000", ""},
+                                                                                       {"25", ""},
+                                                                                       {"4611686018427387904", ""},
+                                                                                       {"9223372036854775807", "24"},
+                                                                                       {"9223372036854775800", "24"},
+                                                                                       {"8", "24"}}) {
+    INFO("offset " << offset << " length " << length);
+    std::vector<std::pair<std::string, std::string>> entries = {{"offset", offset}};
+    if (!length.empty()) entries.emplace_back("length", length);
+    CHECK_THAT(error_of(external_model("w.bin", entries)), Catch::Contains("past the end"));
+  }
+}
+
+TEST_CASE("onnx: graphs that break ONNX's rules are refused at load naming what is wrong", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto base = [] {
+    Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    return m;
+  };
+  {
+    auto m = base();  // two nodes write y
+    m.node("Relu", {"x"}, {"y"}, "first");
+    m.node("Neg", {"x"}, {"y"}, "second");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("node 'second'") && Catch::Contains("already defined"));
+  }
+  {
+    auto m = base();  // Add with three inputs
+    m.node("Add", {"x", "x", "x"}, {"y"}, "add3");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("node 'add3'") && Catch::Contains("3 inputs"));
+  }
+  {
+    auto m = base();  // an input listed twice
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("input 'x' twice"));
+  }
+  {
+    auto m = base();  // an output listed twice
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("output 'y' twice"));
+  }
+  {
+    Builder m(13);  // no opset of the default domain at all
+    m.model.clear_opset_import();
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("imports none at all"));
+  }
+}
+
+TEST_CASE("onnx: Split Range Flatten Resize and ConstantOfShape check their sizes at their own node", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto x = sy::TensorData::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  auto run_error = [&](const std::string& bytes, const sy::onnx::DataMap& in) {
+    try {
+      auto model = sy::onnx::Model::load_bytes(bytes, rt.cpu());
+      auto f = model.infer(in);
+      REQUIRE(f.wait_for(kWait));
+      (void)f.get();
+    } catch (const sy::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const auto& sizes : std::vector<std::vector<int64_t>>{{5, -2}, {1, 1}, {2, 2}, {3}}) {
+    Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+    m.init_i64("s", sizes, {static_cast<int64_t>(sizes.size())});
+    auto& n = m.node("Split", {"x", "s"}, {"a", "b"}, "split");
+    attr_i(n, "axis", 1);
+    m.output("a", pb::TensorProto::FLOAT, {});
+    m.output("b", pb::TensorProto::FLOAT, {});
+    CHECK_THAT(run_error(m.bytes(), {{"x", x}}), Catch::Contains("node 'split'") && Catch::Contains("summing to"));
+  }
+  {
+    Builder m(13);
+    m.init_i64("start", {-(int64_t{1} << 62)}, {});
+    m.init_i64("limit", {int64_t{1} << 62}, {});
+    m.init_i64("delta", {1}, {});
+    m.node("Range", {"start", "limit", "delta"}, {"r"}, "range");
+    m.output("r", pb::TensorProto::INT64, {});
+    CHECK_THAT(run_error(m.bytes(), {}), Catch::Contains("node 'range'") && Catch::Contains("too large"));
+  }
+  for (int64_t axis : {int64_t{-3}, int64_t{3}, std::numeric_limits<int64_t>::min()}) {
+    Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+    auto& n = m.node("Flatten", {"x"}, {"y"}, "flat");
+    attr_i(n, "axis", axis);
+    m.output("y", pb::TensorProto::FLOAT, {});
+    CHECK_THAT(run_error(m.bytes(), {{"x", x}}), Catch::Contains("node 'flat'") && Catch::Contains("out of range"));
+  }
+  {
+    Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{3}});
+    m.init_i64("sizes", {1, 1, 2, int64_t{1} << 40}, {4});
+    m.node("Resize", {"x", "", "", "sizes"}, {"y"}, "resize");
+    m.output("y", pb::TensorProto::FLOAT, {});
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THAT(run_error(m.bytes(), {{"x", sy::TensorData::from(std::vector<float>(6, 1.0f), {1, 1, 2, 3})}}),
+               Catch::Contains("node 'resize'") && Catch::Contains("too large"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // refused before any work
+  }
+  for (float scale : {std::nanf(""), -2.0f, 1e30f}) {
+    Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{3}});
+    m.init("scales", {1, 1, 1, scale}, {4});
+    m.node("Resize", {"x", "", "scales"}, {"y"}, "resize");
+    m.output("y", pb::TensorProto::FLOAT, {});
+    INFO("scale " << scale);
+    CHECK_THAT(run_error(m.bytes(), {{"x", sy::TensorData::from(std::vector<float>(6, 1.0f), {1, 1, 2, 3})}}),
+               Catch::Contains("node 'resize'") && Catch::Contains("scale"));
+  }
+  {
+    Builder m(13);
+    m.init_i64("shape", {-5, 3}, {2});
+    m.node("ConstantOfShape", {"shape"}, {"c"}, "const");
+    m.node("Relu", {"c"}, {"y"}, "relu");
+    m.output("y", pb::TensorProto::FLOAT, {});
+    CHECK_THAT(run_error(m.bytes(), {}), Catch::Contains("node 'const'") && Catch::Contains("negative extent"));
+  }
+}
+
+TEST_CASE("onnx: a declared scalar input takes rank 0 only and bad host data names the input", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(13);
+  m.input("s", pb::TensorProto::FLOAT, {});  // a shape with no axes: a scalar
+  m.node("Relu", {"s"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  REQUIRE(model.inputs().size() == 1);
+  CHECK(model.inputs()[0].has_shape);
+  CHECK(model.inputs()[0].dims.empty());
+  CHECK(run_doubles(model, {{"s", sy::TensorData::from(std::vector<float>{-2}, {})}}, "y") == std::vector<double>{0});
+  try {
+    (void)model.infer({{"s", sy::TensorData::from(std::vector<float>{1, 2, 3, 4}, {2, 2})}});
+    FAIL("a [2, 2] tensor was taken for a scalar input");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("'s'") && Catch::Contains("0 axes"));
+  }
+  try {
+    auto hollow = sy::TensorData::from(std::vector<float>{1}, {});
+    hollow.bytes = sy::Bytes();  // the fields are public: a caller can break the invariant
+    (void)model.infer({{"s", hollow}});
+    FAIL("a scalar without bytes was taken");
+  } catch (const sy::Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("input 's'"));
+  }
+  // An input the model declares without a shape takes any rank.
+  Builder free(13);
+  auto* in = free.g().add_input();
+  in->set_name("s");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(pb::TensorProto::FLOAT);
+  free.node("Relu", {"s"}, {"y"});
+  free.output("y", pb::TensorProto::FLOAT, {});
+  auto any = sy::onnx::Model::load_bytes(free.bytes(), rt.cpu());
+  CHECK_FALSE(any.inputs()[0].has_shape);
+  CHECK(run_doubles(any, {{"s", sy::TensorData::from(std::vector<float>{-1, 2}, {2})}}, "y") ==
+        std::vector<double>{0, 2});
+}
+
+TEST_CASE("onnx: a tensor file whose element count overflows is refused", "[onnx]") {
+  const auto path = std::filesystem::temp_directory_path() / ("sy_onnx_huge_" + std::to_string(::getpid()) + ".pb");
+  pb::TensorProto t;
+  t.set_name("huge");
+  t.set_data_type(pb::TensorProto::FLOAT);
+  t.add_dims(int64_t{1} << 40);
+  t.add_dims(int64_t{1} << 40);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << t.SerializeAsString();
+  }
+  try {
+    (void)sy::onnx::read_tensor_proto(path.string());
+    FAIL("a [2^40, 2^40] tensor without data was read");
+  } catch (const sy::Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("'huge'") && Catch::Contains("too many elements"));
+  }
+  std::filesystem::remove(path);
 }

@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
@@ -25,6 +26,31 @@ namespace {
 std::string node_label(const ::onnx::NodeProto& node, size_t index) {
   std::string name = node.name().empty() ? "#" + std::to_string(index) : node.name();
   return "node '" + name + "' (" + node.op_type() + ")";
+}
+
+// ONNX's own shape inference divides by these attributes (convPoolShape-
+// Inference by strides, DepthToSpace and SpaceToDepth by blocksize): a 0
+// there killed the process with SIGFPE inside libonnx. Checked first, in
+// every graph and subgraph, with the node named.
+void check_positive_attributes(const ::onnx::GraphProto& graph) {
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const auto& node = graph.node(n);
+    for (const auto& a : node.attribute()) {
+      for (const auto& g : a.graphs()) check_positive_attributes(g);
+      if (a.has_g()) check_positive_attributes(a.g());
+      if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
+      const std::string& name = a.name();
+      if (name != "strides" && name != "dilations" && name != "kernel_shape" && name != "blocksize") continue;
+      std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+      if (name == "blocksize") values = {a.i()};
+      if (std::all_of(values.begin(), values.end(), [](int64_t v) { return v >= 1; })) continue;
+      std::string list;
+      for (auto v : values) list += (list.empty() ? "" : ", ") + std::to_string(v);
+      throw Error(Errc::invalid_argument, "onnx: " + node_label(node, static_cast<size_t>(n)) + ": attribute '" + name +
+                                              "' must be positive, got " +
+                                              (name == "blocksize" ? list : "[" + list + "]"));
+    }
+  }
 }
 
 ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) {
@@ -49,6 +75,7 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) 
     throw Error(Errc::unsupported, where + " '" + v.name() + "' has dtype " + detail::onnx_type_name(tt.elem_type()) +
                                        ", which Switchyard lacks");
   info.dtype = *dt;
+  info.has_shape = tt.has_shape();
   for (const auto& d : tt.shape().dim()) {
     info.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
     info.dim_names.push_back(d.has_dim_param() ? d.dim_param() : "");
@@ -120,6 +147,8 @@ class Scope {
     if (fresh) it->second = (*next_)++;
     return it->second;
   }
+  /// Whether `name` has a slot in this scope itself.
+  [[nodiscard]] bool defined_here(const std::string& name) const { return names_.count(name) != 0; }
   /// The slot `name` refers to here or in an outer scope; -1 if none.
   [[nodiscard]] int find(const std::string& name) const {
     if (auto it = names_.find(name); it != names_.end()) return it->second;
@@ -183,6 +212,19 @@ struct Compiler {
         // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
         if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
       }
+      // ONNX's own arity (Add with a third input ran and ignored it).
+      if (const auto* schema = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), "")) {
+        auto refuse_count = [&](const char* what, int given, int least, int most) {
+          if (given >= least && given <= most) return;
+          throw Error(Errc::invalid_argument,
+                      label + ": " + std::to_string(given) + " " + what + ", the op takes " + std::to_string(least) +
+                          (most == least                             ? ""
+                           : most == std::numeric_limits<int>::max() ? " or more"
+                                                                     : " to " + std::to_string(most)));
+        };
+        refuse_count("inputs", node.input_size(), schema->min_input(), schema->max_input());
+        refuse_count("outputs", node.output_size(), schema->min_output(), schema->max_output());
+      }
       for (const auto& o : node.output()) {
         auto et = elem_type.find(o);
         if (et != elem_type.end() && et->second != 0 && !detail::to_dtype(et->second))
@@ -201,7 +243,14 @@ struct Compiler {
       std::map<std::string, std::shared_ptr<const Graph>, std::less<>> bodies;
       for (const auto& a : node.attribute())
         if (a.type() == ::onnx::AttributeProto::GRAPH) bodies[a.name()] = subgraph(a.g(), scope, label);
-      for (const auto& o : node.output()) outs.push_back(o.empty() ? -1 : scope.define(o));
+      for (const auto& o : node.output()) {
+        // Each value is assigned once (ONNX graphs are in SSA form): a
+        // second writer silently replaced the first.
+        if (!o.empty() && scope.defined_here(o))
+          // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
+          throw Error(Errc::invalid_argument, label + ": output '" + o + "' is already defined in this graph");
+        outs.push_back(o.empty() ? -1 : scope.define(o));
+      }
       g.nodes.push_back(node);
       g.specs.push_back(&spec);
       g.node_in.push_back(std::move(ins));
@@ -355,6 +404,11 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
       std::string what = e.what();
       if (what.rfind("onnx: ", 0) == 0) throw;
       throw Error(e.code(), "onnx: " + node_label(g.nodes[n], n) + ": " + what);
+    } catch (const std::bad_alloc&) {
+      // A host-side step (index tables, folded values) sized by the data.
+      throw Error(Errc::out_of_memory, "onnx: " + node_label(g.nodes[n], n) + ": out of host memory");
+    } catch (const std::length_error& e) {
+      throw Error(Errc::out_of_memory, "onnx: " + node_label(g.nodes[n], n) + ": too large (" + e.what() + ")");
     }
     for (size_t k = 0; k < g.node_out[n].size() && k < outs.size(); ++k) {
       if (trail != nullptr) trail->record(largest_id(outs[k]), static_cast<int64_t>(n));
@@ -491,7 +545,7 @@ Model Model::load(const std::string& path, const std::vector<Stage>& stages) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   try {
     return load_bytes(ss.str(), stages, dir);
   } catch (const Error& e) {
@@ -525,8 +579,12 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   // 1-5 load when each node's op is defined there as in opset 6.
   if (impl->opset == 0) {
     std::string domains;
-    for (const auto& op : model.opset_import()) domains += (domains.empty() ? "" : ", ") + op.domain();
-    throw Error(Errc::unsupported, "onnx: the model imports no opset of the default domain (only " + domains + ")");
+    for (const auto& op : model.opset_import())
+      domains += (domains.empty() ? "" : ", ") +
+                 (op.domain().empty() ? "the default domain at version " + std::to_string(op.version()) : op.domain());
+    throw Error(Errc::unsupported,
+                "onnx: the model imports no opset of the default domain" +
+                    (domains.empty() ? std::string(" (it imports none at all)") : " (only " + domains + ")"));
   }
   if (impl->opset < 1 || impl->opset > 17)
     throw Error(Errc::unsupported,
@@ -534,6 +592,7 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
                     " of the default domain; supported: 7-17 (and 6, and 1-5 for ops unchanged since)");
 
   // Types of intermediate values, so a dtype Switchyard lacks fails at load.
+  check_positive_attributes(model.graph());
   ::onnx::ModelProto typed = model;
   try {
     ::onnx::shape_inference::InferShapes(typed);
@@ -548,6 +607,20 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   for (const auto& t : graph.initializer()) {
     inits.emplace_back(scope.define(t.name()), initializer(t, base_dir));
     init_names.insert(t.name());
+  }
+  {
+    std::set<std::string> seen;
+    for (const auto& v : graph.input())
+      if (!seen.insert(v.name()).second)
+        throw Error(Errc::invalid_argument, "onnx: the graph lists input '" + v.name() + "' twice");
+    seen.clear();
+    for (const auto& v : graph.output())
+      if (!seen.insert(v.name()).second)
+        throw Error(Errc::invalid_argument, "onnx: the graph lists output '" + v.name() + "' twice");
+    seen.clear();
+    for (const auto& t : graph.initializer())
+      if (!seen.insert(t.name()).second)
+        throw Error(Errc::invalid_argument, "onnx: the graph has two initializers named '" + t.name() + "'");
   }
   for (const auto& v : graph.input()) {
     auto info = value_info(v, "onnx: input");
@@ -676,11 +749,25 @@ void check_indices(const ValueInfo& info, const std::string& node, const TensorD
   }
 }
 
+// The device's copy of an input's host data; the device's refusal (too
+// large, bytes that do not fill the shape) names the input.
+Tensor upload_input(const Device& device, const ValueInfo& info, const TensorData& d) {
+  try {
+    return device.from_data(d);
+  } catch (const Error& e) {
+    throw Error(e.code(), "onnx run: input '" + info.name + "': " + e.what());
+  }
+}
+
 void check_input(const ValueInfo& info, DType dtype, const Shape& shape) {
   if (dtype != info.dtype)
     throw Error(Errc::dtype_mismatch, "onnx run: input '" + info.name + "' must be " +
                                           std::string(name_of(info.dtype)) + ", got " + std::string(name_of(dtype)));
-  if (!info.dims.empty() || shape.rank() == 0) {
+  for (auto d : shape.dims)
+    if (d < 0)
+      throw Error(Errc::shape_mismatch,
+                  "onnx run: input '" + info.name + "' has a negative extent in shape " + shape.to_string());
+  if (info.has_shape) {
     if (shape.rank() != info.dims.size())
       throw Error(Errc::shape_mismatch, "onnx run: input '" + info.name + "' must have " +
                                             std::to_string(info.dims.size()) + " axes, got shape " + shape.to_string());
@@ -768,7 +855,7 @@ TensorMap run_on_host_data(const ModelImpl& im, const DataMap& inputs, NodeTrail
                                    check_tensor_kind(info);
                                    check_input(info, d.dtype, d.shape);
                                    check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], d);
-                                   v.dev = im.device.from_data(d);
+                                   v.dev = upload_input(im.device, info, d);
                                    v.readback = d;
                                  }),
                     trail));
@@ -821,9 +908,9 @@ Future<DataMap> Model::infer(const DataMap& inputs) const {
 Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
   const auto& im = *impl_;
   auto trail = std::make_shared<NodeTrail>();
-  auto upload = [&](const TensorData& d) {
+  auto upload = [&](const ValueInfo& info, const TensorData& d) {
     Value e;
-    e.dev = im.device.from_data(d);
+    e.dev = upload_input(im.device, info, d);
     e.readback = d;
     return e;
   };
@@ -845,7 +932,7 @@ Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
                             "onnx run: input '" + info.name + "' is a sequence, given a tensor");
               check_input(info, h.tensor().dtype, h.tensor().shape);
               check_indices(info, im.index_node[static_cast<size_t>(&info - im.inputs.data())], h.tensor());
-              v = upload(h.tensor());
+              v = upload(info, h.tensor());
               return;
             }
             if (!sequence)
@@ -857,7 +944,7 @@ Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
                 throw Error(Errc::dtype_mismatch, "onnx run: input '" + info.name + "' element " + std::to_string(k) +
                                                       " must be " + std::string(name_of(info.dtype)) + ", got " +
                                                       std::string(name_of(d.dtype)));
-              items.push_back(upload(d));
+              items.push_back(upload(info, d));
             }
             v = Value::sequence(std::move(items), info.dtype);
           }),

@@ -1745,7 +1745,32 @@ Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double 
   return y.dtype() == x.dtype() ? y : y.cast(x.dtype());
 }
 
+// Output extents floor(extent * scale), the scales checked first (a NaN or
+// 1e30 scale cast to int64 was undefined and read back as INT64_MIN).
+Ints scaled_extents(Ctx& ctx, const Shape& shape, const std::vector<double>& scales) {
+  Ints out;
+  for (size_t a = 0; a < shape.rank(); ++a) {
+    const double e = std::floor(static_cast<double>(shape[a]) * scales[a]);
+    if (!std::isfinite(scales[a]) || scales[a] <= 0 || e > static_cast<double>(int64_t{1} << 40))
+      ctx.fail(Errc::invalid_argument, "scale " + std::to_string(scales[a]) + " of axis " + std::to_string(a) +
+                                           " must be a positive finite number giving at most 2^40 elements");
+    out.push_back(static_cast<int64_t>(e));
+  }
+  return out;
+}
+
 Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double>& scales, const ResizeMode& m) {
+  // The whole output's size first: axes are resized one at a time, each
+  // with host tables as long as its extent, so sizes of 2^40 (or scales of
+  // 1e9) ran for a minute and several GB before anything refused them.
+  int64_t elements = 1;
+  for (size_t a = 0; a < x.rank(); ++a) {
+    const int64_t d = out_dims[a];
+    if (d < 0) ctx.fail(Errc::invalid_argument, "output extent " + std::to_string(d) + " of axis " + std::to_string(a));
+    if (d > 0 && elements > (int64_t{1} << 40) / d)
+      ctx.fail(Errc::invalid_argument, "output shape " + Shape(out_dims).to_string() + " is too large");
+    elements *= d;
+  }
   for (size_t a = 0; a < x.rank(); ++a)
     if (out_dims[a] != x.shape()[a] || scales[a] != 1.0 || m.coord == "tf_crop_and_resize")
       x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], m);
@@ -3172,6 +3197,15 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Size"] = {{}, nullptr, [](Ctx& ctx) { return Outs{host_value(host_ints({ctx.in(0).shape().numel()}, {}))}; }};
   t["ConstantOfShape"] = {{"value"}, nullptr, [](Ctx& ctx) {
                             Shape s(ctx.ints(0));
+                            // Here, not in whichever node reads the result first.
+                            int64_t elements = 1;
+                            for (auto d : s.dims) {
+                              if (d < 0 || (d > 0 && elements > (int64_t{1} << 40) / d))
+                                ctx.fail(Errc::invalid_argument,
+                                         "shape " + s.to_string() +
+                                             (d < 0 ? " has a negative extent" : " is too large (over 2^40 elements)"));
+                              elements *= d;
+                            }
                             TensorData v = TensorData::from(std::vector<float>{0.0f}, {1});
                             if (auto a = ctx.attr("value")) v = to_data(a->t(), ".");
                             if (s.numel() <= kHostMax)
@@ -3182,7 +3216,15 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                   const TensorData& s = ctx.host(0);
                   const double start = s.at(0), limit = ctx.host(1).at(0), delta = ctx.host(2).at(0);
                   if (delta == 0) ctx.fail(Errc::invalid_argument, "delta 0");
-                  const int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((limit - start) / delta)), 0);
+                  // In double first: a count past int64 (-2^62 to 2^62) cast
+                  // to int64 was undefined and came out as an empty range.
+                  const double count = std::ceil((limit - start) / delta);
+                  if (!(count <= static_cast<double>(int64_t{1} << 40)))
+                    ctx.fail(Errc::invalid_argument, "a range of " + std::to_string(count) +
+                                                         " elements is too large (start " + std::to_string(start) +
+                                                         ", limit " + std::to_string(limit) + ", delta " +
+                                                         std::to_string(delta) + ")");
+                  const int64_t n = std::max<int64_t>(static_cast<int64_t>(count), 0);
                   if (n > kHostMax)
                     return Outs{dev_value(ctx.device().arange(start, start + n * delta, delta, s.dtype))};
                   std::vector<double> v;
@@ -3214,7 +3256,12 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Flatten"] = {{"axis"}, nullptr, [](Ctx& ctx) {
                     const Shape& s = ctx.in(0).shape();
                     int64_t axis = ctx.attr_i("axis", 1);
-                    if (axis < 0) axis += static_cast<int64_t>(s.rank());
+                    const auto r = static_cast<int64_t>(s.rank());
+                    if (axis < -r || axis > r)
+                      ctx.fail(Errc::invalid_argument, "axis " + std::to_string(axis) + " out of range for rank " +
+                                                           std::to_string(r) + " (Flatten takes [" +
+                                                           std::to_string(-r) + ", " + std::to_string(r) + "])");
+                    if (axis < 0) axis += r;
                     int64_t outer = 1;
                     for (int64_t a = 0; a < axis; ++a) outer *= s[a];
                     int64_t inner = outer == 0 ? 0 : s.numel() / std::max<int64_t>(outer, 1);
@@ -3275,24 +3322,40 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                      if (ctx.has(i)) parts.push_back(ctx.dev(i));
                    return Outs{dev_value(cat(parts, axis))};
                  }};
-  t["Split"] = {{"axis", "split"}, nullptr, [](Ctx& ctx) {
-                  const Shape& s = ctx.in(0).shape();
-                  const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
-                  const int64_t parts = ctx.node().output_size();
-                  Ints sizes =
-                      ctx.opset() < 13 ? ctx.attr_ints("split").value_or(Ints{}) : (ctx.has(1) ? ctx.ints(1) : Ints{});
-                  if (sizes.empty()) {
-                    const int64_t each = (s[axis] + parts - 1) / parts;
-                    for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, s[axis] - p * each));
-                  }
-                  Outs out;
-                  int64_t at = 0;
-                  for (auto n : sizes) {
-                    out.push_back(slice_value(ctx, ctx.in(0), {at}, {at + n}, {axis}, {1}));
-                    at += n;
-                  }
-                  return out;
-                }};
+  t["Split"] = {
+      {"axis", "split"}, nullptr, [](Ctx& ctx) {
+        const Shape& s = ctx.in(0).shape();
+        const int64_t axis = axis_of(ctx, ctx.attr_i("axis", 0), s.rank());
+        const int64_t parts = ctx.node().output_size();
+        Ints sizes = ctx.opset() < 13 ? ctx.attr_ints("split").value_or(Ints{}) : (ctx.has(1) ? ctx.ints(1) : Ints{});
+        if (sizes.empty()) {
+          const int64_t each = (s[axis] + parts - 1) / parts;
+          for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, s[axis] - p * each));
+        } else {
+          // The spec: one non-negative size per output, summing to
+          // the axis (slices past the end were silently short).
+          int64_t sum = 0;
+          bool valid = static_cast<int64_t>(sizes.size()) == parts;
+          for (auto n : sizes) {
+            valid = valid && n >= 0 && n <= s[axis];
+            sum += valid ? n : 0;
+          }
+          if (!valid || sum != s[axis]) {
+            std::string list;
+            for (auto n : sizes) list += (list.empty() ? "" : ", ") + std::to_string(n);
+            ctx.fail(Errc::invalid_argument, "split [" + list + "] must give " + std::to_string(parts) +
+                                                 " non-negative sizes summing to axis " + std::to_string(axis) +
+                                                 "'s extent " + std::to_string(s[axis]));
+          }
+        }
+        Outs out;
+        int64_t at = 0;
+        for (auto n : sizes) {
+          out.push_back(slice_value(ctx, ctx.in(0), {at}, {at + n}, {axis}, {1}));
+          at += n;
+        }
+        return out;
+      }};
   t["Slice"] = {{"starts", "ends", "axes"}, nullptr, [](Ctx& ctx) {
                   if (ctx.opset() < 10)
                     return Outs{slice_value(ctx, ctx.in(0), *ctx.attr_ints("starts"), *ctx.attr_ints("ends"),
@@ -3686,7 +3749,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                    } else if (ctx.has(scales_at) && ctx.in(scales_at).shape().numel() > 0) {
                      scales = ctx.host(scales_at).to_vector<double>();
                      if (scales.size() != r) ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
-                     for (size_t a = 0; a < r; ++a) out[a] = static_cast<int64_t>(std::floor(x.shape()[a] * scales[a]));
+                     out = scaled_extents(ctx, x.shape(), scales);
                    } else {
                      ctx.fail(Errc::invalid_argument, "neither scales nor sizes given");
                    }
@@ -3722,9 +3785,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                        scales = ctx.host(1).to_vector<double>();
                      if (scales.size() != x.rank())
                        ctx.fail(Errc::shape_mismatch, "scales must have one entry per axis");
-                     Ints out;
-                     for (size_t a = 0; a < x.rank(); ++a)
-                       out.push_back(static_cast<int64_t>(std::floor(x.shape()[a] * scales[a])));
+                     const Ints out = scaled_extents(ctx, x.shape(), scales);
                      return Outs{dev_value(resize(ctx, x, out, scales,
                                                   ResizeMode{ctx.attr_s("mode", "nearest"), "asymmetric", "floor"}))};
                    }};

@@ -2,7 +2,9 @@
 // ONNX element types and TensorProto contents as Switchyard data; the
 // node context the op implementations see.
 
+#include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <onnx/onnx-data_pb.h>
 
@@ -47,9 +49,25 @@ std::string onnx_type_name(int32_t t) {
 namespace {
 
 template <class T, class Field>
-TensorData from_field(const Field& field, Shape shape) {
+TensorData from_field(const ::onnx::TensorProto& t, const Field& field, Shape shape) {
+  if (field.size() != shape.numel())
+    throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "' holds " + std::to_string(field.size()) +
+                                            " values, its shape " + shape.to_string() + " needs " +
+                                            std::to_string(shape.numel()));
   std::vector<T> v(field.begin(), field.end());
   return TensorData::from(v, std::move(shape));
+}
+
+// A decimal offset or length of an external data entry; anything else
+// (a sign, junk, a value past int64) is refused naming the entry.
+int64_t external_number(const ::onnx::TensorProto& t, const std::string& key, const std::string& text) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc{} || ptr != end || v < 0)
+    throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "': external data " + key + " '" + text +
+                                            "' is not a non-negative decimal number");
+  return v;
 }
 
 std::string read_external(const ::onnx::TensorProto& t, const std::string& base_dir) {
@@ -57,23 +75,43 @@ std::string read_external(const ::onnx::TensorProto& t, const std::string& base_
   int64_t offset = 0, length = -1;
   for (const auto& kv : t.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    if (kv.key() == "offset") offset = std::stoll(kv.value());
-    if (kv.key() == "length") length = std::stoll(kv.value());
+    if (kv.key() == "offset") offset = external_number(t, "offset", kv.value());
+    if (kv.key() == "length") length = external_number(t, "length", kv.value());
   }
+  const std::string label = "onnx: tensor '" + t.name() + "': ";
   if (location.empty() || location.find("..") != std::string::npos || location.front() == '/')
-    throw Error(Errc::invalid_argument,
-                "onnx: tensor '" + t.name() + "': bad external data location '" + location + "'");
-  std::string path = base_dir + "/" + location;
+    throw Error(Errc::invalid_argument, label + "bad external data location '" + location + "'");
+  // The file must lie in the model's folder once links are followed (a link
+  // to /etc/passwd read it), and be a regular file (a FIFO blocked the load
+  // for ever; a directory read as garbage).
+  std::error_code ec;
+  const auto folder = std::filesystem::weakly_canonical(base_dir.empty() ? "." : base_dir, ec);
+  const auto path =
+      std::filesystem::weakly_canonical(std::filesystem::path(base_dir.empty() ? "." : base_dir) / location, ec);
+  if (ec)
+    throw Error(Errc::invalid_argument, label + "cannot resolve external data '" + location + "': " + ec.message());
+  const auto inside = std::mismatch(folder.begin(), folder.end(), path.begin(), path.end()).first == folder.end();
+  if (!inside)
+    throw Error(Errc::invalid_argument, label + "external data '" + location + "' resolves to " + path.string() +
+                                            ", outside the model's folder");
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(Errc::invalid_argument, label + "external data " + path.string() + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "': cannot open external data " + path);
-  in.seekg(0, std::ios::end);
-  int64_t size = in.tellg();
+  if (!in) throw Error(Errc::invalid_argument, label + "cannot open external data " + path.string());
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  if (ec) throw Error(Errc::invalid_argument, label + "cannot size external data " + path.string());
+  // Compared without adding (offset + length overflowed and read nothing).
+  if (offset > size || (length >= 0 && length > size - offset))
+    throw Error(Errc::invalid_argument, label + "external data range (offset " + std::to_string(offset) +
+                                            (length >= 0 ? ", length " + std::to_string(length) : "") +
+                                            ") past the end of " + path.string() + " (" + std::to_string(size) +
+                                            " bytes)");
   if (length < 0) length = size - offset;
-  if (offset < 0 || offset + length > size)
-    throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "': external data range past the end of " + path);
   std::string bytes(static_cast<size_t>(length), '\0');
   in.seekg(offset);
   in.read(bytes.data(), length);
+  if (in.gcount() != length)
+    throw Error(Errc::invalid_argument, label + "external data " + path.string() + " ended early");
   return bytes;
 }
 
@@ -85,8 +123,16 @@ TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir) {
     throw Error(Errc::unsupported, "onnx: tensor '" + t.name() + "' has dtype " + onnx_type_name(t.data_type()) +
                                        ", which Switchyard lacks");
   Shape shape(std::vector<int64_t>(t.dims().begin(), t.dims().end()));
-  for (auto d : shape.dims)
+  // Checked here: Shape::numel wraps, and a wrapped count of 0 matched an
+  // empty tensor's 0 values (a [2^40, 2^40] tensor with no bytes).
+  int64_t elements = 1;
+  for (auto d : shape.dims) {
     if (d < 0) throw Error(Errc::invalid_argument, "onnx: tensor '" + t.name() + "' has a negative extent");
+    if (d > 0 && elements > (int64_t{1} << 48) / d)
+      throw Error(Errc::invalid_argument,
+                  "onnx: tensor '" + t.name() + "' has shape " + shape.to_string() + ", too many elements");
+    elements *= d;
+  }
   const size_t bytes_needed = static_cast<size_t>(shape.numel()) * size_of(*dt);
   const bool external = t.data_location() == ::onnx::TensorProto::EXTERNAL;
   if (external || t.has_raw_data()) {
@@ -105,25 +151,25 @@ TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir) {
   TensorData d;
   switch (*dt) {
     case DType::f32:
-      d = from_field<float>(t.float_data(), shape);
+      d = from_field<float>(t, t.float_data(), shape);
       break;
     case DType::f64:
-      d = from_field<double>(t.double_data(), shape);
+      d = from_field<double>(t, t.double_data(), shape);
       break;
     case DType::i64:
-      d = from_field<int64_t>(t.int64_data(), shape);
+      d = from_field<int64_t>(t, t.int64_data(), shape);
       break;
     case DType::i32:
-      d = from_field<int32_t>(t.int32_data(), shape);
+      d = from_field<int32_t>(t, t.int32_data(), shape);
       break;
     case DType::u8:
-      d = from_field<uint8_t>(t.int32_data(), shape);
+      d = from_field<uint8_t>(t, t.int32_data(), shape);
       break;
     case DType::i8:
-      d = from_field<int8_t>(t.int32_data(), shape);
+      d = from_field<int8_t>(t, t.int32_data(), shape);
       break;
     case DType::i16:
-      d = from_field<int16_t>(t.int32_data(), shape);
+      d = from_field<int16_t>(t, t.int32_data(), shape);
       break;
     case DType::f16:
     case DType::bf16: {  // int32_data holds each element's 16 bits
@@ -136,9 +182,8 @@ TensorData to_data(const ::onnx::TensorProto& t, const std::string& base_dir) {
       break;
     }
     case DType::boolean: {
-      std::vector<bool> v;
-      for (auto x : t.int32_data()) v.push_back(x != 0);
-      d = TensorData::from(v, shape);
+      std::vector<int32_t> v = from_field<int32_t>(t, t.int32_data(), shape).to_vector<int32_t>();
+      d = TensorData::from(std::vector<bool>(v.begin(), v.end()), shape);
       break;
     }
   }

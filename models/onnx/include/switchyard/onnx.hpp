@@ -29,6 +29,10 @@ struct ValueInfo {
   /// Extents, outermost first; -1 for a dynamic axis (batch, sequence).
   /// For a sequence, each element's (often unknown: empty).
   std::vector<int64_t> dims;
+  /// Whether the model declares the shape: then dims.size() is the rank
+  /// (0 for a scalar) and a run checks it; otherwise dims is empty and any
+  /// rank is taken.
+  bool has_shape = false;
   /// Names of the dynamic axes, where the model gives them ("" otherwise).
   std::vector<std::string> dim_names;
   /// A tensor unless the model declares a sequence or an optional.
