@@ -800,10 +800,10 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
   same_device("masked_fill", h, m);
   if (m.ir.dtype != DType::boolean)
     throw Error(Errc::dtype_mismatch, "masked_fill: mask must be bool, got " + dt(m.ir.dtype));
-  auto bc = broadcast_shapes(h.ir.shape, m.ir.shape);
-  if (!bc || *bc != h.ir.shape)
+  // Either may broadcast to the other (PyTorch: ones(3).masked_fill(mask[2, 1], v) is [2, 3]).
+  if (!broadcast_shapes(h.ir.shape, m.ir.shape))
     throw Error(Errc::shape_mismatch,
-                "masked_fill: mask " + m.ir.shape.to_string() + " does not broadcast to " + h.ir.shape.to_string());
+                "masked_fill: mask " + m.ir.shape.to_string() + " does not broadcast with " + h.ir.shape.to_string());
   if (!value.fits(h.ir.dtype))
     throw Error(Errc::invalid_argument, "masked_fill: value " + value.to_string() + " cannot be converted to " +
                                             dt(h.ir.dtype) + " without overflow");

@@ -241,11 +241,11 @@ bool with_unary(UnaryKind k, double lo, double hi, F&& f) {
         return f([](T x) -> T { return x; });
       else
         return f([](T x) -> T { return static_cast<T>((T(0) < x) - (x < T(0))); });
-    case UnaryKind::relu:  // NaN stays NaN, as PyTorch's clamp_min(x, 0)
+    case UnaryKind::relu:  // PyTorch's clamp_min(x, 0): NaN stays NaN, -0 stays -0
       if constexpr (is_b)
         return false;
       else
-        return f([](T x) -> T { return x > T(0) || x != x ? x : T(0); });
+        return f([](T x) -> T { return x < T(0) ? T(0) : x; });
     // NOLINTNEXTLINE(bugprone-branch-clone): floor, ceil and round differ for floats only
     case UnaryKind::floor:
       if constexpr (is_f)

@@ -101,7 +101,7 @@ void apply_epilogue(ThreadPool& pool, float* y, const float* add, F32GemmEpilogu
     for (int64_t i = b; i < e; ++i) {
       float v = y[i];
       if (add != nullptr) v = ep.add_first ? add[i] + v : v + add[i];
-      if (ep.relu) v = v > 0.0f || v != v ? v : 0.0f;
+      if (ep.relu) v = v < 0.0f ? 0.0f : v;
       y[i] = v;
     }
   });
@@ -208,15 +208,15 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
       }
   }
   if (e.relu) {
-    // Kept where x > 0 or x is NaN (not x <= 0, unordered true), else +0:
-    // the scalar relu's x > 0 || x != x ? x : 0, so -0 becomes +0; max_ps
-    // would drop a NaN or keep -0, depending on the operands' order.
+    // Kept where x is not below 0 (NaN and -0 included), else +0: the
+    // scalar relu's x < 0 ? 0 : x, PyTorch's clamp_min(x, 0); max_ps would
+    // drop a NaN or -0 depending on the operands' order.
     const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v)
-        acc[i][v] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(acc[i][v], zero, _CMP_NLE_UQ), acc[i][v]);
+        acc[i][v] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(acc[i][v], zero, _CMP_NLT_UQ), acc[i][v]);
   }
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
@@ -468,7 +468,7 @@ void empty_sum(const F32Gemm& g) {
         float x = g.accumulate ? (ops.row_bias != nullptr ? row[j] + bias : row[j]) : bias;
         if (ops.col_bias != nullptr) x += ops.col_bias[j];
         if (add != nullptr) x = g.epilogue.add_first ? add[j] + x : x + add[j];
-        if (g.epilogue.relu) x = x > 0.0f || x != x ? x : 0.0f;
+        if (g.epilogue.relu) x = x < 0.0f ? 0.0f : x;
         row[j] = x;
       }
     }

@@ -173,7 +173,7 @@ class Interpreter {
           unary([](V x) { return hn::Abs(x); });  // the sign cleared: |-0| is +0
           break;
         case Code::relu:
-          unary([&](V x) { return hn::IfThenElse(hn::Or(hn::Gt(x, zero), hn::IsNaN(x)), x, zero); });
+          unary([&](V x) { return hn::IfThenZeroElse(hn::Lt(x, zero), x); });  // NaN and -0 kept
           break;
         case Code::sign:
           unary([&](V x) {

@@ -48,7 +48,7 @@ enum class Code : uint8_t {
   // acc = f(acc)
   neg,   // 0 - acc
   abs,   // acc < 0 ? 0 - acc : acc
-  relu,  // acc > 0 or acc is NaN ? acc : 0
+  relu,  // acc < 0 ? 0 : acc (NaN and -0 kept, as PyTorch's clamp_min)
   sign,  // (0 < acc) - (acc < 0)
   floor,
   ceil,

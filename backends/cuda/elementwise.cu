@@ -86,7 +86,7 @@ struct UnaryFn {
       else
         return static_cast<T>((T(0) < x) - (x < T(0)));
     } else if constexpr (K == u_relu)
-      return x > T(0) || x != x ? x : T(0);  // NaN stays NaN, as on the CPU and in PyTorch
+      return x < T(0) ? T(0) : x;  // NaN and -0 stay, as on the CPU and in PyTorch
     else if constexpr (K == u_floor) {
       if constexpr (is_f<T>)
         return floor(x);

@@ -225,7 +225,7 @@ Value unary_value(UnaryKind k, Value x, DType t, double lo, double hi) {
       case UnaryKind::sigmoid:
         return Value::of_float(1 / (1 + std::exp(-v)));
       case UnaryKind::relu:
-        return Value::of_float(v > 0 || std::isnan(v) ? v : 0);
+        return Value::of_float(v < 0 ? 0 : v);  // NaN and -0 kept, as PyTorch
       case UnaryKind::gelu:
         return Value::of_float(gelu(v));
       case UnaryKind::silu:

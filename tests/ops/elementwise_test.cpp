@@ -492,8 +492,34 @@ TEST_CASE("signed zeros: neg flips, abs clears, maximum and minimum keep the fir
       CHECK(sign_bits(a.minimum(b)) == std::vector<int>{1, 0});
       CHECK(sign_bits(b.maximum(a)) == std::vector<int>{0, 1});
       CHECK(sign_bits((a * 1.0).maximum(b)) == std::vector<int>{1, 0});
+      // relu is PyTorch's clamp_min(x, 0): -0 stays -0 and NaN stays NaN,
+      // alone and in a fused chain.
+      auto z = make(d, t, {4}, {-0.0, 0.0, -1.0, std::nan("")});
+      CHECK(sign_bits(z.relu()) == std::vector<int>{1, 0, 0, 0});
+      CHECK(sign_bits((z * 1.0).relu()) == std::vector<int>{1, 0, 0, 0});
+      CHECK(std::isnan(z.relu().to_vector<double>()[3]));
+      CHECK(std::isnan((z * 1.0).relu().to_vector<double>()[3]));
+      // Long enough for the vector loops, not only their tails.
+      std::vector<double> many;
+      for (int i = 0; i < 16; ++i) many.insert(many.end(), {-0.0, 0.0, -1.0, 2.0});
+      auto w = make(d, t, {64}, many);
+      for (const auto& y : {w.relu(), (w * 1.0).relu()}) {
+        auto bits = sign_bits(y);
+        for (size_t i = 0; i < bits.size(); ++i) CHECK(bits[i] == (i % 4 == 0 ? 1 : 0));
+      }
     }
   }
+}
+
+TEST_CASE("masked_fill broadcasts the input to the mask's shape as PyTorch does", "[ops][where]") {
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f32, {3}, {1, 2, 3}).masked_fill(make(d, DType::boolean, {2, 1}, {1, 0}), 0);
+      },
+      DType::f32, {2, 3}, {0, 0, 0, 1, 2, 3});
+  CHECK_THROWS_AS(
+      make(reference(), DType::f32, {3}, {1, 2, 3}).masked_fill(make(reference(), DType::boolean, {2}, {1, 0}), 0),
+      sy::Error);
 }
 
 TEST_CASE("u8 to a negative integer power is 1 where the base is 1, else 0", "[ops][int]") {
