@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   x.name = "x";
   x.dtype = switchyard::DType::f32;
   x.dims = {-1, 3, 224, 224};
+  x.has_shape = true;
   const std::vector decl{x};
   std::vector<double> slow, fast;
   for (int r = 0; r < rounds; ++r) {

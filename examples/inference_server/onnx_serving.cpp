@@ -7,6 +7,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <simdjson.h>
 
 #include "json_io.hpp"
@@ -108,10 +109,11 @@ std::string to_data(const json& v, const sox::ValueInfo& info, sy::TensorData& o
   std::vector<int64_t> dims;
   std::string err;
   if (!shape_of(v, 0, dims, err)) return err;
-  if (dims.size() != info.dims.size())
+  // A model that declares no shape for the input takes any rank.
+  if (info.has_shape && dims.size() != info.dims.size())
     return "must have " + std::to_string(info.dims.size()) + " axes (nesting levels), got " +
            std::to_string(dims.size());
-  for (size_t a = 0; a < dims.size(); ++a)
+  for (size_t a = 0; a < info.dims.size(); ++a)
     if (info.dims[a] >= 0 && dims[a] != info.dims[a])
       return "axis " + std::to_string(a) + " must have " + std::to_string(info.dims[a]) + " entries, got " +
              std::to_string(dims[a]);
@@ -294,8 +296,8 @@ std::optional<sy::TensorData> typed(dom::element v, const std::vector<int64_t>& 
 
 std::optional<sy::TensorData> to_data(dom::element v, const sox::ValueInfo& info) {
   auto dims = dims_of(v);
-  if (!dims || dims->size() != info.dims.size()) return std::nullopt;
-  for (size_t a = 0; a < dims->size(); ++a)
+  if (!dims || (info.has_shape && dims->size() != info.dims.size())) return std::nullopt;
+  for (size_t a = 0; a < info.dims.size(); ++a)
     if (info.dims[a] >= 0 && (*dims)[a] != info.dims[a]) return std::nullopt;
   switch (info.dtype) {
     case sy::DType::f32:
@@ -403,6 +405,90 @@ std::string slow_inputs(const std::string& body, const std::vector<sox::ValueInf
   return "";
 }
 
+// The batch-invariance probe of check_batching().
+
+template <class T>
+sy::TensorData typed_data(const std::vector<double>& v, const sy::Shape& shape) {
+  std::vector<T> out;
+  out.reserve(v.size());
+  for (double d : v) out.push_back(static_cast<T>(d));
+  return sy::TensorData::from(out, shape);
+}
+
+// Synthetic data for `info` with `rows` rows on axis 0 (see check_batching).
+sy::TensorData probe_data(const sox::ValueInfo& info, int64_t rows, std::mt19937_64& rng) {
+  std::vector<int64_t> dims = info.dims;
+  dims[0] = rows;
+  for (size_t a = 1; a < dims.size(); ++a)
+    if (dims[a] < 0) dims[a] = 2;
+  sy::Shape shape(dims);
+  std::vector<double> v(static_cast<size_t>(shape.numel()));
+  if (sy::is_floating(info.dtype)) {
+    std::uniform_real_distribution<double> dist(0.1, 1.0);
+    for (auto& x : v) x = dist(rng);
+  } else {
+    const int64_t extent = info.index_extent >= 0 ? std::max<int64_t>(info.index_extent, 1) : 2;
+    std::uniform_int_distribution<int64_t> dist(0, extent - 1);
+    for (auto& x : v) x = static_cast<double>(dist(rng));
+  }
+  switch (info.dtype) {
+    case sy::DType::f32:
+      return typed_data<float>(v, shape);
+    case sy::DType::f64:
+      return typed_data<double>(v, shape);
+    case sy::DType::f16:
+      return typed_data<sy::Half>(v, shape);
+    case sy::DType::bf16:
+      return typed_data<sy::BFloat16>(v, shape);
+    case sy::DType::i32:
+      return typed_data<int32_t>(v, shape);
+    case sy::DType::i64:
+      return typed_data<int64_t>(v, shape);
+    case sy::DType::u8:
+      return typed_data<uint8_t>(v, shape);
+    case sy::DType::i8:
+      return typed_data<int8_t>(v, shape);
+    case sy::DType::i16:
+      return typed_data<int16_t>(v, shape);
+    case sy::DType::boolean: {
+      std::vector<bool> b;
+      for (double d : v) b.push_back(d != 0);
+      return sy::TensorData::from(b, shape);
+    }
+  }
+  throw sy::Error(sy::Errc::unsupported, "input '" + info.name + "' has an unknown dtype");
+}
+
+// Runs `m` on `inputs`, waiting at most `limit`; throws what the run throws.
+sox::DataMap probe_run(const sox::Model& m, const sox::DataMap& inputs, std::chrono::milliseconds limit) {
+  auto fut = m.infer(inputs);
+  if (!fut.wait_for(limit))
+    throw sy::Error(sy::Errc::kernel_failure, "it did not finish within " + std::to_string(limit.count()) + " ms");
+  return fut.get();
+}
+
+// Whether `part` (rows of a batched output) is what the request got alone;
+// floats within the tolerance of check_batching().
+bool same_output(const sy::TensorData& part, const sy::TensorData& alone) {
+  if (part.shape != alone.shape || part.dtype != alone.dtype) return false;
+  if (!sy::is_floating(alone.dtype)) return part.to_vector<int64_t>() == alone.to_vector<int64_t>();
+  const auto a = part.to_vector<double>(), b = alone.to_vector<double>();
+  const bool half = alone.dtype == sy::DType::f16 || alone.dtype == sy::DType::bf16;
+  const double rtol = half ? 1e-2 : 1e-4, atol = half ? 1e-3 : 1e-5;
+  double scale = 1;
+  for (double x : b)
+    if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (std::isnan(a[k]) || std::isnan(b[k])) {
+      if (std::isnan(a[k]) != std::isnan(b[k])) return false;
+      continue;
+    }
+    if (a[k] == b[k]) continue;  // infinities of the same sign
+    if (!(std::abs(a[k] - b[k]) <= rtol * std::max(std::abs(a[k]), std::abs(b[k])) + atol * scale)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 OnnxParsed parse_onnx_inputs(const std::string& body, const std::vector<sox::ValueInfo>& decl, InputParser parser) {
@@ -466,17 +552,61 @@ std::string onnx_signature_json(const sox::Model& m) {
   return json{{"inputs", list(m.inputs())}, {"outputs", list(m.outputs())}}.dump();
 }
 
+BatchCheck check_batching(const sox::Model& m, std::chrono::milliseconds limit) {
+  for (const auto* vs : {&m.inputs(), &m.outputs()})
+    for (const auto& v : *vs) {
+      const char* what = vs == &m.inputs() ? "input" : "output";
+      if (v.kind != sox::ValueKind::tensor) return {false, std::string(what) + " '" + v.name + "' is not a tensor"};
+      if (v.dims.empty()) return {false, std::string(what) + " '" + v.name + "' has no axes"};
+      if (v.dims[0] >= 0)
+        return {false, std::string(what) + " '" + v.name + "' has a fixed axis 0 (" + std::to_string(v.dims[0]) + ")"};
+    }
+  // Two requests, of 1 and 2 rows, alone and stacked.
+  std::mt19937_64 rng(20240611);
+  const int64_t rows[2] = {1, 2};
+  sox::DataMap req[2], stacked, alone[2], both;
+  try {
+    for (int r = 0; r < 2; ++r)
+      for (const auto& v : m.inputs()) req[r].emplace(v.name, probe_data(v, rows[r], rng));
+    for (const auto& v : m.inputs()) stacked.emplace(v.name, stack_rows({&req[0].at(v.name), &req[1].at(v.name)}));
+    for (int r = 0; r < 2; ++r) alone[r] = probe_run(m, req[r], limit);
+  } catch (const std::exception& e) {
+    return {false, std::string("the probe (synthetic requests of 1 and 2 rows) failed to run: ") + e.what()};
+  }
+  try {
+    both = probe_run(m, stacked, limit);
+  } catch (const std::exception& e) {
+    return {false, std::string("the probe's 3-row batch (requests of 1 and 2 rows) failed to run: ") + e.what()};
+  }
+  for (const auto& [name, d] : both) {
+    if (d.shape.rank() == 0 || d.shape[0] != 3)
+      return {false, "output '" + name + "' of a 3-row batch (requests of 1 and 2 rows) has shape " +
+                         d.shape.to_string() + ", not 3 rows (axis 0 is not a batch axis)"};
+    int64_t at = 0;
+    for (int r = 0; r < 2; ++r) {
+      const auto it = alone[r].find(name);
+      if (it == alone[r].end() || !same_output(rows_of(d, at, rows[r]), it->second))
+        return {false, "output '" + name +
+                           "' of a 3-row batch (requests of 1 and 2 rows) differs from the requests run alone "
+                           "(axis 0 is not a batch axis)"};
+      at += rows[r];
+    }
+  }
+  return {true, ""};
+}
+
 OnnxBatcher::OnnxBatcher(std::vector<sox::Model> replicas, BatchOptions opts)
     : replicas_(std::move(replicas)), opts_(opts), in_flight_(replicas_.size(), 0), dispatched_(replicas_.size(), 0) {
   if (replicas_.empty()) throw std::invalid_argument("OnnxBatcher: no replicas");
   opts_.max_batch = std::max<int64_t>(opts_.max_batch, 1);
   opts_.max_inflight = std::max<int64_t>(opts_.max_inflight, 1);
   // Stacking requests is sound only when axis 0 of every input and output
-  // is the (dynamic) batch axis.
-  batchable_ = true;
-  for (const auto* vs : {&model().inputs(), &model().outputs()})
-    for (const auto& v : *vs)
-      if (v.dims.empty() || v.dims[0] >= 0) batchable_ = false;
+  // is the (dynamic) batch axis, and the model treats its rows apart.
+  if (opts_.max_batch > 1) {
+    BatchCheck check = check_batching(model());
+    batchable_ = check.ok;
+    batching_off_ = std::move(check.why);
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -512,14 +642,14 @@ void OnnxBatcher::drain() {
 void OnnxBatcher::stop(std::chrono::milliseconds limit) {
   {
     std::lock_guard lock(mu_);
+    if (!stopping_) stop_by_ = std::chrono::steady_clock::now() + limit;
     draining_ = true;
     stopping_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, limit,
-               [&] { return std::all_of(in_flight_.begin(), in_flight_.end(), [](int64_t n) { return n == 0; }); });
+  cv_.wait_until(lock, stop_by_, [&] { return idle(); });
 }
 
 std::vector<sy::Device> OnnxBatcher::devices() const {
@@ -538,11 +668,25 @@ std::vector<uint64_t> OnnxBatcher::dispatched() const {
   return dispatched_;
 }
 
+bool OnnxBatcher::idle() const {
+  return std::all_of(in_flight_.begin(), in_flight_.end(), [](int64_t n) { return n == 0; });
+}
+
 void OnnxBatcher::loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    // Once stopping, the thread stays while batches are in flight (up to
+    // stop()'s limit): a batch that fails comes back to run request by
+    // request.
+    auto ready = [&] { return !queue_.empty() || (stopping_ && idle()); };
+    while (!ready()) {
+      if (!stopping_)
+        cv_.wait(lock);
+      else if (cv_.wait_until(lock, stop_by_) == std::cv_status::timeout)
+        break;
+    }
     if (queue_.empty()) return;
+    const bool alone = queue_.front()->alone;
     const auto deadline = queue_.front()->arrived + opts_.window;
     auto queued_rows = [&] {
       int64_t n = 0;
@@ -550,7 +694,9 @@ void OnnxBatcher::loop() {
         if (j->key == queue_.front()->key) n += j->rows;
       return n;
     };
-    if (batchable_) cv_.wait_until(lock, deadline, [&] { return draining_ || queued_rows() >= opts_.max_batch; });
+    if (batchable_ && !alone)
+      cv_.wait_until(lock, deadline,
+                     [&] { return draining_ || queue_.front()->alone || queued_rows() >= opts_.max_batch; });
     auto least_loaded = [&] {
       size_t best = next_ % replicas_.size();
       for (size_t k = 0; k < replicas_.size(); ++k) {
@@ -566,9 +712,10 @@ void OnnxBatcher::loop() {
     std::vector<std::shared_ptr<Job>> jobs{queue_.front()};
     queue_.pop_front();
     int64_t rows = jobs.front()->rows;
-    if (batchable_ && rows > 0) {
+    if (batchable_ && rows > 0 && !jobs.front()->alone) {
       for (auto it = queue_.begin(); it != queue_.end();) {
-        if ((*it)->key == jobs.front()->key && (*it)->rows > 0 && rows + (*it)->rows <= opts_.max_batch) {
+        if ((*it)->key == jobs.front()->key && (*it)->rows > 0 && !(*it)->alone &&
+            rows + (*it)->rows <= opts_.max_batch) {
           rows += (*it)->rows;
           jobs.push_back(*it);
           it = queue_.erase(it);
@@ -604,38 +751,52 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
       fut = replicas_[replica].infer(batch);
     }
   } catch (...) {
-    for (auto& j : jobs) j->done.set_error(std::current_exception());
+    if (jobs.size() > 1) return retry_alone(replica, jobs);
+    jobs.front()->done.set_error(std::current_exception());
     finish(replica);
     return;
   }
   fut.on_complete([this, fut, jobs, replica](const std::exception_ptr& e) {
-    if (e) {
-      for (auto& j : jobs) j->done.set_error(e);
-    } else if (jobs.size() == 1) {
-      jobs.front()->done.set_value(fut.get());
-    } else {
-      sox::DataMap all = fut.get();
-      int64_t total = 0;
-      for (const auto& j : jobs) total += j->rows;
-      for (const auto& [name, d] : all)
-        if (d.shape.rank() == 0 || d.shape[0] != total) {
-          auto err = std::make_exception_ptr(
-              sy::Error(sy::Errc::shape_mismatch, "output '" + name + "' has shape " + d.shape.to_string() +
-                                                      ": axis 0 is not the batch axis, so requests cannot be batched"));
-          for (auto& j : jobs) j->done.set_error(err);
-          finish(replica);
-          return;
-        }
-      int64_t at = 0;
-      for (auto& j : jobs) {
-        sox::DataMap mine;
-        for (const auto& [name, d] : all) mine.emplace(name, rows_of(d, at, j->rows));
-        at += j->rows;
-        j->done.set_value(std::move(mine));
-      }
+    if (jobs.size() == 1) {
+      if (e)
+        jobs.front()->done.set_error(e);
+      else
+        jobs.front()->done.set_value(fut.get());
+      finish(replica);
+      return;
+    }
+    // A batch fails as a whole (one request's bad index fails every op
+    // after it): each request runs again alone, for its own result or error.
+    if (e) return retry_alone(replica, jobs);
+    sox::DataMap all = fut.get();
+    int64_t total = 0;
+    for (const auto& j : jobs) total += j->rows;
+    // Outputs whose axis 0 is not the batch's rows (the probe passed, but
+    // these requests' shapes make, say, a reshape mix rows) cannot be split
+    // back: run the requests alone instead of failing them.
+    for (const auto& [name, d] : all)
+      if (d.shape.rank() == 0 || d.shape[0] != total) return retry_alone(replica, jobs);
+    int64_t at = 0;
+    for (auto& j : jobs) {
+      sox::DataMap mine;
+      for (const auto& [name, d] : all) mine.emplace(name, rows_of(d, at, j->rows));
+      at += j->rows;
+      j->done.set_value(std::move(mine));
     }
     finish(replica);
   });
+}
+
+void OnnxBatcher::retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs) {
+  // Not infer() here: this may run on a runtime thread, which must not
+  // block. The batcher thread dispatches them, first in the queue.
+  std::lock_guard lock(mu_);
+  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+    (*it)->alone = true;
+    queue_.push_front(*it);
+  }
+  --in_flight_[replica];
+  cv_.notify_all();
 }
 
 void OnnxBatcher::finish(size_t replica) {

@@ -8,7 +8,9 @@
 //
 // Endpoints: POST /v1/infer ({"inputs": [[...], ...]} -> {"outputs": [[...], ...]}),
 // GET /healthz, GET /metrics (Prometheus text). Bad input gets a 4xx with
-// {"error": "..."}; a failed device batch gets 503 for its requests only.
+// {"error": "..."}; a failed device batch gets 503 for its requests only
+// (ONNX: a failed batch runs again request by request, and a request's own
+// fault, an index out of range in its data, is 422; onnx_serving.hpp).
 // SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit 0.
 //
 // The HTTP protocol (framing, limits, deadlines, connection caps) is the
@@ -222,6 +224,23 @@ class BlockingWorker {
   std::thread thread_;
 };
 
+/// Whether a model run's failure is the request's own (422): what its data
+/// asks of the graph, refused at the call or by an op on the device. The
+/// other codes (kernel_failure, out_of_memory, device_lost, runtime_closed,
+/// ...) are the device's or the runtime's (503).
+bool request_fault(sy::Errc code) {
+  switch (code) {
+    case sy::Errc::index_out_of_range:
+    case sy::Errc::invalid_argument:
+    case sy::Errc::shape_mismatch:
+    case sy::Errc::dtype_mismatch:
+    case sy::Errc::unsupported:
+      return true;
+    default:
+      return false;
+  }
+}
+
 http::Response json_reply(int status, std::string body) { return {status, "application/json", std::move(body), {}}; }
 
 http::Response error_reply(int status, const std::string& message) {
@@ -340,10 +359,15 @@ int main(int argc, char** argv) {
   }
   std::optional<serve::Batcher> mlp_batcher;
   std::optional<serve::OnnxBatcher> onnx_batcher;
-  if (onnx_model)
+  if (onnx_model) {
+    // Runs the batch-invariance probe (check_batching) when batching is on.
     onnx_batcher.emplace(onnx_models, opt.batch);
-  else
+    if (!onnx_batcher->batching_off().empty())
+      std::fprintf(stderr, "inference_server: batching off: %s\n", onnx_batcher->batching_off().c_str());
+  } else {
     mlp_batcher.emplace(model, replicas, opt.batch);
+  }
+  const bool batching = onnx_batcher ? onnx_batcher->batching() : opt.batching;
   // What /metrics, shutdown and the start-up line need, whichever model.
   auto batch_devices = [&] {
     std::vector<sy::Device> out;
@@ -367,8 +391,10 @@ int main(int argc, char** argv) {
 
   auto healthz = [&]() {
     json j{{"status", "ok"}};
+    j["batching"] = batching;
     if (onnx_batcher) {
       j["model"] = json::parse(serve::onnx_signature_json(onnx_batcher->model()));
+      if (!onnx_batcher->batching_off().empty()) j["batching_off"] = onnx_batcher->batching_off();
     } else {
       j["input_width"] = in_width;
       j["output_width"] = out_width;
@@ -404,17 +430,14 @@ int main(int argc, char** argv) {
           if (!e) return reply(200, serve::onnx_outputs_body(fut.get()));
           std::rethrow_exception(e);
         } catch (const sy::Error& err) {
-          // A failure of an op on a device names that op (Error::tensor());
-          // the rest is the loader refusing what this input asks of the
-          // graph (a sequence longer than a positional table, an empty
-          // axis its reshapes cannot take): the client's fault, and a retry
-          // would fail the same way. Lost devices and closing are ours.
-          const auto code = err.code();
-          const bool ours = err.tensor() || code == sy::Errc::device_lost || code == sy::Errc::runtime_closed ||
-                            code == sy::Errc::out_of_memory || code == sy::Errc::kernel_failure ||
-                            code == sy::Errc::protocol_error || code == sy::Errc::worker_unreachable ||
-                            code == sy::Errc::unknown_device;
-          reply(ours ? 503 : 422, serve::error_body(err.what()));
+          // The request ran alone (a failed batch is run again request by
+          // request), so its error is its own. The request's fault, which a
+          // retry would repeat, is 422, whether the loader refused it at the
+          // call (a sequence longer than a positional table, an empty axis
+          // its reshapes cannot take) or an op failed on its data on the
+          // device (an index out of range in an input the model reads as
+          // indices). Everything else is the server's: 503.
+          reply(request_fault(err.code()) ? 422 : 503, serve::error_body(err.what()));
         } catch (const std::exception& err) {
           reply(500, serve::error_body(std::string("internal error: ") + err.what()));
         }
@@ -585,8 +608,8 @@ int main(int argc, char** argv) {
   std::string devs;
   for (const auto& d : batch_devices()) devs += (devs.empty() ? "" : ",") + d.name();
   std::printf("listening on http://%s:%d devices=%s batching=%s window_us=%lld max_batch=%lld\n", opt.host.c_str(),
-              server->port(), devs.c_str(), opt.batching ? "on" : "off",
-              static_cast<long long>(opt.batch.window.count()), static_cast<long long>(opt.batch.max_batch));
+              server->port(), devs.c_str(), batching ? "on" : "off", static_cast<long long>(opt.batch.window.count()),
+              static_cast<long long>(opt.batch.max_batch));
   std::fflush(stdout);
 
   // Returns after stop(), once every request in progress has been answered.

@@ -22,6 +22,7 @@ sy::onnx::ValueInfo input(std::string name, sy::DType t, std::vector<int64_t> di
   v.name = std::move(name);
   v.dtype = t;
   v.dims = std::move(dims);
+  v.has_shape = true;
   return v;
 }
 
@@ -181,6 +182,13 @@ TEST_CASE("json inputs: the fast reader declines what the slow reader refuses or
        }) {
     same_as_slow(body, two);
   }
+  // An input the model declares without a shape takes any rank, on both paths.
+  auto shapeless = std::vector{input("x", sy::DType::f32, {})};
+  shapeless[0].has_shape = false;
+  same_as_slow(R"({"inputs": 1.5})", shapeless);  // not a list: refused by both
+  for (const char* body : {R"({"inputs": [1, 2]})", R"({"inputs": [[1, 2], [3, 4]]})"})
+    CHECK(same_as_slow(body, shapeless));
+  CHECK(serve::parse_onnx_inputs(R"({"inputs": [[1, 2], [3, 4]]})", shapeless).inputs.at("x").shape == sy::Shape{2, 2});
   // Plain requests are the fast path's: it must take them.
   CHECK(same_as_slow(R"({"inputs": [[1, -2.5e-3], [3E2, 4]]})", f32));
   CHECK(same_as_slow(R"({"inputs": {"b": [3, 4], "a": [1, 2]}})", two));
