@@ -554,14 +554,16 @@ LinearTaps<T> linear_taps(int64_t in, int64_t out, std::optional<double> factor,
   LinearTaps<T> taps;
   const T scale = source_scale<T>(in, out, factor, align_corners);
   for (int64_t o = 0; o < out; ++o) {
-    // As PyTorch: (o + 0.5) is a double, so the half-pixel shift is
-    // computed in double and rounded to T once.
-    T src = align_corners ? scale * static_cast<T>(o)
-                          : static_cast<T>(static_cast<double>(scale) * (static_cast<double>(o) + 0.5) - 0.5);
-    if (src < T(0)) src = T(0);
+    // As PyTorch's CPU kernels: the source position in double (their
+    // accumulate type), the weight rounded to T once, the other weight
+    // 1 - it in T. (Rounding the position to T first moved weights by an
+    // ulp, and a position of 1 + 4e-8 to exactly 1.)
+    double src = align_corners ? static_cast<double>(scale) * static_cast<double>(o)
+                               : static_cast<double>(scale) * (static_cast<double>(o) + 0.5) - 0.5;
+    if (src < 0) src = 0;
     const auto i0 = std::min(static_cast<int64_t>(src), in - 1);
     const int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
-    const T l1 = std::min(std::max(src - static_cast<T>(i0), T(0)), T(1));
+    const auto l1 = static_cast<T>(std::min(std::max(src - static_cast<double>(i0), 0.0), 1.0));
     taps.lo.push_back(i0);
     taps.hi.push_back(i1);
     taps.w_lo.push_back(T(1) - l1);
@@ -648,13 +650,26 @@ Tensor interpolate(const Tensor& input, const std::vector<int64_t>& size, const 
     weight_shape.dims.assign(rank - static_cast<size_t>(axis), 1);
     weight_shape.dims[0] = out_extent;
     const bool corners = align_corners.value_or(false);
-    auto blend = [&](auto taps) {
-      auto lo = out.index_select(axis, device.tensor(taps.lo, {out_extent}));
-      auto hi = out.index_select(axis, device.tensor(taps.hi, {out_extent}));
-      return lo * device.tensor(taps.w_lo, weight_shape) + hi * device.tensor(taps.w_hi, weight_shape);
+    auto gather = [&](const std::vector<int64_t>& idx) {
+      return out.index_select(axis, device.tensor(idx, {out_extent}));
     };
-    out = t == DType::f64 ? blend(linear_taps<double>(in_extent, out_extent, factors[k], corners))
-                          : blend(linear_taps<float>(in_extent, out_extent, factors[k], corners));
+    if (t == DType::f64) {
+      auto taps = linear_taps<double>(in_extent, out_extent, factors[k], corners);
+      out = gather(taps.lo) * device.tensor(taps.w_lo, weight_shape) +
+            gather(taps.hi) * device.tensor(taps.w_hi, weight_shape);
+      continue;
+    }
+    // f32 (and the 16-bit floats, widened): PyTorch's compiled kernel sums
+    // as fma(lo, w_lo, hi * w_hi), the second product rounded, the rest
+    // rounded once. In f64 lo * w_lo is exact and the sum is rounded once
+    // more than fma would (a difference only where that lands on an f32
+    // tie): bit for bit with PyTorch in 1-D, where a plain sum of two
+    // rounded products was an ulp off in most outputs.
+    auto taps = linear_taps<float>(in_extent, out_extent, factors[k], corners);
+    std::vector<double> w_lo(taps.w_lo.begin(), taps.w_lo.end());
+    const Tensor high = gather(taps.hi) * device.tensor(taps.w_hi, weight_shape);
+    out =
+        (gather(taps.lo).cast(DType::f64) * device.tensor(w_lo, weight_shape) + high.cast(DType::f64)).cast(DType::f32);
   }
   return widen ? out.cast(t) : out;
 }

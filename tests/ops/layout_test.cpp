@@ -3,6 +3,7 @@
 // random streams and dtype-faithful bridges on every device.
 
 #include <algorithm>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <limits>
 
@@ -453,6 +454,46 @@ TEST_CASE("pad modes reflect, replicate and circular, negative widths crop", "[o
              Catch::Matchers::Contains("pad: unknown mode \"wrap\""));
   CHECK_THAT(call_error([&] { return sy::nn::pad(row(d), {1}, "constant"); }),
              Catch::Matchers::Contains("(before, after) pairs"));
+}
+
+TEST_CASE("interpolate: 1-D linear is bit for bit PyTorch's kernel", "[ops][layout]") {
+  // PyTorch 1.13's outputs (little-endian f32 bits, from F.interpolate on
+  // these inputs): the source position in double, the sum as its compiled
+  // fma(x0, w0, x1 * w1). Summing two rounded products was an ulp off in
+  // most outputs, here in the last of the first case.
+  auto bits_of = [](const std::string& hex) {
+    std::vector<uint32_t> v(hex.size() / 8);
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint32_t le = 0;
+      for (int b = 3; b >= 0; --b)
+        le = (le << 8) | std::stoul(hex.substr(8 * i + 2 * static_cast<size_t>(b), 2), nullptr, 16);
+      v[i] = le;
+    }
+    return v;
+  };
+  auto floats_of = [&](const std::string& hex) {
+    std::vector<float> f;
+    for (uint32_t b : bits_of(hex)) f.push_back(std::bit_cast<float>(b));
+    return f;
+  };
+  struct Case {
+    const char* x;
+    int64_t size;
+    const char* want;
+  };
+  for (const auto& d : devices()) {
+    for (const Case& c :
+         {Case{"0ad763bf8fc275bd", 3, "0ad763bf3333f3be8ec275bd"},
+          Case{"780d873f2fcf7abf0000803e", 11,
+               "780d873f780d873fbb642f3fb14d053ec47bd9be2ecf7abfc4f324bfb3309ebefb61d83c0000803e0000803e"}}) {
+      INFO(label(d) << " " << c.x);
+      const auto x = floats_of(c.x);
+      auto y = sy::nn::interpolate(d.tensor(x, {1, 1, static_cast<int64_t>(x.size())}), {c.size}, {}, "linear");
+      std::vector<uint32_t> got;
+      for (float v : y.to_vector<float>()) got.push_back(std::bit_cast<uint32_t>(v));
+      CHECK(got == bits_of(c.want));
+    }
+  }
 }
 
 TEST_CASE("interpolate: nearest and linear modes as PyTorch", "[ops][layout]") {
