@@ -2389,6 +2389,23 @@ TEST_CASE("onnx: Split Range Flatten Resize and ConstantOfShape check their size
   }
   {
     Builder m(13);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+    m.init_i64("axes", {0, 0}, {2});
+    m.node("Unsqueeze", {"x", "axes"}, {"y"}, "unsq");
+    m.output("y", pb::TensorProto::FLOAT, {});
+    CHECK_THAT(run_error(m.bytes(), {{"x", x}}), Catch::Contains("node 'unsq'") && Catch::Contains("twice"));
+  }
+  {
+    Builder m(13);
+    m.init_i64("i", {0, 1}, {2});
+    m.init_i64("depth", {-3}, {});
+    m.init("values", {0, 1}, {2});
+    m.node("OneHot", {"i", "depth", "values"}, {"y"}, "hot");
+    m.output("y", pb::TensorProto::FLOAT, {});
+    CHECK_THAT(run_error(m.bytes(), {}), Catch::Contains("node 'hot'") && Catch::Contains("depth"));
+  }
+  {
+    Builder m(13);
     m.init_i64("shape", {-5, 3}, {2});
     m.node("ConstantOfShape", {"shape"}, {"c"}, "const");
     m.node("Relu", {"c"}, {"y"}, "relu");

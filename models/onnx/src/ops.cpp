@@ -480,6 +480,9 @@ Value unsqueeze_value(Ctx& ctx, const Value& x, Ints axes) {
   const size_t out_rank = x.shape().rank() + axes.size();
   axes = norm_ints(ctx, axes, out_rank);
   std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    ctx.fail(Errc::invalid_argument,
+             "axes name axis " + std::to_string(*std::adjacent_find(axes.begin(), axes.end())) + " twice");
   Ints dims;
   size_t src = 0;
   for (size_t a = 0; a < out_rank; ++a) {
@@ -3550,7 +3553,11 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                 }};
   t["OneHot"] = {{"axis"}, nullptr, [](Ctx& ctx) {
                    Tensor idx = ctx.dev(0).cast(DType::i64);
-                   const int64_t depth = static_cast<int64_t>(ctx.host(1).at(0));
+                   const double depth_value = ctx.host(1).at(0);
+                   if (!(depth_value >= 0 && depth_value <= static_cast<double>(int64_t{1} << 40)))
+                     ctx.fail(Errc::invalid_argument,
+                              "depth " + std::to_string(depth_value) + " must be a non-negative number of classes");
+                   const auto depth = static_cast<int64_t>(depth_value);
                    Tensor values = ctx.dev(2);
                    const int64_t out_rank = static_cast<int64_t>(idx.rank()) + 1;
                    int64_t axis = ctx.attr_i("axis", -1);
