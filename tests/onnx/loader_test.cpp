@@ -2263,6 +2263,7 @@ TEST_CASE("onnx: external data entries that lie or point outside the model folde
   CHECK_THAT(error_of(external_model("link.bin", {})), Catch::Contains("outside the model's folder"));
   CHECK_THAT(error_of(external_model("fifo", {})), Catch::Contains("not a regular file"));
   CHECK_THAT(error_of(external_model("sub", {})), Catch::Contains("not a regular file"));
+  CHECK_THAT(error_of(external_model("missing.bin", {})), Catch::Contains("no such file"));
   for (const char* junk : {"abc", "-24", "+1", "18446744073709551616", " 1", ""}) {
     INFO("offset '" << junk << "'");
     CHECK_THAT(error_of(external_model("w.bin", {{"offset", junk}})), Catch::Contains("not a non-negative decimal"));

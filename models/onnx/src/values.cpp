@@ -94,6 +94,8 @@ std::string read_external(const ::onnx::TensorProto& t, const std::string& base_
   if (!inside)
     throw Error(Errc::invalid_argument, label + "external data '" + location + "' resolves to " + path.string() +
                                             ", outside the model's folder");
+  if (!std::filesystem::exists(path, ec))
+    throw Error(Errc::invalid_argument, label + "cannot open external data " + path.string() + " (no such file)");
   if (!std::filesystem::is_regular_file(path, ec))
     throw Error(Errc::invalid_argument, label + "external data " + path.string() + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
