@@ -451,8 +451,8 @@ sy::TensorData probe_data(const sox::ValueInfo& info, int64_t rows, std::mt19937
     case sy::DType::i16:
       return typed_data<int16_t>(v, shape);
     case sy::DType::boolean: {
-      std::vector<bool> b;
-      for (double d : v) b.push_back(d != 0);
+      std::vector<bool> b(v.size());
+      for (size_t k = 0; k < v.size(); ++k) b[k] = v[k] != 0;
       return sy::TensorData::from(b, shape);
     }
   }
