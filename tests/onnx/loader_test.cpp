@@ -2473,3 +2473,56 @@ TEST_CASE("onnx: a tensor file whose element count overflows is refused", "[onnx
   }
   std::filesystem::remove(path);
 }
+
+TEST_CASE("onnx: MaxRoiPool matches Caffe's rule with rois past the image and empty bins", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  const int64_t n = 2, c = 3, h = 6, w = 7, ph = 3, pw = 2;
+  const float scale = 0.5f;
+  std::vector<float> x(static_cast<size_t>(n * c * h * w));
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-5, 5);
+  for (auto& v : x) v = dist(rng);
+  // batch, x1, y1, x2, y2 (before spatial_scale); the second and third
+  // reach past the image (empty bins there), the last is a single pixel.
+  const std::vector<float> rois = {0, 0, 0, 12, 10, 1, 4, 2, 30, 20, 0, -9, -9, 3, 3, 1, 13, 11, 13, 11};
+  const int64_t num = 4;
+  Builder m(13);
+  m.input("x", pb::TensorProto::FLOAT, {n, c, h, w});
+  m.input("rois", pb::TensorProto::FLOAT, {num, int64_t{5}});
+  auto& node = m.node("MaxRoiPool", {"x", "rois"}, {"y"}, "pool");
+  attr_ints(node, "pooled_shape", {ph, pw});
+  auto* a = node.add_attribute();
+  a->set_name("spatial_scale");
+  a->set_type(pb::AttributeProto::FLOAT);
+  a->set_f(scale);
+  m.output("y", pb::TensorProto::FLOAT, {num, c, ph, pw});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  const auto got = run_doubles(
+      model, {{"x", sy::TensorData::from(x, {n, c, h, w})}, {"rois", sy::TensorData::from(rois, {num, 5})}}, "y");
+  // The rule as plain loops (ONNX Runtime's kernel).
+  std::vector<double> want;
+  for (int64_t k = 0; k < num; ++k) {
+    const float* r = &rois[static_cast<size_t>(k * 5)];
+    const auto b = static_cast<int64_t>(r[0]);
+    const auto sw = static_cast<int64_t>(std::round(r[1] * scale)), sh = static_cast<int64_t>(std::round(r[2] * scale));
+    const auto ew = static_cast<int64_t>(std::round(r[3] * scale)), eh = static_cast<int64_t>(std::round(r[4] * scale));
+    const int64_t rh = std::max<int64_t>(eh - sh + 1, 1), rw = std::max<int64_t>(ew - sw + 1, 1);
+    const float bh = static_cast<float>(rh) / ph, bw = static_cast<float>(rw) / pw;
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < ph; ++i)
+        for (int64_t j = 0; j < pw; ++j) {
+          auto clampi = [](int64_t v, int64_t hi) { return std::min(std::max<int64_t>(v, 0), hi); };
+          const int64_t hs = clampi(static_cast<int64_t>(std::floor(i * bh)) + sh, h);
+          const int64_t he = clampi(static_cast<int64_t>(std::ceil((i + 1) * bh)) + sh, h);
+          const int64_t ws = clampi(static_cast<int64_t>(std::floor(j * bw)) + sw, w);
+          const int64_t we = clampi(static_cast<int64_t>(std::ceil((j + 1) * bw)) + sw, w);
+          double best = (he <= hs || we <= ws) ? 0.0 : -std::numeric_limits<double>::infinity();
+          for (int64_t yy = hs; yy < he; ++yy)
+            for (int64_t xx = ws; xx < we; ++xx)
+              best = std::max<double>(best, x[static_cast<size_t>(((b * c + ch) * h + yy) * w + xx)]);
+          want.push_back(best);
+        }
+  }
+  CHECK(got == want);
+  CHECK(std::count(want.begin(), want.end(), 0.0) > 0);  // the empty bins are in the case
+}

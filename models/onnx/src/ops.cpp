@@ -2174,6 +2174,65 @@ Tensor roi_align_device(Ctx& ctx, const Tensor& x, const RoiAlign& p) {
 // sampling_ratio 0: each roi's grid is ceil(roi extent / bins) samples a
 // side, which depends on the rois' values: they are read on the host (a
 // sync), which lays out every sample's four taps.
+// MaxRoiPool (opset 1; torchvision's roi_pool exports to it) as ONNX
+// Runtime's kernel (Caffe's): each roi's corners scaled and rounded half
+// away from zero, its extent at least 1, bin k of P covering
+// [floor(k * e / P), ceil((k + 1) * e / P)) from the corner in f32, clamped
+// to the image; an empty bin is 0. The rois are read on the host; max being
+// separable, each roi is one row-bin max and one column-bin max per bin.
+Outs max_roi_pool_node(Ctx& ctx) {
+  Tensor x = ctx.dev(0);
+  if (x.rank() != 4) ctx.fail(Errc::shape_mismatch, "X must be [N, C, H, W], got " + x.shape().to_string());
+  const TensorData& rois = ctx.host(1);
+  if (rois.shape.rank() != 2 || rois.shape[1] != 5)
+    ctx.fail(Errc::shape_mismatch, "rois must be [num_rois, 5], got " + rois.shape.to_string());
+  const auto pooled = ctx.attr_ints("pooled_shape");
+  if (!pooled || pooled->size() != 2 || (*pooled)[0] < 1 || (*pooled)[1] < 1 || (*pooled)[0] > 4096 ||
+      (*pooled)[1] > 4096)
+    ctx.fail(Errc::invalid_argument, "pooled_shape must be two extents from 1 to 4096");
+  const int64_t ph = (*pooled)[0], pw = (*pooled)[1];
+  const float scale = ctx.attr_f("spatial_scale", 1.0f);
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const auto r = rois.to_vector<double>();
+  // Bin k of `bins` over a roi of extent `e` from `start`, clamped to [0, limit).
+  auto window = [](int64_t k, int64_t bins, int64_t e, int64_t start, int64_t limit) {
+    const float size = static_cast<float>(e) / static_cast<float>(bins);
+    const auto lo = static_cast<int64_t>(std::floor(static_cast<float>(k) * size));
+    const auto hi = static_cast<int64_t>(std::ceil(static_cast<float>(k + 1) * size));
+    return std::pair{std::clamp<int64_t>(lo + start, 0, limit), std::clamp<int64_t>(hi + start, 0, limit)};
+  };
+  std::vector<Tensor> per_roi;
+  for (int64_t k = 0; k < rois.shape[0]; ++k) {
+    const double* roi = &r[static_cast<size_t>(k * 5)];
+    if (!(roi[0] >= 0 && roi[0] < static_cast<double>(n)))
+      ctx.fail(Errc::index_out_of_range,
+               "roi " + std::to_string(k) + " names batch " + std::to_string(roi[0]) + " of " + std::to_string(n));
+    auto corner = [&](int i) {
+      const float v = std::round(static_cast<float>(roi[i]) * scale);
+      if (!(std::abs(v) < 1e15f)) ctx.fail(Errc::invalid_argument, "roi " + std::to_string(k) + " is not finite");
+      return static_cast<int64_t>(v);
+    };
+    const int64_t sw = corner(1), sh = corner(2), ew = corner(3), eh = corner(4);
+    const int64_t rh = std::max<int64_t>(eh - sh + 1, 1), rw = std::max<int64_t>(ew - sw + 1, 1);
+    const auto b = static_cast<int64_t>(roi[0]);
+    Tensor image = x.slice(0, Slice{b, b + 1}).reshape({c, h, w});
+    std::vector<Tensor> rows;
+    for (int64_t i = 0; i < ph; ++i) {
+      const auto [lo, hi] = window(i, ph, rh, sh, h);
+      rows.push_back(lo < hi ? image.slice(1, Slice{lo, hi}).max({1}) : ctx.device().zeros({c, w}, x.dtype()));
+    }
+    Tensor by_rows = stack(rows, 1);  // [C, ph, W]
+    std::vector<Tensor> cols;
+    for (int64_t j = 0; j < pw; ++j) {
+      const auto [lo, hi] = window(j, pw, rw, sw, w);
+      cols.push_back(lo < hi ? by_rows.slice(2, Slice{lo, hi}).max({2}) : ctx.device().zeros({c, ph}, x.dtype()));
+    }
+    per_roi.push_back(stack(cols, 2));  // [C, ph, pw]
+  }
+  if (per_roi.empty()) return Outs{dev_value(ctx.device().zeros({0, c, ph, pw}, x.dtype()))};
+  return Outs{dev_value(stack(per_roi, 0))};
+}
+
 Tensor roi_align_host(Ctx& ctx, const Tensor& x, const RoiAlign& p) {
   const TensorData& rois = ctx.host(1);
   const auto batch = ctx.ints(2);
@@ -3809,6 +3868,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
         return "";
       },
       roi_align_node};
+  t["MaxRoiPool"] = {{"pooled_shape", "spatial_scale"}, nullptr, max_roi_pool_node};
   t["If"] = {{"then_branch", "else_branch"}, nullptr, if_node};
   t["SequenceConstruct"] = {{}, nullptr, sequence_construct};
   t["SequenceEmpty"] = {{"dtype"}, nullptr, sequence_empty};
