@@ -2526,3 +2526,41 @@ TEST_CASE("onnx: MaxRoiPool matches Caffe's rule with rois past the image and em
   CHECK(got == want);
   CHECK(std::count(want.begin(), want.end(), 0.0) > 0);  // the empty bins are in the case
 }
+
+TEST_CASE("onnx: shape arithmetic through Mod Floor and Transpose stays on the host and the plan is cached", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // x [2, 5]: s = Shape(x) = [2, 5];
+  //   a = Mod(s, 3)                                   -> [2, 2]
+  //   b = Cast(Floor(Cast(s, f32) * 0.5), i64)        -> [1, 2]
+  //   c = Reshape(Transpose(Reshape(s, [2, 1])), [2]) -> [2, 5]
+  //   y = ConstantOfShape(a + b + c)                  -> zeros [5, 9]
+  Builder m(13);
+  m.input("x", pb::TensorProto::FLOAT, {std::string("N"), std::string("T")});
+  m.node("Shape", {"x"}, {"s"});
+  m.init_i64("three", {3}, {1});
+  m.node("Mod", {"s", "three"}, {"a"});
+  auto& to_f = m.node("Cast", {"s"}, {"sf"});
+  attr_i(to_f, "to", pb::TensorProto::FLOAT);
+  m.init("half", {0.5f}, {1});
+  m.node("Mul", {"sf", "half"}, {"sh"});
+  m.node("Floor", {"sh"}, {"fl"});
+  auto& to_i = m.node("Cast", {"fl"}, {"b"});
+  attr_i(to_i, "to", pb::TensorProto::INT64);
+  m.init_i64("col", {2, 1}, {2});
+  m.init_i64("flat", {2}, {1});
+  m.node("Reshape", {"s", "col"}, {"sc"});
+  m.node("Transpose", {"sc"}, {"st"});
+  m.node("Reshape", {"st", "flat"}, {"c"});
+  m.node("Add", {"a", "b"}, {"ab"});
+  m.node("Add", {"ab", "c"}, {"dims"});
+  m.node("ConstantOfShape", {"dims"}, {"y"});
+  m.output("y", pb::TensorProto::FLOAT, {});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  for (int round = 0; round < 2; ++round) {
+    auto f = model.infer({{"x", sy::TensorData::from(std::vector<float>(10, 1.0f), {2, 5})}});
+    REQUIRE(f.wait_for(kWait));
+    CHECK(f.get().at("y").shape == sy::Shape{5, 9});
+    // Every value the shape needs came from the host: the plan is kept.
+    CHECK(model.cached_plans() == 1);
+  }
+}

@@ -296,7 +296,13 @@ std::optional<Value> host_binary(Ctx& ctx, const std::string& op) {
       r = x <= y;
     else if (op == "GreaterOrEqual")
       r = x >= y;
-    else if (op == "And")
+    else if (op == "Mod" || op == "FMod") {
+      // ONNX Mod: the divisor's sign (Python), or with fmod=1 the
+      // dividend's (C); a zero divisor is the device's error to report.
+      if (y == 0 || (x == std::numeric_limits<int64_t>::min() && y == -1)) return std::nullopt;
+      r = x % y;
+      if (op == "Mod" && r != 0 && ((r < 0) != (y < 0))) r += y;
+    } else if (op == "And")
       r = x && y;
     else if (op == "Or")
       r = x || y;
@@ -3017,8 +3023,20 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Sigmoid"] = unary(UnaryKind::sigmoid);
   t["Relu"] = unary(UnaryKind::relu);
   t["Erf"] = unary(UnaryKind::erf);
-  t["Floor"] = unary(UnaryKind::floor);
-  t["Ceil"] = unary(UnaryKind::ceil);
+  // On the host for small host values (sizes computed in floats, as
+  // Resize's from scales), so a plan stays cacheable.
+  auto rounding = [](UnaryKind k, double (*f)(double)) -> OpSpec {
+    return {{}, nullptr, [k, f](Ctx& ctx) {
+              if (host_small(ctx) && is_floating(ctx.in(0).dtype())) {
+                std::vector<double> v = ctx.host(0).to_vector<double>();
+                for (auto& x : v) x = f(x);
+                return Outs{host_value(host_doubles(v, ctx.in(0).shape(), ctx.in(0).dtype()))};
+              }
+              return Outs{dev_value(ctx.dev(0).unary(k))};
+            }};
+  };
+  t["Floor"] = rounding(UnaryKind::floor, [](double x) { return std::floor(x); });
+  t["Ceil"] = rounding(UnaryKind::ceil, [](double x) { return std::ceil(x); });
   t["Round"] = unary(UnaryKind::round);
   t["Sign"] = unary(UnaryKind::sign);
   t["Not"] = unary(UnaryKind::logical_not);
@@ -3151,6 +3169,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                 return Outs{dev_value(r.dtype() == a.dtype() ? r : r.cast(a.dtype()))};
               }};
   t["Mod"] = {{"fmod"}, nullptr, [](Ctx& ctx) {
+                // Integer shape arithmetic (window padding: size % window) on the host.
+                if (ctx.all_host() && !is_floating(ctx.in(0).dtype()) && !is_floating(ctx.in(1).dtype()))
+                  if (auto h = host_binary(ctx, ctx.attr_i("fmod", 0) == 0 ? "Mod" : "FMod")) return Outs{*h};
                 Tensor a = ctx.dev(0), b = ctx.dev(1);
                 if (ctx.attr_i("fmod", 0) == 0) return Outs{dev_value(a.remainder(b))};
                 if (!is_floating(a.dtype())) return Outs{dev_value(int_fmod(a, b))};
@@ -3354,11 +3375,27 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                       return Outs{unsqueeze_value(ctx, ctx.in(0), axes)};
                     }};
   t["Transpose"] = {{"perm"}, nullptr, [](Ctx& ctx) {
-                      Tensor x = ctx.dev(0);
+                      const auto rank = static_cast<int64_t>(ctx.in(0).shape().rank());
                       Ints perm = ctx.attr_ints("perm").value_or(Ints{});
                       if (perm.empty())
-                        for (int64_t a = static_cast<int64_t>(x.rank()) - 1; a >= 0; --a) perm.push_back(a);
-                      return Outs{dev_value(x.permute(perm))};
+                        for (int64_t a = rank - 1; a >= 0; --a) perm.push_back(a);
+                      // Small host values (pads reordered for Pad) stay on the host.
+                      Ints sorted = perm;
+                      std::sort(sorted.begin(), sorted.end());
+                      bool is_perm = static_cast<int64_t>(perm.size()) == rank;
+                      for (int64_t a = 0; is_perm && a < rank; ++a) is_perm = sorted[static_cast<size_t>(a)] == a;
+                      if (host_small(ctx) && is_perm) {
+                        const TensorData& d = ctx.host(0);
+                        const Ints strides = d.shape.strides();
+                        Shape out;
+                        for (auto a : perm) out.dims.push_back(d.shape[static_cast<size_t>(a)]);
+                        return Outs{host_value(host_gather_elems(d, out, [&](const Ints& o) {
+                          int64_t at = 0;
+                          for (size_t k = 0; k < perm.size(); ++k) at += o[k] * strides[static_cast<size_t>(perm[k])];
+                          return at;
+                        }))};
+                      }
+                      return Outs{dev_value(ctx.dev(0).permute(perm))};
                     }};
   t["Expand"] = {{}, nullptr, [](Ctx& ctx) {
                    Shape want(ctx.ints(1));
