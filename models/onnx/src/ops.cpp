@@ -1754,6 +1754,18 @@ Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double 
   return y.dtype() == x.dtype() ? y : y.cast(x.dtype());
 }
 
+// A shape a node computed from its inputs' values: no negative extent and
+// at most 2^40 elements (the runtime's bound), refused at this node.
+void check_result_shape(Ctx& ctx, const std::string& what, const Shape& s) {
+  int64_t elements = 1;
+  for (auto d : s.dims) {
+    if (d < 0) ctx.fail(Errc::invalid_argument, what + " " + s.to_string() + " has a negative extent");
+    if (d > 0 && elements > (int64_t{1} << 40) / d)
+      ctx.fail(Errc::invalid_argument, what + " " + s.to_string() + " is too large (over 2^40 elements)");
+    elements *= d;
+  }
+}
+
 // Output extents floor(extent * scale), the scales checked first (a NaN or
 // 1e30 scale cast to int64 was undefined and read back as INT64_MIN).
 Ints scaled_extents(Ctx& ctx, const Shape& shape, const std::vector<double>& scales) {
@@ -1772,14 +1784,7 @@ Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double
   // The whole output's size first: axes are resized one at a time, each
   // with host tables as long as its extent, so sizes of 2^40 (or scales of
   // 1e9) ran for a minute and several GB before anything refused them.
-  int64_t elements = 1;
-  for (size_t a = 0; a < x.rank(); ++a) {
-    const int64_t d = out_dims[a];
-    if (d < 0) ctx.fail(Errc::invalid_argument, "output extent " + std::to_string(d) + " of axis " + std::to_string(a));
-    if (d > 0 && elements > (int64_t{1} << 40) / d)
-      ctx.fail(Errc::invalid_argument, "output shape " + Shape(out_dims).to_string() + " is too large");
-    elements *= d;
-  }
+  check_result_shape(ctx, "output shape", Shape(out_dims));
   for (size_t a = 0; a < x.rank(); ++a)
     if (out_dims[a] != x.shape()[a] || scales[a] != 1.0 || m.coord == "tf_crop_and_resize")
       x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], m);
@@ -3280,15 +3285,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Size"] = {{}, nullptr, [](Ctx& ctx) { return Outs{host_value(host_ints({ctx.in(0).shape().numel()}, {}))}; }};
   t["ConstantOfShape"] = {{"value"}, nullptr, [](Ctx& ctx) {
                             Shape s(ctx.ints(0));
-                            // Here, not in whichever node reads the result first.
-                            int64_t elements = 1;
-                            for (auto d : s.dims) {
-                              if (d < 0 || (d > 0 && elements > (int64_t{1} << 40) / d))
-                                ctx.fail(Errc::invalid_argument,
-                                         "shape " + s.to_string() +
-                                             (d < 0 ? " has a negative extent" : " is too large (over 2^40 elements)"));
-                              elements *= d;
-                            }
+                            check_result_shape(ctx, "shape", s);  // here, not in the node reading it first
                             TensorData v = TensorData::from(std::vector<float>{0.0f}, {1});
                             if (auto a = ctx.attr("value")) v = to_data(a->t(), ".");
                             if (s.numel() <= kHostMax)
