@@ -165,6 +165,9 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
             [self](read_atom, DeviceId id, TensorId t, uint64_t offset, uint64_t max_bytes) {
               return relay<DataPart>(self, id, read_atom::value, t, offset, max_bytes);
             },
+            [self](read_atom, DeviceId id, TensorId t, BulkTicket ticket) {
+              return relay<done_atom>(self, id, read_atom::value, t, ticket);
+            },
             [self](expect_atom, DeviceId id, TensorIr& ir) {
               auto it = self->state.devices.find(id);
               if (it == self->state.devices.end()) return;  // lost: ops on it fail through read/sync

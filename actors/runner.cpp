@@ -71,7 +71,13 @@ struct RunnerState {
   std::shared_ptr<backends::Backend> backend;
   TensorTable<Entry> table{std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()};
   std::deque<OperationIr> deferred;  // ops waiting on pending inputs, in order
-  std::unordered_map<TensorId, caf::expected<TensorData>> early_imports;
+  // Imports that overtook their expect (different senders), with the node
+  // that sent them where known, so they go with it.
+  struct EarlyImport {
+    caf::expected<TensorData> data;
+    caf::node_id owner;
+  };
+  std::unordered_map<TensorId, EarlyImport> early_imports;
   // Imports arriving in parts: what came so far. Memory is only what a peer
   // actually sent; freed with the sender's node.
   struct PartialImport {
@@ -93,6 +99,8 @@ struct RunnerState {
   std::unordered_map<TensorId, ReadSnapshot> read_snapshots;
   size_t transfer_chunk_bytes = 0;
   std::chrono::milliseconds transfer_timeout{120000};
+  BulkSend bulk_send;      // RunnerHooks::bulk_send
+  BulkExport bulk_export;  // RunnerHooks::bulk_export
   // Waiting syncs, answered once nothing is deferred (a request's response
   // promise, or a local client's reply).
   std::vector<std::function<void(const caf::error&)>> syncs;
@@ -556,12 +564,19 @@ void read_when_resolved(Self self, TensorId id, const std::function<void(caf::ex
       [done](caf::error err) { done(std::move(err)); });
 }
 
-void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged = true) {
+void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged = true,
+            const caf::node_id& owner = {}) {
   auto& st = self->state;
   auto it = st.table.find(id);
-  if (it == nullptr || it->state != Entry::State::pending) {
+  if (it == nullptr) {
     // The data overtook its expect message (different senders): keep it.
-    st.early_imports.emplace(id, std::move(data));
+    st.early_imports.try_emplace(id, RunnerState::EarlyImport{std::move(data), owner});
+    return;
+  }
+  if (it->state != Entry::State::pending) {
+    // A second copy (a bulk lane's upload resent over BASP after the lane
+    // broke, its first copy having arrived): the tensor has its data.
+    st.log.log(LogLevel::debug, [&] { return st.name + ": a second import of " + id_str(id) + " ignored"; });
     return;
   }
   const auto& meta = it->meta;
@@ -727,6 +742,7 @@ void detach_client(Self self, const caf::node_id& client) {
     }
   }
   std::erase_if(st.partial_imports, [&](const auto& kv) { return kv.second.owner == client; });
+  std::erase_if(st.early_imports, [&](const auto& kv) { return kv.second.owner == client; });
   auto known = st.owners.find(client);
   if (known == st.owners.end()) return;
   const uint32_t number = known->second;
@@ -830,6 +846,11 @@ void export_tensor(Self self, TensorId id, runner_actor target, TensorId dst,
                        "\"bytes\":" + std::to_string(r->bytes.size()));
       st.tracer->flow_begin(st.track, dst.value, now);
     }
+    if (target.node() != self->node() && st.bulk_export &&
+        st.bulk_export(caf::actor_cast<caf::actor_addr>(target), dst, *r)) {
+      done({});
+      return;
+    }
     if (st.transfer_chunk_bytes > 0 && target.node() != self->node() && r->bytes.size() > st.transfer_chunk_bytes) {
       pump_parts(self, std::make_shared<OutgoingParts>(OutgoingParts{target, dst, std::move(*r), 0, 0, done}));
       return;
@@ -853,6 +874,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.idle_trim_after = hooks.idle_trim_after;
   self->state.transfer_chunk_bytes = hooks.transfer_chunk_bytes;
   self->state.transfer_timeout = hooks.transfer_timeout;
+  self->state.bulk_send = std::move(hooks.bulk_send);
+  self->state.bulk_export = std::move(hooks.bulk_export);
   self->state.abandon = std::move(hooks.abandon);
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
@@ -945,6 +968,26 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
             [rp](caf::error err) mutable { rp.deliver(std::move(err)); });
         return rp;
       },
+      [self](read_atom, TensorId id, BulkTicket ticket) -> caf::result<done_atom> {
+        auto& st = self->state;
+        if (!st.bulk_send)
+          return make_error(Errc::unsupported, st.name + ": read of " + id_str(id) + " on a bulk lane: none here");
+        auto client = sender_node(self);
+        auto rp = self->make_response_promise<done_atom>();
+        read_when_resolved(self, id, [self, rp, client, ticket, id](caf::expected<TensorData> r) mutable {
+          if (!r) {
+            rp.deliver(std::move(r.error()));
+            return;
+          }
+          if (!self->state.bulk_send(client, ticket.number, std::move(*r))) {
+            rp.deliver(make_error(Errc::device_lost, self->state.name + ": read of " + id_str(id) +
+                                                         ": the client's bulk lane connection is gone"));
+            return;
+          }
+          rp.deliver(done_atom::value);
+        });
+        return rp;
+      },
       [self](sync_atom) -> caf::result<done_atom> {
         auto rp = self->make_response_promise<done_atom>();
         self->state.syncs.emplace_back([rp](const caf::error& err) mutable {
@@ -983,7 +1026,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         auto [it, inserted] = st.table.try_emplace(ir.id, ir, *owner);
         if (!inserted) return;  // duplicate id from a misbehaving client
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
-          auto data = std::move(early->second);
+          auto data = std::move(early->second.data);
           st.early_imports.erase(early);
           import(self, ir.id, std::move(data));
         }
@@ -993,6 +1036,14 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       [self](import_atom, DataPart& part) -> done_atom {
         import_part(self, std::move(part));
         return done_atom::value;
+      },
+      [self](import_atom, BulkImport& in) {
+        auto& st = self->state;
+        // Only this worker's own lane sends these (anonymously): the type is
+        // not registered, so no peer's message can decode as one.
+        if (in.owner && st.detached.contains(in.owner)) return;  // its client went while it travelled
+        canonicalize_bools(in.data);
+        import(self, in.id, std::move(in.data), in.bridge, in.owner);
       },
       [self](export_atom, TensorId id, caf::actor& target, TensorId dst) -> caf::result<done_atom> {
         // A failure goes back to the requester (the client's router), which

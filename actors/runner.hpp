@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,14 @@
 #include "switchyard/messages/protocol.hpp"
 
 namespace switchyard::actors {
+
+/// Hands a read's bytes to the worker's bulk lane for `client` under
+/// `ticket`; false if that client has no lane connection (worker side).
+using BulkSend = std::function<bool(const caf::node_id& client, uint64_t ticket, TensorData data)>;
+/// Takes a bridge's bytes for runner `target` on another node onto the
+/// client's bulk lane to that node; false: not taken (no lane, too small),
+/// the bridge goes over BASP (client side).
+using BulkExport = std::function<bool(const caf::actor_addr& target, TensorId dst, const TensorData& data)>;
 
 /// Spawns the runner of one device. Runners are detached (one thread each):
 /// a kernel may run for seconds, and on a shared scheduler that would stall
@@ -46,6 +55,10 @@ struct RunnerHooks {
   /// running (a kernel already running finishes), so the runner reaches its
   /// stop message within the shutdown's bound. Null: never.
   std::shared_ptr<const std::atomic<bool>> abandon;
+  /// The worker's bulk lane (empty: reads on a lane are refused).
+  BulkSend bulk_send;
+  /// The client's bulk lanes (empty: bridges to other nodes use BASP).
+  BulkExport bulk_export;
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

@@ -16,6 +16,7 @@
 #include "actors/trace.hpp"
 #include "backends/backend.hpp"
 #include "backends/module_loader.hpp"
+#include "bulk_lane_client.hpp"
 #include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/op_rules.hpp"
@@ -224,7 +225,8 @@ void Core::check_dtypes(DeviceId id, OperationIr& op) const {
 }
 
 DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner, bool local,
-                          std::vector<DTypeSupport> custom_support) {
+                          std::vector<DTypeSupport> custom_support, std::shared_ptr<BulkLaneClient> lane,
+                          uint32_t remote_index) {
   ThreadLoggerGuard logger_guard;
   auto id = static_cast<DeviceId>(count_.load(std::memory_order_relaxed));
   if (id >= max_devices)
@@ -238,6 +240,8 @@ DeviceId Core::add_device(std::string name, std::string kind, caf::actor runner,
   s.info = DeviceInfo{std::move(name), std::move(kind), std::move(custom_support)};
   s.runner = std::move(runner);
   s.local = local;
+  s.lane = std::move(lane);
+  s.remote_index = remote_index;
   count_.store(id + 1, std::memory_order_release);
   return id;
 }
@@ -309,11 +313,15 @@ void Core::start() {
                      : "backend kind '" + k + "' does not hold it"});
         }
       }
-      auto runner =
-          actors::spawn_runner(*system_, name, std::move(backend),
-                               actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
-                                                   options_.transfer_chunk_bytes, options_.remote_timeout,
-                                                   options_.fuse_elementwise, log_, abandon_});
+      auto runner = actors::spawn_runner(
+          *system_, name, std::move(backend),
+          actors::RunnerHooks{tracer_, id, slots_[id].queue.batches_done, options_.idle_trim_after,
+                              options_.transfer_chunk_bytes, options_.remote_timeout, options_.fuse_elementwise, log_,
+                              abandon_, nullptr,
+                              // Runners stop before this core goes (shut_down).
+                              [this](const caf::actor_addr& target, TensorId dst, const TensorData& data) {
+                                return bulk_export(target, dst, data);
+                              }});
       add_device(name, kind->name, caf::actor_cast<caf::actor>(runner), true, std::move(custom_support));
       // (The name by init-capture: clang before 16 cannot capture a
       // structured binding, which keeps clang-tidy from parsing the file.)
@@ -431,12 +439,17 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
       std::chrono::steady_clock::now() - (deadline - options_.connect_timeout));
   std::vector<std::string> names, kinds;
   std::vector<caf::actor> runners;
+  uint16_t lane_port = 0;
+  std::string lane_token;
   self->request(*entry, left(), hello_atom::value, protocol_version, caf::actor_cast<caf::actor>(router_))
       .receive(
-          [&](uint32_t, std::vector<std::string>& n, std::vector<std::string>& k, std::vector<caf::actor>& r) {
+          [&](uint32_t, std::vector<std::string>& n, std::vector<std::string>& k, std::vector<caf::actor>& r,
+              uint16_t port, std::string& token) {
             names = std::move(n);
             kinds = std::move(k);
             runners = std::move(r);
+            lane_port = port;
+            lane_token = std::move(token);
           },
           [&](caf::error& e) { failure = e; });
   if (failure) {
@@ -459,9 +472,20 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
     self->request(w.entry, std::chrono::seconds(10), peer_atom::value, host, port)
         .receive([](done_atom) {}, [](caf::error&) { /* bridges then relay via this client: slower, still correct */ });
   }
-  Worker worker{host, port, *entry, {}, node};
+  Worker worker{host, port, *entry, {}, node, nullptr};
+  if (lane_port != 0 && options_.bulk_lane_min_bytes > 0 && !options_.tls.enabled()) {
+    std::string why;
+    worker.lane = BulkLaneClient::open(host, lane_port, lane_token, left(), address, options_.cpu_cache_limit,
+                                       options_.idle_trim_after, why);
+    if (!worker.lane)
+      log_.log(LogLevel::warn, [&] {
+        return "worker " + address + ": no bulk lane (port " + std::to_string(lane_port) + ": " + why +
+               "); tensors travel over the worker connection";
+      });
+  }
   for (size_t i = 0; i < names.size(); ++i)
-    worker.devices.push_back(add_device(address + "/" + names[i], kinds[i], std::move(runners[i]), false));
+    worker.devices.push_back(add_device(address + "/" + names[i], kinds[i], std::move(runners[i]), false, {},
+                                        worker.lane, static_cast<uint32_t>(i)));
   auto ids = worker.devices;
   log_.log(LogLevel::info, [&] {
     // Every earlier connection to this address was lost (a live one refuses above).
@@ -657,6 +681,21 @@ void Core::wait_for_room(DeviceId device, Queue& q) {
   }
 }
 
+namespace {
+// A client's upload (or bridge) as parts of at most `chunk` bytes (0: one
+// part), after its expect.
+void send_parts(const router_actor& router, DeviceId device, TensorId id, const TensorData& data, size_t chunk,
+                bool bridge = false) {
+  const auto& bytes = data.bytes;
+  const size_t step = chunk > 0 ? chunk : std::max<size_t>(bytes.size(), 1);
+  for (size_t offset = 0; offset < bytes.size(); offset += step) {
+    const size_t n = std::min(step, bytes.size() - offset);
+    caf::anon_send(router, import_atom::value, device,
+                   DataPart{id, data.shape, data.dtype, bytes.size(), offset, bytes.slice(offset, n), bridge});
+  }
+}
+}  // namespace
+
 void Core::submit(DeviceId device, OperationIr&& op) {
   if (const auto* drop = std::get_if<DropOp>(&op.op)) {
     this->drop(device, drop->id);
@@ -674,19 +713,31 @@ void Core::submit(DeviceId device, OperationIr&& op) {
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
-    if (chunk > 0 && upload_bytes > 0 && q.upload_bytes + upload_bytes > chunk) sent = send_locked(device, q);
-    if (chunk > 0 && upload_bytes > chunk) {
-      send_in_parts(device, std::get<FromDataOp>(op.op), chunk);
+    if (auto* lane = upload != nullptr ? lane_for(device, upload_bytes) : nullptr) {
+      // Ops queued before it go first, then the expect (in queue order, so
+      // ops after it wait for the data); the bytes take the lane.
+      send_locked(device, q);
+      caf::anon_send(router_, expect_atom::value, device, upload->out);
+      auto resend = [router = router_, device, id = upload->out.id, chunk](TensorData data) {
+        send_parts(router, device, id, data, chunk);
+      };
+      if (!lane->upload(slots_[device].remote_index, upload->out.id, upload->data, false, resend)) resend(upload->data);
       sent = true;
+      queued_locked(device, q, sent, arm);
     } else {
-      q.upload_bytes += upload_bytes;
-      q.ops.push_back(std::move(op));
+      if (chunk > 0 && upload_bytes > 0 && q.upload_bytes + upload_bytes > chunk) sent = send_locked(device, q);
+      if (chunk > 0 && upload_bytes > chunk) {
+        send_in_parts(device, std::get<FromDataOp>(op.op), chunk);
+        sent = true;
+      } else {
+        q.upload_bytes += upload_bytes;
+        q.ops.push_back(std::move(op));
+      }
+      queued_locked(device, q, sent, arm);
     }
-    queued_locked(device, q, sent, arm);
   }
   after_queued(device, q, sent, arm);
 }
-
 void Core::queued_locked(DeviceId device, Queue& q, bool& sent, bool& arm) {
   if (q.ops.size() >= options_.max_batch)
     sent = send_locked(device, q);
@@ -791,13 +842,7 @@ void Core::flusher_loop() {
 // pending on the runner and wait for its last part.
 void Core::send_in_parts(DeviceId device, const FromDataOp& upload, size_t chunk) {
   caf::anon_send(router_, expect_atom::value, device, upload.out);
-  const auto& bytes = upload.data.bytes;
-  for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
-    const size_t n = std::min(chunk, bytes.size() - offset);
-    DataPart part{upload.out.id, upload.data.shape, upload.data.dtype, bytes.size(), offset, bytes.slice(offset, n),
-                  false};
-    caf::anon_send(router_, import_atom::value, device, std::move(part));
-  }
+  send_parts(router_, device, upload.out.id, upload.data, chunk);
 }
 
 Tensor Core::emit(DeviceId device, TensorIr&& ir, OperationIr&& op) {
@@ -897,8 +942,82 @@ Future<Value> Core::ask(std::shared_ptr<const void> keep, Convert convert, Ts...
   return fut;
 }
 
+BulkLaneClient* Core::lane_for(DeviceId device, size_t bytes) const {
+  const auto& s = slots_[device];
+  if (s.local || !s.lane || options_.bulk_lane_min_bytes == 0 || bytes < options_.bulk_lane_min_bytes ||
+      !s.lane->alive())
+    return nullptr;
+  return s.lane.get();
+}
+
+bool Core::bulk_export(const caf::actor_addr& target, TensorId dst, const TensorData& data) const {
+  for (DeviceId d = 0; d < device_count(); ++d) {
+    const auto& s = slots_[d];
+    if (s.local || !s.runner || caf::actor_cast<caf::actor_addr>(s.runner) != target) continue;
+    auto* lane = lane_for(d, data.bytes.size());
+    if (lane == nullptr) return false;
+    // The bridge's expect went to the device before the export (Core::bridge).
+    auto resend = [router = router_, d, dst, chunk = options_.transfer_chunk_bytes](TensorData bytes) {
+      send_parts(router, d, dst, bytes, chunk, true);
+    };
+    return lane->upload(s.remote_index, dst, data, true, std::move(resend));
+  }
+  return false;
+}
+
+// A read whose bytes come on the device's bulk lane: the request goes over
+// BASP as usual and is answered once the bytes left the worker (or with
+// why they could not); the lane's reader completes the future.
+Future<TensorData> Core::read_on_lane(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
+  struct Transfer {
+    Promise<TensorData> promise;
+    std::shared_ptr<const void> keep;
+    std::atomic<bool> settled{false};
+  };
+  auto t = std::make_shared<Transfer>();
+  auto fut = t->promise.future();
+  t->keep = std::move(keep);
+  auto lane = slots_[device].lane;
+  const auto ticket =
+      lane->expect_read(ir.bytes(), [t, shape = ir.shape, dtype = ir.dtype](caf::expected<Bytes> bytes) mutable {
+        if (t->settled.exchange(true)) return;
+        t->keep.reset();
+        if (!bytes) {
+          t->promise.set_error(to_exception(bytes.error()));
+          return;
+        }
+        TensorData data(std::move(shape), dtype, std::move(*bytes));
+        canonicalize_bools(data);
+        t->promise.set_value(std::move(data));
+      });
+  if (ticket == 0) {
+    // The lane broke just now: over BASP after all.
+    auto keep_again = std::move(t->keep);
+    return options_.transfer_chunk_bytes > 0 && ir.bytes() > options_.transfer_chunk_bytes
+               ? read_in_parts(device, ir, std::move(keep_again))
+               : read(device, ir, std::move(keep_again));
+  }
+  ThreadLoggerGuard logger_guard;
+  system_->spawn(
+      [t, lane, ticket, weak = weak_from_this(), device, id = ir.id](caf::event_based_actor* self,
+                                                                     const router_actor& router) {
+        self->request(router, caf::infinite, read_atom::value, device, id, BulkTicket{ticket})
+            .then([](done_atom) {},
+                  [t, lane, ticket, weak](caf::error& e) {
+                    lane->cancel_read(ticket);
+                    if (t->settled.exchange(true)) return;
+                    RuntimeThreadScope scope;
+                    t->keep.reset();
+                    t->promise.set_error(reply_failure(weak, e));
+                  });
+      },
+      router_);
+  return fut;
+}
+
 Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
   if (!slots_[device].local) flush(device);
+  if (lane_for(device, ir.bytes()) != nullptr && !closed()) return read_on_lane(device, ir, std::move(keep));
   if (!slots_[device].local && options_.transfer_chunk_bytes > 0 && ir.bytes() > options_.transfer_chunk_bytes)
     return read_in_parts(device, ir, std::move(keep));
   // Init-captures: a plain capture of the const reference `ir` would be a
@@ -1124,6 +1243,14 @@ void Core::shut_down() {
     for (const auto& entry : entries)
       self->request(entry, std::chrono::seconds(1), bye_atom::value, caf::actor_cast<caf::actor>(router_))
           .receive([](done_atom) {}, [](caf::error&) {});
+    // Reads still waiting on a lane fail as closed; its threads end.
+    std::vector<std::shared_ptr<BulkLaneClient>> lanes;
+    {
+      std::lock_guard lock(add_mutex_);
+      for (const auto& w : workers_)
+        if (w.lane) lanes.push_back(w.lane);
+    }
+    for (const auto& lane : lanes) lane->close();
     // Our runners are detached actors, and ~actor_system waits for each
     // one's object to be destroyed. A worker that ever saw a runner (as a
     // bridge's target or a message's sender) made CAF's BASP broker monitor

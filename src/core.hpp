@@ -27,6 +27,8 @@ class Tracer;
 
 namespace switchyard::detail {
 
+class BulkLaneClient;
+
 /// Client-side state of one tensor; the last reference sends its drop.
 struct TensorHandle {
   std::shared_ptr<Core> core;
@@ -173,6 +175,9 @@ class Core : public std::enable_shared_from_this<Core> {
     Queue queue;
     caf::actor runner;
     bool local = false;
+    // A remote device's worker lane (null: none) and its index there.
+    std::shared_ptr<BulkLaneClient> lane;
+    uint32_t remote_index = 0;
     std::string lost_reason;
     std::atomic<bool> lost{false};
   };
@@ -182,6 +187,7 @@ class Core : public std::enable_shared_from_this<Core> {
     caf::actor entry;
     std::vector<DeviceId> devices;
     caf::node_id node;  // the worker process, however its address was spelled
+    std::shared_ptr<BulkLaneClient> lane;
   };
 
   [[nodiscard]] Slot& slot(DeviceId id) const {
@@ -195,7 +201,14 @@ class Core : public std::enable_shared_from_this<Core> {
   void check_dtypes(DeviceId id, OperationIr& op) const;
   // Attaches a runner under the next id and publishes it; add_mutex_ held.
   DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local,
-                      std::vector<DTypeSupport> custom_support = {});
+                      std::vector<DTypeSupport> custom_support = {}, std::shared_ptr<BulkLaneClient> lane = nullptr,
+                      uint32_t remote_index = 0);
+  // The lane a transfer of `bytes` to or from `device` takes; null: BASP.
+  [[nodiscard]] BulkLaneClient* lane_for(DeviceId device, size_t bytes) const;
+  // A local runner's bridge into a remote device, onto its lane if it has
+  // one (actors::RunnerHooks::bulk_export).
+  bool bulk_export(const caf::actor_addr& target, TensorId dst, const TensorData& data) const;
+  Future<TensorData> read_on_lane(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep);
   void on_lost(DeviceId id, const std::string& why);
   std::vector<DeviceId> connect_worker(const std::string& host, uint16_t port);
   // A device kind that starts none: listed by unavailable() and logged.

@@ -20,18 +20,20 @@ struct EntryState {
   static inline const char* name = "switchyard.worker.entry";
 };
 
-using Reply = caf::result<uint32_t, std::vector<std::string>, std::vector<std::string>, std::vector<caf::actor>>;
+using Reply = caf::result<uint32_t, std::vector<std::string>, std::vector<std::string>, std::vector<caf::actor>,
+                          uint16_t, std::string>;
 
 }  // namespace
 
 caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices, caf::io::middleman_actor connector,
-                       EntryLog log) {
+                       EntryLog log, EntryLane lane) {
   // Devices and connector travel as spawn arguments: CAF 0.17 spawning a
   // function actor with no arguments dereferences a null shared_ptr<tuple<>>
   // (UBSan: reference binding to null pointer).
   return sys.spawn(
-      [log = std::move(log)](caf::stateful_actor<EntryState>* self, std::vector<LocalDevice> devices,
-                             caf::io::middleman_actor connector) -> caf::behavior {
+      [log = std::move(log), lane = std::move(lane)](caf::stateful_actor<EntryState>* self,
+                                                     std::vector<LocalDevice> devices,
+                                                     caf::io::middleman_actor connector) -> caf::behavior {
         self->state.devices = std::move(devices);
         self->state.connector = std::move(connector);
         // A hostile or confused peer gets an error naming what it sent, and the
@@ -40,7 +42,7 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
           return make_error(Errc::protocol_error, "worker: unexpected message " + caf::to_string(x.content()));
         });
         // Forgets one client actor; its node's tensors go with its last one.
-        auto forget = [self, log](const caf::actor_addr& client, const caf::error& reason) {
+        auto forget = [self, log, lane](const caf::actor_addr& client, const caf::error& reason) {
           auto it = self->state.clients.find(client);
           if (it == self->state.clients.end()) return;
           auto node = it->second;
@@ -57,11 +59,12 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
           }
           for (const auto& [addr, n] : self->state.clients)
             if (n == node) return;  // another connection of that client lives on
+          if (auto l = lane.lane.lock()) l->revoke(node);
           for (const auto& d : self->state.devices) self->send(d.runner, detach_atom::value, node);
         };
         self->set_down_handler([forget](caf::down_msg& msg) { forget(msg.source, msg.reason); });
         return {
-            [self, log](hello_atom, uint32_t version, caf::actor& client) -> Reply {
+            [self, log, lane](hello_atom, uint32_t version, caf::actor& client) -> Reply {
               if (version != protocol_version)
                 return make_error(Errc::protocol_error, "protocol version mismatch: worker speaks " +
                                                             std::to_string(protocol_version) + ", client speaks " +
@@ -78,7 +81,13 @@ caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
                 kinds.push_back(d.kind);
                 runners.push_back(d.runner);
               }
-              return {protocol_version, std::move(names), std::move(kinds), std::move(runners)};
+              // The lane admits the node the hello came from (BASP's, not the
+              // node the message names), so a token reaches only its client.
+              const auto sender = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+              auto l = lane.lane.lock();
+              std::string token = l && sender && sender == client.node() ? l->admit(sender) : std::string{};
+              const uint16_t port = token.empty() ? 0 : lane.port;
+              return {protocol_version, std::move(names), std::move(kinds), std::move(runners), port, std::move(token)};
             },
             [self, forget](bye_atom, caf::actor& client) -> caf::result<done_atom> {
               // Only a client's own node may say it leaves: another peer could

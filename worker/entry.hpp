@@ -14,6 +14,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include "worker/bulk_lane.hpp"
+
 namespace switchyard::worker {
 
 struct LocalDevice {
@@ -34,9 +36,16 @@ struct EntryLog {
   std::shared_ptr<std::atomic<bool>> stopping;
 };
 
+/// The worker's bulk lane as the entry sees it: where clients connect and
+/// the lane that admits them (null: no lane, port 0 in every hello).
+struct EntryLane {
+  std::weak_ptr<BulkLane> lane;  // the worker owns it, and stops it first
+  uint16_t port = 0;
+};
+
 /// Spawns the entry actor serving `devices`. `connector` is the middleman
 /// actor used to reach peer workers (the TLS one when TLS is on).
 [[nodiscard]] caf::actor spawn_entry(caf::actor_system& sys, std::vector<LocalDevice> devices,
-                                     caf::io::middleman_actor connector, EntryLog log = {});
+                                     caf::io::middleman_actor connector, EntryLog log = {}, EntryLane lane = {});
 
 }  // namespace switchyard::worker

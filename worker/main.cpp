@@ -33,6 +33,7 @@
 #include "switchyard/messages/logger.hpp"
 #include "switchyard/messages/protocol.hpp"
 #include "tools/cli.hpp"
+#include "worker/bulk_lane.hpp"
 #include "worker/entry.hpp"
 #include "worker/guard.hpp"
 #include "worker/listen_checks.hpp"
@@ -67,6 +68,9 @@ struct WorkerOptions {
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
   size_t handshake_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.handshake_timeout.count());
   size_t max_connect_rate_per_address = static_cast<size_t>(worker::GuardLimits{}.max_connect_rate_per_address);
+  bool no_bulk_lane = false;
+  uint16_t bulk_port = 0;
+  size_t bulk_stall_timeout_ms = static_cast<size_t>(worker::BulkLaneLimits{}.stall_timeout.count());
 };
 
 // The library has no "critical": at that threshold none of its messages show.
@@ -154,6 +158,15 @@ void add_options(CLI::App& app, WorkerOptions& o) {
                  "new connections per second from one peer address, burst max(64, rate) (0: no limit)")
       ->check(integer_in<size_t>(0, most))
       ->capture_default_str();
+  app.add_flag("--no-bulk-lane", o.no_bulk_lane,
+               "send tensor bytes over BASP only (the bulk lane is off with TLS in any case)");
+  app.add_option("--bulk-port", o.bulk_port, "TCP port of the bulk lane; 0 picks a free one")
+      ->check(integer_in<uint16_t>(0, 65535))
+      ->capture_default_str();
+  app.add_option("--bulk-stall-timeout-ms", o.bulk_stall_timeout_ms,
+                 "a bulk lane transfer that moves no byte for this long closes its connection")
+      ->check(integer_in<size_t>(1, most))
+      ->capture_default_str();
   app.add_option("--handshake-timeout-ms", o.handshake_timeout_ms,
                  "time a new connection has to complete its handshake")
       ->check(integer_in<size_t>(1, most))
@@ -203,6 +216,12 @@ void log_counters(const worker::GuardCounters& c) {
       "limit) {}, shed (no descriptors) {}, closed (framing) {}, closed (output) {}, closed (handshake timeout) {}",
       c.accepted, c.peak_open, c.refused_total_limit, c.refused_address_limit, c.refused_rate_limit, c.shed_no_fds,
       c.closed_framing, c.closed_output, c.closed_handshake_timeout);
+}
+
+void log_lane_counters(const worker::BulkLaneCounters& c) {
+  spdlog::info(
+      "bulk lane: connections admitted {}, refused {}, closed (protocol) {}, closed (stall) {}, uploads {}, reads {}",
+      c.admitted, c.refused, c.closed_protocol, c.closed_stall, c.uploads, c.reads);
 }
 
 // The last step of a stop is CAF's own teardown (~actor_system), which waits
@@ -277,19 +296,47 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
     // Declared before the system, so it outlives the system's destructor.
     TeardownWatchdog watchdog;
     caf::actor_system sys{sys_cfg};
+    const bool tls = !cfg.cert.empty();
+    // Raw bytes on a second port: not under TLS, where they would travel in
+    // the clear beside an encrypted BASP connection.
+    std::shared_ptr<worker::BulkLane> lane;
+    if (!tls && !cfg.no_bulk_lane) {
+      worker::BulkLaneLimits lane_limits;
+      lane_limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);
+      lane_limits.stall_timeout = std::chrono::milliseconds(cfg.bulk_stall_timeout_ms);
+      lane = std::make_shared<worker::BulkLane>(lane_limits, [](const std::string& line) { spdlog::warn("{}", line); });
+    }
     std::vector<worker::LocalDevice> devices;
     std::vector<caf::actor> actors;
+    std::vector<worker::BulkLane::Device> lane_devices;
     for (auto& [name, backend] : *backends) {
       std::shared_ptr<backends::Backend> shared = std::move(backend);
+      lane_devices.push_back({{}, [shared](size_t size) { return shared->host_block(size); }});
       actors::RunnerHooks hooks;
       hooks.transfer_chunk_bytes = cfg.transfer_chunk_bytes;
       hooks.fuse_elementwise = !cfg.no_fuse_elementwise;
       hooks.log = library_log;
+      if (lane)
+        hooks.bulk_send = [weak = std::weak_ptr(lane)](const caf::node_id& client, uint64_t ticket, TensorData data) {
+          auto l = weak.lock();
+          return l && l->send(client, ticket, std::move(data));
+        };
       devices.push_back({name, name.substr(0, name.find(':')),
                          caf::actor_cast<caf::actor>(actors::spawn_runner(sys, name, std::move(shared), hooks))});
       actors.push_back(devices.back().runner);
+      lane_devices.back().runner = devices.back().runner;
     }
-    const bool tls = !cfg.cert.empty();
+    worker::EntryLane entry_lane;
+    if (lane) {
+      try {
+        entry_lane = {lane, lane->listen(bind_address, cfg.bulk_port, std::move(lane_devices))};
+        spdlog::info("bulk lane listening on {}:{}", bind_address, entry_lane.port);
+      } catch (const std::exception& e) {
+        std::cerr << "switchyard-worker: " << e.what() << "\n";
+        for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+        return 1;
+      }
+    }
     // Listens and connects to peer workers: every connection is guarded.
     auto connector = worker::spawn_guarded_middleman(sys, guard, tls);
     worker::EntryLog log;
@@ -297,7 +344,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
     log.warn = [](const std::string& line) { spdlog::warn("{}", line); };
     auto stopping = std::make_shared<std::atomic<bool>>(false);
     log.stopping = stopping;
-    auto entry = worker::spawn_entry(sys, devices, connector, std::move(log));
+    auto entry = worker::spawn_entry(sys, devices, connector, std::move(log), std::move(entry_lane));
     actors.push_back(entry);
     devices.clear();
     caf::scoped_actor self{sys};
@@ -328,6 +375,9 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
       stopping->store(true);
       guard->expire_all();
     }
+    if (lane) log_lane_counters(lane->counters());
+    // The lane's thread sends to runners: it stops first.
+    lane.reset();
     // Runners and entry first, while the middleman still runs. A runner a
     // client ever referenced is monitored by CAF's BASP broker, and its down
     // message, queued in the broker's mailbox, holds a reference to the

@@ -5,10 +5,11 @@
 //   cmake -B build -DSWITCHYARD_BENCHMARKS=ON && ninja -C build remote_bench
 //   build/bench/remote/remote_bench [--mib=64] [--reps=5] [--chunk=BYTES] [--ops=20000]
 //                                   [--only=roundtrip|throughput|bulk|mlp] [--warmup=3] [--max-batch=N]
-//                                   [--flush-us=N] [--worker=HOST:PORT]
+//                                   [--flush-us=N] [--worker=HOST:PORT] [--no-lane]
 // (--chunk: transfer_chunk_bytes of the client and the worker; default theirs;
 // --only: one section, for profiling it alone; --warmup: unmeasured bulk
-// transfers first; REMOTE_BENCH_VERBOSE=1 prints every transfer)
+// transfers first; --no-lane: every byte over BASP, as before the bulk lane;
+// REMOTE_BENCH_VERBOSE=1 prints every transfer)
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -63,8 +64,9 @@ double op_throughput(sy::Device dev, int n) {
   return n / seconds_since(start);
 }
 
-// GB/s of local -> remote (to, then a 4-byte sum read: a sync alone would not
-// wait for the bridged bytes) and remote -> local (read).
+// GB/s of local -> remote (to, then a read of its last element: a sync alone
+// would not wait for the bridged bytes; a sum, read before session 22, added
+// a pass over the tensor) and remote -> local (read).
 std::pair<double, double> bulk(sy::Device local, sy::Device remote, size_t bytes, int reps, int warmup) {
   auto n = static_cast<int64_t>(bytes / 4);
   auto src = local.ones({n});
@@ -75,13 +77,13 @@ std::pair<double, double> bulk(sy::Device local, sy::Device remote, size_t bytes
   // as a service's long-lived connection would be.
   for (int i = 0; i < warmup; ++i) {
     auto there = src.to(remote);
-    (void)there.sum().read().get();
+    (void)there.slice(0, {n - 1, n}).read().get();
     (void)there.read().get();
   }
   for (int i = 0; i < reps; ++i) {
     auto start = Clock::now();
     auto there = src.to(remote);
-    (void)there.sum().read().get();
+    (void)there.slice(0, {n - 1, n}).read().get();
     up.push_back(bytes / seconds_since(start) / 1e9);
     start = Clock::now();
     auto data = there.read().get();
@@ -171,6 +173,7 @@ int main(int argc, char** argv) {
   long flush_us = -1;
   std::string external;
   std::string only;
+  bool lane = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--mib=", 0) == 0) mib = std::stoul(a.substr(6));
@@ -182,6 +185,7 @@ int main(int argc, char** argv) {
     if (a.rfind("--flush-us=", 0) == 0) flush_us = std::stol(a.substr(11));
     if (a.rfind("--only=", 0) == 0) only = a.substr(7);
     if (a.rfind("--worker=", 0) == 0) external = a.substr(9);
+    if (a == "--no-lane") lane = false;
   }
   std::vector<std::string> worker_args{"--devices=cpu:0"};
   if (chunk > 0) worker_args.push_back("--transfer-chunk-bytes=" + std::to_string(chunk));
@@ -196,11 +200,13 @@ int main(int argc, char** argv) {
   if (chunk > 0) o.transfer_chunk_bytes = chunk;
   if (max_batch > 0) o.max_batch = max_batch;
   if (flush_us >= 0) o.flush_interval = std::chrono::microseconds(flush_us);
+  if (!lane) o.bulk_lane_min_bytes = 0;
   sy::Runtime rt(o);
   rt.connect(host, port);
   auto local = rt.device("cpu:0");
   auto remote = rt.device(host + ":" + std::to_string(port) + "/cpu:0");
-  std::printf("remote = %s (separate process on loopback)\n", remote.name().c_str());
+  std::printf("remote = %s (separate process on loopback%s)\n", remote.name().c_str(),
+              lane ? "" : ", no bulk lane");
   auto wanted = [&](const char* section) { return only.empty() || only == section; };
   if (wanted("roundtrip"))
     std::printf("tiny op round trip (op + read, median of 200): local %.1f us, remote %.1f us\n",

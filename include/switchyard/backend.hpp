@@ -146,7 +146,9 @@ class Backend {
   /// tensor from another node are joined into it): the cpu backend gives a
   /// block of its pool, which comes back to the pool for the next transfer
   /// when the tensor goes, instead of fresh pages the kernel must fault in
-  /// and zero. The default: a fresh block.
+  /// and zero. The default: a fresh block. Called from any thread (a
+  /// worker's bulk lane reads uploads into it on its own), so an override
+  /// must be thread-safe.
   [[nodiscard]] virtual Bytes host_block(size_t size) { return Bytes::allocate(size); }
 
   /// Host copy of a buffer (host backends share the bytes). `done` may run

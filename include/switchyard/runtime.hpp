@@ -109,6 +109,18 @@ struct RuntimeOptions {
   /// exceeds a worker's --max-message-bytes (keep this below it; the
   /// default 16 MiB is well under the default 256 MiB). 0: never split.
   size_t transfer_chunk_bytes = size_t{16} << 20;
+  /// Tensors of at least this many bytes cross a worker connection on its
+  /// bulk lane: a second TCP connection to the worker (port and a per-client
+  /// token from the hello) on which uploads to, reads from and bridges
+  /// from this process into a remote device travel as raw bytes, several
+  /// times faster than in parts over BASP. Used where the worker offers one
+  /// (not with TLS: the worker then offers none, and bytes stay on the
+  /// encrypted connection) and it can be opened within connect_timeout
+  /// (else the connection works without it, logged at `warn`). If the lane
+  /// breaks, uploads not yet acknowledged are sent again over BASP and
+  /// reads waiting on it fail with `device_lost`; later transfers use
+  /// BASP. 0: never use a bulk lane.
+  size_t bulk_lane_min_bytes = size_t{1} << 20;
   /// (optional) Called with the library's backend kinds before devices
   /// start; may append kinds (switchyard/backend.hpp: the public interface
   /// for custom backends, see the README's "Custom backends"), which

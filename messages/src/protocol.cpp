@@ -11,6 +11,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<OperationIr>("sy_operation");
   cfg.add_message_type<DeviceStats>("sy_device_stats");
   cfg.add_message_type<DataPart>("sy_data_part");
+  cfg.add_message_type<BulkTicket>("sy_bulk_ticket");
   cfg.add_error_category(error_category, [](uint8_t code, caf::atom_value, const caf::message& ctx) {
     std::string out = "switchyard::";
     out += to_string(static_cast<Errc>(code));

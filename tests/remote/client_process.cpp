@@ -12,6 +12,8 @@
 //   upload: starts sending a 64 MiB tensor to the worker in 256 KiB parts,
 //           with ops on it queued behind, prints "uploading" and holds, so
 //           that it can be killed in the middle of the transfer.
+// A mode ending in "-lane" sends its large tensors on the worker's bulk
+// lane; otherwise every byte goes over BASP.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,9 +25,12 @@
 #include "switchyard/switchyard.hpp"
 
 int main(int argc, char** argv) try {
-  const std::string mode = argc == 5 ? argv[4] : "hold";
+  std::string mode = argc == 5 ? argv[4] : "hold";
+  // "-lane": the same over the worker's bulk lane.
+  const bool lane = mode.ends_with("-lane");
+  if (lane) mode.resize(mode.size() - 5);
   if ((argc != 4 && argc != 5) || (mode != "hold" && mode != "busy" && mode != "stall" && mode != "upload")) {
-    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall|upload]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall|upload][-lane]\n", argv[0]);
     return 2;
   }
   const std::string host = argv[1];
@@ -35,6 +40,8 @@ int main(int argc, char** argv) try {
   options.devices = {"cpu:0"};
   options.cpu_threads = 1;
   if (mode == "upload") options.transfer_chunk_bytes = size_t{256} << 10;
+  // These modes test BASP's bounds; the bulk lane's have their own.
+  if (!lane) options.bulk_lane_min_bytes = 0;
   switchyard::Runtime rt(options);
   rt.connect(host, port);
   auto device = rt.device(host + ":" + std::to_string(port) + "/cpu:0");

@@ -537,8 +537,8 @@ struct RawConfig : caf::actor_system_config {
 std::vector<caf::actor> hello_runners(caf::scoped_actor& self, const caf::actor& entry) {
   std::vector<caf::actor> runners;
   self->request(entry, 5s, sy::hello_atom::value, sy::protocol_version, caf::actor_cast<caf::actor>(self))
-      .receive([&](uint32_t, std::vector<std::string>&, std::vector<std::string>&,
-                   std::vector<caf::actor>& r) { runners = r; },
+      .receive([&](uint32_t, std::vector<std::string>&, std::vector<std::string>&, std::vector<caf::actor>& r, uint16_t,
+                   std::string&) { runners = r; },
                [](caf::error&) {});
   return runners;
 }
@@ -574,7 +574,8 @@ TEST_CASE("a client of another protocol version is refused with a clear error", 
   caf::scoped_actor self{sys};
   std::string error;
   self->request(*entry, 5s, sy::hello_atom::value, sy::protocol_version + 1, caf::actor_cast<caf::actor>(self))
-      .receive([](uint32_t, std::vector<std::string>&, std::vector<std::string>&, std::vector<caf::actor>&) {},
+      .receive([](uint32_t, std::vector<std::string>&, std::vector<std::string>&, std::vector<caf::actor>&, uint16_t,
+                  std::string&) {},
                [&](caf::error& e) { error = sy::describe(e).message; });
   CHECK(error.find("protocol version mismatch") != std::string::npos);
 }

@@ -24,7 +24,7 @@ namespace switchyard {
 
 /// Bumped whenever a message layout changes; checked when a client connects
 /// to a remote worker.
-inline constexpr uint32_t protocol_version = 10;  // 10: a batch of ops in one block (issue 20)
+inline constexpr uint32_t protocol_version = 11;  // 11: the bulk lane (hello names its port and token)
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;
@@ -73,6 +73,30 @@ typename Inspector::result_type inspect(Inspector& f, DataPart& x) {
   return f(caf::meta::type_name("data_part"), x.id, x.shape, x.dtype, x.total, x.offset, x.bytes, x.bridge);
 }
 
+/// A read answered on the bulk lane (worker/bulk_lane.hpp): the runner hands
+/// the tensor's bytes to its worker's lane, which writes them to the
+/// requesting client's lane connection under this number; the request's own
+/// reply says only that they left, or why they could not.
+struct BulkTicket {
+  uint64_t number = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BulkTicket& x) {
+  return f(caf::meta::type_name("bulk_ticket"), x.number);
+}
+
+/// A tensor that arrived on a worker's bulk lane, for one of its runners.
+/// Not registered for serialization (like LocalReply): only the worker's
+/// own lane can send one. `owner` is the node of the client that sent it,
+/// so its data goes with the client if the client goes first.
+struct BulkImport {
+  TensorId id;
+  TensorData data;
+  caf::node_id owner;
+  bool bridge = false;  // as DataPart::bridge
+};
+
 /// How a runner answers a client of its own process: it calls `deliver` on
 /// its own thread, where a request would send a response message to a
 /// requesting actor. A local read or sync then crosses two threads (client,
@@ -112,6 +136,9 @@ using runner_actor = caf::typed_actor<
     // exactly min(max, size - offset) bytes, so a client may ask for later
     // parts several at a time once the part at 0 has come.
     caf::replies_to<read_atom, TensorId, uint64_t, uint64_t>::with<DataPart>,
+    // The same whole, its bytes on the worker's bulk lane under the ticket
+    // (refused where the runner has no lane).
+    caf::replies_to<read_atom, TensorId, BulkTicket>::with<done_atom>,
     // Completes once every op received before it has run.
     caf::replies_to<sync_atom>::with<done_atom>,
     caf::reacts_to<sync_atom, std::vector<OperationIr>, LocalReply<done_atom>>,
@@ -122,6 +149,9 @@ using runner_actor = caf::typed_actor<
     // One part of an import (a bridge from another node, or a client's
     // upload too large for one message, announced by an expect).
     caf::replies_to<import_atom, DataPart>::with<done_atom>,
+    // A client's tensor from the worker's bulk lane (after or before its
+    // expect, like any import).
+    caf::reacts_to<import_atom, BulkImport>,
     // Bridge, source side: send tensor `TensorId` to the runner as import of
     // the second id; replies once sent, or with the failure (the requester
     // then fails the import, naming the source as its client knows it).
@@ -147,6 +177,7 @@ using router_actor =
     caf::typed_actor<caf::reacts_to<submit_atom, DeviceId, std::vector<OperationIr>>,
                      caf::replies_to<read_atom, DeviceId, TensorId>::with<TensorData>,
                      caf::replies_to<read_atom, DeviceId, TensorId, uint64_t, uint64_t>::with<DataPart>,
+                     caf::replies_to<read_atom, DeviceId, TensorId, BulkTicket>::with<done_atom>,
                      // A client's upload in parts: the expect, then its parts, in
                      // queue order with the device's submits.
                      caf::reacts_to<expect_atom, DeviceId, TensorIr>, caf::reacts_to<import_atom, DeviceId, DataPart>,
@@ -168,9 +199,13 @@ using router_actor =
 /// mismatch). It answers:
 ///   (hello_atom, uint32_t version, caf::actor client)
 ///     -> (uint32_t version, std::vector<std::string> device names,
-///         std::vector<std::string> device kinds, std::vector<caf::actor> runners)
+///         std::vector<std::string> device kinds, std::vector<caf::actor> runners,
+///         uint16_t bulk port, std::string bulk token)
 ///     or Errc::protocol_error on a version mismatch. The worker monitors
 ///     `client` and frees every tensor of its node when it goes away.
+///     Bulk port 0: this worker has no bulk lane (TLS, or --no-bulk-lane);
+///     otherwise the client may open one connection to it, presenting the
+///     token (worker/bulk_lane.hpp).
 ///   (bye_atom, caf::actor client) -> done_atom: the client's Runtime is
 ///     shutting down; the worker frees its tensors now and logs a clean
 ///     disconnect (only from the client's own node).
@@ -186,3 +221,4 @@ void register_message_types(caf::actor_system_config& cfg);
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalReply<switchyard::TensorData>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalReply<switchyard::done_atom>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::LocalBatch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(switchyard::BulkImport)
