@@ -31,7 +31,14 @@ struct PlannedDevice {
 /// not in `kinds`, a line in `unavailable` says why). An index is decimal
 /// digits without sign or leading zeros. Throws Error(unknown_device)
 /// naming the entry and what is wrong with it, Error(invalid_argument) for
-/// a device named twice.
+/// a device named twice, and Error(invalid_argument) for a list of more
+/// than `max_planned_devices` devices (a process holds at most that many;
+/// "cpu:*" would be all 65,536 indices a cpu kind accepts).
+inline constexpr size_t max_planned_devices = 1024;
+/// Kernel threads a cpu device may be given (RuntimeOptions::cpu_threads,
+/// the worker's --threads): far above any machine's cores, far below what
+/// exhausts a process's threads.
+inline constexpr size_t max_cpu_threads = 1024;
 [[nodiscard]] std::vector<PlannedDevice> plan_devices(const std::vector<BackendKind>& kinds,
                                                       const std::vector<std::string>& names,
                                                       std::vector<std::string>& unavailable);

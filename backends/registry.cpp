@@ -78,6 +78,11 @@ std::vector<PlannedDevice> plan_devices(const std::vector<BackendKind>& kinds, c
     const int count = kind->device_count();
     if (index < 0) {
       if (count == 0) unavailable.push_back(kind->name + ": " + unavailable_reason(*kind));
+      if (static_cast<size_t>(count) + plan.size() > max_planned_devices)
+        throw Error(Errc::invalid_argument, "device '" + name + "' means " + std::to_string(count) + " " + kind->name +
+                                                " devices, more than the " + std::to_string(max_planned_devices) +
+                                                " a process holds: name them (e.g. " + kind->name + ":0," + kind->name +
+                                                ":1)");
       for (int i = 0; i < count; ++i) add(*kind, i);
     } else if (index >= count) {
       throw Error(Errc::unknown_device, "device '" + name + "' does not exist: " + std::to_string(count) + " " +

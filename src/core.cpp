@@ -20,6 +20,7 @@
 #include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/op_rules.hpp"
+#include "switchyard/messages/tls_files.hpp"
 
 namespace switchyard::detail {
 
@@ -97,19 +98,24 @@ namespace {
 // ~actor_system waits for the logger to die. A client thread that ever read a
 // tensor would therefore hang a Runtime destroyed on another thread for as
 // long as the client thread lives. Entry points that touch CAF from a client
-// thread hold this guard, which gives the reference back; CAF's own threads
-// (continuations run there) had one before and keep it.
+// thread hold this guard, which gives the reference back when the call
+// replaced the thread's logger: on a client thread (none before), and on
+// another Runtime's thread (a continuation of runtime A calling runtime B:
+// A's runner thread would keep B's logger, and ~Runtime(B) waited until
+// A's thread ended). The thread is then left without one, which CAF built
+// with its log level at quiet (Debian's) never reads; a thread of this
+// runtime keeps its own.
 class ThreadLoggerGuard {
  public:
-  ThreadLoggerGuard() : foreign_thread_(caf::logger::current_logger() == nullptr) {}
+  ThreadLoggerGuard() : before_(caf::logger::current_logger()) {}
   ThreadLoggerGuard(const ThreadLoggerGuard&) = delete;
   ThreadLoggerGuard& operator=(const ThreadLoggerGuard&) = delete;
   ~ThreadLoggerGuard() {
-    if (foreign_thread_) caf::logger::set_current_actor_system(nullptr);
+    if (caf::logger::current_logger() != before_) caf::logger::set_current_actor_system(nullptr);
   }
 
  private:
-  bool foreign_thread_;
+  const caf::logger* before_;
 };
 
 }  // namespace
@@ -148,10 +154,10 @@ Core::Core(RuntimeOptions options)
     }
     // CAF reads them at the first connect, where a file it cannot load only
     // shows as a handshake that never completes (connect_timeout later).
-    for (const auto& [field, path] : {std::pair{"cert", &tls.cert}, {"key", &tls.key}, {"ca", &tls.ca}})
-      if (std::ifstream file(*path, std::ios::binary); !file || file.peek() == std::ifstream::traits_type::eof())
-        throw Error(Errc::invalid_argument, std::string("RuntimeOptions::tls.") + field + " '" + *path +
-                                                "': cannot read (missing, empty or a directory)");
+    if (auto why = check_tls_files({tls.cert, "RuntimeOptions::tls.cert"}, {tls.key, "RuntimeOptions::tls.key"},
+                                   {tls.ca, "RuntimeOptions::tls.ca"});
+        !why.empty())
+      throw Error(Errc::invalid_argument, why);
     config_.load<caf::openssl::manager>();
     config_.openssl_certificate = tls.cert;
     config_.openssl_key = tls.key;
@@ -280,6 +286,10 @@ void Core::start() {
       log_.log(LogLevel::warn, [&] { return std::string(e.what()) + "; tracing is off"; });
     }
   }
+  if (options_.cpu_threads > backends::max_cpu_threads)
+    throw Error(Errc::invalid_argument, "RuntimeOptions::cpu_threads is " + std::to_string(options_.cpu_threads) +
+                                            ": at most " + std::to_string(backends::max_cpu_threads) +
+                                            " kernel threads per cpu device");
   {
     std::lock_guard add_lock(add_mutex_);
     for (const auto& [name, kind, index] : plan) {
@@ -472,6 +482,13 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
     self->request(w.entry, std::chrono::seconds(10), peer_atom::value, host, port)
         .receive([](done_atom) {}, [](caf::error&) { /* bridges then relay via this client: slower, still correct */ });
   }
+  // All of the worker's devices or none: a connect that fails leaves no
+  // half of them registered.
+  if (device_count() + names.size() > max_devices)
+    throw Error(Errc::invalid_argument, "connect to " + address + ": its " + std::to_string(names.size()) +
+                                            " devices would pass the " + std::to_string(max_devices) +
+                                            " device slots a runtime has (" + std::to_string(device_count()) +
+                                            " used, lost devices included)");
   Worker worker{host, port, *entry, {}, node, nullptr};
   if (lane_port != 0 && options_.bulk_lane_min_bytes > 0 && !options_.tls.enabled()) {
     std::string why;

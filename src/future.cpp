@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -64,6 +65,38 @@ bool CompletionCore::wait_for(std::chrono::nanoseconds timeout) const {
   return sync().completed.wait_for(lock, timeout, [&] { return done_; });
 }
 
+namespace {
+// Continuations run one after another, not one inside another: completing
+// a future inside a continuation queues what it starts on this thread, and
+// the outermost run takes the queue until it is empty. A chain of 100,000
+// `then`s completed recursively overflowed the stack of whichever thread
+// completed its head (a runner's included).
+struct Trampoline {
+  bool running = false;
+  std::deque<Task> queued;
+};
+thread_local Trampoline trampoline;
+
+void run_continuation(Task f) {
+  auto& t = trampoline;
+  if (t.running) {
+    t.queued.push_back(std::move(f));
+    return;
+  }
+  t.running = true;
+  struct Done {
+    Trampoline& t;
+    ~Done() { t.running = false; }
+  } done{t};
+  f();
+  while (!t.queued.empty()) {
+    Task next = std::move(t.queued.front());
+    t.queued.pop_front();
+    next();
+  }
+}
+}  // namespace
+
 void CompletionCore::on_complete(Task f) {
   {
     std::lock_guard lock(sync().mutex);
@@ -72,7 +105,7 @@ void CompletionCore::on_complete(Task f) {
       return;
     }
   }
-  f();
+  run_continuation(std::move(f));
 }
 
 void CompletionCore::complete(void (*assign)(void*), void* context) {
@@ -85,7 +118,7 @@ void CompletionCore::complete(void (*assign)(void*), void* context) {
     continuations.swap(continuations_);
   }
   sync().completed.notify_all();
-  for (auto& c : continuations) c();
+  for (auto& c : continuations) run_continuation(std::move(c));
 }
 
 void CompletionCore::locked(void (*fn)(void*), void* context) const {

@@ -157,9 +157,15 @@ Tensor Device::zeros(Shape shape, DType dtype) const { return full(std::move(sha
 Tensor Device::ones(Shape shape, DType dtype) const { return full(std::move(shape), 1, dtype); }
 
 Tensor Device::arange(double start, double end, double step, DType dtype) const {
-  if (step == 0 || std::isnan(step) || std::isnan(start) || std::isnan(end))
-    throw Error(Errc::invalid_argument, "arange: step must be non-zero and bounds finite");
-  auto n = static_cast<int64_t>(std::max(0.0, std::ceil((end - start) / step)));
+  if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(end))
+    throw Error(Errc::invalid_argument, "arange: step must be non-zero and finite, and bounds finite");
+  const double count = std::max(0.0, std::ceil((end - start) / step));
+  // Checked as a double: a count of 2^63 or more does not convert.
+  if (!(count < 9223372036854775808.0))
+    throw Error(Errc::shape_mismatch, "arange(" + std::to_string(start) + ", " + std::to_string(end) + ", " +
+                                          std::to_string(step) + "): " + std::to_string(count) +
+                                          " elements, more than a tensor can hold");
+  auto n = static_cast<int64_t>(count);
   auto ir = new_tensor(core_of(core_), Shape{n}, dtype);
   return create(core_, id_, ir, FillOp{FillKind::arange, ir, start, step});
 }

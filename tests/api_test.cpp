@@ -223,3 +223,70 @@ TEST_CASE("connect to a port nobody listens on reports worker_unreachable", "[ap
     CHECK(e.code() == sy::Errc::worker_unreachable);
   }
 }
+
+TEST_CASE("item and to_vector convert as a cast to the type's dtype would", "[api]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> xs = {nan, inf, -inf, 1e10, -1e10, 3e9, -2.7, 300.5, 70000.0, 1e19, -1e19};
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto x = d.tensor<double>(xs, {static_cast<int64_t>(xs.size())});
+    CHECK(values<int32_t>(x) == values<int32_t>(x.cast(DType::i32)));
+    CHECK(values<int64_t>(x) == values<int64_t>(x.cast(DType::i64)));
+    CHECK(values<uint8_t>(x) == values<uint8_t>(x.cast(DType::u8)));
+    CHECK(values<int16_t>(x) == values<int16_t>(x.cast(DType::i16)));
+    CHECK(values<int8_t>(x) == values<int8_t>(x.cast(DType::i8)));
+    CHECK(values<bool>(x) == values<bool>(x.cast(DType::boolean)));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      auto one = x.slice(0, {static_cast<int64_t>(i), static_cast<int64_t>(i + 1)}).reshape({});
+      CHECK(one.item<int32_t>() == one.cast(DType::i32).item<int32_t>());
+    }
+    // From f32 and f16 as well.
+    auto f = x.cast(DType::f32);
+    CHECK(values<int32_t>(f) == values<int32_t>(f.cast(DType::i32)));
+    auto h = d.tensor<double>({nan, 65504.0, -3.5}, {3}).cast(DType::f16);
+    CHECK(values<int32_t>(h) == values<int32_t>(h.cast(DType::i32)));
+  }
+}
+
+TEST_CASE("arange refuses counts a tensor cannot hold and infinite bounds, naming itself", "[api]") {
+  auto d = devices().front();
+  for (double end : {1e300, 1e19}) {
+    try {
+      (void)d.arange(0, end, 1);
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::shape_mismatch);
+      CHECK(std::string(e.what()).find("arange") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_AS(d.arange(0, 1, 1e-300), sy::Error);
+  for (double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    try {
+      (void)d.arange(0, bad, 1);
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+    }
+  }
+  CHECK(values<float>(d.arange(0, 3, 1)) == std::vector<float>{0, 1, 2});
+}
+
+TEST_CASE("a runtime refuses more kernel threads or devices than a process can hold, naming the option", "[api]") {
+  try {
+    sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0"}, .cpu_threads = 100000});
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::invalid_argument);
+    CHECK(std::string(e.what()).find("cpu_threads") != std::string::npos);
+  }
+  for (const char* star : {"cpu:*", "reference:*"}) {
+    try {
+      sy::Runtime rt(sy::RuntimeOptions{.devices = {star}});
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK(std::string(e.what()).find(star) != std::string::npos);
+    }
+  }
+}

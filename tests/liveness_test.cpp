@@ -504,3 +504,95 @@ TEST_CASE("8 client threads doing round trips on one device each get their own r
   CHECK(wrong == 0);
   REQUIRE(cpu.sync().wait_for(30s));
 }
+
+// --- found by the session-22 audit --------------------------------------------
+
+TEST_CASE("a Runtime used from another runtime's continuation is destroyed without waiting for that thread",
+          "[liveness][lifetime]") {
+  Watchdog watchdog(60s, "~Runtime after a cross-runtime continuation");
+  Runtime a({.devices = {"cpu:0"}});
+  auto b = std::make_unique<Runtime>(RuntimeOptions{.devices = {"cpu:0"}});
+  auto b_cpu = b->device("cpu:0");
+  // Runs on a's runner thread: calls that return at once are allowed there.
+  auto used = a.device("cpu:0").ones({4}).read().then([b_cpu](TensorData) {
+    (void)b_cpu.stats();
+    (void)b_cpu.trim();
+    return 1;
+  });
+  REQUIRE(used.wait_for(30s));
+  CHECK(used.get() == 1);
+  const auto t0 = Clock::now();
+  b.reset();  // a's runner thread lives on
+  CHECK(ms_since(t0) < 10000);
+  CHECK((a.device("cpu:0").ones({2}) * 3.0).to_vector<float>() == std::vector<float>{3, 3});
+}
+
+TEST_CASE("a chain of 100000 continuations completes without growing the stack", "[liveness][future]") {
+  Watchdog watchdog(60s, "a long then chain");
+  {
+    Promise<int> p;
+    auto f = p.future();
+    for (int i = 0; i < 100000; ++i) f = f.then([](int x) { return x + 1; });
+    p.set_value(0);
+    REQUIRE(f.wait_for(30s));
+    CHECK(f.get() == 100000);
+  }
+  {
+    // Completed on a runner thread, whose stack is smaller than main's.
+    Runtime rt({.devices = {"cpu:0"}});
+    auto f = rt.device("cpu:0").ones({1}).read().then([](TensorData d) { return static_cast<int>(d.numel()); });
+    std::atomic<bool> gate{false};
+    auto head = f.then([&gate](int x) {
+      while (!gate.load()) std::this_thread::yield();
+      return x;
+    });
+    auto tail = head;
+    for (int i = 0; i < 100000; ++i) tail = tail.then([](int x) { return x + 1; });
+    gate = true;
+    REQUIRE(tail.wait_for(30s));
+    CHECK(tail.get() == 100001);
+  }
+}
+
+TEST_CASE("continuations of one completion run in order, each after the one that started it", "[liveness][future]") {
+  Promise<void> p;
+  std::vector<int> order;
+  auto f = p.future();
+  auto first = f.then([&] {
+    order.push_back(1);
+    Promise<void> inner;
+    auto g = inner.future().then([&] { order.push_back(3); });
+    inner.set_value();
+    order.push_back(2);  // the inner continuation waits until this one returns
+  });
+  auto second = f.then([&] { order.push_back(4); });
+  p.set_value();
+  REQUIRE(second.wait_for(5s));
+  CHECK(order == std::vector<int>{1, 2, 3, 4});
+}
+
+TEST_CASE("a continuation returning an empty future fails its result instead of crashing", "[liveness][future]") {
+  Promise<int> p;
+  auto f = p.future().then([](int) { return Future<int>{}; });
+  p.set_value(1);
+  REQUIRE(f.wait_for(5s));
+  CHECK(error_message_of([&] { (void)f.get(); }).find("empty Future") != std::string::npos);
+  Runtime rt({.devices = {"cpu:0"}});
+  auto g = rt.device("cpu:0").ones({1}).read().then([](TensorData) { return Future<void>{}; });
+  REQUIRE(g.wait_for(30s));
+  CHECK_THROWS_AS(g.get(), Error);
+}
+
+TEST_CASE("wait_for saturates on both sides", "[liveness][future]") {
+  Promise<int> p;
+  auto f = p.future();
+  const auto t0 = Clock::now();
+  CHECK_FALSE(f.wait_for(std::chrono::hours(-3000000)));
+  CHECK_FALSE(f.wait_for(std::chrono::hours::min()));
+  CHECK_FALSE(f.wait_for(std::chrono::nanoseconds::min()));
+  CHECK_FALSE(f.wait_for(-1ms));
+  CHECK(ms_since(t0) < 1000);
+  p.set_value(3);
+  CHECK(f.wait_for(std::chrono::hours(-1)));
+  CHECK(f.wait_for(std::chrono::hours::max()));
+}

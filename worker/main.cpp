@@ -127,7 +127,7 @@ void add_options(CLI::App& app, WorkerOptions& o) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
   app.add_option("--threads", o.threads, "kernel threads per CPU device (0: the usable CPUs split among them)")
-      ->check(integer_in<size_t>(0, most))
+      ->check(integer_in<size_t>(0, backends::max_cpu_threads))
       ->capture_default_str();
   app.add_flag("--cuda-allow-tf32", o.cuda_allow_tf32,
                "f32 matmul on cuda devices may use TF32 tensor cores (off: f32-exact, as RuntimeOptions)");

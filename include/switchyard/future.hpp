@@ -315,16 +315,20 @@ class Future {
   /// Waits at most `d`; true when the result is ready.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
-    // Saturates instead of overflowing: wait_for(hours::max()) waits for ever.
-    const bool beyond = std::chrono::duration<double, std::nano>(d).count() >=
-                        static_cast<double>(std::chrono::nanoseconds::max().count());
+    // Saturates instead of overflowing, both ways: wait_for(hours::max())
+    // waits for ever, wait_for(hours::min()) not at all.
+    const double ns = std::chrono::duration<double, std::nano>(d).count();
+    if (!(ns > 0)) return check().wait_for(std::chrono::nanoseconds(0));
+    const bool beyond = ns >= static_cast<double>(std::chrono::nanoseconds::max().count());
     return check().wait_for(beyond ? std::chrono::nanoseconds::max() : std::chrono::ceil<std::chrono::nanoseconds>(d));
   }
   /// Waits until the result is ready (same rule as get() on runtime threads).
   void wait() const { check().wait(); }
 
   /// Chains `f` without blocking a thread: f(T) (or f() for void) runs on
-  /// the thread that completes this future, or at once if it is complete.
+  /// the thread that completes this future, or at once if it is complete
+  /// (inside another continuation: right after that one returns, so a
+  /// chain of any length completes without growing the stack).
   /// Failures skip `f` and propagate; an exception thrown by `f` fails the
   /// returned future. `f` may be move-only. It must not block: it may run on
   /// a runtime thread. A continuation returning a `Future<U>` gives `Future<U>`.
@@ -338,6 +342,7 @@ class Future {
       check().on_complete(detail::Task([src, next, f = std::move(f)]() mutable {
         try {
           U inner = invoke_with_value(f, *src);
+          if (!inner.state_) throw Error(Errc::invalid_argument, "then: the continuation returned an empty Future");
           inner.on_complete_impl([inner_state = inner.state_, next](std::exception_ptr e) {
             if (e) {
               next.set_error(e);

@@ -36,7 +36,7 @@ struct RuntimeOptions {
   std::vector<std::string> devices = {"cpu:0", "cuda:*"};
   /// Kernel threads per CPU device; 0 splits the CPUs this process may use
   /// (its affinity mask, capped by the cgroup CPU quota) evenly among the
-  /// CPU devices (so two devices never oversubscribe them).
+  /// CPU devices (so two devices never oversubscribe them). At most 1024.
   size_t cpu_threads = 0;
   /// Cap on the tensor bytes each CUDA device holds (0: none, the GPU's
   /// memory is the limit). An op that would exceed it fails with

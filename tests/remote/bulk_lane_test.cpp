@@ -418,3 +418,52 @@ TEST_CASE("the lane writes a read's bytes to its client and refuses clients it d
   REQUIRE(body.size() == v.size() * 4);
   CHECK(std::memcmp(body.data(), v.data(), body.size()) == 0);
 }
+
+TEST_CASE("a worker killed during a lane read fails the read with device lost", "[remote][bulk]") {
+  auto w = std::make_unique<WorkerProcess>(std::vector<std::string>{"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(lane_client());
+  rt.connect(w->host(), w->port());
+  auto remote = rt.device(w->address() + "/cpu:0");
+  auto big = remote.ones({int64_t{64} << 20});  // 256 MiB
+  remote.sync().get();
+  std::vector<sy::Future<sy::TensorData>> reads;
+  for (int i = 0; i < 4; ++i) reads.push_back(big.read());
+  std::this_thread::sleep_for(50ms);
+  w->stop(SIGKILL);
+  for (auto& r : reads) {
+    REQUIRE(r.wait_for(20s));
+    // Either it came whole before the kill, or it failed as lost.
+    size_t got = 0;
+    auto code = sy::Errc{};
+    try {
+      got = r.get().bytes.size();
+    } catch (const sy::Error& e) {
+      code = e.code();
+    }
+    CHECK((got == size_t{256} << 20 || code == sy::Errc::device_lost));
+  }
+  CHECK(rt.device("cpu:0").ones({2}).to_vector<float>() == std::vector<float>{1, 1});
+}
+
+TEST_CASE("a connect whose devices would pass the runtime's slots adds none of them", "[remote]") {
+  std::string many = "--devices=";
+  for (int i = 0; i < 512; ++i) many += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  sy::Runtime rt(lane_client());
+  {
+    WorkerProcess w({many, "--threads=1"});
+    CHECK(rt.connect(w.host(), w.port()).size() == 512);
+    w.stop(SIGKILL);
+    for (int i = 0; i < 200 && rt.devices().size() > 1; ++i) std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(rt.devices().size() == 1);  // lost devices keep their slots, unlisted
+  WorkerProcess again({many, "--threads=1"});
+  try {
+    (void)rt.connect(again.host(), again.port());
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::invalid_argument);
+    CHECK(std::string(e.what()).find("device slots") != std::string::npos);
+  }
+  CHECK(rt.devices().size() == 1);
+  CHECK(rt.device("cpu:0").ones({2}).to_vector<float>() == std::vector<float>{1, 1});
+}

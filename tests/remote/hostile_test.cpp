@@ -300,6 +300,7 @@ TEST_CASE("tensors larger than --max-message-bytes cross in parts: uploads, read
   WorkerProcess w2({"--devices=cpu:0", "--threads=1", "--max-message-bytes=1048576"});
   auto options = client_options();
   options.transfer_chunk_bytes = 256 * 1024;
+  options.bulk_lane_min_bytes = 0;  // parts over BASP, not the bulk lane
   sy::Runtime rt(options);
   rt.connect(w1.host(), w1.port());
   rt.connect(w2.host(), w2.port());
@@ -539,6 +540,9 @@ TEST_CASE("missing unreadable or broken TLS files stop the worker at start", "[r
     cases.push_back({"--cert=" + d + "/a.pem --key=" + d + "/a.key --ca=" + d + "/missing-ca.pem",
                      "--ca '" + d + "/missing-ca.pem': cannot read"});
   }
+  // Limits a process cannot hold.
+  cases.push_back({"--threads=100000", "--threads"});
+  cases.push_back({"--devices=cpu:*", "more than the 1024 a process holds"});
   for (const auto& c : cases) {
     auto [rc, out] = run_worker_to_exit(c.args);
     INFO(c.args << "\n" << out);

@@ -330,6 +330,7 @@ TEST_CASE("reads in parts: concurrent readers of one tensor each get it whole an
   auto w = std::make_unique<WorkerProcess>(std::vector<std::string>{"--devices=cpu:0", "--threads=1"});
   auto options = local_cpu();
   options.transfer_chunk_bytes = 64 * 1024;
+  options.bulk_lane_min_bytes = 0;  // parts over BASP, not the bulk lane
   sy::Runtime rt(options);
   rt.connect(w->host(), w->port());
   auto name = w->address() + "/cpu:0";
@@ -364,6 +365,7 @@ TEST_CASE("reads in parts: concurrent readers of one tensor each get it whole an
     WorkerProcess odd_worker({"--devices=cpu:0", "--threads=1", "--transfer-chunk-bytes=1000"});
     auto odd_options = local_cpu();
     odd_options.transfer_chunk_bytes = 1000;
+    odd_options.bulk_lane_min_bytes = 0;  // parts over BASP, not the bulk lane
     sy::Runtime odd(odd_options);
     odd.connect(odd_worker.host(), odd_worker.port());
     auto there = odd.device(odd_worker.address() + "/cpu:0");
@@ -384,6 +386,7 @@ TEST_CASE("reads in parts: concurrent readers of one tensor each get it whole an
   // dies mid-read.
   auto options_small = local_cpu();
   options_small.transfer_chunk_bytes = 8 * 1024;
+  options_small.bulk_lane_min_bytes = 0;  // parts over BASP, not the bulk lane
   sy::Runtime rt2(options_small);
   rt2.connect(w->host(), w->port());
   auto big = rt2.device(name).arange(0, int64_t{32} << 20);
@@ -771,6 +774,21 @@ TEST_CASE("TLS options with a part missing are refused at construction naming it
     } catch (const sy::Error& e) {
       CHECK(e.code() == sy::Errc::invalid_argument);
       CHECK_THAT(e.what(), Catch::Contains(named) && Catch::Contains("cannot read"));
+    }
+  }
+  // Readable but not a certificate: refused at construction too (CAF's
+  // manager printed an exception to stdout at the first connect, and the
+  // connect timed out without naming the file).
+  {
+    sy::RuntimeOptions o;
+    o.devices = {"cpu:0"};
+    o.tls = {d + "/some.pem", d + "/some.pem", d + "/some.pem"};
+    try {
+      sy::Runtime rt(std::move(o));
+      FAIL("a runtime started with a certificate that is none");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Contains("tls.cert '" + d + "/some.pem': not a usable PEM certificate"));
     }
   }
   fs::remove_all(dir);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,7 @@
 // CAF-free (a public header uses it); its inspect overload is in inspect.hpp.
 #include "switchyard/messages/bytes.hpp"
 #include "switchyard/messages/dtype.hpp"
+#include "switchyard/messages/scalar.hpp"
 #include "switchyard/messages/shape.hpp"
 
 namespace switchyard {
@@ -58,7 +60,31 @@ struct TensorData {
     check_dtype(dtype_of_v<T>);
     return {bytes.as<const T>(), static_cast<size_t>(numel())};
   }
-  /// Copy converted to T (any dtype to any arithmetic T).
+  /// Element `v` of a tensor as T, by the rule of a cast to T's dtype
+  /// (scalar.hpp, README "Casts"): a float truncates toward zero through
+  /// int64 (through int32 for a signed T of 1 or 2 bytes), and NaN, ±inf
+  /// and values beyond become that type's minimum, then wrap to T; a plain
+  /// static_cast is undefined there.
+  template <class T, class S>
+  [[nodiscard]] static T element_as(S v) noexcept {
+    if constexpr (std::is_same_v<T, bool>) {
+      return static_cast<double>(v) != 0.0;
+    } else if constexpr (std::is_integral_v<T> && !std::is_integral_v<S>) {
+      const auto d = static_cast<double>(v);
+      if constexpr (std::is_signed_v<T> && sizeof(T) <= 2) {
+        const bool fits = d >= -2147483648.0 && d < 2147483648.0;
+        return static_cast<T>(fits ? static_cast<int32_t>(d) : std::numeric_limits<int32_t>::min());
+      } else {
+        return static_cast<T>(float_to_int64(d));
+      }
+    } else {
+      // NOLINTNEXTLINE(bugprone-signed-char-misuse): i8 elements are numbers, sign extension is meant
+      return static_cast<T>(v);
+    }
+  }
+
+  /// Copy converted to T (any dtype to any arithmetic T), each element as
+  /// element_as: the values a cast to T's dtype would give.
   template <class T>
   [[nodiscard]] std::vector<T> to_vector() const {
     std::vector<T> out(static_cast<size_t>(numel()));
@@ -70,8 +96,7 @@ struct TensorData {
         for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i] != 0);
       } else {
         const S* src = bytes.as<const S>();
-        // NOLINTNEXTLINE(bugprone-signed-char-misuse): i8 elements are numbers, sign extension is meant
-        for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(src[i]);
+        for (size_t i = 0; i < out.size(); ++i) out[i] = element_as<T>(src[i]);
       }
     });
     return out;
