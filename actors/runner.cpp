@@ -76,6 +76,7 @@ struct RunnerState {
   struct EarlyImport {
     caf::expected<TensorData> data;
     caf::node_id owner;
+    bool bridged = true;
   };
   std::unordered_map<TensorId, EarlyImport> early_imports;
   // Imports arriving in parts: what came so far. Memory is only what a peer
@@ -570,7 +571,7 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
   auto it = st.table.find(id);
   if (it == nullptr) {
     // The data overtook its expect message (different senders): keep it.
-    st.early_imports.try_emplace(id, RunnerState::EarlyImport{std::move(data), owner});
+    st.early_imports.try_emplace(id, RunnerState::EarlyImport{std::move(data), owner, bridged});
     return;
   }
   if (it->state != Entry::State::pending) {
@@ -1027,8 +1028,9 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         if (!inserted) return;  // duplicate id from a misbehaving client
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
           auto data = std::move(early->second.data);
+          const bool bridged = early->second.bridged;
           st.early_imports.erase(early);
-          import(self, ir.id, std::move(data));
+          import(self, ir.id, std::move(data), bridged);
         }
       },
       [self](import_atom, TensorId id, TensorData& data) { import(self, id, std::move(data)); },

@@ -23,7 +23,8 @@ endforeach()
 # usage requirements of the static one.
 # No CUDA library: the CUDA backend is a module loaded at run time
 # (libswitchyard-backend-cuda.so, installed next to the library).
-set(_switchyard_link_deps CAF::core CAF::io CAF::openssl BLAS::BLAS hwy::hwy Threads::Threads ${CMAKE_DL_LIBS})
+set(_switchyard_link_deps CAF::core CAF::io CAF::openssl OpenSSL::SSL BLAS::BLAS hwy::hwy Threads::Threads
+  ${CMAKE_DL_LIBS})
 
 # 0.x: every minor release may break the ABI.
 set(SWITCHYARD_SOVERSION "${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}")
@@ -98,7 +99,7 @@ install(FILES "${PROJECT_BINARY_DIR}/SwitchyardConfig.cmake" "${PROJECT_BINARY_D
 
 # pkg-config: the shared library by default; `--static` adds what the
 # static archive needs.
-set(SWITCHYARD_PC_LIBS_PRIVATE "-lcaf_io -lcaf_openssl -lcaf_core -lopenblas -lhwy -lpthread -ldl")
+set(SWITCHYARD_PC_LIBS_PRIVATE "-lcaf_io -lcaf_openssl -lcaf_core -lssl -lcrypto -lopenblas -lhwy -lpthread -ldl")
 # Relative to the .pc file, so the tree stays usable wherever --prefix puts it.
 file(RELATIVE_PATH SWITCHYARD_PC_PREFIX_FROM_PCDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file("${PROJECT_SOURCE_DIR}/cmake/switchyard.pc.in" "${PROJECT_BINARY_DIR}/switchyard.pc" @ONLY)

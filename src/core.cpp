@@ -755,6 +755,7 @@ void Core::submit(DeviceId device, OperationIr&& op) {
   }
   after_queued(device, q, sent, arm);
 }
+
 void Core::queued_locked(DeviceId device, Queue& q, bool& sent, bool& arm) {
   if (q.ops.size() >= options_.max_batch)
     sent = send_locked(device, q);

@@ -33,14 +33,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-sy::RuntimeOptions lane_client() {
-  sy::RuntimeOptions o;
-  o.devices = {"cpu:0"};
-  o.cpu_threads = 1;
-  o.connect_timeout = 10s;
-  o.remote_timeout = 30s;
-  return o;
-}
+// The hostile tests' client (hostile_test.cpp), here with the bulk lane on
+// by default.
+sy::RuntimeOptions lane_client() { return sy::testing::remote_client_options(); }
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -158,14 +158,7 @@ double cpu_seconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-sy::RuntimeOptions client_options() {
-  sy::RuntimeOptions o;
-  o.devices = {"cpu:0"};
-  o.cpu_threads = 1;
-  o.connect_timeout = 10s;
-  o.remote_timeout = 30s;
-  return o;
-}
+sy::RuntimeOptions client_options() { return sy::testing::remote_client_options(); }
 
 /// One legitimate client session: connect, run an op, check it, leave.
 bool legit_session(const WorkerProcess& w, std::string* error = nullptr,

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "switchyard/runtime.hpp"
+
 extern char** environ;
 
 namespace switchyard::testing {
@@ -88,6 +90,17 @@ class ChildProcess {
   pid_t pid_ = -1;
   int out_ = -1;
 };
+
+/// A client with one cpu device on one kernel thread and the deadlines the
+/// remote tests use: connect within 10 s, every remote request within 30 s.
+inline RuntimeOptions remote_client_options() {
+  RuntimeOptions o;
+  o.devices = {"cpu:0"};
+  o.cpu_threads = 1;
+  o.connect_timeout = std::chrono::seconds(10);
+  o.remote_timeout = std::chrono::seconds(30);
+  return o;
+}
 
 class WorkerProcess : public ChildProcess {
  public:
