@@ -111,11 +111,13 @@ class ThreadLoggerGuard {
   ThreadLoggerGuard(const ThreadLoggerGuard&) = delete;
   ThreadLoggerGuard& operator=(const ThreadLoggerGuard&) = delete;
   ~ThreadLoggerGuard() {
-    if (caf::logger::current_logger() != before_) caf::logger::set_current_actor_system(nullptr);
+    if (static_cast<const void*>(caf::logger::current_logger()) != before_)
+      caf::logger::set_current_actor_system(nullptr);
   }
 
  private:
-  const caf::logger* before_;
+  // Which logger the thread had: only compared, never used (it may be gone).
+  const void* before_;
 };
 
 }  // namespace
@@ -735,7 +737,7 @@ void Core::submit(DeviceId device, OperationIr&& op) {
       // ops after it wait for the data); the bytes take the lane.
       send_locked(device, q);
       caf::anon_send(router_, expect_atom::value, device, upload->out);
-      auto resend = [router = router_, device, id = upload->out.id, chunk](TensorData data) {
+      auto resend = [router = router_, device, id = upload->out.id, chunk](const TensorData& data) {
         send_parts(router, device, id, data, chunk);
       };
       if (!lane->upload(slots_[device].remote_index, upload->out.id, upload->data, false, resend)) resend(upload->data);
@@ -975,7 +977,7 @@ bool Core::bulk_export(const caf::actor_addr& target, TensorId dst, const Tensor
     auto* lane = lane_for(d, data.bytes.size());
     if (lane == nullptr) return false;
     // The bridge's expect went to the device before the export (Core::bridge).
-    auto resend = [router = router_, d, dst, chunk = options_.transfer_chunk_bytes](TensorData bytes) {
+    auto resend = [router = router_, d, dst, chunk = options_.transfer_chunk_bytes](const TensorData& bytes) {
       send_parts(router, d, dst, bytes, chunk, true);
     };
     return lane->upload(s.remote_index, dst, data, true, std::move(resend));

@@ -93,7 +93,9 @@ struct LaneConnection : std::enable_shared_from_this<LaneConnection> {
     if (closed) return;
     closed = true;
     if (counter != nullptr) lane.count(counter);
-    if (!why.empty() && lane.warn) lane.warn("bulk lane: closing the connection of " + peer() + ": " + why);
+    // Refusals before a token are only counted: a flood would flood the log.
+    if (!why.empty() && admitted && lane.warn)
+      lane.warn("bulk lane: closing the connection of " + peer() + ": " + why);
     boost::system::error_code ec;
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
