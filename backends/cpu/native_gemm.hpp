@@ -7,6 +7,7 @@
 // and the work-item loop that spreads result tiles over the device's pool.
 
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -31,10 +32,16 @@ class NativeKernelSwitch {
   void count_run() noexcept { runs_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  // "0", "off", "false" or "no", in any case (a value such as "false" that
+  // was silently ignored read as a switch that did nothing).
   static bool off(const char* env) noexcept {
     const char* v = std::getenv(env);
-    const std::string_view s = v == nullptr ? "" : v;
-    return s == "0" || s == "off" || s == "OFF";
+    std::string_view s = v == nullptr ? "" : v;
+    if (s.size() > 5) return false;
+    char lower[6] = {};
+    for (size_t i = 0; i < s.size(); ++i) lower[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
+    s = std::string_view(lower, s.size());
+    return s == "0" || s == "off" || s == "false" || s == "no";
   }
 
   const bool supported_;
