@@ -825,6 +825,16 @@ void take_in(Self self, std::vector<OperationIr>& ops, bool local) {
   }
 }
 
+// The ops that came with a local client's request (read, sync), taken in
+// first; the request counts as one batch taken in either way, as the client
+// counted it sent (Core::ask_local).
+void take_in_request(Self self, std::vector<OperationIr>& ops) {
+  if (!ops.empty())
+    take_in(self, ops, true);
+  else if (self->state.batches_done)
+    self->state.batches_done->fetch_add(1, std::memory_order_release);
+}
+
 // Bridge, source side: sends tensor `id`, once resolved, to `target` as its
 // import `dst`; `done` hears when it left, or why it could not.
 void export_tensor(Self self, TensorId id, runner_actor target, TensorId dst,
@@ -929,7 +939,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return rp;
       },
       [self](read_atom, TensorId id, std::vector<OperationIr>& ops, LocalReply<TensorData>& reply) {
-        if (!ops.empty()) take_in(self, ops, true);
+        take_in_request(self, ops);
         read_when_resolved(self, id, reply.deliver);
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
@@ -1001,7 +1011,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return rp;
       },
       [self](sync_atom, std::vector<OperationIr>& ops, LocalReply<done_atom>& reply) {
-        if (!ops.empty()) take_in(self, ops, true);
+        take_in_request(self, ops);
         self->state.syncs.emplace_back([deliver = std::move(reply.deliver)](const caf::error& err) {
           if (err)
             deliver(err);

@@ -921,7 +921,11 @@ Future<Value> Core::ask_local(DeviceId device, std::shared_ptr<const void> keep,
       return fut;
     }
     auto batch = take_batch_locked(q);
-    sent = !batch.empty();
+    // A request counts as a batch in flight even without ops (the runner
+    // counts it taken in likewise): a million fire-and-forget reads filled
+    // the runner's mailbox (623 MB) where ops would have waited for room.
+    if (batch.empty()) q.batches_sent.fetch_add(1, std::memory_order_release);
+    sent = true;
     caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), xs..., std::move(batch),
                    local_reply<Reply>(std::move(promise), std::move(keep), std::move(convert)));
   }
