@@ -617,6 +617,10 @@ TEST_CASE("reads fired without waiting wait for room as ops do so memory stays b
   std::printf("figure: %d reads fired without waiting: RSS %.1f -> peak %.1f MiB\n", reads, before / 1048576.0,
               peak / 1048576.0);
   // Before reads waited for room they queued in the runner's mailbox:
-  // about 600 MB per million.
+  // about 600 MB per million. Under ASan/TSan the resident set measures the
+  // sanitizer's quarantine of freed blocks, so the bound is checked in the
+  // plain builds only.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   CHECK(peak - before < (uint64_t{64} << 20));
+#endif
 }
