@@ -154,7 +154,6 @@ void BulkLaneClient::fail(const std::string& why, bool closing) {
   std::map<uint64_t, PendingRead> reads;
   {
     std::lock_guard lock(mutex_);
-    if (closing) stopping_ = true;
     if (failed_) {
       wake_.notify_all();
       return;

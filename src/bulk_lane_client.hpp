@@ -91,7 +91,6 @@ class BulkLaneClient {
   std::atomic<bool> alive_{true};
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
   bool failed_ = false;
   std::deque<Upload> queued_;              // not yet written
   std::map<uint64_t, Upload> unacked_;     // written, by tensor id

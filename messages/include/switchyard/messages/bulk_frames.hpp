@@ -19,7 +19,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -125,13 +124,12 @@ struct UploadPrefix {
 }
 
 [[nodiscard]] inline std::array<uint8_t, reply_header_bytes> encode(const ReplyHeader& h) {
-  std::vector<uint8_t> v;
-  v.reserve(reply_header_bytes);
-  detail::put(v, static_cast<uint8_t>(h.kind));
-  detail::put(v, h.number);
-  detail::put(v, h.bytes);
   std::array<uint8_t, reply_header_bytes> out{};
-  std::memcpy(out.data(), v.data(), out.size());
+  out[0] = static_cast<uint8_t>(h.kind);
+  for (size_t i = 0; i < 8; ++i) {
+    out[1 + i] = static_cast<uint8_t>(h.number >> (8 * i));
+    out[9 + i] = static_cast<uint8_t>(h.bytes >> (8 * i));
+  }
   return out;
 }
 
