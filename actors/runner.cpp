@@ -270,6 +270,8 @@ caf::expected<TensorData> to_caf(backends::Expected<TensorData>&& result) {
 backends::DeviceError current_exception_error(const std::string& what) {
   try {
     throw;
+  } catch (const HostAllocationFailed& ex) {
+    return {Errc::out_of_memory, what + ": " + ex.what()};
   } catch (const std::bad_alloc&) {
     return {Errc::out_of_memory, what + ": out of host memory"};
   } catch (const std::exception& ex) {

@@ -120,12 +120,36 @@ class ThreadLoggerGuard {
   const void* before_;
 };
 
+// Refused before anything starts: each of these used to be taken as given
+// and misbehave later (max_batch 0 sent every op alone, a zero flush interval
+// spun the flusher on a core, a negative deadline failed every read at once,
+// an out-of-range log level passed every message).
+void check_options(const RuntimeOptions& o) {
+  auto refuse = [](const std::string& field, const std::string& value, const std::string& rule) {
+    throw Error(Errc::invalid_argument, "RuntimeOptions::" + field + " is " + value + ": " + rule);
+  };
+  auto ms = [](auto d) { return std::to_string(d.count()) + " ms"; };
+  if (o.cpu_threads > backends::max_cpu_threads)
+    refuse("cpu_threads", std::to_string(o.cpu_threads),
+           "at most " + std::to_string(backends::max_cpu_threads) + " kernel threads per cpu device");
+  if (o.max_batch == 0) refuse("max_batch", "0", "at least 1 op per message");
+  if (o.flush_interval.count() <= 0)
+    refuse("flush_interval", std::to_string(o.flush_interval.count()) + " us", "must be positive");
+  if (o.idle_trim_after.count() < 0) refuse("idle_trim_after", ms(o.idle_trim_after), "must be >= 0 (0: never)");
+  if (o.remote_timeout.count() <= 0) refuse("remote_timeout", ms(o.remote_timeout), "must be positive");
+  if (o.connect_timeout.count() <= 0) refuse("connect_timeout", ms(o.connect_timeout), "must be positive");
+  if (o.shutdown_timeout.count() < 0) refuse("shutdown_timeout", ms(o.shutdown_timeout), "must be >= 0");
+  if (static_cast<unsigned>(o.log_level) > static_cast<unsigned>(LogLevel::off))
+    refuse("log_level", std::to_string(static_cast<unsigned>(o.log_level)), "not a LogLevel");
+}
+
 }  // namespace
 
 Core::Core(RuntimeOptions options)
     : options_(std::move(options)),
       log_(options_.log_level, options_.log_sink),
       slots_(std::make_unique<Slot[]>(max_devices)) {
+  check_options(options_);
   ThreadLoggerGuard logger_guard;
   std::random_device rd;
   // A random prefix keeps ids of different clients of one worker apart.
@@ -288,10 +312,6 @@ void Core::start() {
       log_.log(LogLevel::warn, [&] { return std::string(e.what()) + "; tracing is off"; });
     }
   }
-  if (options_.cpu_threads > backends::max_cpu_threads)
-    throw Error(Errc::invalid_argument, "RuntimeOptions::cpu_threads is " + std::to_string(options_.cpu_threads) +
-                                            ": at most " + std::to_string(backends::max_cpu_threads) +
-                                            " kernel threads per cpu device");
   {
     std::lock_guard add_lock(add_mutex_);
     for (const auto& [name, kind, index] : plan) {

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <type_traits>
@@ -270,6 +271,76 @@ TEST_CASE("arange refuses counts a tensor cannot hold and infinite bounds, namin
     }
   }
   CHECK(values<float>(d.arange(0, 3, 1)) == std::vector<float>{0, 1, 2});
+}
+
+TEST_CASE("an op whose output the host cannot hold fails with out_of_memory naming the bytes", "[api]") {
+  // Only where the kernel refuses what it cannot back (heuristic or strict
+  // overcommit): with overcommit_memory=1 the map would succeed and the fill
+  // would meet the OOM killer instead.
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  overcommit >> mode;
+  if (mode != 0 && mode != 2) {
+    WARN("skipped: vm.overcommit_memory is " << mode << ", so an 8 TiB map would not fail");
+    return;
+  }
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0"}});
+  auto d = rt.device("cpu:0");
+  const int64_t n = int64_t{1} << 40;  // the largest element count a shape may have: 8 TiB of f64
+  auto huge = d.zeros({n}, DType::f64);
+  try {
+    (void)huge.sum().item<double>();
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::out_of_memory);
+    CHECK_THAT(e.what(),
+               Catch::Contains("8796093022208 bytes") && Catch::Contains("8.0 TiB") && Catch::Contains("cpu:0"));
+  }
+  // The device goes on.
+  CHECK(values<double>(d.zeros({3}, DType::f64) + 1.0) == std::vector<double>{1, 1, 1});
+}
+
+TEST_CASE("a runtime refuses options it cannot honour at construction and names the field", "[api]") {
+  using namespace std::chrono_literals;
+  auto base = [] { return sy::RuntimeOptions{.devices = {"cpu:0"}}; };
+  std::vector<std::pair<std::string, sy::RuntimeOptions>> bad;
+  bad.emplace_back("max_batch", base());
+  bad.back().second.max_batch = 0;
+  for (auto us : {0us, -5us}) {
+    bad.emplace_back("flush_interval", base());
+    bad.back().second.flush_interval = us;
+  }
+  bad.emplace_back("idle_trim_after", base());
+  bad.back().second.idle_trim_after = -1ms;
+  for (auto ms : {0ms, -1ms}) {
+    bad.emplace_back("remote_timeout", base());
+    bad.back().second.remote_timeout = ms;
+    bad.emplace_back("connect_timeout", base());
+    bad.back().second.connect_timeout = ms;
+  }
+  bad.emplace_back("shutdown_timeout", base());
+  bad.back().second.shutdown_timeout = -1ms;
+  bad.emplace_back("log_level", base());
+  bad.back().second.log_level = static_cast<sy::LogLevel>(42);
+  for (auto& [field, options] : bad) {
+    INFO(field);
+    try {
+      sy::Runtime rt(std::move(options));
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK(std::string(e.what()).find("RuntimeOptions::" + field) != std::string::npos);
+    }
+  }
+  // The documented zeros stay allowed: no idle trim, no shutdown grace.
+  auto edge = base();
+  edge.idle_trim_after = 0ms;
+  edge.shutdown_timeout = 0ms;
+  edge.max_batch = 1;
+  edge.flush_interval = 1us;
+  sy::Runtime rt(std::move(edge));
+  auto d = rt.device("cpu:0");
+  CHECK(values<float>(d.arange(0, 3, 1) + 1.0) == std::vector<float>{1, 2, 3});
 }
 
 TEST_CASE("a runtime refuses more kernel threads or devices than a process can hold, naming the option", "[api]") {

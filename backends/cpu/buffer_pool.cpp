@@ -74,10 +74,10 @@ Bytes BufferPool::allocate(size_t size) {
   if (raw == nullptr) {
     try {
       raw = obtain(class_bytes);
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
       std::lock_guard lock(state_->mutex);
       state_->in_use -= class_bytes;
-      throw;
+      throw HostAllocationFailed(size);
     }
   }
   // The deleter holds the state alive, so buffers may outlive the pool.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "switchyard/messages/bytes.hpp"
 
+#include <cstdio>
 #include <new>
 
 #if defined(__linux__)
@@ -21,6 +22,18 @@ constexpr size_t huge_threshold = size_t{4} << 20;
 
 }  // namespace
 
+HostAllocationFailed::HostAllocationFailed(uint64_t bytes) noexcept : bytes_(bytes), what_{} {
+  const char* unit = "KiB";
+  double scaled = static_cast<double>(bytes) / 1024;
+  for (const char* next : {"MiB", "GiB", "TiB", "PiB"}) {
+    if (scaled < 1024) break;
+    scaled /= 1024;
+    unit = next;
+  }
+  (void)std::snprintf(what_, sizeof what_, "out of host memory allocating %llu bytes (%.1f %s)",
+                      static_cast<unsigned long long>(bytes), scaled, unit);
+}
+
 Bytes Bytes::allocate(size_t size) {
   // Round up so vector kernels may read whole cache lines at the tail.
   size_t rounded = (size + alignment - 1) / alignment * alignment;
@@ -28,7 +41,12 @@ Bytes Bytes::allocate(size_t size) {
   // small pages, so a block just over a boundary costs no extra memory.
   const bool huge = rounded >= huge_threshold;
   const std::align_val_t align{huge ? huge_page : alignment};
-  auto* raw = static_cast<std::byte*>(::operator new[](rounded == 0 ? alignment : rounded, align));
+  std::byte* raw = nullptr;
+  try {
+    raw = static_cast<std::byte*>(::operator new[](rounded == 0 ? alignment : rounded, align));
+  } catch (const std::bad_alloc&) {
+    throw HostAllocationFailed(size);
+  }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (huge) (void)::madvise(raw, rounded, MADV_HUGEPAGE);
 #endif

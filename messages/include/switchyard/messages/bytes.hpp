@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <type_traits>
 
 // CAF-free (a public header uses it); its inspect overload is in inspect.hpp.
@@ -16,6 +17,20 @@ namespace switchyard {
 namespace backends {
 struct KernelAccess;
 }
+
+/// Host memory the system refused, as a std::bad_alloc that says how much
+/// was asked for (an out_of_memory error then names the size).
+class HostAllocationFailed : public std::bad_alloc {
+ public:
+  explicit HostAllocationFailed(uint64_t bytes) noexcept;
+  [[nodiscard]] const char* what() const noexcept override { return what_; }
+  [[nodiscard]] uint64_t bytes() const noexcept { return bytes_; }
+
+ private:
+  uint64_t bytes_;
+  // Not a std::string: copying an exception must not throw.
+  char what_[96];
+};
 
 /// Shared, 64-byte aligned host memory. Copies share the block: a read
 /// result, the data a tensor was made from and the device's own buffer may
