@@ -47,6 +47,9 @@ const std::map<std::string, std::string, std::less<>> kDeviations = {
      "the data's 'like' is [1] where the model declares [3, 4]: run() refuses an input that contradicts its declared "
      "shape (as ONNX Runtime does)"},
     {"test_castlike_BFLOAT16_to_FLOAT_expanded", "as test_castlike_BFLOAT16_to_FLOAT"},
+    {"test_adam_multiple",
+     "the expected data was computed with epsilon 1e-2, but the node sets no epsilon, so the spec's default 1e-6 "
+     "applies (ONNX's adam.py; tests/onnx/loader_test.cpp runs the case with epsilon 1e-2 set)"},
 };
 
 struct Result {

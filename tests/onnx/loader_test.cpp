@@ -2564,3 +2564,240 @@ TEST_CASE("onnx: shape arithmetic through Mod Floor and Transpose stays on the h
     CHECK(model.cached_plans() == 1);
   }
 }
+
+namespace {
+
+void attr_f(pb::NodeProto& n, const std::string& name, float v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+// A model of one optimizer node, importing only the training domain, as
+// ONNX's own tests of these ops are.
+Builder training_model(int64_t version = 1) {
+  Builder m(13);
+  m.model.clear_opset_import();
+  auto* op = m.model.add_opset_import();
+  op->set_domain("ai.onnx.preview.training");
+  op->set_version(version);
+  return m;
+}
+
+pb::NodeProto& training_node(Builder& m, const std::string& op, std::vector<std::string> in,
+                             std::vector<std::string> out) {
+  auto& n = m.node(op, std::move(in), std::move(out), "step");
+  n.set_domain("ai.onnx.preview.training");
+  return n;
+}
+
+std::vector<double> read_doubles(const sy::Tensor& t) {
+  auto f = t.read();
+  REQUIRE(f.wait_for(kWait));
+  return f.get().to_vector<double>();
+}
+
+void check_near(const std::vector<double>& got, const std::vector<double>& want, double rtol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": " << got[i] << " against " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= rtol * std::abs(want[i]) + 1e-12);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("onnx: Adam over two tensors follows its update rule with bias correction and decay", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // Attributes are f32: the reference uses the values the node holds.
+  const double alpha = 0.95f, beta = 0.85f, eps = 1e-2f, norm = 0.001f, post = 0.25f, r = 0.1;
+  const int64_t t = GENERATE(0, 3);
+  auto m = training_model();
+  auto& n = training_node(m, "Adam", {"R", "T", "X1", "X2", "G1", "G2", "V1", "V2", "H1", "H2"},
+                          {"X1n", "X2n", "V1n", "V2n", "H1n", "H2n"});
+  attr_f(n, "alpha", 0.95f);
+  attr_f(n, "beta", 0.85f);
+  attr_f(n, "epsilon", 1e-2f);
+  attr_f(n, "norm_coefficient", 0.001f);
+  attr_f(n, "norm_coefficient_post", 0.25f);
+  m.input("R", pb::TensorProto::DOUBLE, {});
+  m.input("T", pb::TensorProto::INT64, {});
+  for (const char* x : {"X1", "G1", "V1", "H1"}) m.input(x, pb::TensorProto::DOUBLE, {int64_t{1}});
+  for (const char* x : {"X2", "G2", "V2", "H2"}) m.input(x, pb::TensorProto::DOUBLE, {int64_t{2}});
+  for (const char* y : {"X1n", "V1n", "H1n"}) m.output(y, pb::TensorProto::DOUBLE, {int64_t{1}});
+  for (const char* y : {"X2n", "V2n", "H2n"}) m.output(y, pb::TensorProto::DOUBLE, {int64_t{2}});
+  const std::vector<std::vector<double>> x{{1.0}, {1.0, 2.0}}, g{{-1.0}, {-1.0, -3.0}}, v{{2.0}, {4.0, 1.0}},
+      h{{0.5}, {1.0, 10.0}};
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev << ", T = " << t);
+    auto d = rt.device(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+    sy::onnx::TensorMap feeds{{"R", d.tensor<double>({r}, {})}, {"T", d.tensor<int64_t>({t}, {})}};
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string k = std::to_string(i + 1);
+      const sy::Shape s{static_cast<int64_t>(x[i].size())};
+      feeds.emplace("X" + k, d.tensor<double>(x[i], s));
+      feeds.emplace("G" + k, d.tensor<double>(g[i], s));
+      feeds.emplace("V" + k, d.tensor<double>(v[i], s));
+      feeds.emplace("H" + k, d.tensor<double>(h[i], s));
+    }
+    auto out = model.run(feeds);
+    // ONNX's reference (apply_adam), written out in double.
+    const double rate = t > 0 ? r * std::sqrt(1 - std::pow(beta, t)) / (1 - std::pow(alpha, t)) : r;
+    for (size_t i = 0; i < 2; ++i) {
+      std::vector<double> xw, vw, hw;
+      for (size_t j = 0; j < x[i].size(); ++j) {
+        const double gr = norm * x[i][j] + g[i][j];
+        vw.push_back(alpha * v[i][j] + (1 - alpha) * gr);
+        hw.push_back(beta * h[i][j] + (1 - beta) * gr * gr);
+        xw.push_back((1 - post) * (x[i][j] - rate * (vw.back() / (std::sqrt(hw.back()) + eps))));
+      }
+      const std::string k = std::to_string(i + 1);
+      check_near(read_doubles(out.at("X" + k + "n")), xw, 1e-6);
+      check_near(read_doubles(out.at("V" + k + "n")), vw, 1e-6);
+      check_near(read_doubles(out.at("H" + k + "n")), hw, 1e-6);
+    }
+  }
+}
+
+TEST_CASE("onnx: Adagrad and Momentum follow their update rules in f32", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto d = rt.cpu();
+  const std::vector<float> x{1.0f, -2.0f, 0.5f}, g{0.25f, -1.0f, 3.0f}, s{0.5f, 1.5f, 0.0f};
+  const int64_t t = 2;
+  const float r = 0.1f;
+  auto run = [&](Builder& m, const char* state) {
+    m.input("R", pb::TensorProto::FLOAT, {});
+    m.input("T", pb::TensorProto::INT64, {});
+    for (const char* v : {"X", "G", state}) m.input(v, pb::TensorProto::FLOAT, {int64_t{3}});
+    m.output("Xn", pb::TensorProto::FLOAT, {int64_t{3}});
+    m.output("Sn", pb::TensorProto::FLOAT, {int64_t{3}});
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+    auto out = model.run({{"R", d.tensor<float>({r}, {})},
+                          {"T", d.tensor<int64_t>({t}, {})},
+                          {"X", d.tensor<float>(x, {3})},
+                          {"G", d.tensor<float>(g, {3})},
+                          {state, d.tensor<float>(s, {3})}});
+    return std::pair{read_doubles(out.at("Xn")), read_doubles(out.at("Sn"))};
+  };
+  SECTION("Adagrad") {
+    auto m = training_model();
+    auto& n = training_node(m, "Adagrad", {"R", "T", "X", "G", "H"}, {"Xn", "Sn"});
+    attr_f(n, "decay_factor", 0.1f);
+    attr_f(n, "epsilon", 1e-5f);
+    attr_f(n, "norm_coefficient", 0.001f);
+    auto [xn, hn] = run(m, "H");
+    std::vector<double> xw, hw;
+    const double rate = r / (1 + t * 0.1);
+    for (size_t j = 0; j < 3; ++j) {
+      const double gr = 0.001 * x[j] + g[j];
+      hw.push_back(s[j] + gr * gr);
+      xw.push_back(x[j] - rate * gr / (std::sqrt(hw.back()) + 1e-5));
+    }
+    check_near(xn, xw, 1e-5);
+    check_near(hn, hw, 1e-5);
+  }
+  for (const char* mode : {"standard", "nesterov"}) {
+    SECTION(std::string("Momentum ") + mode) {
+      auto m = training_model();
+      auto& n = training_node(m, "Momentum", {"R", "T", "X", "G", "V"}, {"Xn", "Sn"});
+      attr_f(n, "alpha", 0.9f);
+      attr_f(n, "beta", 0.5f);
+      attr_f(n, "norm_coefficient", 0.01f);
+      attr_s(n, "mode", mode);
+      auto [xn, vn] = run(m, "V");
+      std::vector<double> xw, vw;
+      for (size_t j = 0; j < 3; ++j) {
+        const double gr = 0.01 * x[j] + g[j];
+        vw.push_back(0.9 * s[j] + 0.5 * gr);  // T > 0: the gradient weighs beta
+        xw.push_back(x[j] - r * (std::string(mode) == "nesterov" ? gr + 0.9 * vw.back() : vw.back()));
+      }
+      check_near(xn, xw, 1e-5);
+      check_near(vn, vw, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("onnx: malformed optimizer nodes are refused naming the node and what is wrong", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto d = rt.cpu();
+  auto momentum = [](const std::string& mode) {
+    auto m = training_model();
+    auto& n = training_node(m, "Momentum", {"R", "T", "X", "G", "V"}, {"Xn", "Vn"});
+    attr_f(n, "alpha", 0.9f);
+    attr_f(n, "beta", 0.5f);
+    attr_f(n, "norm_coefficient", 0.0f);
+    if (!mode.empty()) attr_s(n, "mode", mode);
+    m.input("R", pb::TensorProto::FLOAT, {});
+    m.input("T", pb::TensorProto::INT64, {});
+    for (const char* v : {"X", "G", "V"}) m.input(v, pb::TensorProto::FLOAT, {std::string("N")});
+    m.output("Xn", pb::TensorProto::FLOAT, {std::string("N")});
+    m.output("Vn", pb::TensorProto::FLOAT, {std::string("N")});
+    return m;
+  };
+  sy::Errc code{};
+  SECTION("an unknown mode or a missing required attribute fails at load") {
+    CHECK_THAT(load_error(momentum("heavy").bytes(), d, &code),
+               Catch::Contains("node 'step'") && Catch::Contains("mode 'heavy'"));
+    CHECK(code == sy::Errc::unsupported);
+    CHECK_THAT(load_error(momentum("").bytes(), d, &code), Catch::Contains("alpha, beta, mode and norm_coefficient"));
+  }
+  SECTION("a gradient whose shape differs from its tensor fails at run naming the input") {
+    auto model = sy::onnx::Model::load_bytes(momentum("standard").bytes(), d);
+    try {
+      (void)model.run({{"R", d.tensor<float>({0.1f}, {})},
+                       {"T", d.tensor<int64_t>({1}, {})},
+                       {"X", d.tensor<float>({1, 2, 3}, {3})},
+                       {"G", d.tensor<float>({1, 2}, {2})},
+                       {"V", d.tensor<float>({1, 2, 3}, {3})}});
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Contains("node 'step'") && Catch::Contains("input 3") && Catch::Contains("[2]"));
+    }
+    // An integer learning rate is refused as well (here by the declared type).
+    try {
+      (void)model.run({{"R", d.tensor<int64_t>({1}, {})},
+                       {"T", d.tensor<int64_t>({1}, {})},
+                       {"X", d.tensor<float>({1, 2, 3}, {3})},
+                       {"G", d.tensor<float>({1, 2, 3}, {3})},
+                       {"V", d.tensor<float>({1, 2, 3}, {3})}});
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("input 'R'"));
+    }
+  }
+  SECTION("input lists of unequal length fail") {
+    auto m = training_model();
+    training_node(m, "Adagrad", {"R", "T", "X", "G"}, {"Xn"});
+    m.input("R", pb::TensorProto::FLOAT, {});
+    m.input("T", pb::TensorProto::INT64, {});
+    m.input("X", pb::TensorProto::FLOAT, {int64_t{1}});
+    m.input("G", pb::TensorProto::FLOAT, {int64_t{1}});
+    m.output("Xn", pb::TensorProto::FLOAT, {int64_t{1}});
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+    try {
+      (void)model.run({{"R", d.tensor<float>({0.1f}, {})},
+                       {"T", d.tensor<int64_t>({1}, {})},
+                       {"X", d.tensor<float>({1}, {1})},
+                       {"G", d.tensor<float>({1}, {1})}});
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Contains("4 inputs") && Catch::Contains("lists of equal length"));
+    }
+  }
+  SECTION("a default-domain node in a model that imports only the training domain, or version 2, fails at load") {
+    auto m = training_model();
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}});
+    m.node("Relu", {"x"}, {"y"}, "act");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}});
+    CHECK_THAT(load_error(m.bytes(), d, &code), Catch::Contains("node 'act'") && Catch::Contains("not imported"));
+    CHECK(code == sy::Errc::invalid_argument);
+    auto v2 = momentum("standard");
+    v2.model.mutable_opset_import(0)->set_version(2);
+    CHECK_THAT(load_error(v2.bytes(), d, &code), Catch::Contains("at version 2"));
+    CHECK(code == sy::Errc::unsupported);
+  }
+}

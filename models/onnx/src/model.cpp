@@ -184,24 +184,33 @@ TensorData initializer(const ::onnx::TensorProto& t, const std::string& base_dir
 // Checks a graph's nodes against the op table and resolves their names to
 // slots, subgraphs (node attributes of type GRAPH) included, recursively.
 struct Compiler {
-  int64_t opset;
+  int64_t opset;           // of the default domain; 0: not imported
+  int64_t training_opset;  // of ai.onnx.preview.training; 0: not imported
   const std::string& base_dir;
   const std::unordered_map<std::string, int32_t>& elem_type;
   int& num_slots;
   std::vector<int>& inner_slots;
 
   void nodes(const ::onnx::GraphProto& graph, Graph& g, Scope& scope) {
-    const auto& table = detail::op_table();
     for (int n = 0; n < graph.node_size(); ++n) {
       const auto& node = graph.node(n);
       std::string label = "onnx: " + node_label(node, n);
-      if (!node.domain().empty() && node.domain() != "ai.onnx")
+      const bool training = node.domain() == detail::training_domain;
+      if (!node.domain().empty() && node.domain() != "ai.onnx" && !training)
         throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' is not supported");
+      const int64_t node_opset = training ? training_opset : opset;
+      if (node_opset == 0)
+        throw Error(Errc::invalid_argument,
+                    label + ": its domain '" + node.domain() + "' is not imported by the model");
+      if (training && node_opset != 1)
+        throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' at version " +
+                                           std::to_string(node_opset) + " (supported: 1)");
+      const auto& table = training ? detail::training_op_table() : detail::op_table();
       auto it = table.find(node.op_type());
       if (it == table.end())
         throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
       const auto& spec = it->second;
-      if (std::string why = older_opset_check(node, opset); !why.empty())
+      if (std::string why = training ? "" : older_opset_check(node, opset); !why.empty())
         // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
         throw Error(Errc::unsupported, label + ": " + why);
       for (const auto& a : node.attribute())
@@ -213,7 +222,8 @@ struct Compiler {
         if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
       }
       // ONNX's own arity (Add with a third input ran and ignored it).
-      if (const auto* schema = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), "")) {
+      if (const auto* schema = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(node_opset),
+                                                                training ? detail::training_domain : "")) {
         auto refuse_count = [&](const char* what, int given, int least, int most) {
           if (given >= least && given <= most) return;
           throw Error(Errc::invalid_argument,
@@ -571,13 +581,18 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     throw Error(Errc::invalid_argument, "onnx: not a valid ONNX model (protobuf parse failed)");
   auto impl = std::make_shared<Impl>();
   impl->device = device;
-  for (const auto& op : model.opset_import())
+  int64_t training_opset = 0;
+  for (const auto& op : model.opset_import()) {
     if (op.domain().empty() || op.domain() == "ai.onnx") impl->opset = op.version();
+    if (op.domain() == detail::training_domain) training_opset = op.version();
+  }
   // Opset 6 differs from 7 by attributes: broadcast/axis on binary ops (the
   // op table honours them below opset 7), is_test and consumed_inputs (the
   // attribute check below refuses them), so opset 6 models load too; opsets
   // 1-5 load when each node's op is defined there as in opset 6.
-  if (impl->opset == 0) {
+  // A model of optimizer steps alone (ONNX's own tests of them) may import
+  // only the training domain; its nodes then may not use the default one.
+  if (impl->opset == 0 && training_opset == 0) {
     std::string domains;
     for (const auto& op : model.opset_import())
       domains += (domains.empty() ? "" : ", ") +
@@ -586,7 +601,7 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
                 "onnx: the model imports no opset of the default domain" +
                     (domains.empty() ? std::string(" (it imports none at all)") : " (only " + domains + ")"));
   }
-  if (impl->opset < 1 || impl->opset > 17)
+  if ((impl->opset != 0 || training_opset == 0) && (impl->opset < 1 || impl->opset > 17))
     throw Error(Errc::unsupported,
                 "onnx: opset " + std::to_string(impl->opset) +
                     " of the default domain; supported: 7-17 (and 6, and 1-5 for ops unchanged since)");
@@ -679,7 +694,7 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   ::onnx::GraphProto rewritten;  // the nodes only: all the compiler reads
   if (fused.fused > 0)
     for (auto& n : fused.nodes) *rewritten.add_node() = std::move(n);
-  Compiler compiler{impl->opset, base_dir, elem_type, num_slots, impl->inner_slots};
+  Compiler compiler{impl->opset, training_opset, base_dir, elem_type, num_slots, impl->inner_slots};
   compiler.nodes(fused.fused > 0 ? rewritten : graph, impl->graph, scope);
   for (const auto& v : graph.output()) {
     impl->outputs.push_back(value_info(v, "onnx: output"));

@@ -147,4 +147,9 @@ struct OpSpec {
 /// The op table, by ONNX op type (default domain).
 [[nodiscard]] const std::map<std::string, OpSpec, std::less<>>& op_table();
 
+/// The domain of ONNX's optimizer ops, and its ops (Adagrad, Adam,
+/// Momentum; training_ops.cpp) by op type.
+inline constexpr const char* training_domain = "ai.onnx.preview.training";
+[[nodiscard]] const std::map<std::string, OpSpec, std::less<>>& training_op_table();
+
 }  // namespace switchyard::onnx::detail

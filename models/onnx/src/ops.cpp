@@ -3955,6 +3955,8 @@ const std::map<std::string, OpSpec, std::less<>>& op_table() {
 std::vector<std::string> supported_ops() {
   std::vector<std::string> names;
   for (const auto& [name, spec] : detail::op_table()) names.push_back(name);
+  for (const auto& [name, spec] : detail::training_op_table())
+    names.push_back(std::string(detail::training_domain) + "." + name);
   return names;
 }
 

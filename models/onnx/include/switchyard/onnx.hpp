@@ -163,7 +163,8 @@ class Model {
   std::shared_ptr<const Impl> impl_;
 };
 
-/// The ONNX op types (default domain) the loader maps, sorted.
+/// The ONNX op types the loader maps: the default domain's, sorted, then
+/// the optimizer ops as "ai.onnx.preview.training.Adagrad" and so on.
 [[nodiscard]] std::vector<std::string> supported_ops();
 
 /// Reads a serialized onnx.TensorProto (as the backend tests' input_N.pb)
