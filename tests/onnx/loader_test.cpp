@@ -2801,3 +2801,49 @@ TEST_CASE("onnx: malformed optimizer nodes are refused naming the node and what 
     CHECK(code == sy::Errc::unsupported);
   }
 }
+
+TEST_CASE("onnx: RNN sequence_lens masks each entry's steps and bad lengths name the node", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto d = rt.cpu();
+  // X [3, 2, 1], hidden 1, W = R = 1: h_t = tanh(x_t + h_{t-1}).
+  Builder m(14);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}, int64_t{2}, int64_t{1}});
+  m.input("lens", pb::TensorProto::INT32, {std::string("L")});  // any count: the node checks it
+  m.init("w", {1.0f}, {1, 1, 1});
+  m.init("r", {1.0f}, {1, 1, 1});
+  attr_i(m.node("RNN", {"x", "w", "r", "", "lens"}, {"y", "yh"}, "cell"), "hidden_size", 1);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{3}, int64_t{1}, int64_t{2}, int64_t{1}});
+  m.output("yh", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{1}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+  const std::vector<float> x{0.5f, 0.25f, -1.0f, 0.75f, 2.0f, -0.5f};  // [t][b]
+  auto run = [&](std::vector<int32_t> lens) {
+    return model.run(
+        {{"x", d.tensor<float>(x, {3, 2, 1})}, {"lens", d.tensor<int32_t>(lens, {static_cast<int64_t>(lens.size())})}});
+  };
+  SECTION("an entry of length 0 keeps its initial state and a shorter one stops early") {
+    auto out = run({0, 2});
+    const float h0 = std::tanh(0.25f), h1 = std::tanh(0.75f + h0);
+    const auto y = read_floats(out.at("y")), yh = read_floats(out.at("yh"));
+    const std::vector<float> want_y{0.0f, h0, 0.0f, h1, 0.0f, 0.0f}, want_yh{0.0f, h1};
+    REQUIRE(y.size() == want_y.size());
+    for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == Approx(want_y[i]).margin(1e-6));
+    REQUIRE(yh.size() == 2);
+    CHECK(yh[0] == 0.0f);  // length 0: the initial state, untouched
+    CHECK(yh[1] == Approx(want_yh[1]).margin(1e-6));
+  }
+  SECTION("lengths outside [0, seq] or of the wrong count fail the run naming the node") {
+    for (const auto& [lens, what] :
+         std::vector<std::pair<std::vector<int32_t>, std::string>>{{{4, 1}, "sequence_lens[0] is 4, outside [0, 3]"},
+                                                                   {{1, -1}, "sequence_lens[1] is -1"},
+                                                                   {{1}, "1 entries for a batch of 2"}}) {
+      INFO(what);
+      try {
+        (void)run(lens);
+        FAIL("no error");
+      } catch (const sy::Error& e) {
+        CHECK(e.code() == sy::Errc::invalid_argument);
+        CHECK_THAT(e.what(), Catch::Contains("node 'cell'") && Catch::Contains(what));
+      }
+    }
+  }
+}

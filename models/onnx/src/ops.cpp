@@ -1553,13 +1553,32 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
     wb = ctx.device().zeros({gates * hidden}, x.dtype());
     rb = wb;
   }
+  // sequence_lens: entry b takes steps [0, lens[b]) (a reverse direction
+  // starts at lens[b] - 1); past them its state stays and its Y is 0. Each
+  // step then keeps the new state only where it is valid, through a
+  // [batch, 1] mask; lengths that all equal the sequence need none.
+  std::vector<int64_t> lens;
   if (ctx.has(4)) {
-    auto lens = ctx.ints(4);
-    for (auto l : lens)
-      if (l != seq)
-        ctx.fail(Errc::unsupported,
-                 "sequence_lens shorter than the sequence (" + std::to_string(l) + " of " + std::to_string(seq) + ")");
+    lens = ctx.ints(4);
+    if (static_cast<int64_t>(lens.size()) != batch)
+      ctx.fail(Errc::invalid_argument,
+               "sequence_lens has " + std::to_string(lens.size()) + " entries for a batch of " + std::to_string(batch));
+    for (size_t b = 0; b < lens.size(); ++b)
+      if (lens[b] < 0 || lens[b] > seq)
+        ctx.fail(Errc::invalid_argument, "sequence_lens[" + std::to_string(b) + "] is " + std::to_string(lens[b]) +
+                                             ", outside [0, " + std::to_string(seq) + "] (the sequence's length)");
+    if (std::all_of(lens.begin(), lens.end(), [&](int64_t l) { return l == seq; })) lens.clear();
   }
+  // Masks by how many entries are still valid at a step (lens sorted
+  // or not, the set of valid entries changes at most batch times).
+  std::map<Ints, Tensor> masks;
+  auto valid_at = [&](int64_t t) -> Tensor {
+    Ints valid(lens.size());
+    for (size_t b = 0; b < lens.size(); ++b) valid[b] = t < lens[b] ? 1 : 0;
+    auto [it, fresh] = masks.try_emplace(valid);
+    if (fresh) it->second = ctx.device().from_data(host_ints(valid, Shape{batch, 1}, DType::boolean));
+    return it->second;
+  };
   auto initial = [&](size_t input) {
     if (ctx.has(input)) return ctx.dev(input).slice(0, Slice{d, d + 1}).reshape({batch, hidden});
     return ctx.device().zeros({batch, hidden}, x.dtype());
@@ -1573,9 +1592,11 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
   Tensor xw = x.matmul(w.mT()).add(wb);
   const bool lbr = ctx.attr_i("linear_before_reset", 0) != 0;
   std::vector<Tensor> ys(static_cast<size_t>(seq));
+  const Tensor zero = zeros_like_scalar(x);
   for (int64_t step = 0; step < seq; ++step) {
     const int64_t t = reverse ? seq - 1 - step : step;
     Tensor xt = xw.slice(0, Slice{t, t + 1}).reshape({batch, gates * hidden});
+    const Tensor h_before = h, c_before = c;
     if (op == "RNN") {
       h = f(xt.add(h.matmul(r.mT())).add(rb));
     } else if (op == "GRU") {
@@ -1597,6 +1618,13 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
       c = forget.mul(c).add(i.mul(g(gc)));
       if (p.defined()) go = go.add(vec(p, 1).mul(c));
       h = f(go).mul(h_act(c));
+    }
+    if (!lens.empty()) {
+      const Tensor valid = valid_at(t);
+      ys[static_cast<size_t>(t)] = where(valid, h, zero);
+      h = where(valid, h, h_before);
+      if (c.defined()) c = where(valid, c, c_before);
+      continue;
     }
     ys[static_cast<size_t>(t)] = h;
   }

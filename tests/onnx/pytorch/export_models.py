@@ -211,6 +211,72 @@ class RecurrentExact(nn.Module):
         return y, torch.div(a, b, rounding_mode="trunc"), torch.fmod(a, b), a.clamp(-5, 2**60 + 2)
 
 
+class RecurrentLens(nn.Module):
+    """A two-layer bidirectional LSTM, a bidirectional GRU and a tanh RNN,
+    sequence-first. Exported without lengths; export_recurrent_lens then wires
+    a `lens` input into every recurrent node's sequence_lens and takes the
+    expected outputs from PyTorch's packed sequences (padded steps 0, each
+    direction's state from the entry's own steps only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, num_layers=2, bidirectional=True)
+        self.gru = nn.GRU(6, 4, bidirectional=True)
+        self.rnn = nn.RNN(6, 3)
+
+    def forward(self, x):
+        y1, (h1, c1) = self.lstm(x)
+        y2, h2 = self.gru(x)
+        y3, h3 = self.rnn(x)
+        return y1, h1, c1, y2, h2, y3, h3
+
+    def packed(self, x, lens):
+        pack = lambda: nn.utils.rnn.pack_padded_sequence(x, lens, enforce_sorted=False)
+        unpack = lambda y: nn.utils.rnn.pad_packed_sequence(y, total_length=x.shape[0])[0]
+        y1, (h1, c1) = self.lstm(pack())
+        y2, h2 = self.gru(pack())
+        y3, h3 = self.rnn(pack())
+        return unpack(y1), h1, c1, unpack(y2), h2, unpack(y3), h3
+
+
+def export_recurrent_lens(out_dir):
+    import onnx  # only here: the other cases need no onnx package
+    name, model = "recurrent_lens", RecurrentLens().eval()
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    outputs = ["y_lstm", "h_lstm", "c_lstm", "y_gru", "h_gru", "y_rnn", "h_rnn"]
+    axes = {"x": {0: "seq", 1: "batch"}}
+    for o in outputs:
+        axes[o] = {0: "seq", 1: "batch"} if o.startswith("y") else {1: "batch"}
+    path = os.path.join(d, "model.onnx")
+    torch.onnx.export(model, (torch.randn(5, 3, 6),), path, input_names=["x"], output_names=outputs,
+                      dynamic_axes=axes, opset_version=14)
+    m = onnx.load(path)
+    m.graph.input.append(onnx.helper.make_tensor_value_info("lens", onnx.TensorProto.INT32, ["batch"]))
+    wired = 0
+    for node in m.graph.node:
+        if node.op_type in ("LSTM", "GRU", "RNN"):
+            while len(node.input) < 5:
+                node.input.append("")
+            node.input[4] = "lens"
+            wired += 1
+    assert wired == 4, wired  # two LSTM layers, the GRU, the RNN
+    onnx.save(m, path)
+    cases = [(torch.randn(5, 3, 6), torch.tensor([5, 2, 4], dtype=torch.int32)),
+             (torch.randn(3, 4, 6), torch.tensor([1, 3, 3, 2], dtype=torch.int32)),
+             (torch.randn(4, 2, 6), torch.tensor([4, 4], dtype=torch.int32))]
+    with torch.no_grad():
+        for i, (x, lens) in enumerate(cases):
+            s = os.path.join(d, "test_data_set_%d" % i)
+            os.makedirs(s, exist_ok=True)
+            open(os.path.join(s, "input_0.pb"), "wb").write(tensor_proto(x, "x"))
+            open(os.path.join(s, "input_1.pb"), "wb").write(tensor_proto(lens, "lens"))
+            for k, (y, n) in enumerate(zip(model.packed(x, lens.long()), outputs)):
+                open(os.path.join(s, "output_%d.pb" % k), "wb").write(tensor_proto(y, n))
+    open(os.path.join(d, "tolerance"), "w").write("1e-3 1e-5\n")
+    print("wrote", d)
+
+
 class TopKOld(nn.Module):
     """topk at opset 9, where TopK takes k as an attribute."""
 
@@ -244,6 +310,8 @@ def main():
             [torch.randn(3, 2, 6), big.flip(0), torch.tensor([-3, 5, 9, -9, 1])]], ["x", "a", "b"],
            ["y", "q", "r", "c"], {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, 14,
            tolerance=(1e-3, 1e-5))
+    torch.manual_seed(10)
+    export_recurrent_lens(out)
     torch.manual_seed(9)
     export(out, "topk_opset9", TopKOld(), [[torch.randn(2, 6)], [torch.randn(4, 6)]], ["x"], ["values", "indices"],
            {"x": {0: "batch"}, "values": {0: "batch"}, "indices": {0: "batch"}}, 9)
