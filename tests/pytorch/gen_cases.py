@@ -195,7 +195,7 @@ def close(got, want, share=1.0):
     return bool(torch.isclose(g, w, rtol=rtol * share, atol=atol * share, equal_nan=True).all())
 
 
-def add(op, inputs, args, fn, tol=None):
+def add(op, inputs, args, fn, tol=None, exact=False):
     case = {"op": op, "inputs": [tensor_json(x) for x in inputs], "args": args}
     halves = any(x.dtype in HALF_TYPES for x in inputs)
     operands = op in ("binary", "clamp")
@@ -250,6 +250,8 @@ def add(op, inputs, args, fn, tol=None):
         case["emulated"] = case.pop("emulated")
     if tol is not None:
         case["tol"] = tol
+    if exact:  # bit for bit on cpu and reference (see tests/ops/pytorch_test.cpp)
+        case["exact"] = True
     cases.append(case)
 
 
@@ -737,6 +739,16 @@ for mode in ("reflect", "replicate", "circular"):
                 for dt in ("f16", "bf16", "i8"):
                     add("pad_mode", [rand(dt, shape)], {"pad": widths, "mode": mode},
                         lambda x, w=widths, m=mode: F.pad(x, tuple(w), mode=m))
+def interpolate_exact(shape):
+    """Whether PyTorch 1.13 takes its channels-first kernel for this f32 input,
+    which Switchyard reproduces bit for bit (sums as fma(x0, w0, x1 * w1),
+    innermost axis first, source positions in double). A 4-D or 5-D input
+    with one channel is channels-last contiguous too, and takes the
+    channels-last kernel, which sums the four or eight corners otherwise
+    (within an ulp). f64 sums as the former in an fma the op set lacks."""
+    return len(shape) == 3 or shape[1] > 1
+
+
 for shape, kw in (([1, 2, 5], {"size": [8]}), ([2, 1, 3, 4], {"size": [5, 7]}), ([1, 2, 4, 4], {"size": [2, 3]}),
                   ([1, 1, 3, 4], {"scale_factor": [2.0]}), ([1, 1, 5, 6], {"scale_factor": [0.5, 1.5]}),
                   ([1, 1, 2, 3, 4], {"size": [3, 4, 2]}), ([1, 1, 4, 4], {"scale_factor": [1.7]}),
@@ -754,7 +766,8 @@ for shape, kw in (([1, 2, 5], {"size": [8]}), ([2, 1, 3, 4], {"size": [5, 7]}), 
                                          scale_factor=None if scale is None else (
                                              tuple(scale) if len(scale) > 1 else scale[0]),
                                          mode=mode, align_corners=corners)
-                add("interpolate", [rand(dt, shape)], args, run, tol=[1e-5, 1e-5] if dt == "f32" else None)
+                add("interpolate", [rand(dt, shape)], args, run, exact=dt == "f32" and interpolate_exact(shape),
+                    tol=None if dt != "f32" or interpolate_exact(shape) else [1e-5, 1e-5])
             if rank < 5 and len(kw.get("size", [])) != 1 or shape == [1, 2, 5]:
                 with fresh():
                     for dt in HALVES:
@@ -1252,6 +1265,24 @@ for dt, a, b in (("i8", [100, -100, 127, -128, 16, 3], [100, -100, 1, -1, 16, -1
     x, y = torch.tensor(a, dtype=DT[dt]), torch.tensor(b, dtype=DT[dt])
     for name in ("add", "sub", "mul", "maximum", "bitwise_xor", "lt"):
         add("binary", [x, y], {"kind": name}, BINARY[name])
+
+# Linear interpolation over several channels (PyTorch's channels-first
+# kernel), f32 bit for bit: sizes and scale factors, up and down, both
+# align_corners. Last, with draws of their own, so the cases above stay.
+with fresh():
+    for shape, kw in (([2, 3, 4, 5], {"size": [7, 3]}), ([1, 4, 6, 5], {"scale_factor": [1.7, 0.6]}),
+                      ([1, 2, 3, 4, 2], {"scale_factor": [1.5]}), ([2, 2, 5, 3, 4], {"size": [2, 7, 9]}),
+                      ([1, 3, 9], {"scale_factor": [2.5]})):
+        mode = ("linear", "bilinear", "trilinear")[len(shape) - 3]
+        for corners in (None, True, False):
+            args = {"mode": mode, "align_corners": corners, "size": kw.get("size", []),
+                    "scale_factor": kw.get("scale_factor", [])}
+            size, scale = kw.get("size"), kw.get("scale_factor")
+            add("interpolate", [rand("f32", shape)], args,
+                lambda x, size=size, scale=scale, mode=mode, corners=corners: F.interpolate(
+                    x, size=None if size is None else (size if len(size) > 1 else size[0]),
+                    scale_factor=None if scale is None else (tuple(scale) if len(scale) > 1 else scale[0]),
+                    mode=mode, align_corners=corners), exact=True)
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pytorch_cases.json")
 with open(out, "w") as f:
