@@ -2847,3 +2847,60 @@ TEST_CASE("onnx: RNN sequence_lens masks each entry's steps and bad lengths name
     }
   }
 }
+
+TEST_CASE("onnx: ConstantFill takes its shape from an input's values or shape or its attribute", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto d = rt.cpu();
+  auto ints_attr = [](pb::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(pb::AttributeProto::INTS);
+    for (auto x : v) a->add_ints(x);
+  };
+  SECTION("input_as_shape with extra_shape, as int64") {
+    Builder m(7);
+    m.init_i64("s", {2, 3}, {2});
+    auto& n = m.node("ConstantFill", {"s"}, {"y"}, "fill");
+    attr_i(n, "input_as_shape", 1);
+    attr_i(n, "dtype", pb::TensorProto::INT64);
+    attr_f(n, "value", 7.0f);
+    ints_attr(n, "extra_shape", {4});
+    m.output("y", pb::TensorProto::INT64, {int64_t{2}, int64_t{3}, int64_t{4}});
+    auto out = sy::onnx::Model::load_bytes(m.bytes(), d).run(sy::onnx::TensorMap{});
+    CHECK(out.at("y").shape() == sy::Shape{2, 3, 4});
+    CHECK(out.at("y").dtype() == sy::DType::i64);
+    CHECK(out.at("y").to_vector<int64_t>() == std::vector<int64_t>(24, 7));
+  }
+  SECTION("the input's shape, and the shape attribute without an input") {
+    Builder m(7);
+    m.input("x", pb::TensorProto::FLOAT, {std::string("N"), int64_t{2}});
+    attr_f(m.node("ConstantFill", {"x"}, {"y"}, "like"), "value", 1.5f);
+    ints_attr(m.node("ConstantFill", {}, {"z"}, "fixed"), "shape", {3});
+    m.output("y", pb::TensorProto::FLOAT, {std::string("N"), int64_t{2}});
+    m.output("z", pb::TensorProto::FLOAT, {int64_t{3}});
+    auto out = sy::onnx::Model::load_bytes(m.bytes(), d).run({{"x", d.tensor<float>({1, 2, 3, 4, 5, 6}, {3, 2})}});
+    CHECK(out.at("y").to_vector<float>() == std::vector<float>(6, 1.5f));
+    CHECK(out.at("y").shape() == sy::Shape{3, 2});
+    CHECK(out.at("z").to_vector<float>() == std::vector<float>(3, 0.0f));
+  }
+  SECTION("an input and a shape attribute together, or a dtype Switchyard lacks, are refused naming the node") {
+    Builder m(7);
+    m.init_i64("s", {2}, {1});
+    auto& n = m.node("ConstantFill", {"s"}, {"y"}, "both");
+    ints_attr(n, "shape", {2});
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    try {
+      (void)sy::onnx::Model::load_bytes(m.bytes(), d).run(sy::onnx::TensorMap{});
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("node 'both'") && Catch::Contains("both an input and the shape attribute"));
+    }
+    Builder u(7);
+    auto& strings = u.node("ConstantFill", {}, {"y"}, "text");
+    attr_i(strings, "dtype", pb::TensorProto::STRING);
+    u.output("y", pb::TensorProto::FLOAT, {int64_t{1}});
+    sy::Errc code{};
+    CHECK_THAT(load_error(u.bytes(), d, &code), Catch::Contains("node 'text'") && Catch::Contains("dtype STRING"));
+    CHECK(code == sy::Errc::unsupported);
+  }
+}

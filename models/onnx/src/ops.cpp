@@ -3320,6 +3320,41 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                               return Outs{host_value(host_expand(host_reshape(v, Shape(Ints(s.rank(), 1))), s))};
                             return Outs{dev_value(ctx.device().full(s, v.at(0), v.dtype))};
                           }};
+  // Experimental in ONNX 1.0-1.3 and gone since (no schema in ONNX's
+  // registry), but PyTorch's exports at opsets 7-8 fill an LSTM's missing
+  // initial state with it: a shape from the input (input_as_shape=1: the
+  // input's values; else its shape) or the `shape` attribute, extra_shape
+  // appended, filled with `value` as `dtype` (FLOAT by default).
+  t["ConstantFill"] = {
+      {"dtype", "extra_shape", "input_as_shape", "shape", "value"},
+      [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+        for (const auto& a : n.attribute())
+          if (a.name() == "dtype" && !to_dtype(static_cast<int32_t>(a.i())))
+            return "dtype " + onnx_type_name(static_cast<int32_t>(a.i()));
+        return "";
+      },
+      [](Ctx& ctx) {
+        Ints dims;
+        if (ctx.has(0)) {
+          if (ctx.attr("shape") != nullptr) ctx.fail(Errc::invalid_argument, "both an input and the shape attribute");
+          if (ctx.attr_i("input_as_shape", 0) != 0) {
+            dims = ctx.ints(0);
+          } else {
+            const auto& in = ctx.in(0).shape().dims;
+            dims.assign(in.begin(), in.end());
+          }
+        } else {
+          dims = ctx.attr_ints("shape").value_or(Ints{});
+        }
+        if (auto extra = ctx.attr_ints("extra_shape")) dims.insert(dims.end(), extra->begin(), extra->end());
+        const Shape s(dims);
+        check_result_shape(ctx, "shape", s);
+        const DType t = *to_dtype(static_cast<int32_t>(ctx.attr_i("dtype", 1)));
+        const double value = ctx.attr_f("value", 0.0f);
+        if (s.numel() <= kHostMax)
+          return Outs{host_value(host_doubles(std::vector<double>(static_cast<size_t>(s.numel()), value), s, t))};
+        return Outs{dev_value(ctx.device().full(s, value, t))};
+      }};
   t["Range"] = {{}, nullptr, [](Ctx& ctx) {
                   const TensorData& s = ctx.host(0);
                   const double start = s.at(0), limit = ctx.host(1).at(0), delta = ctx.host(2).at(0);

@@ -277,6 +277,19 @@ def export_recurrent_lens(out_dir):
     print("wrote", d)
 
 
+class LstmOpset7(nn.Module):
+    """A batch-first LSTM without an initial state, exported at opset 7:
+    PyTorch fills the state with the experimental ConstantFill there."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 3, batch_first=True)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        return y, h, c
+
+
 class TopKOld(nn.Module):
     """topk at opset 9, where TopK takes k as an attribute."""
 
@@ -312,6 +325,10 @@ def main():
            tolerance=(1e-3, 1e-5))
     torch.manual_seed(10)
     export_recurrent_lens(out)
+    torch.manual_seed(11)
+    export(out, "lstm_opset7", LstmOpset7(), [[torch.randn(2, 5, 4)], [torch.randn(3, 2, 4)]], ["x"], ["y", "h", "c"],
+           {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}, "h": {1: "batch"}, "c": {1: "batch"}}, 7,
+           tolerance=(1e-3, 1e-5))
     torch.manual_seed(9)
     export(out, "topk_opset9", TopKOld(), [[torch.randn(2, 6)], [torch.randn(4, 6)]], ["x"], ["values", "indices"],
            {"x": {0: "batch"}, "values": {0: "batch"}, "indices": {0: "batch"}}, 9)
