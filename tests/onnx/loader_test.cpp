@@ -2904,3 +2904,51 @@ TEST_CASE("onnx: ConstantFill takes its shape from an input's values or shape or
     CHECK(code == sy::Errc::unsupported);
   }
 }
+
+TEST_CASE("onnx: RNN with layout=1 reads initial_h as batch by direction and checks its shape", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto d = rt.cpu();
+  // Bidirectional, batch 2 (as many as directions, so a [directions, batch]
+  // reading would run without an error), hidden 1, W = R = 1:
+  // h_t = tanh(x_t + h_prev) in each direction.
+  Builder m(14);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{1}});         // [batch, seq, in]
+  m.input("h0", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, std::string("H")});  // [batch, dirs, hidden]
+  m.init("w", {1.0f, 1.0f}, {2, 1, 1});
+  m.init("r", {1.0f, 1.0f}, {2, 1, 1});
+  auto& n = m.node("RNN", {"x", "w", "r", "", "", "h0"}, {"y", "yh"}, "birnn");
+  attr_i(n, "hidden_size", 1);
+  attr_i(n, "layout", 1);
+  attr_s(n, "direction", "bidirectional");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{2}, int64_t{1}});
+  m.output("yh", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}, int64_t{1}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+  const std::vector<float> x{0.5f, -0.25f, 1.0f, 0.75f};  // x[b][t]
+  const std::vector<float> h0{0.1f, 0.2f, 0.3f, 0.4f};    // h0[b][dir]
+  auto out = model.run({{"x", d.tensor(x, {2, 2, 1})}, {"h0", d.tensor(h0, {2, 2, 1})}});
+  std::vector<float> want_y(8), want_yh(4);
+  for (int b = 0; b < 2; ++b) {
+    const float f1 = std::tanh(x[b * 2] + h0[b * 2]), f2 = std::tanh(x[b * 2 + 1] + f1);
+    const float r1 = std::tanh(x[b * 2 + 1] + h0[b * 2 + 1]), r0 = std::tanh(x[b * 2] + r1);
+    // y[b][t][dir]
+    want_y[b * 4 + 0] = f1;
+    want_y[b * 4 + 1] = r0;
+    want_y[b * 4 + 2] = f2;
+    want_y[b * 4 + 3] = r1;
+    want_yh[b * 2] = f2;
+    want_yh[b * 2 + 1] = r0;
+  }
+  const auto y = read_floats(out.at("y")), yh = read_floats(out.at("yh"));
+  REQUIRE(y.size() == 8);
+  REQUIRE(yh.size() == 4);
+  for (size_t i = 0; i < 8; ++i) CHECK(y[i] == Approx(want_y[i]).margin(1e-6));
+  for (size_t i = 0; i < 4; ++i) CHECK(yh[i] == Approx(want_yh[i]).margin(1e-6));
+  try {
+    (void)model.run({{"x", d.tensor(x, {2, 2, 1})}, {"h0", d.tensor(std::vector<float>(8, 0.0f), {2, 2, 2})}});
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(e.what(), Catch::Contains("node 'birnn'") && Catch::Contains("initial_h has shape [2, 2, 2]") &&
+                             Catch::Contains("want [2, 2, 1]"));
+  }
+}

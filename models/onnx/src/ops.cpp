@@ -1579,9 +1579,20 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
     if (fresh) it->second = ctx.device().from_data(host_ints(valid, Shape{batch, 1}, DType::boolean));
     return it->second;
   };
+  // initial_h and initial_c: [directions, batch, hidden], or with
+  // layout=1 [batch, directions, hidden] (as X and the outputs are then).
+  const bool batch_first = ctx.attr_i("layout", 0) != 0;
+  const int64_t directions = ctx.attr_s("direction", "forward") == "bidirectional" ? 2 : 1;
   auto initial = [&](size_t input) {
-    if (ctx.has(input)) return ctx.dev(input).slice(0, Slice{d, d + 1}).reshape({batch, hidden});
-    return ctx.device().zeros({batch, hidden}, x.dtype());
+    if (!ctx.has(input)) return ctx.device().zeros({batch, hidden}, x.dtype());
+    const Tensor given = ctx.dev(input);
+    const Shape want = batch_first ? Shape{batch, directions, hidden} : Shape{directions, batch, hidden};
+    if (given.shape() != want)
+      ctx.fail(Errc::shape_mismatch,
+               std::string(input == 5 ? "initial_h" : "initial_c") + " has shape " + given.shape().to_string() +
+                   ", want " + want.to_string() +
+                   (batch_first ? " ([batch, directions, hidden], layout=1)" : " ([directions, batch, hidden])"));
+    return given.slice(batch_first ? 1 : 0, Slice{d, d + 1}).reshape({batch, hidden});
   };
   Tensor h = initial(5), c = op == "LSTM" ? initial(6) : Tensor();
   Tensor p;
