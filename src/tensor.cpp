@@ -31,6 +31,14 @@ int64_t axis_of(const char* op, int64_t axis, size_t rank) {
   return *a;
 }
 
+// An axis of a 0-d tensor, where PyTorch takes 0 and -1 as for rank 1.
+int64_t scalar_axis_of(const char* op, int64_t axis) {
+  if (axis != 0 && axis != -1)
+    throw Error(Errc::shape_mismatch,
+                std::string(op) + ": axis " + std::to_string(axis) + " is out of range for a 0-d tensor (0 or -1)");
+  return 0;
+}
+
 // Python slice bounds for a positive step.
 void resolve_slice(const char* op, Slice s, int64_t extent, int64_t& start, int64_t& count) {
   if (s.step <= 0)
@@ -461,8 +469,8 @@ Tensor Tensor::permute(std::vector<int64_t> axes) const {
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
   const auto rank = handle("transpose").ir.shape.rank();
   if (rank == 0) {  // PyTorch accepts axes 0 and -1 of a 0-d tensor
-    axis_of("transpose", a, 1);
-    axis_of("transpose", b, 1);
+    scalar_axis_of("transpose", a);
+    scalar_axis_of("transpose", b);
     return *this;
   }
   std::vector<int64_t> axes(rank);
@@ -506,7 +514,8 @@ Tensor Tensor::squeeze(std::optional<int64_t> axis) const {
   const auto& h = handle("squeeze");
   Shape out;
   std::optional<int64_t> a;
-  if (axis) a = axis_of("squeeze", *axis, std::max<size_t>(h.ir.shape.rank(), 1));
+  if (axis)
+    a = h.ir.shape.rank() == 0 ? scalar_axis_of("squeeze", *axis) : axis_of("squeeze", *axis, h.ir.shape.rank());
   for (size_t i = 0; i < h.ir.shape.rank(); ++i) {
     bool drop = h.ir.shape.dims[i] == 1 && (!a || *a == static_cast<int64_t>(i));
     if (!drop) out.dims.push_back(h.ir.shape.dims[i]);
@@ -530,7 +539,7 @@ Tensor Tensor::flip(const std::vector<int64_t>& axes) const {
   int64_t offset = 0;
   std::vector<bool> seen(h.ir.shape.rank(), false);
   if (h.ir.shape.rank() == 0) {  // axes 0 and -1 name a 0-d tensor's one element
-    for (auto a : axes) axis_of("flip", a, 1);
+    for (auto a : axes) scalar_axis_of("flip", a);
     if (axes.size() > 1) throw Error(Errc::invalid_argument, "flip: axis 0 repeated");
     return *this;
   }

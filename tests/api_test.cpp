@@ -361,3 +361,35 @@ TEST_CASE("a runtime refuses more kernel threads or devices than a process can h
     }
   }
 }
+
+TEST_CASE("host data with a negative or overflowing shape and 0-d axis errors say what is wrong", "[api]") {
+  try {
+    (void)sy::TensorData(Shape{-2, 2}, DType::f32, sy::Bytes::allocate(16));
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(e.what(), Catch::Contains("[-2, 2] has a negative extent"));
+  }
+  try {
+    (void)sy::TensorData(Shape{int64_t{1} << 40, int64_t{1} << 40}, DType::f32, sy::Bytes::allocate(16));
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::shape_mismatch);
+    CHECK_THAT(e.what(), Catch::Contains("holds more bytes than memory can"));
+  }
+  // An empty extent beside an overflowing product holds 0 bytes.
+  CHECK(sy::TensorData(Shape{0, int64_t{1} << 62, 64}, DType::f32, sy::Bytes{}).numel() == 0);
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0"}});
+  auto z = rt.device("cpu:0").full({}, 3.0);
+  for (auto call : {+[](const Tensor& t) { return t.flip({1}); }, +[](const Tensor& t) { return t.transpose(0, 1); },
+                    +[](const Tensor& t) { return t.squeeze(2); }}) {
+    try {
+      (void)call(z);
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::shape_mismatch);
+      CHECK_THAT(e.what(), Catch::Contains("out of range for a 0-d tensor (0 or -1)"));
+    }
+  }
+  CHECK(values<float>(z.flip({-1}).transpose(0, -1).squeeze(0)) == std::vector<float>{3});
+}

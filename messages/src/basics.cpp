@@ -162,7 +162,20 @@ ErrorInfo describe(const caf::error& err) {
 }
 
 TensorData::TensorData(Shape s, DType t, Bytes b) : shape(std::move(s)), dtype(t), bytes(std::move(b)) {
-  auto want = static_cast<size_t>(shape.numel()) * size_of(dtype);
+  // The shape first: a negative extent or an overflowing product made the
+  // byte count below meaningless (18446744073709551600 bytes for [-2, 2]).
+  uint64_t want = size_of(dtype);
+  bool overflow = false, empty = false;
+  for (auto d : shape.dims) {
+    if (d < 0) throw Error(Errc::shape_mismatch, "TensorData: shape " + shape.to_string() + " has a negative extent");
+    empty = empty || d == 0;
+    overflow = overflow || __builtin_mul_overflow(want, static_cast<uint64_t>(d), &want);
+  }
+  if (empty) want = 0;
+  if (overflow && !empty)
+    throw Error(Errc::shape_mismatch, "TensorData: shape " + shape.to_string() + " of " + std::string(name_of(dtype)) +
+                                          " holds more bytes than memory can (" + std::to_string(bytes.size()) +
+                                          " given)");
   if (bytes.size() != want)
     throw Error(Errc::shape_mismatch, "TensorData: " + std::to_string(bytes.size()) + " bytes do not match shape " +
                                           shape.to_string() + " of " + std::string(name_of(dtype)) + " (" +

@@ -53,15 +53,18 @@ struct Operands {
     for (size_t i = 0; i < n; ++i) {
       const Tensor x = ctx.dev(2 + i);
       if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
-        ctx.fail(Errc::dtype_mismatch, "tensor " + std::to_string(i) + " to optimize is " +
+        ctx.fail(Errc::dtype_mismatch, "tensor " + std::to_string(i) + " to optimize ('" +
+                                           ctx.node().input(static_cast<int>(2 + i)) + "') is " +
                                            std::string(name_of(x.dtype())) + ": takes float or double");
       for (size_t g = 1; g < groups; ++g) {
-        const Tensor other = ctx.dev(2 + g * n + i);
+        const size_t at = 2 + g * n + i;
+        const Tensor other = ctx.dev(at);
         if (other.dtype() != x.dtype() || other.shape() != x.shape())
-          ctx.fail(Errc::invalid_argument, "input " + std::to_string(2 + g * n + i) + " is " +
-                                               std::string(name_of(other.dtype())) + " " + other.shape().to_string() +
-                                               ", its tensor " + std::to_string(i) + " is " +
-                                               std::string(name_of(x.dtype())) + " " + x.shape().to_string());
+          ctx.fail(Errc::invalid_argument,
+                   "input " + std::to_string(at) + " ('" + ctx.node().input(static_cast<int>(at)) + "') is " +
+                       std::string(name_of(other.dtype())) + " " + other.shape().to_string() + ", its tensor " +
+                       std::to_string(i) + " ('" + ctx.node().input(static_cast<int>(2 + i)) + "') is " +
+                       std::string(name_of(x.dtype())) + " " + x.shape().to_string());
       }
     }
   }
