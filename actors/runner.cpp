@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -102,9 +103,21 @@ struct RunnerState {
   std::chrono::milliseconds transfer_timeout{120000};
   BulkSend bulk_send;      // RunnerHooks::bulk_send
   BulkExport bulk_export;  // RunnerHooks::bulk_export
-  // Waiting syncs, answered once nothing is deferred (a request's response
-  // promise, or a local client's reply).
-  std::vector<std::function<void(const caf::error&)>> syncs;
+  // Waiting syncs, answered once nothing is deferred and every import
+  // expected before them has arrived or failed (a request's response
+  // promise, or a local client's reply), with the import count at their
+  // arrival.
+  struct WaitingSync {
+    std::function<void(const caf::error&)> done;
+    uint64_t imports_before = 0;
+  };
+  std::vector<WaitingSync> syncs;
+  // Imports expected and not yet arrived, by the order of their expect:
+  // an upload's bytes (over a bulk lane) or a bridge's may come after a
+  // later sync, which still waits for them.
+  uint64_t imports_expected = 0;
+  std::unordered_map<TensorId, uint64_t> awaited_imports;
+  std::set<uint64_t> awaited_order;
   DeviceStats stats;
   uint64_t live_bytes = 0;
   std::shared_ptr<Tracer> tracer;  // null: tracing off
@@ -157,6 +170,12 @@ void release(RunnerState& st, TensorId id) {
 // Calls the waiters of entry `e` (tensor `id`), just resolved, then
 // erases it if nobody needs it any more.
 void settle(RunnerState& st, TensorId id, Entry& e) {
+  if (!st.awaited_imports.empty()) {
+    if (auto it = st.awaited_imports.find(id); it != st.awaited_imports.end()) {
+      st.awaited_order.erase(it->second);
+      st.awaited_imports.erase(it);
+    }
+  }
   if (!e.has_waiters()) {  // the usual case: nothing can have moved the entry
     erase_if_unused(st, id, e);
     return;
@@ -405,14 +424,20 @@ bool has_pending_input(RunnerState& st, OperationIr& op) {
 void complete_syncs(Self self) {
   auto& st = self->state;
   if (!st.deferred.empty() || st.syncs.empty()) return;
+  // Syncs come in order, so those whose imports have all arrived lead.
+  const uint64_t oldest_awaited = st.awaited_order.empty() ? UINT64_MAX : *st.awaited_order.begin();
+  size_t ready = 0;
+  while (ready < st.syncs.size() && st.syncs[ready].imports_before <= oldest_awaited) ++ready;
+  if (ready == 0) return;
   auto err = guarded([] { return std::string("synchronize"); }, [&] { return st.backend->synchronize(); });
   if (err) {
     err = on_device(st, err);
     st.log.log(LogLevel::debug, [&] { return describe(err).message; });
   }
-  auto syncs = std::move(st.syncs);
-  st.syncs.clear();
-  for (auto& done : syncs) done(err);
+  std::vector<RunnerState::WaitingSync> done(std::make_move_iterator(st.syncs.begin()),
+                                             std::make_move_iterator(st.syncs.begin() + static_cast<ptrdiff_t>(ready)));
+  st.syncs.erase(st.syncs.begin(), st.syncs.begin() + static_cast<ptrdiff_t>(ready));
+  for (auto& sync : done) sync.done(err);
 }
 
 // Runs deferred ops whose inputs have all arrived, keeping their order.
@@ -1003,23 +1028,25 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](sync_atom) -> caf::result<done_atom> {
         auto rp = self->make_response_promise<done_atom>();
-        self->state.syncs.emplace_back([rp](const caf::error& err) mutable {
-          if (err)
-            rp.deliver(err);
-          else
-            rp.deliver(done_atom::value);
-        });
+        self->state.syncs.push_back({[rp](const caf::error& err) mutable {
+                                       if (err)
+                                         rp.deliver(err);
+                                       else
+                                         rp.deliver(done_atom::value);
+                                     },
+                                     self->state.imports_expected});
         complete_syncs(self);
         return rp;
       },
       [self](sync_atom, std::vector<OperationIr>& ops, LocalReply<done_atom>& reply) {
         take_in_request(self, ops);
-        self->state.syncs.emplace_back([deliver = std::move(reply.deliver)](const caf::error& err) {
-          if (err)
-            deliver(err);
-          else
-            deliver(done_atom::value);
-        });
+        self->state.syncs.push_back({[deliver = std::move(reply.deliver)](const caf::error& err) {
+                                       if (err)
+                                         deliver(err);
+                                       else
+                                         deliver(done_atom::value);
+                                     },
+                                     self->state.imports_expected});
         complete_syncs(self);
       },
       [self](stats_atom) {
@@ -1038,6 +1065,9 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         if (!owner) return;  // a detached client's late message
         auto [it, inserted] = st.table.try_emplace(ir.id, ir, *owner);
         if (!inserted) return;  // duplicate id from a misbehaving client
+        const uint64_t order = st.imports_expected++;
+        st.awaited_imports.emplace(ir.id, order);
+        st.awaited_order.insert(order);
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
           auto data = std::move(early->second.data);
           const bool bridged = early->second.bridged;

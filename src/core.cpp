@@ -34,6 +34,13 @@ void throw_error(const caf::error& err) {
   throw Error(info.code, info.message, info.tensor);
 }
 
+void throw_error_as(const char* op, const caf::error& err) {
+  auto info = describe(err);
+  const auto colon = info.message.find(": ");
+  if (colon != std::string::npos && info.message.find(' ') > colon) info.message.replace(0, colon, op);
+  throw Error(info.code, info.message, info.tensor);
+}
+
 namespace {
 // Per thread by nature: it says what the calling thread is doing right now
 // (running a reply handler), not anything about a runtime.

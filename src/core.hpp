@@ -66,6 +66,9 @@ class RuntimeThreadScope {
 [[nodiscard]] std::exception_ptr to_exception(const caf::error& err);
 /// Throws Error for a failed rule check at the call site.
 [[noreturn]] void throw_error(const caf::error& err);
+/// throw_error, with the message's leading op name ("argsort: ...") replaced
+/// by `op`: for a call that reaches the op rules under another op's name.
+[[noreturn]] void throw_error_as(const char* op, const caf::error& err);
 
 class Core : public std::enable_shared_from_this<Core> {
  public:

@@ -33,8 +33,10 @@ std::vector<int64_t> per_axis(const std::string& op, const char* arg, const std:
   return v;
 }
 
-Tensor emit_conv(const Tensor& input, const Tensor& weight, const Tensor& bias, ConvOp op) {
-  const char* what = op.transposed ? "conv_transpose" : "conv";
+// `what`: the call's name (conv2d, conv_transpose1d, conv), which its
+// operand and device errors give.
+Tensor emit_conv(const Tensor& input, const Tensor& weight, const Tensor& bias, ConvOp op, const std::string& name) {
+  const char* what = name.c_str();
   const auto& x = TensorAccess::handle(input, what);
   const auto& w = TensorAccess::handle(weight, what);
   same_device(what, x, w);
@@ -44,6 +46,8 @@ Tensor emit_conv(const Tensor& input, const Tensor& weight, const Tensor& bias, 
     same_device(what, x, *b);
     op.bias = as_input(*b);
   }
+  // The rule names conv1d ... conv_transpose3d itself; a call of that name
+  // keeps it, the generic conv() too.
   auto out = new_output(x, unwrap(conv_result(op)));
   op.out = out;
   return emit(x, out, std::move(op));
@@ -91,7 +95,7 @@ Tensor conv_nd(size_t n, const Tensor& input, const Tensor& weight, const Tensor
     throw Error(Errc::invalid_argument,
                 name + ": padding must be \"same\", \"valid\" or sizes, got \"" + padding.mode + "\"");
   }
-  return emit_conv(input, weight, bias, std::move(op));
+  return emit_conv(input, weight, bias, std::move(op), name);
 }
 
 Tensor conv_transpose_nd(size_t n, const Tensor& input, const Tensor& weight, const Tensor& bias, const Ints& stride,
@@ -105,7 +109,7 @@ Tensor conv_transpose_nd(size_t n, const Tensor& input, const Tensor& weight, co
   op.pad_after = op.pad_before;
   op.output_padding = per_axis(name, "output_padding", output_padding.values, n, std::vector<int64_t>(n, 0));
   op.groups = groups;
-  return emit_conv(input, weight, bias, std::move(op));
+  return emit_conv(input, weight, bias, std::move(op), name);
 }
 
 PoolOp windowed(PoolKind kind, size_t n, const Ints& kernel_size, const Ints& stride, const Ints& padding,
@@ -220,7 +224,7 @@ Tensor conv(const Tensor& input, const Tensor& weight, const Tensor& bias, const
   op.pad_before = per_axis(name, "pad_begin", o.pad_begin, n, std::vector<int64_t>(n, 0));
   op.pad_after = per_axis(name, "pad_end", o.pad_end, n, std::vector<int64_t>(n, 0));
   op.output_padding = per_axis(name, "output_padding", o.output_padding, n, std::vector<int64_t>(n, 0));
-  return emit_conv(input, weight, bias, std::move(op));
+  return emit_conv(input, weight, bias, std::move(op), name);
 }
 
 Tensor max_pool1d(const Tensor& input, const Ints& k, const Ints& s, const Ints& p, const Ints& d, bool ceil_mode) {
@@ -529,12 +533,11 @@ std::vector<int64_t> nearest_indices(int64_t in, int64_t out, std::optional<doub
   const float scale = source_scale<float>(in, out, factor, false);
   for (int64_t o = 0; o < out; ++o) {
     int64_t i = 0;
+    // No shortcut for out == in or 2 * in: PyTorch 1.13 has none when a
+    // scale factor is given (floor(5 * 1.1) = 5 outputs of 5 inputs sample
+    // 0, 0, 1, 2, 3), and without one the scale is exactly 1 or 1/2.
     if (exact)
       i = static_cast<int64_t>(std::floor(static_cast<float>((static_cast<double>(o) + 0.5) * scale)));
-    else if (out == in)
-      i = o;
-    else if (out == 2 * in)
-      i = o >> 1;
     else
       i = static_cast<int64_t>(std::floor(static_cast<float>(o) * scale));
     idx[static_cast<size_t>(o)] = std::min(i, in - 1);
@@ -554,6 +557,15 @@ LinearTaps<T> linear_taps(int64_t in, int64_t out, std::optional<double> factor,
   LinearTaps<T> taps;
   const T scale = source_scale<T>(in, out, factor, align_corners);
   for (int64_t o = 0; o < out; ++o) {
+    // As PyTorch's compute_source_index_and_lambda: an axis whose extent
+    // stays is copied, also when a scale factor (1.1 of 5: 5) would move it.
+    if (out == in) {
+      taps.lo.push_back(o);
+      taps.hi.push_back(o);
+      taps.w_lo.push_back(T(1));
+      taps.w_hi.push_back(T(0));
+      continue;
+    }
     // As PyTorch's CPU kernels: the source position in double (their
     // accumulate type), the weight rounded to T once, the other weight
     // 1 - it in T. (Rounding the position to T first moved weights by an

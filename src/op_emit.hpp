@@ -30,6 +30,14 @@ T unwrap(caf::expected<T> x) {
   return std::move(*x);
 }
 
+/// unwrap() for a call whose rule is another op's (sort through argsort,
+/// scatter_reduce through its kind): the error names the op called.
+template <class T>
+T unwrap_as(const char* op, caf::expected<T> x) {
+  if (!x) throw_error_as(op, x.error());
+  return std::move(*x);
+}
+
 inline TensorIr as_input(const TensorHandle& h) {
   return TensorIr{h.ir.id, h.ir.shape, h.ir.dtype, TensorStatus::read_only};
 }

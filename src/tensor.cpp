@@ -751,14 +751,21 @@ Tensor Tensor::cumprod(int64_t dim, std::optional<DType> dtype) const {
   return scan(handle("cumprod"), ScanKind::cumprod, dim, dtype);
 }
 
-Tensor Tensor::argsort(int64_t dim, bool descending, bool /*stable: always*/) const {
-  const auto& h = handle("argsort");
-  auto out = new_output(h, unwrap(sort_result(SortKind::argsort, h.ir.shape, h.ir.dtype, dim, 0)));
+namespace {
+// argsort's op, for argsort and sort (named as called).
+Tensor sort_order(const Tensor& t, const char* op, int64_t dim, bool descending) {
+  const auto& h = detail::TensorAccess::handle(t, op);
+  auto out = new_output(h, unwrap_as(op, sort_result(SortKind::argsort, h.ir.shape, h.ir.dtype, dim, 0)));
   return emit(h, out, SortOp{SortKind::argsort, as_input(h), out, dim, 0, descending, true});
 }
+}  // namespace
 
-ValuesIndices Tensor::sort(int64_t dim, bool descending, bool stable) const {
-  Tensor indices = argsort(dim, descending, stable);
+Tensor Tensor::argsort(int64_t dim, bool descending, bool /*stable: always*/) const {
+  return sort_order(*this, "argsort", dim, descending);
+}
+
+ValuesIndices Tensor::sort(int64_t dim, bool descending, bool /*stable: always*/) const {
+  Tensor indices = sort_order(*this, "sort", dim, descending);
   return {gather(dim, indices), indices};
 }
 
@@ -796,7 +803,7 @@ Tensor Tensor::scatter_reduce(int64_t dim, const Tensor& index, const Tensor& sr
   same_device(name, h, i);
   same_device(name, h, s);
   auto in = as_input(h), idx = as_input(i), sr = as_input(s);
-  auto spec = unwrap(index_result(k, in, idx, &sr, dim));
+  auto spec = unwrap_as(name, index_result(k, in, idx, &sr, dim));
   if (h.ir.shape.rank() == 0)  // as gather: through extent-1 vectors
     return reshape(Shape{1}).scatter_reduce(0, index.reshape(Shape{1}), src.reshape(Shape{1}), reduce).reshape(Shape{});
   auto out = new_output(h, std::move(spec));

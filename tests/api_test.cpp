@@ -393,3 +393,28 @@ TEST_CASE("host data with a negative or overflowing shape and 0-d axis errors sa
   }
   CHECK(values<float>(z.flip({-1}).transpose(0, -1).squeeze(0)) == std::vector<float>{3});
 }
+
+TEST_CASE("calls built on another op's rule name the op called in their errors", "[api]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "reference:0"}});
+  auto d = rt.device("cpu:0");
+  auto x = d.tensor<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  auto expect_error = [](auto&& call, const std::string& starts) {
+    try {
+      (void)call();
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).rfind(starts, 0) == 0);
+    }
+  };
+  expect_error([&] { return x.sort(2).values; }, "sort: axis 2");
+  expect_error([&] { return x.argsort(2); }, "argsort: axis 2");
+  auto bad_index = d.tensor<float>({0, 1, 0}, {1, 3});
+  expect_error([&] { return x.scatter_reduce(0, bad_index, x, "sum"); }, "scatter_reduce: ");
+  expect_error([&] { return x.scatter(0, bad_index, x); }, "scatter: ");
+  auto img = d.zeros({1, 1, 4, 4});
+  auto w = rt.device("reference:0").zeros({1, 1, 3, 3});
+  expect_error([&] { return sy::nn::conv2d(img, w); }, "conv2d: operands live on cpu:0 and reference:0");
+  expect_error([&] { return sy::nn::conv2d(img, Tensor{}); }, "conv2d: ");
+  expect_error([&] { return sy::nn::conv_transpose1d(d.zeros({1, 1, 4}), Tensor{}); }, "conv_transpose1d: ");
+}

@@ -73,7 +73,10 @@ class Device {
 
   /// Restarts this device's random stream (ordered with the ops around it).
   void seed(uint64_t seed) const;
-  /// Completes once every op submitted to this device so far has run.
+  /// Completes once every op submitted to this device so far has run and
+  /// every upload and bridge into it submitted so far has arrived (or
+  /// failed), also where those bytes travel apart from the ops (a worker's
+  /// bulk lane).
   [[nodiscard]] Future<void> sync() const;
   /// Its counters (ops executed, queue depth, live handles and bytes).
   [[nodiscard]] Future<DeviceStats> stats() const;

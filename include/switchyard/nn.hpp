@@ -211,7 +211,9 @@ struct PoolOptions {
 /// "trilinear" (f32, f64; one, two or three spatial axes). Give `size` or
 /// `scale_factor` (one value for every spatial axis, or one per axis); a
 /// scale factor sizes the output as floor(extent * factor) and is also the
-/// scale the sampling uses, as PyTorch without recompute_scale_factor.
+/// scale the sampling uses, as PyTorch without recompute_scale_factor
+/// (except that the linear modes copy an axis whose extent stays, as
+/// PyTorch 1.13's kernels do; nearest samples it through 1 / factor).
 /// `align_corners` only with the linear modes (default false).
 [[nodiscard]] Tensor interpolate(const Tensor& input, const std::vector<int64_t>& size,
                                  const std::vector<double>& scale_factor = {}, const std::string& mode = "nearest",

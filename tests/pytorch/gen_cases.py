@@ -1284,6 +1284,21 @@ with fresh():
                     scale_factor=None if scale is None else (tuple(scale) if len(scale) > 1 else scale[0]),
                     mode=mode, align_corners=corners), exact=True)
 
+# Scale factors whose output extent equals the input's or twice it: PyTorch
+# 1.13 copies such an axis in the linear modes but samples it through
+# 1 / factor in nearest (5 x 1.1 -> 5: 0, 0, 1, 2, 3).
+with fresh():
+    for shape, scale in (([1, 2, 5], [1.1]), ([1, 2, 3], [2.0000001]), ([1, 2, 5, 7], [1.1, 1.5]),
+                         ([2, 3, 4, 6], [2.0000001, 1.1]), ([1, 2, 4, 3, 5], [1.1, 2.0000001, 1.6])):
+        linear = ("linear", "bilinear", "trilinear")[len(shape) - 3]
+        for mode, corners, dt in ((linear, None, "f32"), (linear, True, "f32"), (linear, None, "f64"),
+                                  ("nearest", None, "f32"), ("nearest", None, "u8"), ("nearest-exact", None, "f32")):
+            args = {"mode": mode, "align_corners": corners, "size": [], "scale_factor": scale}
+            add("interpolate", [rand(dt, shape)], args,
+                lambda x, scale=scale, mode=mode, corners=corners: F.interpolate(
+                    x, scale_factor=tuple(scale) if len(scale) > 1 else scale[0], mode=mode, align_corners=corners),
+                exact=dt == "f32", tol=[1e-12, 1e-12] if dt == "f64" else None)
+
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pytorch_cases.json")
 with open(out, "w") as f:
     json.dump({"torch": torch.__version__, "cases": cases}, f, separators=(",", ":"))

@@ -109,6 +109,28 @@ TEST_CASE("tensors of a MiB and more cross the bulk lane whole and equal", "[rem
   }
 }
 
+TEST_CASE("a sync of a remote device waits for uploads and bridges still on the bulk lane", "[remote][bulk]") {
+  // The bytes take the lane, the sync BASP: it overtook them and answered
+  // while 64 MiB were still on the way.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(lane_client());
+  rt.connect(w.host(), w.port());
+  auto remote = rt.device(w.address() + "/cpu:0");
+  auto local = rt.device("cpu:0");
+  const int64_t n = int64_t{16} << 20;  // 64 MiB of f32
+  auto uploaded = remote.tensor<float>(std::vector<float>(static_cast<size_t>(n), 1.5f), {n});
+  auto here = local.full({n}, 2.0);
+  auto bridged = here.to(remote);
+  auto sync = remote.sync();
+  REQUIRE(sync.wait_for(120s));
+  sync.get();
+  auto stats = remote.stats();
+  REQUIRE(stats.wait_for(60s));
+  CHECK(stats.get().live_bytes >= uint64_t(2 * n * 4));
+  CHECK(bridged.slice(0, {n - 1, n}).to_vector<float>() == std::vector<float>{2.0f});
+  CHECK(uploaded.slice(0, {n - 1, n}).to_vector<float>() == std::vector<float>{1.5f});
+}
+
 TEST_CASE("a worker without a bulk lane serves the same over BASP", "[remote][bulk]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1", "--no-bulk-lane"});
   sy::Runtime rt(lane_client());
