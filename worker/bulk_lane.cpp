@@ -94,8 +94,7 @@ struct LaneConnection : std::enable_shared_from_this<LaneConnection> {
     closed = true;
     if (counter != nullptr) lane.count(counter);
     // Refusals before a token are only counted: a flood would flood the log.
-    if (!why.empty() && admitted && lane.warn)
-      lane.warn("bulk lane: closing the connection of " + peer() + ": " + why);
+    if (!why.empty() && admitted && lane.warn) lane.warn("bulk lane: closing the connection of " + peer() + ": " + why);
     boost::system::error_code ec;
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
@@ -113,19 +112,21 @@ struct LaneConnection : std::enable_shared_from_this<LaneConnection> {
   }
 
   // Closes the connection if `timer` runs out before the operation it
-  // guards completes (which cancels it).
-  void arm(asio::steady_timer& timer, std::chrono::milliseconds limit, const char* what) {
+  // guards completes (which cancels it), counted under `counter`: a stall
+  // after admission, a refusal before it (a token that never came).
+  void arm(asio::steady_timer& timer, std::chrono::milliseconds limit, const char* what,
+           uint64_t BulkLaneCounters::*counter = &BulkLaneCounters::closed_stall) {
     timer.expires_after(limit);
-    timer.async_wait([self = shared_from_this(), what](const boost::system::error_code& ec) {
+    timer.async_wait([self = shared_from_this(), what, counter](const boost::system::error_code& ec) {
       if (ec == asio::error::operation_aborted || self->closed) return;
-      self->close(std::string(what) + " made no progress within its time limit", &BulkLaneCounters::closed_stall);
+      self->close(std::string(what) + " made no progress within its time limit", counter);
     });
   }
 
   void start() {
     boost::system::error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
-    arm(read_timer, lane.limits.handshake_timeout, "the handshake");
+    arm(read_timer, lane.limits.handshake_timeout, "the handshake", &BulkLaneCounters::refused);
     asio::async_read(socket, asio::buffer(hello),
                      [self = shared_from_this()](const boost::system::error_code& e, size_t) { self->on_hello(e); });
   }

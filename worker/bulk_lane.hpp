@@ -43,7 +43,7 @@ struct BulkLaneLimits {
 
 struct BulkLaneCounters {
   uint64_t admitted = 0;
-  uint64_t refused = 0;  // over max_unadmitted, bad hello, unknown or used token
+  uint64_t refused = 0;  // over max_unadmitted, bad hello, unknown or used token, no hello in time
   uint64_t closed_protocol = 0;
   uint64_t closed_stall = 0;
   uint64_t uploads = 0;

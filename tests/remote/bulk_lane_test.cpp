@@ -327,6 +327,9 @@ TEST_CASE("silent and surplus connections to the lane are closed", "[bulk][hosti
   Peer surplus(f.port);  // the fifth unadmitted one
   CHECK(surplus.closed_within(1s));
   for (auto& p : silent) CHECK(p->closed_within(2s));  // the 300 ms handshake bound
+  // Refused before admission, not stalls (which count admitted transfers).
+  CHECK(f.lane->counters().refused == 5);
+  CHECK(f.lane->counters().closed_stall == 0);
   // Slots are free again: a client with a token gets in.
   const auto token = f.lane->admit(f.sys.node());
   Peer ok(f.port);
