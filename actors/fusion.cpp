@@ -149,14 +149,26 @@ bool would_run(OperationIr& op, const Scan& scan, const ChainContext& ctx) {
   return ok && !(ctx.local ? validate_local(op) : validate(op)) && ctx.backend.supports(op);
 }
 
+// The backend's answer to a question about fusing `op`; one that throws (a
+// user's backend, backend.hpp) says no, and the op runs alone, where a
+// failure of its own fails only it.
+template <class Ask>
+bool backend_says_yes(Ask&& ask) noexcept {
+  try {
+    return ask();
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, const ChainContext& ctx) {
   if (first + 1 >= ops.size()) return std::nullopt;
   // A head (a convolution or matmul that applies what follows as it stores
   // its sums) only in the first place.
-  const bool head = ctx.backend.fusible_head(ops[first]);
-  if (!head && !ctx.backend.fusible(ops[first])) return std::nullopt;
+  const bool head = backend_says_yes([&] { return ctx.backend.fusible_head(ops[first]); });
+  if (!head && !backend_says_yes([&] { return ctx.backend.fusible(ops[first]); })) return std::nullopt;
   Shape shape;
   ops[first].each_output([&](const TensorIr& t) { shape = t.shape; });
   // The structure first: cheap, and what usually rules a chain out. One
@@ -167,7 +179,7 @@ std::optional<FusedChain> find_chain(std::span<OperationIr> ops, size_t first, c
   const size_t limit = std::min(ops.size() - first, max_chain_ops);
   for (size_t k = 0; k < limit; ++k) {
     auto& op = ops[first + k];
-    if ((k > 0 && !ctx.backend.fusible(op)) || !scan.add(op, k)) break;
+    if ((k > 0 && !backend_says_yes([&] { return ctx.backend.fusible(op); })) || !scan.add(op, k)) break;
     if (scan.closed()) closed |= uint64_t{1} << k;
   }
   // Length of the longest chain among the first `n` ops (0 if none).

@@ -148,10 +148,16 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
             st.stopped.deliver(done_atom::value);
           for (auto& [id, dev] : self->state.devices)
             if (dev.runner.address() == msg.source) {
-              lose_device(self, id,
-                          msg.reason == caf::exit_reason::remote_link_unreachable
-                              ? "connection to its worker lost (remote_link_unreachable)"
-                              : "runner stopped (" + caf::to_string(msg.reason) + ")");
+              // A runner stopped by its backend carries a switchyard error:
+              // its message, not CAF's rendering of the error object.
+              std::string why;
+              if (msg.reason == caf::exit_reason::remote_link_unreachable)
+                why = "connection to its worker lost (remote_link_unreachable)";
+              else if (msg.reason.category() == error_category)
+                why = "runner stopped: " + describe(msg.reason).message;
+              else
+                why = "runner stopped (" + caf::to_string(msg.reason) + ")";
+              lose_device(self, id, why);
               return;
             }
         });

@@ -631,6 +631,9 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
     } catch (...) {
       buffer = current_exception_error("import of " + id_str(id));
     }
+    if (buffer && *buffer == nullptr)  // a user's backend (backend.hpp) may return an empty pointer
+      buffer = backends::DeviceError(Errc::kernel_failure,
+                                     "import of " + id_str(id) + ": the backend's from_data returned no buffer");
     if (buffer)
       resolve(st, id, std::move(*buffer));
     else
@@ -934,7 +937,12 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
     return err;
   });
   // The backend wakes us from its own threads; poll runs its completions here.
-  self->state.backend->set_waker([handle = runner_actor{self}] { caf::anon_send(handle, poll_atom::value); });
+  // A weak handle: a backend may keep its waker past the runner (a copy in
+  // one of its threads), and a strong one kept the runner, and so the
+  // actor system's teardown, waiting for ever.
+  self->state.backend->set_waker([weak = caf::actor_cast<caf::weak_actor_ptr>(self->ctrl())] {
+    if (auto strong = weak.lock()) caf::anon_send(caf::actor_cast<runner_actor>(std::move(strong)), poll_atom::value);
+  });
   return {
       [self](submit_atom, std::vector<OperationIr>& ops) { take_in(self, ops, false); },
       [self](submit_atom, LocalBatch& batch) { take_in(self, batch.ops, true); },

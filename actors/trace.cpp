@@ -36,8 +36,11 @@ Tracer::Tracer(std::string path, Limits limits, Logger log)
   // applies to every Runtime of a process) truncated the first one's trace
   // under it. The lock says whether another tracer holds the file; only its
   // holder empties it.
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  // O_NONBLOCK for the open alone: a FIFO without a reader blocked the
+  // Runtime's constructor; now it fails (ENXIO) and tracing stays off.
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd_ < 0) throw std::runtime_error("cannot write trace file '" + path_ + "': " + std::strerror(errno));
+  if (const int flags = ::fcntl(fd_, F_GETFL); flags >= 0) (void)::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     ::close(fd_);
     throw std::runtime_error("trace file '" + path_ +

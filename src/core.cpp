@@ -911,24 +911,52 @@ std::exception_ptr reply_failure(const std::weak_ptr<Core>& weak, const caf::err
 }
 }  // namespace
 
+namespace {
+// Goes with the last copy of a local reply: if none ran (the runner stopped
+// with the request in its mailbox, a backend having failed in poll or trim),
+// the future fails as the device's loss instead of as a broken promise. A
+// reply that ran completed the future already, which makes this a no-op.
+template <class Value>
+struct Unanswered {
+  Promise<Value> promise;
+  std::weak_ptr<Core> core;
+  DeviceId device = 0;
+  Unanswered(Promise<Value> p, std::weak_ptr<Core> c, DeviceId d)
+      : promise(std::move(p)), core(std::move(c)), device(d) {}
+  Unanswered(const Unanswered&) = delete;
+  Unanswered& operator=(const Unanswered&) = delete;
+  ~Unanswered() {
+    auto c = core.lock();
+    if (!c || c->closed()) return;  // the broken promise says runtime_closed, as it should
+    const std::string* why = c->lost(device);
+    promise.set_error(std::make_exception_ptr(Error(
+        Errc::device_lost,
+        why != nullptr ? *why : "device " + c->info(device).name + " lost: its runner stopped before answering")));
+  }
+};
+}  // namespace
+
 template <class Reply, class Value, class Convert>
-LocalReply<Reply> Core::local_reply(Promise<Value> promise, std::shared_ptr<const void> keep, Convert convert) {
+LocalReply<Reply> Core::local_reply(DeviceId device, Promise<Value> promise, std::shared_ptr<const void> keep,
+                                    Convert convert) {
   // Runs on the runner's thread, where nothing may throw out of it. One box
   // for `keep` however often the runner copies the reply, emptied by the
   // copy that runs.
   auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
-  return LocalReply<Reply>{[promise, convert, box, weak = weak_from_this()](caf::expected<Reply> r) mutable {
-    RuntimeThreadScope scope;
-    try {
-      box->reset();  // queue the drop before the caller sees the value
-      if (r)
-        convert(promise, *r);
-      else
-        promise.set_error(reply_failure(weak, r.error()));
-    } catch (...) {
-      promise.set_error(std::current_exception());
-    }
-  }};
+  auto unanswered = std::make_shared<Unanswered<Value>>(promise, weak_from_this(), device);
+  return LocalReply<Reply>{
+      [promise, convert, box, unanswered, weak = weak_from_this()](caf::expected<Reply> r) mutable {
+        RuntimeThreadScope scope;
+        try {
+          box->reset();  // queue the drop before the caller sees the value
+          if (r)
+            convert(promise, *r);
+          else
+            promise.set_error(reply_failure(weak, r.error()));
+        } catch (...) {
+          promise.set_error(std::current_exception());
+        }
+      }};
 }
 
 // A request to a runner of this process: the queued ops travel in the same
@@ -954,7 +982,7 @@ Future<Value> Core::ask_local(DeviceId device, std::shared_ptr<const void> keep,
     if (batch.empty()) q.batches_sent.fetch_add(1, std::memory_order_release);
     sent = true;
     caf::anon_send(caf::actor_cast<runner_actor>(slots_[device].runner), xs..., std::move(batch),
-                   local_reply<Reply>(std::move(promise), std::move(keep), std::move(convert)));
+                   local_reply<Reply>(device, std::move(promise), std::move(keep), std::move(convert)));
   }
   if (sent) wait_for_room(device, q);
   return fut;
@@ -1030,11 +1058,15 @@ Future<TensorData> Core::read_on_lane(DeviceId device, const TensorIr& ir, std::
   t->keep = std::move(keep);
   auto lane = slots_[device].lane;
   const auto ticket =
-      lane->expect_read(ir.bytes(), [t, shape = ir.shape, dtype = ir.dtype](caf::expected<Bytes> bytes) mutable {
+      lane->expect_read(ir.bytes(), [t, shape = ir.shape, dtype = ir.dtype,
+                                     where = slots_[device].info.name + ": read of tensor #" +
+                                             std::to_string(ir.id.value) + ": "](caf::expected<Bytes> bytes) mutable {
         if (t->settled.exchange(true)) return;
         t->keep.reset();
         if (!bytes) {
-          t->promise.set_error(to_exception(bytes.error()));
+          // The lane names its worker; the reader wants the device too.
+          auto info = describe(bytes.error());
+          t->promise.set_error(std::make_exception_ptr(Error(info.code, where + info.message, info.tensor)));
           return;
         }
         TensorData data(std::move(shape), dtype, std::move(*bytes));

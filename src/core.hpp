@@ -239,7 +239,8 @@ class Core : public std::enable_shared_from_this<Core> {
   void flusher_loop();
   // The reply a local runner calls on its own thread to complete `promise`.
   template <class Reply, class Value, class Convert>
-  LocalReply<Reply> local_reply(Promise<Value> promise, std::shared_ptr<const void> keep, Convert convert);
+  LocalReply<Reply> local_reply(DeviceId device, Promise<Value> promise, std::shared_ptr<const void> keep,
+                                Convert convert);
   template <class Reply, class Value, class Convert, class... Ts>
   Future<Value> ask_local(DeviceId device, std::shared_ptr<const void> keep, Convert convert, Ts... xs);
   template <class Reply, class Value, class Convert, class... Ts>

@@ -12,9 +12,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include "support/watchdog.hpp"
 
 using switchyard::Logger;
 using switchyard::LogLevel;
@@ -130,6 +133,17 @@ TEST_CASE("names and arguments with any bytes leave the trace valid JSON", "[tra
 TEST_CASE("a tracer that cannot create its file says which and why", "[trace]") {
   CHECK_THROWS_WITH(Tracer("/nonexistent-dir/trace.json"),
                     Catch::Contains("/nonexistent-dir/trace.json") && Catch::Contains("No such file"));
+}
+
+TEST_CASE("a FIFO with no reader as the trace path is refused at once, not waited on", "[trace]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sy-trace-fifo-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // A blocking open would wait here for a reader that never comes.
+  switchyard::testing::Watchdog watchdog(std::chrono::seconds(30), "a tracer opening a FIFO without a reader");
+  CHECK_THROWS_WITH(Tracer(fifo), Catch::Contains(fifo) && Catch::Contains("No such device or address"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a second tracer of the same file is refused and the first one's trace stays whole", "[trace]") {

@@ -3,9 +3,12 @@
 // faulty_backend.hpp). The failure must reach exactly the futures that
 // depend on the failed call, later work must succeed, and no handle leaks.
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <optional>
+#include <string>
+#include <thread>
 
 #include "support/faulty_backend.hpp"
 #include "switchyard/switchyard.hpp"
@@ -344,4 +347,80 @@ TEST_CASE("sync reports success after failed ops: failures belong to the tensors
   auto b = a.exp();
   CHECK_NOTHROW(d.sync().get());
   CHECK(read_error(b) == Errc::kernel_failure);
+}
+
+TEST_CASE("an import into a backend whose from_data returns no buffer fails, the process lives",
+          "[reliability][fault]") {
+  Faulty f({"cpu:0", "faulty:0"});
+  auto cpu = f.dev("cpu:0");
+  auto bad = f.dev("faulty:0");
+  auto x = cpu.tensor<float>({1, 2, 3}, {3});
+  bad.sync().get();
+  f.plan->null_from_data_at = f.plan->from_datas.load() + 1;
+  auto y = x.to(bad);
+  std::string msg;
+  CHECK(read_error(y, &msg) == Errc::kernel_failure);
+  CHECK_THAT(msg, Catch::Contains("faulty:0") && Catch::Contains("from_data returned no buffer"));
+  CHECK((x.to(bad) * 2.0f).to_vector<float>() == std::vector<float>{2, 4, 6});
+}
+
+TEST_CASE("a fusible() that throws ends the chain and the ops run alone", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  f.plan->fuse = true;
+  std::vector<float> values(4096), want(4096);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<float>(i % 7) - 3.0f;
+    want[i] = std::max((values[i] + 1.0f) * 2.0f, 0.0f);
+  }
+  auto x = d.tensor<float>(values, {4096});
+  d.sync().get();
+  // A statement of its own, so the intermediates' drops travel with the
+  // chain (a temporary still alive at the read could be read later).
+  auto y = ((x + 1.0f) * 2.0f).relu();
+  CHECK(y.to_vector<float>() == want);
+  const auto fused_before = d.stats().get().ops_fused;
+  CHECK(fused_before > 0);  // the chain fused while fusible() answered
+  f.plan->fusible_throws = true;
+  auto z = ((x + 1.0f) * 2.0f).relu();
+  CHECK(z.to_vector<float>() == want);
+  CHECK(d.stats().get().ops_fused == fused_before);
+}
+
+TEST_CASE("reads and syncs of a device its backend stopped fail with device_lost", "[reliability][fault]") {
+  using namespace std::chrono_literals;
+  Faulty f;
+  auto d = f.dev();
+  auto t = d.tensor<float>({1, 2}, {2});
+  d.sync().get();
+  f.plan->poll_throws = true;
+  {
+    std::lock_guard lock(f.plan->kept_mutex);
+    REQUIRE(f.plan->kept_waker);
+    f.plan->kept_waker();  // the runner polls, the backend throws, the device stops
+  }
+  // Once the runtime knows, new work is refused at the call.
+  bool lost = false;
+  for (int i = 0; i < 500 && !lost; ++i) {
+    try {
+      (void)d.tensor<float>({1}, {1});
+      std::this_thread::sleep_for(10ms);
+    } catch (const Error& e) {
+      lost = e.code() == Errc::device_lost;
+    }
+  }
+  REQUIRE(lost);
+  auto read = t.read();
+  REQUIRE(read.wait_for(30s));
+  std::string msg;
+  CHECK(read_error(t, &msg) == Errc::device_lost);
+  CHECK_THAT(msg, Catch::Contains("faulty:0") && Catch::Contains("poll boom") && !Catch::Contains("error("));
+  auto sync = d.sync();
+  REQUIRE(sync.wait_for(30s));
+  try {
+    sync.get();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::device_lost);
+  }
 }

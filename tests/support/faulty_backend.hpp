@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -41,6 +42,20 @@ struct FaultPlan {
   std::atomic<uint64_t> lie_to_data_at{0};
   std::atomic<Lie> lie{Lie::short_bytes};
 
+  // The N-th upload "succeeds" with an empty buffer pointer.
+  std::atomic<uint64_t> null_from_data_at{0};
+  // Element-wise chains fuse as on the inner backend (off: every op runs
+  // alone, through execute, as the fault counters expect), and fusible()
+  // throws instead of answering.
+  std::atomic<bool> fuse{false};
+  std::atomic<bool> fusible_throws{false};
+  // poll() throws: the device stops as lost.
+  std::atomic<bool> poll_throws{false};
+  // A copy of the runner's waker, kept past the runtime as a backend's own
+  // thread might keep it.
+  std::mutex kept_mutex;
+  std::function<void()> kept_waker;
+
   std::atomic<uint64_t> executes{0};
   std::atomic<uint64_t> from_datas{0};
   std::atomic<uint64_t> to_datas{0};
@@ -60,6 +75,7 @@ class FaultyBackend final : public backends::Backend {
     if (hit(plan_->from_datas, plan_->fail_from_data_at)) {
       if (auto err = fault("from_data", Errc::out_of_memory)) return err;
     }
+    if (hit_at(plan_->from_datas.load(), plan_->null_from_data_at)) return backends::BufferPtr{};
     return inner_->from_data(t, std::move(data));
   }
 
@@ -93,9 +109,28 @@ class FaultyBackend final : public backends::Backend {
     return inner_->execute(op, inputs, outputs);
   }
 
+  [[nodiscard]] bool fusible(const OperationIr& op) const override {
+    if (plan_->fusible_throws.load()) throw std::runtime_error("fusible boom");
+    return plan_->fuse.load() && inner_->fusible(op);
+  }
+  [[nodiscard]] backends::DeviceError execute_fused(std::span<OperationIr> chain, std::span<const TensorIr> tensors,
+                                                    std::span<backends::BufferPtr> inputs,
+                                                    backends::BufferPtr& output) override {
+    return inner_->execute_fused(chain, tensors, inputs, output);
+  }
+
   void seed(uint64_t s) override { inner_->seed(s); }
-  void set_waker(std::function<void()> wake) override { inner_->set_waker(std::move(wake)); }
-  void poll() override { inner_->poll(); }
+  void set_waker(std::function<void()> wake) override {
+    {
+      std::lock_guard lock(plan_->kept_mutex);
+      plan_->kept_waker = wake;
+    }
+    inner_->set_waker(std::move(wake));
+  }
+  void poll() override {
+    if (plan_->poll_throws.load()) throw std::runtime_error("poll boom");
+    inner_->poll();
+  }
   [[nodiscard]] backends::DeviceError synchronize() override { return inner_->synchronize(); }
   [[nodiscard]] backends::MemoryStats memory() const override { return inner_->memory(); }
 
