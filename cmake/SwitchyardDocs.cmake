@@ -14,6 +14,10 @@ include("${PROJECT_SOURCE_DIR}/cmake/SwitchyardPublicHeaders.cmake")
 set(SWITCHYARD_DOCS_OUTPUT "${PROJECT_BINARY_DIR}/docs/api")
 # Doxyfile lists are space-separated; each path quoted in case it holds spaces.
 set(SWITCHYARD_DOCS_INPUT "\"${PROJECT_SOURCE_DIR}/docs/api-mainpage.md\" \"${PROJECT_SOURCE_DIR}/include/switchyard\"")
+# The ONNX loader's header installs beside the others (switchyard/onnx.hpp).
+if(EXISTS "${PROJECT_SOURCE_DIR}/models/onnx/include/switchyard/onnx.hpp")
+  string(APPEND SWITCHYARD_DOCS_INPUT " \"${PROJECT_SOURCE_DIR}/models/onnx/include/switchyard/onnx.hpp\"")
+endif()
 foreach(header IN LISTS SWITCHYARD_PUBLIC_MESSAGE_HEADERS)
   string(APPEND SWITCHYARD_DOCS_INPUT " \"${header}\"")
 endforeach()
