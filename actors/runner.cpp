@@ -575,10 +575,18 @@ void read_entry(Self self, Entry& e, const std::function<void(caf::expected<Tens
   // reader is answered once either way.
   auto answered = std::make_shared<std::atomic<bool>>(false);  // a callback may come on another thread
   try {
-    self->state.backend->to_data(e.meta, e.buffer, [done, answered](backends::Expected<TensorData> r) {
-      answered->store(true);
-      done(to_caf(std::move(r)));
-    });
+    // Failures name the device, as an op's do (a custom backend's message
+    // may not); the name is copied: the callback may run on another thread.
+    self->state.backend->to_data(e.meta, e.buffer,
+                                 [done, answered, name = self->state.name](backends::Expected<TensorData> r) {
+                                   answered->store(true);
+                                   if (r) {
+                                     done(std::move(*r));
+                                     return;
+                                   }
+                                   const auto info = describe(to_caf(r.error()));
+                                   done(make_error(info.code, name + ": " + info.message, info.tensor));
+                                 });
   } catch (...) {
     if (!answered->load()) done(on_device(self->state, to_caf(current_exception_error("read"))));
   }

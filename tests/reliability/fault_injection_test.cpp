@@ -424,3 +424,16 @@ TEST_CASE("reads and syncs of a device its backend stopped fail with device_lost
     CHECK(e.code() == Errc::device_lost);
   }
 }
+
+TEST_CASE("a read error a backend returns names the device", "[reliability][fault]") {
+  Faulty f;
+  auto d = f.dev();
+  auto a = d.tensor<float>({1, 2}, {2});
+  d.sync().get();
+  f.plan->mode = FaultPlan::Mode::error;
+  f.plan->fail_to_data_at = f.plan->to_datas.load() + 1;
+  std::string msg;
+  CHECK(read_error(a, &msg) == Errc::kernel_failure);
+  CHECK_THAT(msg, Catch::StartsWith("faulty:0: injected fault in to_data"));
+  CHECK(a.to_vector<float>() == std::vector<float>{1, 2});
+}
