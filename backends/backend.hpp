@@ -5,10 +5,12 @@
 // public (include/switchyard/backend.hpp, for custom backends); this adds
 // the registry of the kinds this library provides.
 
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "switchyard/backend.hpp"
+#include "switchyard/error.hpp"
 
 namespace switchyard::backends {
 
@@ -42,5 +44,20 @@ inline constexpr size_t max_cpu_threads = 1024;
 [[nodiscard]] std::vector<PlannedDevice> plan_devices(const std::vector<BackendKind>& kinds,
                                                       const std::vector<std::string>& names,
                                                       std::vector<std::string>& unavailable);
+
+/// Calls `f`, an entry of a BackendKind (possibly a user's), and gives what
+/// it throws as an Error with `code` naming `what`; an Error passes as it is.
+template <class F>
+auto call_kind_entry(Errc code, const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(code, what + ": " + e.what());
+  } catch (...) {
+    throw Error(code, what + ": threw an exception that is not a std::exception");
+  }
+}
 
 }  // namespace switchyard::backends

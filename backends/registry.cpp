@@ -75,7 +75,9 @@ std::vector<PlannedDevice> plan_devices(const std::vector<BackendKind>& kinds, c
                   "device '" + name + "': no backend '" + kind_name + "' in this build (have: " + known + ")");
       // NOLINTEND(performance-inefficient-string-concatenation)
     }
-    const int count = kind->device_count();
+    const int count =
+        call_kind_entry(Errc::unknown_device, "device '" + name + "': backend kind '" + kind->name + "': device_count",
+                        [&] { return kind->device_count(); });
     if (index < 0) {
       if (count == 0) unavailable.push_back(kind->name + ": " + unavailable_reason(*kind));
       if (static_cast<size_t>(count) + plan.size() > max_planned_devices)

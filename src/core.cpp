@@ -289,7 +289,8 @@ void Core::start() {
   ThreadLoggerGuard logger_guard;
   auto kinds = backends::backend_kinds(options_.backend_module_path);
   if (options_.extend_backends) {
-    options_.extend_backends(kinds);
+    backends::call_kind_entry(Errc::invalid_argument, "RuntimeOptions::extend_backends",
+                              [&] { options_.extend_backends(kinds); });
     // A kind the extension got wrong is refused here, with what is wrong,
     // rather than ignored (a second "cpu") or crashing when first used.
     for (size_t i = 0; i < kinds.size(); ++i) {
@@ -331,7 +332,9 @@ void Core::start() {
         opts.allow_tf32 = options_.cuda_allow_tf32;
       }
       opts.cache_limit = options_.cpu_cache_limit;
-      std::shared_ptr<backends::Backend> backend = kind->create(index, opts);
+      std::shared_ptr<backends::Backend> backend = backends::call_kind_entry(
+          Errc::unknown_device, "device '" + name + "': backend kind '" + kind->name + "': create",
+          [&] { return kind->create(index, opts); });
       // A user's BackendKind may get this wrong; say so instead of crashing.
       if (!backend)
         throw Error(Errc::unknown_device, "device '" + name + "': backend kind '" + kind->name +

@@ -437,3 +437,38 @@ TEST_CASE("a read error a backend returns names the device", "[reliability][faul
   CHECK_THAT(msg, Catch::StartsWith("faulty:0: injected fault in to_data"));
   CHECK(a.to_vector<float>() == std::vector<float>{1, 2});
 }
+
+TEST_CASE("a backend kind whose entries throw fails the runtime's start with an Error naming it",
+          "[reliability][fault]") {
+  auto kind = [](std::function<int()> count, std::function<void()> on_create) {
+    return backends::BackendKind{
+        "thrower", std::move(count), [] { return std::string{}; },
+        [on_create = std::move(on_create)](int, const backends::DeviceOptions&) -> std::unique_ptr<backends::Backend> {
+          on_create();
+          return nullptr;
+        }};
+  };
+  auto start = [](std::function<void(std::vector<backends::BackendKind>&)> extend) {
+    RuntimeOptions o;
+    o.devices = {"thrower:0"};
+    o.extend_backends = std::move(extend);
+    try {
+      Runtime rt(std::move(o));
+      return std::pair{Errc{}, std::string("no error")};
+    } catch (const Error& e) {
+      return std::pair{e.code(), std::string(e.what())};
+    }
+  };
+  auto [c1, m1] = start(
+      [&](auto& kinds) { kinds.push_back(kind([] { return 1; }, [] { throw std::runtime_error("no such card"); })); });
+  CHECK(c1 == Errc::unknown_device);
+  CHECK_THAT(m1, Catch::Contains("thrower:0") && Catch::Contains("create") && Catch::Contains("no such card"));
+  auto [c2, m2] = start([&](auto& kinds) {
+    kinds.push_back(kind([]() -> int { throw 7; }, [] {}));  // NOLINT(hicpp-exception-baseclass)
+  });
+  CHECK(c2 == Errc::unknown_device);
+  CHECK_THAT(m2, Catch::Contains("device_count") && Catch::Contains("not a std::exception"));
+  auto [c3, m3] = start([](auto&) { throw std::logic_error("bad extension"); });
+  CHECK(c3 == Errc::invalid_argument);
+  CHECK_THAT(m3, Catch::Contains("extend_backends") && Catch::Contains("bad extension"));
+}
