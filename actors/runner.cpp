@@ -434,9 +434,15 @@ void complete_syncs(Self self) {
     err = on_device(st, err);
     st.log.log(LogLevel::debug, [&] { return describe(err).message; });
   }
-  std::vector<RunnerState::WaitingSync> done(std::make_move_iterator(st.syncs.begin()),
-                                             std::make_move_iterator(st.syncs.begin() + static_cast<ptrdiff_t>(ready)));
-  st.syncs.erase(st.syncs.begin(), st.syncs.begin() + static_cast<ptrdiff_t>(ready));
+  std::vector<RunnerState::WaitingSync> done;
+  if (ready == st.syncs.size()) {  // the usual case: all of them, no copy
+    done = std::move(st.syncs);
+    st.syncs.clear();
+  } else {
+    done.assign(std::make_move_iterator(st.syncs.begin()),
+                std::make_move_iterator(st.syncs.begin() + static_cast<ptrdiff_t>(ready)));
+    st.syncs.erase(st.syncs.begin(), st.syncs.begin() + static_cast<ptrdiff_t>(ready));
+  }
   for (auto& sync : done) sync.done(err);
 }
 

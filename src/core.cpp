@@ -915,20 +915,23 @@ std::exception_ptr reply_failure(const std::weak_ptr<Core>& weak, const caf::err
 }  // namespace
 
 namespace {
-// Goes with the last copy of a local reply: if none ran (the runner stopped
-// with the request in its mailbox, a backend having failed in poll or trim),
-// the future fails as the device's loss instead of as a broken promise. A
-// reply that ran completed the future already, which makes this a no-op.
+// What every copy of a local reply shares (one allocation however often the
+// runner copies the reply): the caller's `keep`, emptied by the copy that
+// runs, and the promise. If no copy ever runs (the runner stopped with the
+// request in its mailbox, a backend having failed in poll or trim), the last
+// copy to go fails the future as the device's loss instead of as a broken
+// promise; after a copy ran, the future is complete and that is a no-op.
 template <class Value>
-struct Unanswered {
+struct LocalReplyState {
+  std::shared_ptr<const void> keep;
   Promise<Value> promise;
   std::weak_ptr<Core> core;
   DeviceId device = 0;
-  Unanswered(Promise<Value> p, std::weak_ptr<Core> c, DeviceId d)
-      : promise(std::move(p)), core(std::move(c)), device(d) {}
-  Unanswered(const Unanswered&) = delete;
-  Unanswered& operator=(const Unanswered&) = delete;
-  ~Unanswered() {
+  LocalReplyState(std::shared_ptr<const void> k, Promise<Value> p, std::weak_ptr<Core> c, DeviceId d)
+      : keep(std::move(k)), promise(std::move(p)), core(std::move(c)), device(d) {}
+  LocalReplyState(const LocalReplyState&) = delete;
+  LocalReplyState& operator=(const LocalReplyState&) = delete;
+  ~LocalReplyState() {
     try {
       auto c = core.lock();
       if (!c || c->closed()) return;  // the broken promise says runtime_closed, as it should
@@ -945,24 +948,21 @@ struct Unanswered {
 template <class Reply, class Value, class Convert>
 LocalReply<Reply> Core::local_reply(DeviceId device, Promise<Value> promise, std::shared_ptr<const void> keep,
                                     Convert convert) {
-  // Runs on the runner's thread, where nothing may throw out of it. One box
-  // for `keep` however often the runner copies the reply, emptied by the
-  // copy that runs.
-  auto box = std::make_shared<std::shared_ptr<const void>>(std::move(keep));
-  auto unanswered = std::make_shared<Unanswered<Value>>(promise, weak_from_this(), device);
-  return LocalReply<Reply>{
-      [promise, convert, box, unanswered, weak = weak_from_this()](caf::expected<Reply> r) mutable {
-        RuntimeThreadScope scope;
-        try {
-          box->reset();  // queue the drop before the caller sees the value
-          if (r)
-            convert(promise, *r);
-          else
-            promise.set_error(reply_failure(weak, r.error()));
-        } catch (...) {
-          promise.set_error(std::current_exception());
-        }
-      }};
+  // Runs on the runner's thread, where nothing may throw out of it.
+  auto state = std::make_shared<LocalReplyState<Value>>(std::move(keep), std::move(promise), weak_from_this(), device);
+  return LocalReply<Reply>{[state, convert](caf::expected<Reply> r) mutable {
+    RuntimeThreadScope scope;
+    auto& promise = state->promise;
+    try {
+      state->keep.reset();  // queue the drop before the caller sees the value
+      if (r)
+        convert(promise, *r);
+      else
+        promise.set_error(reply_failure(state->core, r.error()));
+    } catch (...) {
+      promise.set_error(std::current_exception());
+    }
+  }};
 }
 
 // A request to a runner of this process: the queued ops travel in the same

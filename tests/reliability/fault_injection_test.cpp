@@ -377,10 +377,15 @@ TEST_CASE("a fusible() that throws ends the chain and the ops run alone", "[reli
   d.sync().get();
   // A statement of its own, so the intermediates' drops travel with the
   // chain (a temporary still alive at the read could be read later).
-  auto y = ((x + 1.0f) * 2.0f).relu();
-  CHECK(y.to_vector<float>() == want);
-  const auto fused_before = d.stats().get().ops_fused;
-  CHECK(fused_before > 0);  // the chain fused while fusible() answered
+  // The chain fuses while fusible() answers (a few tries: on a loaded
+  // machine the flusher may send part of a batch before the rest is queued).
+  uint64_t fused_before = 0;
+  for (int attempt = 0; attempt < 20 && fused_before == 0; ++attempt) {
+    auto y = ((x + 1.0f) * 2.0f).relu();
+    CHECK(y.to_vector<float>() == want);
+    fused_before = d.stats().get().ops_fused;
+  }
+  CHECK(fused_before > 0);
   f.plan->fusible_throws = true;
   auto z = ((x + 1.0f) * 2.0f).relu();
   CHECK(z.to_vector<float>() == want);
