@@ -278,10 +278,6 @@ void trace_op(RunnerState& st, OperationIr& op, Tracer::Clock::time_point begin,
 caf::error to_caf(const backends::DeviceError& err) {
   return err ? make_error(err.code(), err.message()) : caf::error{};
 }
-caf::expected<TensorData> to_caf(backends::Expected<TensorData>&& result) {
-  if (result) return std::move(*result);
-  return to_caf(result.error());
-}
 
 // The exception being handled as an error about `what`. A backend may be a
 // user's (backend.hpp) and throw anything; whatever it is fails the call,

@@ -2754,7 +2754,8 @@ TEST_CASE("onnx: malformed optimizer nodes are refused naming the node and what 
       FAIL("no error");
     } catch (const sy::Error& e) {
       CHECK(e.code() == sy::Errc::invalid_argument);
-      CHECK_THAT(e.what(), Catch::Contains("node 'step'") && Catch::Contains("input 3 ('G')") && Catch::Contains("[2]"));
+      CHECK_THAT(e.what(),
+                 Catch::Contains("node 'step'") && Catch::Contains("input 3 ('G')") && Catch::Contains("[2]"));
     }
     // An integer learning rate is refused as well (here by the declared type).
     try {
