@@ -17,6 +17,7 @@
 #include <random>
 #include <sys/stat.h>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 #include <variant>
 
@@ -228,6 +229,32 @@ TEST_CASE("onnx: an unsupported attribute or attribute value fails at load namin
   u.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
   CHECK_THAT(load_error(u.bytes(), rt.cpu()),
              Catch::Contains("node 'r' (Relu)") && Catch::Contains("attribute 'frobnicate'"));
+
+  // Resize's modes are checked at load, not when a run first reaches the node.
+  auto resize = [](int64_t opset, const std::string& attribute, const std::string& value) {
+    Builder r(opset);
+    r.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+    r.init("scales", {1, 1, 2, 2}, {4});
+    attr_s(r.node("Resize", {"x", "", "scales"}, {"y"}, "rz"), attribute, value);
+    r.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+    return r.bytes();
+  };
+  for (const auto& [opset, attribute, value] : std::vector<std::tuple<int64_t, std::string, std::string>>{
+           {13, "coordinate_transformation_mode", "bogus"},
+           {13, "coordinate_transformation_mode", "tf_half_pixel_for_nn"},
+           {11, "coordinate_transformation_mode", "tf_half_pixel_for_nearest"},
+           {13, "nearest_mode", "bogus"}}) {
+    INFO(opset << " " << attribute << "=" << value);
+    sy::Errc code{};
+    CHECK_THAT(load_error(resize(opset, attribute, value), rt.cpu(), &code),
+               Catch::Contains("node 'rz' (Resize)") && Catch::Contains(attribute + "='" + value + "'"));
+    CHECK(code == sy::Errc::unsupported);
+  }
+  auto nn = sy::onnx::Model::load_bytes(resize(11, "coordinate_transformation_mode", "tf_half_pixel_for_nn"), rt.cpu());
+  auto f = nn.infer({{"x", sy::TensorData::from(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2})}});
+  REQUIRE(f.wait_for(kWait));
+  // Source (o + 0.5) / 2, rounded half down and clamped: rows and columns 0, 1, 1, 1.
+  CHECK(f.get().at("y").to_vector<float>() == std::vector<float>{1, 2, 2, 2, 3, 4, 4, 4, 3, 4, 4, 4, 3, 4, 4, 4});
 }
 
 TEST_CASE("onnx: BatchNormalization training_mode=1 normalises by the batch and moves the running statistics",
@@ -805,38 +832,30 @@ TEST_CASE("onnx: QuantizeLinear and DequantizeLinear per axis on a non-default a
 
 TEST_CASE("onnx: a quantization zero point of the wrong dtype or extent fails naming it", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
+  // ONNX's type constraints hold at load: QuantizeLinear's zero point is u8 or i8.
   Builder m;
   m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
   m.init("s", {1.0f}, {});
   m.init_int("zp", pb::TensorProto::INT32, {0}, {});
   m.node("QuantizeLinear", {"x", "s", "zp"}, {"y"}, "quant");
   m.output("y", pb::TensorProto::INT32, {int64_t{4}});
-  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
-  try {
-    (void)model.run({{"x", rt.cpu().zeros({4})}});
-    FAIL("expected an error");
-  } catch (const sy::Error& e) {
-    CHECK(e.code() == sy::Errc::dtype_mismatch);
-    CHECK_THAT(std::string(e.what()), Catch::Contains("node 'quant' (QuantizeLinear)") &&
-                                          Catch::Contains("y_zero_point must be u8 or i8, got i32"));
-  }
+  sy::Errc code{};
+  CHECK_THAT(load_error(m.bytes(), rt.cpu(), &code), Catch::Contains("node 'quant' (QuantizeLinear)") &&
+                                                         Catch::Contains("input 'zp' is INT32") &&
+                                                         Catch::Contains("it takes int8, uint8"));
+  CHECK(code == sy::Errc::dtype_mismatch);
 
-  // DequantizeLinear's zero point must have x's dtype.
+  // DequantizeLinear's zero point must have x's dtype (both are its type T).
   Builder d;
   d.input("x", pb::TensorProto::UINT8, {int64_t{4}});
   d.init("s", {1.0f}, {});
   d.init_int("zp", pb::TensorProto::INT8, {0}, {});
   d.node("DequantizeLinear", {"x", "s", "zp"}, {"y"}, "dequant");
   d.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
-  auto dq = sy::onnx::Model::load_bytes(d.bytes(), rt.cpu());
-  try {
-    (void)dq.run({{"x", rt.cpu().zeros({4}, sy::DType::u8)}});
-    FAIL("expected an error");
-  } catch (const sy::Error& e) {
-    CHECK(e.code() == sy::Errc::dtype_mismatch);
-    CHECK_THAT(std::string(e.what()),
-               Catch::Contains("node 'dequant' (DequantizeLinear)") && Catch::Contains("x_zero_point is i8, x is u8"));
-  }
+  CHECK_THAT(load_error(d.bytes(), rt.cpu(), &code), Catch::Contains("node 'dequant' (DequantizeLinear)") &&
+                                                         Catch::Contains("input 'zp' is INT8") &&
+                                                         Catch::Contains("'x' made type T UINT8"));
+  CHECK(code == sy::Errc::dtype_mismatch);
 
   // A per-axis scale must have the axis's extent.
   Builder a;
@@ -1663,12 +1682,11 @@ TEST_CASE("onnx: a sequence holds one dtype; an empty optional cannot be read", 
     m.input("i", pb::TensorProto::INT64, {int64_t{2}});
     m.node("SequenceConstruct", {"x", "i"}, {"s"}, "mixed");
     set_seq_type(m.g().add_output(), "s", pb::TensorProto::FLOAT);
-    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    // ONNX binds every input to one type: refused at load.
     sy::Errc code{};
-    auto what = error_of([&] { (void)model.infer_values({{"x", f32({1, 2}, {2})}, {"i", i64({1, 2}, {2})}}); }, &code);
+    CHECK_THAT(load_error(m.bytes(), rt.cpu(), &code),
+               Catch::Contains("node 'mixed' (SequenceConstruct)") && Catch::Contains("input 'i' is INT64"));
     CHECK(code == sy::Errc::dtype_mismatch);
-    CHECK_THAT(what, Catch::Contains("node 'mixed' (SequenceConstruct)") && Catch::Contains("input 1 ('i') is i64") &&
-                         Catch::Contains("holds f32"));
   }
   {
     // SequenceEmpty's dtype (FLOAT by default) holds for what is inserted.
@@ -2279,6 +2297,44 @@ TEST_CASE("onnx: external data entries that lie or point outside the model folde
     std::vector<std::pair<std::string, std::string>> entries = {{"offset", offset}};
     if (!length.empty()) entries.emplace_back("length", length);
     CHECK_THAT(error_of(external_model("w.bin", entries)), Catch::Contains("past the end"));
+  }
+  SECTION("a Constant's external value is read from the model's folder, at load") {
+    auto constant_model = [](const std::string& location) {
+      Builder m(13);
+      m.input("x", pb::TensorProto::FLOAT, {int64_t{6}});
+      auto& k = m.node("Constant", {}, {"w"}, "k");
+      auto* a = k.add_attribute();
+      a->set_name("value");
+      a->set_type(pb::AttributeProto::TENSOR);
+      auto* t = a->mutable_t();
+      t->set_data_type(pb::TensorProto::FLOAT);
+      t->add_dims(6);
+      t->set_data_location(pb::TensorProto::EXTERNAL);
+      auto* e = t->add_external_data();
+      e->set_key("location");
+      e->set_value(location);
+      m.node("Add", {"x", "w"}, {"y"});
+      m.output("y", pb::TensorProto::FLOAT, {int64_t{6}});
+      return m.bytes();
+    };
+    // The working directory holds a w.bin of other values: it is not the one read.
+    struct Chdir {
+      std::filesystem::path back = std::filesystem::current_path();
+      ~Chdir() { std::filesystem::current_path(back); }
+    } restore;
+    std::filesystem::current_path(root / "secret");
+    {
+      std::ofstream f(root / "secret/w.bin", std::ios::binary | std::ios::trunc);
+      const std::vector<float> other = {100, 200, 300, 400, 500, 600};
+      f.write(reinterpret_cast<const char*>(other.data()), 24);
+    }
+    auto model = sy::onnx::Model::load_bytes(constant_model("w.bin"), rt.cpu(), dir);
+    CHECK(run_doubles(model, {{"x", x}}, "y") == std::vector<double>{1.5, 2.5, 3.5, 4.5, 5.5, 6.5});
+    // Failures come at load, naming the node and the attribute.
+    CHECK_THAT(error_of(constant_model("missing.bin")),
+               Catch::Contains("node 'k'") && Catch::Contains("attribute 'value'") && Catch::Contains("no such file"));
+    CHECK_THAT(error_of(constant_model("link.bin")), Catch::Contains("outside the model's folder"));
+    CHECK_THAT(error_of(constant_model("../secret/w.bin")), Catch::Contains("bad external data location"));
   }
 }
 
@@ -2952,4 +3008,137 @@ TEST_CASE("onnx: RNN with layout=1 reads initial_h as batch by direction and che
     CHECK_THAT(e.what(), Catch::Contains("node 'birnn'") && Catch::Contains("initial_h has shape [2, 2, 2]") &&
                              Catch::Contains("want [2, 2, 1]"));
   }
+}
+
+TEST_CASE("onnx: Einsum without an arrow sums a letter repeated within one operand", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  auto model_of = [](const std::string& equation, std::vector<std::variant<int64_t, std::string>> in_dims) {
+    Builder m(12);
+    m.input("x", pb::TensorProto::FLOAT, std::move(in_dims));
+    attr_s(m.node("Einsum", {"x"}, {"y"}, "e"), "equation", equation);
+    auto* y = m.g().add_output();
+    y->set_name("y");
+    y->mutable_type()->mutable_tensor_type()->set_elem_type(pb::TensorProto::FLOAT);
+    return m.bytes();
+  };
+  std::vector<float> square(9), cube(18);
+  for (size_t i = 0; i < square.size(); ++i) square[i] = static_cast<float>(i + 1);
+  for (size_t i = 0; i < cube.size(); ++i) cube[i] = static_cast<float>(i);
+  for (const auto& d : rt.devices()) {
+    INFO(d.name());
+    // 'ii' is the trace (numpy, torch.einsum and ONNX Runtime agree), not the diagonal.
+    auto trace = sy::onnx::Model::load_bytes(model_of("ii", {int64_t{3}, int64_t{3}}), d);
+    auto f = trace.infer({{"x", sy::TensorData::from(square, {3, 3})}});
+    REQUIRE(f.wait_for(kWait));
+    CHECK(f.get().at("y").shape == sy::Shape{});
+    CHECK(f.get().at("y").to_vector<double>() == std::vector<double>{15});
+    // 'iij' keeps j alone: sum over i of x[i][i][j].
+    auto iij = sy::onnx::Model::load_bytes(model_of("iij", {int64_t{3}, int64_t{3}, int64_t{2}}), d);
+    auto g = iij.infer({{"x", sy::TensorData::from(cube, {3, 3, 2})}});
+    REQUIRE(g.wait_for(kWait));
+    CHECK(g.get().at("y").shape == sy::Shape{2});
+    CHECK(g.get().at("y").to_vector<double>() == std::vector<double>{0 + 8 + 16, 1 + 9 + 17});
+    // The explicit form still keeps the diagonal.
+    auto diag = sy::onnx::Model::load_bytes(model_of("ii->i", {int64_t{3}, int64_t{3}}), d);
+    CHECK(run_doubles(diag, {{"x", sy::TensorData::from(square, {3, 3})}}, "y") == std::vector<double>{1, 5, 9});
+  }
+}
+
+TEST_CASE("onnx: an initializer that is also a graph input is listed with a default and may be overridden", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // keep_initializers_as_inputs: the table w is a graph input with a stored [5, 3] value.
+  Builder m;
+  m.input("ids", pb::TensorProto::INT64, {std::string("n")});
+  m.input("w", pb::TensorProto::FLOAT, {std::string("rows"), int64_t{3}});
+  std::vector<float> stored(15, 0.0f);
+  m.init("w", stored, {5, 3});
+  m.node("Gather", {"w", "ids"}, {"y"}, "g");
+  m.output("y", pb::TensorProto::FLOAT, {std::string("n"), int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  REQUIRE(model.inputs().size() == 2);
+  CHECK(model.inputs()[0].name == "ids");
+  CHECK_FALSE(model.inputs()[0].has_default);
+  // The stored extent bounds nothing: a run may give a taller table.
+  CHECK(model.inputs()[0].index_extent == -1);
+  CHECK(model.inputs()[1].name == "w");
+  CHECK(model.inputs()[1].has_default);
+
+  std::vector<float> tall(27);
+  for (size_t i = 0; i < tall.size(); ++i) tall[i] = static_cast<float>(i);
+  auto ids = sy::TensorData::from(std::vector<int64_t>{7}, {1});
+  CHECK(run_doubles(model, {{"ids", ids}, {"w", sy::TensorData::from(tall, {9, 3})}}, "y") ==
+        std::vector<double>{21, 22, 23});
+  // Left out, the stored table is used, and Gather's own check bounds the index.
+  CHECK(run_doubles(model, {{"ids", sy::TensorData::from(std::vector<int64_t>{4}, {1})}}, "y") ==
+        std::vector<double>{0, 0, 0});
+  sy::Errc code{};
+  CHECK_THAT(error_of(
+                 [&] {
+                   auto f = model.infer({{"ids", ids}});
+                   REQUIRE(f.wait_for(kWait));
+                   (void)f.get();
+                 },
+                 &code),
+             Catch::Contains("node 'g' (Gather)"));
+  CHECK(code == sy::Errc::index_out_of_range);
+}
+
+TEST_CASE("onnx: ONNX's type constraints are checked at load naming the node and the value", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  struct Case {
+    const char* what;
+    std::string bytes;
+    std::vector<std::string> message;
+  };
+  std::vector<Case> cases;
+  {
+    Builder m;  // Add of i64 and f32: ONNX Runtime refuses it; it ran and returned f32 where outputs() said i64
+    m.input("x", pb::TensorProto::INT64, {int64_t{2}});
+    m.init("c", {0.5f, -1.7f}, {2});
+    m.node("Add", {"x", "c"}, {"y"}, "add");
+    m.output("y", pb::TensorProto::INT64, {int64_t{2}});
+    cases.push_back({"mixed inputs", m.bytes(), {"node 'add' (Add)", "input 'c' is FLOAT", "'x' made type T INT64"}});
+  }
+  {
+    Builder m;  // Relu of f32 declared to give i64
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.node("Relu", {"x"}, {"y"}, "act");
+    m.output("y", pb::TensorProto::INT64, {int64_t{2}});
+    cases.push_back({"output of another type", m.bytes(), {"node 'act' (Relu)", "output 'y' is INT64"}});
+  }
+  {
+    Builder m;  // Gather with float indices
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+    m.init("i", {1.0f}, {1});
+    m.node("Gather", {"x", "i"}, {"y"}, "pick");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}});
+    cases.push_back(
+        {"float indices", m.bytes(), {"node 'pick' (Gather)", "input 'i' is FLOAT", "Tind", "int32, int64"}});
+  }
+  {
+    Builder m(13);  // Div takes no 8-bit integers before opset 14
+    m.input("x", pb::TensorProto::INT8, {int64_t{2}});
+    m.input("z", pb::TensorProto::INT8, {int64_t{2}});
+    m.node("Div", {"x", "z"}, {"y"}, "div");
+    m.output("y", pb::TensorProto::INT8, {int64_t{2}});
+    cases.push_back({"a type the opset's op lacks", m.bytes(), {"node 'div' (Div)", "input 'x' is INT8"}});
+  }
+  for (const auto& c : cases) {
+    INFO(c.what);
+    sy::Errc code{};
+    const std::string what = load_error(c.bytes, rt.cpu(), &code);
+    for (const auto& part : c.message) CHECK_THAT(what, Catch::Contains(part));
+    CHECK(code == sy::Errc::dtype_mismatch);
+  }
+  // Div of i8 is fine from opset 14 on.
+  Builder ok(14);
+  ok.input("x", pb::TensorProto::INT8, {int64_t{2}});
+  ok.input("z", pb::TensorProto::INT8, {int64_t{2}});
+  ok.node("Div", {"x", "z"}, {"y"}, "div");
+  ok.output("y", pb::TensorProto::INT8, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(ok.bytes(), rt.cpu());
+  auto f = model.infer({{"x", sy::TensorData::from(std::vector<int8_t>{7, -7}, {2})},
+                        {"z", sy::TensorData::from(std::vector<int8_t>{2, 2}, {2})}});
+  REQUIRE(f.wait_for(kWait));
+  CHECK(f.get().at("y").to_vector<int64_t>() == std::vector<int64_t>{3, -3});
 }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <onnx/defs/data_type_utils.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <set>
@@ -53,6 +54,36 @@ void check_positive_attributes(const ::onnx::GraphProto& graph) {
   }
 }
 
+// A tensor attribute (Constant's value, ConstantOfShape's) may keep its
+// bytes in an external file too. Read here, against the model's folder and
+// with the initializers' checks, and held inline from then on: read when a
+// node first ran, it was looked up in the process's working directory.
+void inline_external_attributes(::onnx::GraphProto& graph, const std::string& base_dir) {
+  auto inline_tensor = [&](::onnx::TensorProto& t) {
+    if (t.data_location() != ::onnx::TensorProto::EXTERNAL) return;
+    const TensorData d = detail::to_data(t, base_dir);
+    t.clear_external_data();
+    t.set_data_location(::onnx::TensorProto::DEFAULT);
+    t.set_raw_data(d.bytes.data(), d.bytes.size());
+  };
+  for (int n = 0; n < graph.node_size(); ++n) {
+    auto& node = *graph.mutable_node(n);
+    for (auto& a : *node.mutable_attribute()) {
+      for (auto& g : *a.mutable_graphs()) inline_external_attributes(g, base_dir);
+      if (a.has_g()) inline_external_attributes(*a.mutable_g(), base_dir);
+      try {
+        if (a.has_t()) inline_tensor(*a.mutable_t());
+        for (auto& t : *a.mutable_tensors()) inline_tensor(t);
+      } catch (const Error& e) {
+        std::string why = e.what();
+        if (why.rfind("onnx: ", 0) == 0) why.erase(0, 6);
+        throw Error(e.code(),
+                    "onnx: " + node_label(node, static_cast<size_t>(n)) + ": attribute '" + a.name() + "': " + why);
+      }
+    }
+  }
+}
+
 ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) {
   ValueInfo info;
   info.name = v.name();
@@ -91,6 +122,9 @@ void mark_index_inputs(const ::onnx::GraphProto& graph, std::vector<ValueInfo>& 
                        std::vector<std::string>& index_node) {
   std::unordered_map<std::string, const ::onnx::TensorProto*> weights;
   for (const auto& t : graph.initializer()) weights.emplace(t.name(), &t);
+  // A weight that is also a graph input may come with another extent in a
+  // run: its stored extent bounds nothing (the Gather checks at run time).
+  for (const auto& v : graph.input()) weights.erase(v.name());
   index_node.assign(inputs.size(), "");
   for (size_t i = 0; i < inputs.size(); ++i) {
     ValueInfo& info = inputs[i];
@@ -234,6 +268,9 @@ struct Compiler {
         };
         refuse_count("inputs", node.input_size(), schema->min_input(), schema->max_input());
         refuse_count("outputs", node.output_size(), schema->min_output(), schema->max_output());
+        // A Constant's type is its value's: opsets before 9 listed floats
+        // only, and PyTorch's exports of then held int64 shapes in them.
+        if (node.op_type() != "Constant") check_types(*schema, node, label);
       }
       for (const auto& o : node.output()) {
         auto et = elem_type.find(o);
@@ -267,6 +304,63 @@ struct Compiler {
       g.node_out.push_back(std::move(outs));
       g.bodies.push_back(std::move(bodies));
     }
+  }
+
+  // ONNX's type constraints, on the values whose types the model declares
+  // or inference found: each input and output of a type ONNX allows there,
+  // and all bound to one type parameter of the same type. Without this an
+  // Add of i64 and f32 ran (promoting as Switchyard's ops do) and returned
+  // f32 where outputs() said i64.
+  static bool is_parameter(const std::vector<::onnx::OpSchema::TypeConstraintParam>& params,
+                           const ::onnx::OpSchema::FormalParameter& formal) {
+    return std::any_of(params.begin(), params.end(),
+                       [&](const auto& p) { return p.type_param_str == formal.GetTypeStr(); });
+  }
+
+  void check_types(const ::onnx::OpSchema& schema, const ::onnx::NodeProto& node, const std::string& label) const {
+    std::map<std::string, std::pair<int32_t, std::string>, std::less<>> bound;  // parameter -> type, by whom
+    auto check = [&](const std::string& value, const std::vector<::onnx::OpSchema::FormalParameter>& formals,
+                     size_t index, const char* role) {
+      if (value.empty() || formals.empty()) return;
+      const auto& params = schema.typeConstraintParams();
+      const bool variadic = formals.back().GetOption() == ::onnx::OpSchema::Variadic;
+      if (index >= formals.size() && !variadic) return;
+      const auto& formal = formals[std::min(index, formals.size() - 1)];
+      if (index >= formals.size() - 1 && variadic && !formal.GetIsHomogeneous()) return;
+      const auto et = elem_type.find(value);
+      if (et == elem_type.end() || et->second == 0) return;
+      std::string type;
+      try {
+        type = "tensor(" + ::onnx::Utils::DataTypeUtils::ToDataTypeString(et->second) + ")";
+      } catch (const std::exception&) {
+        return;  // a type number ONNX does not know: the dtype checks name it
+      }
+      const auto& allowed = formal.GetTypes();
+      const bool takes_tensors =
+          std::any_of(allowed.begin(), allowed.end(), [](const auto* t) { return t->rfind("tensor(", 0) == 0; });
+      const std::string name = detail::onnx_type_name(et->second);
+      if (takes_tensors && allowed.count(::onnx::Utils::DataTypeUtils::ToType(type)) == 0) {
+        std::vector<std::string> names;  // sorted: the set's order is a hash's
+        for (const auto* t : allowed)
+          if (t->rfind("tensor(", 0) == 0) names.push_back(t->substr(7, t->size() - 8));
+        std::sort(names.begin(), names.end());
+        std::string list;
+        for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+        throw Error(Errc::dtype_mismatch,
+                    label + ": " + role + " '" + value + "' is " + name + ", which " +
+                        (is_parameter(params, formal) ? "type " + formal.GetTypeStr() + " of " : "") + node.op_type() +
+                        " does not take (it takes " + list + ")");
+      }
+      if (!is_parameter(params, formal)) return;
+      auto [it, fresh] = bound.try_emplace(formal.GetTypeStr(), et->second, value);
+      if (!fresh && it->second.first != et->second)
+        throw Error(Errc::dtype_mismatch, label + ": " + role + " '" + value + "' is " + name + " where '" +
+                                              it->second.second + "' made type " + formal.GetTypeStr() + " " +
+                                              detail::onnx_type_name(it->second.first) + " (ONNX binds them to one)");
+    };
+    for (int i = 0; i < node.input_size(); ++i) check(node.input(i), schema.inputs(), static_cast<size_t>(i), "input");
+    for (int i = 0; i < node.output_size(); ++i)
+      check(node.output(i), schema.outputs(), static_cast<size_t>(i), "output");
   }
 
   std::shared_ptr<const Graph> subgraph(const ::onnx::GraphProto& graph, const Scope& outer, const std::string& label) {
@@ -608,6 +702,7 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
 
   // Types of intermediate values, so a dtype Switchyard lacks fails at load.
   check_positive_attributes(model.graph());
+  inline_external_attributes(*model.mutable_graph(), base_dir);
   ::onnx::ModelProto typed = model;
   try {
     ::onnx::shape_inference::InferShapes(typed);
@@ -662,7 +757,10 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     for (size_t i = 0; i < all.size(); ++i)
       if (!def[i]) impl->inputs.push_back(all[i]);
     for (size_t i = 0; i < all.size(); ++i)
-      if (def[i]) impl->inputs.push_back(all[i]);
+      if (def[i]) {
+        impl->inputs.push_back(all[i]);
+        impl->inputs.back().has_default = true;
+      }
   }
 
   mark_index_inputs(graph, impl->inputs, impl->index_node);
@@ -674,6 +772,10 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     if (v.type().has_tensor_type()) elem_type[v.name()] = v.type().tensor_type().elem_type();
   for (const auto& v : typed.graph().output())
     if (v.type().has_tensor_type()) elem_type[v.name()] = v.type().tensor_type().elem_type();
+  // What the model declares outright wins over what inference derived.
+  for (const auto& v : graph.input())
+    if (v.type().has_tensor_type()) elem_type[v.name()] = v.type().tensor_type().elem_type();
+  for (const auto& t : graph.initializer()) elem_type[t.name()] = t.data_type();
 
   // A sequence or optional output is the clearest reason, before the nodes
   // that build it.

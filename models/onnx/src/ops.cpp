@@ -716,9 +716,11 @@ Tensor einsum(Ctx& ctx, const std::string& equation, std::vector<Tensor> operand
     return spec.substr(0, e) + fill + spec.substr(e + 3);
   };
   std::vector<EinsumTerm> terms;
+  std::string all;  // every operand's letters, a repeated one as often as written
   for (size_t i = 0; i < specs.size(); ++i) {
     const size_t named = specs[i].find("...") == std::string::npos ? specs[i].size() : specs[i].size() - 3;
     terms.push_back({operands[i], expand_ellipsis(specs[i], operands[i].rank() - named)});
+    all += terms.back().letters;
     if (terms.back().letters.size() != operands[i].rank())
       ctx.fail(Errc::shape_mismatch, "operand " + std::to_string(i) + " of shape " + operands[i].shape().to_string() +
                                          " for subscripts '" + specs[i] + "'");
@@ -731,10 +733,8 @@ Tensor einsum(Ctx& ctx, const std::string& equation, std::vector<Tensor> operand
     for (size_t a = 0; a < ellipsis_rank; ++a) fill += static_cast<char>('A' + a);
     auto e = given.find("...");
     out = e == std::string::npos ? given : given.substr(0, e) + fill + given.substr(e + 3);
-  } else {  // implicit: the broadcast axes, then letters used once, in order
+  } else {  // implicit: the broadcast axes, then letters written once, in order ('ii' is a trace)
     for (size_t a = 0; a < ellipsis_rank; ++a) out += static_cast<char>('A' + a);
-    std::string all;
-    for (const auto& t : terms) all += t.letters;
     std::string once;
     for (char c = 'a'; c <= 'z'; ++c)
       if (std::count(all.begin(), all.end(), c) == 1) once += c;
@@ -1682,10 +1682,25 @@ OpSpec recurrent(const std::string& op) {
 // weights) of every output position are computed on the host from the
 // shapes, so the device sees index_selects and element-wise ops only ---
 
-std::string resize_check(const ::onnx::NodeProto& n, int64_t) {
-  for (const auto& a : n.attribute())
-    if (a.name() == "mode" && a.s() != "nearest" && a.s() != "linear" && a.s() != "cubic")
+// Every attribute value is checked here, at load: a bad coordinate or
+// rounding mode failed only once a run reached the node.
+std::string resize_check(const ::onnx::NodeProto& n, int64_t opset) {
+  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
+    return std::any_of(names.begin(), names.end(), [&](const char* name) { return v == name; });
+  };
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "mode" && !one_of(a.s(), {"nearest", "linear", "cubic"}))
       return "mode='" + a.s() + "' (nearest, linear and cubic only)";
+    // tf_half_pixel_for_nn is opsets 11-12 only; opset 13 dropped it.
+    if (a.name() == "coordinate_transformation_mode" &&
+        !one_of(a.s(), {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"}) &&
+        !(a.s() == "tf_half_pixel_for_nn" && opset < 13))
+      return "coordinate_transformation_mode='" + a.s() + "' (opset " + std::to_string(opset) +
+             " knows half_pixel, pytorch_half_pixel, align_corners, asymmetric, " +
+             (opset < 13 ? "tf_half_pixel_for_nn, " : "") + "tf_crop_and_resize)";
+    if (a.name() == "nearest_mode" && !one_of(a.s(), {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}))
+      return "nearest_mode='" + a.s() + "' (round_prefer_floor, round_prefer_ceil, floor or ceil)";
+  }
   return "";
 }
 

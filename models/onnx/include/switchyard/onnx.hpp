@@ -43,6 +43,10 @@ struct ValueInfo {
   /// run on host data checks them at the call (the smallest such extent
   /// where several Gathers read the input). -1 otherwise.
   int64_t index_extent = -1;
+  /// An initializer that is also a graph input (older exporters' and
+  /// keep_initializers_as_inputs' way): a run may leave it out, and its
+  /// stored value is used, or give its own value of any extent.
+  bool has_default = false;
 };
 
 /// Named tensors, the inputs or outputs of one run.
@@ -122,8 +126,8 @@ class Model {
   /// How many nodes the graph has (for choosing stage boundaries).
   [[nodiscard]] size_t num_nodes() const;
 
-  /// The inputs a run takes (initializers that are also graph inputs are
-  /// not listed: their stored values are defaults a run may override).
+  /// The inputs a run takes: first those it must give, then initializers
+  /// that are also graph inputs (has_default: a run may override them).
   [[nodiscard]] const std::vector<ValueInfo>& inputs() const;
   /// The outputs a run returns.
   [[nodiscard]] const std::vector<ValueInfo>& outputs() const;
