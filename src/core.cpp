@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <tuple>
 #include <utility>
+#include <variant>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -258,7 +260,14 @@ void Core::check_dtypes(DeviceId id, OperationIr& op) const {
           check_dtype(id, t.dtype, op.name(), computes_v<Op>, multiplies_v<Op>);
         };
         o.each_input(check);
-        o.each_output(check);
+        o.each_output([&](const TensorIr& t) {
+          // An output's element count is checked here, for every op, at the
+          // call: a broadcast of [2^32, 1] and [1, 2^32] wrapped to 0
+          // elements, and the kernel wrote past its 0-byte result.
+          if (auto err = check_shape(t.shape, "output"))
+            throw Error(Errc::shape_mismatch, op.name() + ": " + describe(err).message);
+          check(t);
+        });
       },
       op.op);
 }
@@ -425,6 +434,58 @@ std::vector<DeviceId> Core::connect(const std::string& host, uint16_t port) {
   }
 }
 
+namespace {
+
+// A request from a client thread whose reply it waits for, as a scoped
+// actor's receive would, but giving up once `closing()` says so: a blocking
+// receive waited out the whole connect_timeout for a silent peer, holding
+// up the Runtime's destructor that long. The request goes from a helper
+// actor, which outlives a caller that gave up only until it is told to
+// exit; the reply lands in a state both share.
+template <class... Reply>
+struct AwaitedReply {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::optional<std::tuple<Reply...>> reply;
+  std::optional<caf::error> error;
+};
+
+/// The reply, or the request's error, or nullopt where `closing()` turned
+/// true first (checked every few milliseconds).
+template <class... Reply, class Dest, class Closing, class... Args>
+std::optional<std::variant<std::tuple<Reply...>, caf::error>> await_reply(caf::actor_system& system, const Dest& dest,
+                                                                          std::chrono::milliseconds timeout,
+                                                                          Closing&& closing, Args... args) {
+  auto state = std::make_shared<AwaitedReply<Reply...>>();
+  auto helper = system.spawn([state, dest, timeout, args...](caf::event_based_actor* self) {
+    self->request(dest, timeout, args...)
+        .then(
+            [state](Reply&... reply) {
+              std::lock_guard lock(state->mutex);
+              state->reply.emplace(std::move(reply)...);
+              state->arrived.notify_all();
+            },
+            [state](caf::error& e) {
+              std::lock_guard lock(state->mutex);
+              state->error = std::move(e);
+              state->arrived.notify_all();
+            });
+  });
+  std::unique_lock lock(state->mutex);
+  while (!state->reply && !state->error) {
+    if (closing()) {
+      lock.unlock();
+      caf::anon_send_exit(helper, caf::exit_reason::user_shutdown);
+      return std::nullopt;
+    }
+    state->arrived.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  if (state->error) return std::variant<std::tuple<Reply...>, caf::error>(std::move(*state->error));
+  return std::variant<std::tuple<Reply...>, caf::error>(std::move(*state->reply));
+}
+
+}  // namespace
+
 std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t port) {
   ThreadLoggerGuard logger_guard;
   if (closed()) throw Error(Errc::runtime_closed, "the runtime is shut down");
@@ -452,18 +513,27 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
   std::optional<caf::actor> entry;
   std::optional<caf::error> failure;
   caf::node_id node;
-  self->request(connector, left(), caf::connect_atom::value, host, port)
-      .receive(
-          [&](const caf::node_id& peer, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
-            node = peer;
-            if (!ptr)
-              failure = caf::make_error(caf::sec::no_actor_published_at_port, "no worker published at this port");
-            else if (!ifs.empty())
-              failure = caf::make_error(caf::sec::unexpected_actor_messaging_interface, "not a switchyard-worker");
-            else
-              entry = caf::actor_cast<caf::actor>(std::move(ptr));
-          },
-          [&](caf::error& e) { failure = std::move(e); });
+  const auto closing = [this] { return closed(); };
+  auto shut_during = [&](const char* step) {
+    return Error(Errc::runtime_closed, "connect to " + address + ": the runtime shut down during the " + step);
+  };
+  {
+    auto got = await_reply<caf::node_id, caf::strong_actor_ptr, std::set<std::string>>(
+        *system_, connector, left(), closing, caf::connect_atom::value, host, port);
+    if (!got) throw shut_during("handshake");
+    if (auto* e = std::get_if<caf::error>(&*got)) {
+      failure = std::move(*e);
+    } else {
+      auto& [peer, ptr, ifs] = std::get<0>(*got);
+      node = peer;
+      if (!ptr)
+        failure = caf::make_error(caf::sec::no_actor_published_at_port, "no worker published at this port");
+      else if (!ifs.empty())
+        failure = caf::make_error(caf::sec::unexpected_actor_messaging_interface, "not a switchyard-worker");
+      else
+        entry = caf::actor_cast<caf::actor>(std::move(ptr));
+    }
+  }
   if (failure) {
     if (*failure == caf::sec::request_timeout)
       throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no handshake within " +
@@ -483,17 +553,22 @@ std::vector<DeviceId> Core::connect_worker(const std::string& host, uint16_t por
   std::vector<caf::actor> runners;
   uint16_t lane_port = 0;
   std::string lane_token;
-  self->request(*entry, left(), hello_atom::value, protocol_version, caf::actor_cast<caf::actor>(router_))
-      .receive(
-          [&](uint32_t, std::vector<std::string>& n, std::vector<std::string>& k, std::vector<caf::actor>& r,
-              uint16_t port, std::string& token) {
-            names = std::move(n);
-            kinds = std::move(k);
-            runners = std::move(r);
-            lane_port = port;
-            lane_token = std::move(token);
-          },
-          [&](caf::error& e) { failure = e; });
+  {
+    auto got = await_reply<uint32_t, std::vector<std::string>, std::vector<std::string>, std::vector<caf::actor>,
+                           uint16_t, std::string>(*system_, *entry, left(), closing, hello_atom::value,
+                                                  protocol_version, caf::actor_cast<caf::actor>(router_));
+    if (!got) throw shut_during("hello");
+    if (auto* e = std::get_if<caf::error>(&*got)) {
+      failure = std::move(*e);
+    } else {
+      auto& reply = std::get<0>(*got);
+      names = std::move(std::get<1>(reply));
+      kinds = std::move(std::get<2>(reply));
+      runners = std::move(std::get<3>(reply));
+      lane_port = std::get<4>(reply);
+      lane_token = std::move(std::get<5>(reply));
+    }
+  }
   if (failure) {
     if (*failure == caf::sec::request_timeout)
       throw Error(Errc::worker_unreachable, "cannot connect to worker " + address + ": no answer to hello within " +

@@ -201,6 +201,7 @@ class Core : public std::enable_shared_from_this<Core> {
   // Throws Errc::unsupported, naming device, op and dtype, when device `id`
   // cannot hold `t` or, where asked, compute or multiply with it.
   void check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const;
+  // check_dtype for every operand, and every output's shape in bounds.
   void check_dtypes(DeviceId id, OperationIr& op) const;
   // Attaches a runner under the next id and publishes it; add_mutex_ held.
   DeviceId add_device(std::string name, std::string kind, caf::actor runner, bool local,

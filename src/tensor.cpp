@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <ostream>
@@ -232,6 +233,13 @@ Tensor Tensor::binary(BinaryKind k, Scalar s, bool scalar_first) const {
   if (!scalar_first)
     if (auto special = torch_scalar_pow(*this, k, s)) return *special;
   const auto& a = handle(to_string(k));
+  // A uint64 past INT64_MAX has no value in an integer or bool op's int64
+  // arithmetic: PyTorch refuses it ("Overflow when unpacking long"); it
+  // wrapped here (i64 -1 == 2^64 - 1 was true).
+  if (s.kind == ScalarKind::integral && s.is_unsigned && s.i < 0 && !is_floating(a.ir.dtype))
+    throw Error(Errc::invalid_argument, std::string(to_string(k)) + ": scalar " + s.to_string() +
+                                            " does not fit int64, which a " + dt(a.ir.dtype) +
+                                            " tensor's op computes in (cast the tensor to a floating dtype first)");
   // The dtype alone first: scalar_result's caf::expected and its copy of the
   // shape cost ~120 instructions per op; it runs only to say why an op fails.
   const auto t = scalar_result_dtype(k, a.ir.dtype, s.kind);
@@ -507,6 +515,7 @@ Tensor Tensor::expand(Shape s) const {
       throw Error(Errc::shape_mismatch, "expand: " + in.to_string() + " cannot be expanded to " + s.to_string());
     }
   }
+  if (auto err = check_shape(s, "expand: result")) detail::throw_error(err);
   return view(h, std::move(s), 0, std::move(strides));
 }
 
@@ -626,9 +635,13 @@ Tensor Tensor::repeat(std::vector<int64_t> repeats) const {
     spread.dims.push_back(padded.dims[k]);
     spread_strides.push_back(0);
     spread_strides.push_back(strides[k]);
+    // Checked before multiplying: 4 x 2^62 wrapped to an extent of 0.
+    if (padded.dims[k] > 0 && repeats[k] > std::numeric_limits<int64_t>::max() / padded.dims[k])
+      throw Error(Errc::shape_mismatch,
+                  "repeat: " + h.ir.shape.to_string() + " repeated " + Shape(repeats).to_string() + " is too large");
     result.dims.push_back(repeats[k] * padded.dims[k]);
   }
-  if (auto err = check_shape(result, "repeat result")) detail::throw_error(err);
+  if (auto err = check_shape(result, "repeat: result")) detail::throw_error(err);
   return view(h, std::move(spread), 0, std::move(spread_strides)).reshape(std::move(result));
 }
 
@@ -861,6 +874,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
     cast_inputs.push_back(x.cast(t));
     inputs.push_back(as_input(cast_inputs.back().handle("cat")));
   }
+  // Of only such tensors the result is one too, whatever the axis (PyTorch
+  // checks no axis then).
+  if (!skip_empty) axis = 0;
   auto out = new_output(first, unwrap(cat_result(inputs, axis)));
   return emit(first, out, CatOp{std::move(inputs), out, axis});
 }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <type_traits>
@@ -417,4 +418,73 @@ TEST_CASE("calls built on another op's rule name the op called in their errors",
   expect_error([&] { return sy::nn::conv2d(img, w); }, "conv2d: operands live on cpu:0 and reference:0");
   expect_error([&] { return sy::nn::conv2d(img, Tensor{}); }, "conv2d: ");
   expect_error([&] { return sy::nn::conv_transpose1d(d.zeros({1, 1, 4}), Tensor{}); }, "conv_transpose1d: ");
+}
+
+TEST_CASE("a result whose element count overflows fails at the call naming the op", "[api]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "reference:0"}});
+  for (const auto& d : rt.devices()) {
+    INFO(d.name());
+    // 2^41 elements, over the 2^40 a tensor may hold.
+    auto one = d.zeros({1, 1}, DType::u8);
+    auto column = one.expand({int64_t{1} << 20, 1});
+    auto row = one.expand({1, int64_t{1} << 21});
+    auto refused = [](auto&& call, const std::string& op) {
+      try {
+        (void)call();
+        FAIL("no error");
+      } catch (const sy::Error& e) {
+        CHECK(e.code() == sy::Errc::shape_mismatch);
+        CHECK_THAT(e.what(), Catch::StartsWith(op + ":") && Catch::Contains("too large"));
+      }
+    };
+    // Before, only the device refused such a result; one of [2^32, 2^32]
+    // wrapped to 0 elements and the kernel wrote past its 0-byte result.
+    refused([&] { return column + row; }, "add");
+    refused([&] { return column.maximum(row); }, "maximum");
+    refused([&] { return column.lt(row); }, "lt");
+    refused([&] { return one.expand({int64_t{1} << 62, 16}); }, "expand");
+    refused([&] { return d.ones({4, 4}).repeat({int64_t{1} << 62, 1}); }, "repeat");
+    refused([&] { return d.ones({4, 4}).tile({int64_t{1} << 61, 1}); }, "repeat");
+    // The device goes on, and a broadcast that fits runs.
+    auto sum = d.ones({3, 1}) + d.ones({1, 2});
+    CHECK(values<float>(sum) == std::vector<float>(6, 2.0f));
+  }
+}
+
+TEST_CASE("a uint64 scalar past INT64_MAX is refused by integer and bool ops and taken by floating ones", "[api]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "reference:0"}});
+  const uint64_t past = (uint64_t{1} << 63) + 5;
+  for (const auto& d : rt.devices()) {
+    INFO(d.name());
+    auto x = d.tensor<int64_t>({0, -1}, {2});
+    // These wrapped: 0 < 2^63 was false and -1 == 2^64 - 1 true.
+    for (auto call : std::vector<std::function<Tensor()>>{
+             [&] { return x.lt(uint64_t{1} << 63); }, [&] { return x.eq(~uint64_t{0}); }, [&] { return x.add(past); },
+             [&] { return d.ones({2}, DType::boolean).mul(past); }, [&] { return d.ones({2}, DType::u8).sub(past); }}) {
+      try {
+        (void)call();
+        FAIL("no error");
+      } catch (const sy::Error& e) {
+        CHECK(e.code() == sy::Errc::invalid_argument);
+        CHECK_THAT(e.what(), Catch::Contains("does not fit int64"));
+      }
+    }
+    // Values that fit are exact, and a floating tensor takes any.
+    CHECK(values<int64_t>(x.add(uint64_t{5})) == std::vector<int64_t>{5, 4});
+    CHECK(values<double>(d.zeros({1}, DType::f64).add(past)) == std::vector<double>{9223372036854775813.0});
+  }
+}
+
+TEST_CASE("cat of only 1-D empty tensors gives one along any axis as PyTorch", "[api]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0", "reference:0"}});
+  for (const auto& d : rt.devices()) {
+    INFO(d.name());
+    auto e = sy::cat({d.zeros({0}), d.zeros({0}, DType::i64)}, 1);
+    CHECK(e.shape() == Shape{0});
+    CHECK(e.dtype() == DType::f32);
+    CHECK(sy::cat({d.zeros({0})}, -3).shape() == Shape{0});
+    // Beside a tensor with axes the empty one is left out and the axis checked.
+    CHECK(sy::cat({d.zeros({0}), d.ones({2, 3})}, 1).shape() == Shape{2, 3});
+    CHECK_THROWS_AS(sy::cat({d.zeros({0}), d.ones({2, 3})}, 2), sy::Error);
+  }
 }

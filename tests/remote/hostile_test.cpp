@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <netinet/in.h>
 #include <random>
 #include <sstream>
@@ -614,6 +616,38 @@ class SilentListener {
 };
 
 }  // namespace
+
+TEST_CASE("destroying the runtime during a connect to a silent port does not wait out connect_timeout",
+          "[remote][hostile]") {
+  SilentListener silent;
+  auto options = client_options();
+  options.connect_timeout = 20s;
+  options.shutdown_timeout = 0ms;
+  auto rt = std::make_unique<sy::Runtime>(options);
+  std::promise<std::pair<sy::Errc, std::string>> outcome;
+  std::thread connecting([&] {
+    try {
+      rt->connect("127.0.0.1", silent.port());
+      outcome.set_value({sy::Errc{}, "connected"});
+    } catch (const sy::Error& e) {
+      outcome.set_value({e.code(), e.what()});
+    }
+  });
+  std::this_thread::sleep_for(300ms);  // the connect waits for the handshake
+  const auto t0 = Clock::now();
+  rt.reset();  // waited ~20 s: the connect held the device list's lock until its deadline
+  const auto took = Clock::now() - t0;
+  auto result = outcome.get_future();
+  const bool ended = result.wait_for(10s) == std::future_status::ready;
+  if (!ended) connecting.detach();  // fail this case, not the run
+  REQUIRE(ended);
+  connecting.join();
+  CHECK(took < 5s);
+  const auto [code, message] = result.get();
+  CHECK(code == sy::Errc::runtime_closed);
+  CHECK_THAT(message, Catch::Contains("127.0.0.1:" + std::to_string(silent.port())) &&
+                          Catch::Contains("shut down during the handshake"));
+}
 
 TEST_CASE("connect to a port that never answers the handshake fails after connect_timeout", "[remote][hostile]") {
   SilentListener silent;
