@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "replica_choice.hpp"
+
 namespace sy = switchyard;
 
 namespace serve {
@@ -23,7 +25,8 @@ Batcher::Batcher(const mlp::Model& model, std::vector<Replica> replicas, BatchOp
       replicas_(std::move(replicas)),
       opts_(opts),
       in_flight_(replicas_.size(), 0),
-      dispatched_(replicas_.size(), 0) {
+      dispatched_(replicas_.size(), 0),
+      lost_(replicas_.size(), 0) {
   if (replicas_.empty()) throw std::invalid_argument("Batcher: no replicas");
   opts_.max_batch = std::max<int64_t>(opts_.max_batch, 1);
   opts_.max_inflight = std::max<int64_t>(opts_.max_inflight, 1);
@@ -94,14 +97,7 @@ void Batcher::loop() {
     const auto deadline = queue_.front()->arrived + opts_.window;
     cv_.wait_until(lock, deadline,
                    [&] { return draining_ || queued_rows_ >= opts_.max_batch || queue_.front()->inject_fault; });
-    auto least_loaded = [&] {
-      size_t best = next_ % replicas_.size();
-      for (size_t k = 0; k < replicas_.size(); ++k) {
-        size_t i = (next_ + k) % replicas_.size();
-        if (in_flight_[i] < in_flight_[best]) best = i;
-      }
-      return best;
-    };
+    auto least_loaded = [&] { return serve::least_loaded(in_flight_, lost_, next_); };
     // All replicas busy: keep the batch open (it may grow to max_batch).
     cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
 
@@ -159,21 +155,23 @@ void Batcher::dispatch(size_t r, const std::vector<std::shared_ptr<Job>>& jobs, 
     split.on_complete([this, r, jobs](const std::exception_ptr& e) {
       if (e)
         for (const auto& j : jobs) j->done.set_error(e);
-      finish(r);
+      finish(r, e);
     });
   } catch (...) {
     auto e = std::current_exception();
     for (const auto& j : jobs) j->done.set_error(e);
-    finish(r);
+    finish(r, e);
   }
 }
 
-void Batcher::finish(size_t r) {
+void Batcher::finish(size_t r, const std::exception_ptr& failure) {
+  const bool lost = device_lost(failure);
   // Notified under the lock: once stop() sees the last batch finish it may
   // destroy the Batcher, and with it cv_, which a notify after the unlock
   // could still be using (TSan caught it at shutdown).
   std::lock_guard lock(mu_);
   --in_flight_[r];
+  if (lost) lost_[r] = 1;
   cv_.notify_all();
 }
 

@@ -88,7 +88,8 @@ class Batcher {
   };
   void loop();
   void dispatch(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs, int64_t rows);
-  void finish(size_t replica);
+  // Ends a batch; `failure`, if it is the device's loss, retires the replica.
+  void finish(size_t replica, const std::exception_ptr& failure = nullptr);
 
   int64_t in_width_;
   int64_t out_width_;
@@ -102,7 +103,8 @@ class Batcher {
   int64_t queued_rows_ = 0;
   std::vector<int64_t> in_flight_;
   std::vector<uint64_t> dispatched_;
-  size_t next_ = 0;  // round-robin start among equally loaded replicas
+  std::vector<char> lost_;  // replicas whose device was lost: no more batches
+  size_t next_ = 0;         // round-robin start among equally loaded replicas
   bool draining_ = false;
   bool stopping_ = false;
   std::thread thread_;

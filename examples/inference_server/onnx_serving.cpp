@@ -11,6 +11,7 @@
 #include <simdjson.h>
 
 #include "json_io.hpp"
+#include "replica_choice.hpp"
 
 namespace sy = switchyard;
 namespace sox = switchyard::onnx;
@@ -22,31 +23,40 @@ namespace {
 constexpr size_t kMaxRank = 8;
 
 // Shape of a nested list (rectangular), or an error.
-bool shape_of(const json& v, size_t depth, std::vector<int64_t>& dims, std::string& err) {
+// Every list at depth d holds dims[d] entries and every number sits at
+// depth dims.size(). (Read as it went, a row shallower than a later
+// sibling slipped through: [[1, 1], [[2], [3]]] was taken as [2, 2, 1].)
+bool shape_fits(const json& v, size_t depth, const std::vector<int64_t>& dims, std::string& err) {
   if (!v.is_array()) {
-    if (depth < dims.size()) {
-      err = "is ragged (a number where a list was expected)";
-      return false;
-    }
-    return true;
-  }
-  if (depth >= kMaxRank) {
-    err = "nests deeper than " + std::to_string(kMaxRank) + " levels";
+    if (depth == dims.size()) return true;
+    err = "is ragged (a number where a list was expected)";
     return false;
   }
-  if (depth == dims.size()) dims.push_back(static_cast<int64_t>(v.size()));
-  if (dims[depth] != static_cast<int64_t>(v.size()) || depth + 1 > dims.size()) {
+  if (depth >= dims.size()) {
+    err = "is ragged (a list where a number was expected)";
+    return false;
+  }
+  if (dims[depth] != static_cast<int64_t>(v.size())) {
     err = "is ragged (lists of different lengths at depth " + std::to_string(depth) + ")";
     return false;
   }
   for (const auto& e : v)
-    if (!shape_of(e, depth + 1, dims, err)) return false;
-  // A leaf list inside a deeper sibling structure.
-  if (!v.empty() && !v.front().is_array() && dims.size() > depth + 1) {
-    err = "is ragged (a number where a list was expected)";
-    return false;
-  }
+    if (!shape_fits(e, depth + 1, dims, err)) return false;
   return true;
+}
+
+// The shape, read down the first entries, then checked on every entry.
+bool shape_of(const json& v, std::vector<int64_t>& dims, std::string& err) {
+  dims.clear();
+  for (const json* p = &v; p->is_array(); p = &p->front()) {
+    if (dims.size() >= kMaxRank) {
+      err = "nests deeper than " + std::to_string(kMaxRank) + " levels";
+      return false;
+    }
+    dims.push_back(static_cast<int64_t>(p->size()));
+    if (p->empty()) break;
+  }
+  return shape_fits(v, 0, dims, err);
 }
 
 template <class T>
@@ -108,7 +118,7 @@ bool fill(const json& v, std::vector<T>& out, sy::DType t, std::string& err) {
 std::string to_data(const json& v, const sox::ValueInfo& info, sy::TensorData& out) {
   std::vector<int64_t> dims;
   std::string err;
-  if (!shape_of(v, 0, dims, err)) return err;
+  if (!shape_of(v, dims, err)) return err;
   // A model that declares no shape for the input takes any rank.
   if (info.has_shape && dims.size() != info.dims.size())
     return "must have " + std::to_string(info.dims.size()) + " axes (nesting levels), got " +
@@ -596,7 +606,11 @@ BatchCheck check_batching(const sox::Model& m, std::chrono::milliseconds limit) 
 }
 
 OnnxBatcher::OnnxBatcher(std::vector<sox::Model> replicas, BatchOptions opts)
-    : replicas_(std::move(replicas)), opts_(opts), in_flight_(replicas_.size(), 0), dispatched_(replicas_.size(), 0) {
+    : replicas_(std::move(replicas)),
+      opts_(opts),
+      in_flight_(replicas_.size(), 0),
+      dispatched_(replicas_.size(), 0),
+      lost_(replicas_.size(), 0) {
   if (replicas_.empty()) throw std::invalid_argument("OnnxBatcher: no replicas");
   opts_.max_batch = std::max<int64_t>(opts_.max_batch, 1);
   opts_.max_inflight = std::max<int64_t>(opts_.max_inflight, 1);
@@ -697,14 +711,7 @@ void OnnxBatcher::loop() {
     if (batchable_ && !alone)
       cv_.wait_until(lock, deadline,
                      [&] { return draining_ || queue_.front()->alone || queued_rows() >= opts_.max_batch; });
-    auto least_loaded = [&] {
-      size_t best = next_ % replicas_.size();
-      for (size_t k = 0; k < replicas_.size(); ++k) {
-        size_t i = (next_ + k) % replicas_.size();
-        if (in_flight_[i] < in_flight_[best]) best = i;
-      }
-      return best;
-    };
+    auto least_loaded = [&] { return serve::least_loaded(in_flight_, lost_, next_); };
     cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
 
     // The front request and every later one of the same trailing shapes,
@@ -751,9 +758,9 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
       fut = replicas_[replica].infer(batch);
     }
   } catch (...) {
-    if (jobs.size() > 1) return retry_alone(replica, jobs);
+    if (jobs.size() > 1) return retry_alone(replica, jobs, std::current_exception());
     jobs.front()->done.set_error(std::current_exception());
-    finish(replica);
+    finish(replica, std::current_exception());
     return;
   }
   fut.on_complete([this, fut, jobs, replica](const std::exception_ptr& e) {
@@ -762,12 +769,12 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
         jobs.front()->done.set_error(e);
       else
         jobs.front()->done.set_value(fut.get());
-      finish(replica);
+      finish(replica, e);
       return;
     }
     // A batch fails as a whole (one request's bad index fails every op
     // after it): each request runs again alone, for its own result or error.
-    if (e) return retry_alone(replica, jobs);
+    if (e) return retry_alone(replica, jobs, e);
     sox::DataMap all = fut.get();
     int64_t total = 0;
     for (const auto& j : jobs) total += j->rows;
@@ -787,7 +794,9 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
   });
 }
 
-void OnnxBatcher::retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs) {
+void OnnxBatcher::retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,
+                              const std::exception_ptr& failure) {
+  const bool lost = device_lost(failure);
   // Not infer() here: this may run on a runtime thread, which must not
   // block. The batcher thread dispatches them, first in the queue.
   std::lock_guard lock(mu_);
@@ -796,14 +805,17 @@ void OnnxBatcher::retry_alone(size_t replica, const std::vector<std::shared_ptr<
     queue_.push_front(*it);
   }
   --in_flight_[replica];
+  if (lost) lost_[replica] = 1;
   cv_.notify_all();
 }
 
-void OnnxBatcher::finish(size_t replica) {
+void OnnxBatcher::finish(size_t replica, const std::exception_ptr& failure) {
+  const bool lost = device_lost(failure);
   // Under the lock, as Batcher::finish: stop() may destroy cv_ as soon as it
   // sees the last batch finish.
   std::lock_guard lock(mu_);
   --in_flight_[replica];
+  if (lost) lost_[replica] = 1;
   cv_.notify_all();
 }
 

@@ -114,10 +114,13 @@ class OnnxBatcher {
   };
   void loop();
   void dispatch(size_t replica, std::vector<std::shared_ptr<Job>> jobs);
-  void finish(size_t replica);
+  // Ends a batch; `failure`, if it is the device's loss, retires the replica.
+  void finish(size_t replica, const std::exception_ptr& failure = nullptr);
   // Ends a batch that failed or whose outputs could not be split: its
-  // requests go back to the front of the queue, each to run alone.
-  void retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs);
+  // requests go back to the front of the queue, each to run alone (on
+  // another replica where `failure` was this one's device lost).
+  void retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,
+                   const std::exception_ptr& failure = nullptr);
   [[nodiscard]] bool idle() const;  // under mu_: no batch in flight
 
   std::vector<switchyard::onnx::Model> replicas_;
@@ -131,6 +134,7 @@ class OnnxBatcher {
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<int64_t> in_flight_;
   std::vector<uint64_t> dispatched_;
+  std::vector<char> lost_;  // replicas whose device was lost: no more batches
   size_t next_ = 0;
   bool draining_ = false;
   bool stopping_ = false;

@@ -194,3 +194,30 @@ TEST_CASE("json inputs: the fast reader declines what the slow reader refuses or
   CHECK(same_as_slow(R"({"inputs": {"b": [3, 4], "a": [1, 2]}})", two));
   CHECK(same_as_slow(R"({"inputs": [[-0, 2147483647]]})", i32));
 }
+
+TEST_CASE("json inputs: a row shallower than a later sibling is ragged on both readers", "[serve][json]") {
+  // [batch, 2, 1] and a shapeless input: [[1, 1], [[2], [3]]] was read as
+  // [2, 2, 1] (the first row reshaped) or failed as a 500.
+  const auto column = std::vector{input("x", sy::DType::f32, {-1, 2, 1})};
+  auto shapeless = std::vector{input("x", sy::DType::f32, {})};
+  shapeless[0].has_shape = false;
+  for (const auto& decl : {column, shapeless})
+    for (const char* body : {
+             R"({"inputs": {"x": [[1, 1], [[2], [3]]]}})",
+             R"({"inputs": [[1, 1], [[2], [3]]]})",
+             R"({"inputs": [[1], [[2, 3]]]})",
+             R"({"inputs": [[[1], [2]], [3, 4]]})",
+             R"({"inputs": [[[1], [2]], [[3], 4]]})",
+             R"({"inputs": [[], [[1]]]})",
+         }) {
+      for (auto reader : {InputParser::slow_only, InputParser::both}) {
+        INFO(body);
+        const auto got = serve::parse_onnx_inputs(body, decl, reader);
+        CHECK_THAT(got.error, Catch::Contains("input 'x' is ragged"));
+      }
+    }
+  // Well-formed ones still read.
+  CHECK(serve::parse_onnx_inputs(R"({"inputs": [[[1], [1]], [[2], [3]]]})", column).inputs.at("x").shape ==
+        sy::Shape{2, 2, 1});
+  CHECK(serve::parse_onnx_inputs(R"({"inputs": [[], []]})", shapeless).inputs.at("x").shape == sy::Shape{2, 0});
+}

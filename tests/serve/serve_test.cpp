@@ -3,6 +3,7 @@
 // its HTTP behaviour against the MLP computed with plain loops
 // (mlp::forward_reference) from the same model file.
 #include "support.hpp"
+#include "worker_process.hpp"
 
 using namespace serve_test;
 using namespace std::chrono_literals;
@@ -200,4 +201,36 @@ TEST_CASE("SIGTERM completes in-flight requests and exits 0", "[serve]") {
     REQUIRE(got[t].status == 200);
     check_outputs(got[t].body, sent[t]);
   }
+}
+
+TEST_CASE("a replica whose remote worker died takes no more batches", "[serve]") {
+  switchyard::testing::WorkerProcess worker({"--devices=cpu:0", "--threads=1"});
+  setenv("SWITCHYARD_WORKERS", worker.address().c_str(), 1);
+  ServerProcess server({"--no-batching"});
+  unsetenv("SWITCHYARD_WORKERS");
+  const int port = server.port();
+  auto c = client(port);
+  auto health = c.Get("/healthz");
+  REQUIRE(health);
+  REQUIRE(json::parse(health->body)["devices"].size() == 2);  // cpu:0 and the worker's
+  Rows rows = random_rows(1, 5);
+  for (int i = 0; i < 4; ++i) REQUIRE(post(port, body_of(rows)).status == 200);
+  worker.stop(SIGKILL);
+  // The request that finds the device lost may fail (503); after it, the
+  // lost replica looked idle and took every other request.
+  int failed = 0;
+  for (int i = 0; i < 20; ++i) {
+    Reply r = post(port, body_of(rows));
+    if (i < 5) {
+      if (r.status == 503)
+        ++failed;
+      else
+        REQUIRE(r.status == 200);
+    } else {
+      INFO("request " << i << " after the loss: " << r.body);
+      REQUIRE(r.status == 200);
+      check_outputs(r.body, rows);
+    }
+  }
+  CHECK(failed <= 2);
 }
