@@ -100,6 +100,8 @@ void Batcher::loop() {
     auto least_loaded = [&] { return serve::least_loaded(in_flight_, lost_, next_); };
     // All replicas busy: keep the batch open (it may grow to max_batch).
     cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
+    queued_rows_ -= drop_expired(queue_, opts_.give_up_after, [](const Job& j) { return j.n; });
+    if (queue_.empty()) continue;
 
     std::vector<std::shared_ptr<Job>> jobs;
     int64_t rows = 0;

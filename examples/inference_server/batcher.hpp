@@ -38,6 +38,9 @@ struct BatchOptions {
   int64_t max_batch = 64;
   /// Batches in flight per replica before the batcher waits.
   int64_t max_inflight = 2;
+  /// A request queued this long is dropped, not run: the server answered it
+  /// 504 then (--request-timeout-ms). 0: never.
+  std::chrono::milliseconds give_up_after{0};
 };
 
 /// The model's weights placed on one device.

@@ -713,6 +713,8 @@ void OnnxBatcher::loop() {
                      [&] { return draining_ || queue_.front()->alone || queued_rows() >= opts_.max_batch; });
     auto least_loaded = [&] { return serve::least_loaded(in_flight_, lost_, next_); };
     cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
+    (void)drop_expired(queue_, opts_.give_up_after, [](const Job& j) { return j.rows; });
+    if (queue_.empty()) continue;
 
     // The front request and every later one of the same trailing shapes,
     // up to max_batch rows (a larger single request runs alone).

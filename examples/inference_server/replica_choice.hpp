@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// Which replica takes the next batch, for both batchers (MLP and ONNX).
+// What both batchers (MLP and ONNX) decide alike: which replica takes the
+// next batch, and which queued requests are no longer worth running.
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <exception>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include <switchyard/switchyard.hpp>
@@ -36,6 +41,34 @@ inline size_t least_loaded(const std::vector<int64_t>& in_flight, const std::vec
     if (best == n || in_flight[i] < in_flight[best]) best = i;
   }
   return best == n ? next % n : best;
+}
+
+/// A request dropped from the queue at its deadline (answered 504, as the
+/// server's own timer does, whichever comes first).
+struct QueueTimeout : std::runtime_error {
+  QueueTimeout() : std::runtime_error("timed out waiting for the model") {}
+};
+
+/// Takes out of `queue` every request queued for `after` or longer (0:
+/// none), failing its promise: its client got its 504 at that moment, and
+/// running it would only keep the device from the requests still waiting
+/// (under overload the queue grew with work nobody would read). Returns the
+/// rows taken out.
+template <class Job, class RowsOf>
+int64_t drop_expired(std::deque<std::shared_ptr<Job>>& queue, std::chrono::milliseconds after, RowsOf rows_of) {
+  if (after.count() <= 0) return 0;
+  const auto now = std::chrono::steady_clock::now();
+  int64_t rows = 0;
+  for (auto it = queue.begin(); it != queue.end();) {
+    if (now - (*it)->arrived < after) {
+      ++it;
+      continue;
+    }
+    rows += rows_of(**it);
+    (*it)->done.set_error(std::make_exception_ptr(QueueTimeout()));
+    it = queue.erase(it);
+  }
+  return rows;
 }
 
 }  // namespace serve

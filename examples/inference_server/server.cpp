@@ -46,6 +46,7 @@
 #include "metrics.hpp"
 #include "mlp_model.hpp"
 #include "onnx_serving.hpp"
+#include "replica_choice.hpp"
 #include "tools/cli.hpp"
 
 namespace sy = switchyard;
@@ -152,6 +153,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
   o.http.body_timeout = std::chrono::milliseconds(body_ms);
   o.http.write_timeout = std::chrono::milliseconds(write_ms);
   o.request_timeout = std::chrono::milliseconds(request_ms);
+  o.batch.give_up_after = o.request_timeout;
   o.batching = !no_batching;
   if (!o.batching) {
     o.batch.window = std::chrono::microseconds(0);
@@ -438,6 +440,8 @@ int main(int argc, char** argv) {
           // device (an index out of range in an input the model reads as
           // indices). Everything else is the server's: 503.
           reply(request_fault(err.code()) ? 422 : 503, serve::error_body(err.what()));
+        } catch (const serve::QueueTimeout& err) {
+          reply(504, serve::error_body(err.what()));
         } catch (const std::exception& err) {
           reply(500, serve::error_body(std::string("internal error: ") + err.what()));
         }
@@ -467,6 +471,8 @@ int main(int argc, char** argv) {
         std::rethrow_exception(e);
       } catch (const sy::Error& err) {
         reply(503, serve::error_body(std::string("device failure: ") + err.what()));
+      } catch (const serve::QueueTimeout& err) {
+        reply(504, serve::error_body(err.what()));
       } catch (const std::exception& err) {
         reply(500, serve::error_body(std::string("internal error: ") + err.what()));
       } catch (...) {

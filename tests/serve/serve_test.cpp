@@ -234,3 +234,25 @@ TEST_CASE("a replica whose remote worker died takes no more batches", "[serve]")
   }
   CHECK(failed <= 2);
 }
+
+TEST_CASE("requests answered 504 while queued are dropped, not run", "[serve]") {
+  // A 1.5 s batch window holds the batch open past the 300 ms request
+  // timeout: every request gets its 504, and the batch that would have run
+  // them after the window has nobody left to answer.
+  ServerProcess server({"--batch-window-us", "1500000", "--request-timeout-ms", "300"});
+  const int port = server.port();
+  std::vector<std::thread> threads;
+  std::vector<int> status(3, 0);
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] { status[t] = post(port, body_of(random_rows(1, 40 + t))).status; });
+  for (auto& th : threads) th.join();
+  CHECK(status == std::vector<int>{504, 504, 504});
+  std::this_thread::sleep_for(2s);  // past the window
+  CHECK(metric(get_metrics(port), "serve_batches_total{device=\"cpu:0\"}") == 0);
+  // The server goes on serving requests that do not time out.
+  ServerProcess quick({"--batch-window-us", "1000", "--request-timeout-ms", "5000"});
+  Rows rows = random_rows(2, 9);
+  Reply ok = post(quick.port(), body_of(rows));
+  REQUIRE(ok.status == 200);
+  check_outputs(ok.body, rows);
+}
