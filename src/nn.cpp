@@ -29,7 +29,9 @@ std::vector<int64_t> per_axis(const std::string& op, const char* arg, const std:
   if (v.size() == 1) return std::vector<int64_t>(n, v[0]);
   if (v.size() != n)
     throw Error(Errc::invalid_argument,
-                op + ": " + arg + " needs 1 or " + std::to_string(n) + " values, got " + std::to_string(v.size()));
+                op + ": " + arg + " needs " +
+                    (n == 1 ? std::string("1 value") : "1 or " + std::to_string(n) + " values") + ", got " +
+                    std::to_string(v.size()));
   return v;
 }
 
@@ -402,9 +404,11 @@ Tensor one_hot(const Tensor& tensor, int64_t num_classes) {
   if (num_classes < -1)
     throw Error(Errc::invalid_argument,
                 "one_hot: num_classes must be -1 or non-negative, got " + std::to_string(num_classes));
+  // PyTorch refuses 0 classes of an empty tensor as it does -1.
+  if (num_classes <= 0 && tensor.numel() == 0)
+    throw Error(Errc::invalid_argument,
+                "one_hot: cannot infer num_classes of an empty tensor (got " + std::to_string(num_classes) + ")");
   if (num_classes == -1) {
-    if (tensor.numel() == 0)
-      throw Error(Errc::invalid_argument, "one_hot: cannot infer num_classes of an empty tensor");
     num_classes = tensor.max().item<int64_t>() + 1;
   }
   // Negative classes: the scatter below would count them from the end.

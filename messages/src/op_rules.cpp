@@ -602,6 +602,13 @@ caf::expected<TensorSpec> conv_result(const ConvOp& op) {
   const int64_t c_in = x.dims[c_axis];
   const int64_t g = op.groups;
   int64_t c_out = 0;
+  // PyTorch runs an empty batch or 0 channels, not an empty spatial axis
+  // (which padding would otherwise turn into a result of the bias alone).
+  if (!op.transposed && c_in > 0 && (!batched || x.dims[0] > 0))
+    for (size_t i = c_axis + 1; i < x.rank(); ++i)
+      if (x.dims[i] == 0)
+        return shape_error(name + ": input " + x.to_string() +
+                           " is empty on a spatial axis (only an empty batch or 0 channels are supported)");
   if (!op.transposed) {
     if (w.dims[0] % g != 0)
       return shape_error(name + ": given groups=" + std::to_string(g) + ", weight " + w.to_string() +
@@ -724,8 +731,18 @@ caf::expected<TensorSpec> pool_result(const PoolOp& op) {
     out.dims[first + i] = pool_output_extent(x.dims[first + i], op.kernel[i], op.stride[i], op.pad_before[i],
                                              op.pad_after[i], op.dilation[i], op.ceil_mode);
   }
+  // PyTorch's avg_pool3d wants the unpadded input at least the kernel's size
+  // (its 1-D, 2-D and max pools do not).
+  if (is_avg && n == 3)
+    for (size_t i = 0; i < n; ++i)
+      if (x.dims[first + i] < op.kernel[i])
+        return shape_error(name + ": input " + x.to_string() + " is smaller than kernel_size " + list(op.kernel) +
+                           " (before padding)");
+  // PyTorch's max_pool1d without indices gives an empty result where the
+  // window does not fit; the others refuse.
+  const bool empty_ok = op.kind == PoolKind::max && n == 1;
   for (size_t i = 0; i < n; ++i)
-    if (out.dims[first + i] < 1)
+    if (out.dims[first + i] < (empty_ok ? 0 : 1))
       return shape_error(name + ": input " + x.to_string() + " with kernel_size " + list(op.kernel) + ", stride " +
                          list(op.stride) + ", padding " + list(op.pad_before) + " and dilation " + list(op.dilation) +
                          " gives output " + out.to_string() + ": output size is too small");

@@ -483,3 +483,42 @@ TEST_CASE("a conv weight used again gives the same bits and a new weight its own
     }
   }
 }
+
+TEST_CASE("pooling convolution and one_hot refuse and accept edge shapes as PyTorch 1.13", "[ops][conv]") {
+  for (const auto& d : devices()) {
+    INFO(d.name());
+    auto fails = [](auto&& call, const std::string& part) {
+      try {
+        (void)call();
+        FAIL("no error");
+      } catch (const sy::Error& e) {
+        CHECK_THAT(e.what(), Contains(part));
+      }
+    };
+    // avg_pool3d wants the unpadded input at least the kernel (its 2-D and the max pools do not).
+    fails(
+        [&] {
+          return nn::avg_pool3d(d.ones({1, 1, 1, 2, 5}), {2, 3, 1}, 1, {1, 1, 0});
+        },
+        "avg_pool3d: input [1, 1, 1, 2, 5] is smaller than kernel_size (2, 3, 1)");
+    CHECK(nn::avg_pool2d(d.ones({1, 1, 2, 5}), {3, 1}, 1, {1, 0}).shape() == sy::Shape{1, 1, 2, 5});
+    // max_pool1d without indices: an empty result where the window does not fit.
+    auto empty = nn::max_pool1d(d.ones({1, 1, 4}), 5);
+    CHECK(empty.shape() == sy::Shape{1, 1, 0});
+    CHECK(empty.to_vector<float>().empty());
+    CHECK(nn::max_pool1d(d.ones({1, 4}), 2, {}, 0, 4).shape() == sy::Shape{1, 0});
+    fails([&] { return nn::max_pool2d(d.ones({1, 1, 4, 4}), 5); }, "output size is too small");
+    fails([&] { return nn::max_pool1d(d.ones({1, 1, 4}), 2, {1, 1}); }, "stride needs 1 value, got 2");
+    // An empty spatial axis with a batch and channels: PyTorch refuses it
+    // (padding made it a result of the bias alone).
+    fails(
+        [&] {
+          return nn::conv2d(d.ones({1, 3, 0, 5}), d.ones({2, 3, 1, 1}), d.ones({2}), 1, 1);
+        },
+        "conv2d: input [1, 3, 0, 5] is empty on a spatial axis");
+    CHECK(nn::conv2d(d.ones({0, 3, 4, 5}), d.ones({2, 3, 1, 1})).shape() == sy::Shape{0, 2, 4, 5});
+    // one_hot of an empty tensor needs a positive class count.
+    fails([&] { return nn::one_hot(d.tensor(std::vector<int64_t>{}, {0}), 0); }, "cannot infer num_classes");
+    CHECK(nn::one_hot(d.tensor(std::vector<int64_t>{}, {0}), 3).shape() == sy::Shape{0, 3});
+  }
+}
