@@ -55,10 +55,12 @@ Tensor emit_conv(const Tensor& input, const Tensor& weight, const Tensor& bias, 
   return emit(x, out, std::move(op));
 }
 
-Tensor emit_pool(const Tensor& input, PoolOp op) {
-  const auto& x = TensorAccess::handle(input, to_string(op.kind));
+// `called`: the name the caller used where it is not the rule's own (the
+// general max_pool / avg_pool, whose rule says max_pool2d and so on).
+Tensor emit_pool(const Tensor& input, PoolOp op, const char* called = nullptr) {
+  const auto& x = TensorAccess::handle(input, called != nullptr ? called : to_string(op.kind));
   op.in = as_input(x);
-  auto out = new_output(x, unwrap(pool_result(op)));
+  auto out = new_output(x, called != nullptr ? unwrap_as(called, pool_result(op)) : unwrap(pool_result(op)));
   op.out = out;
   return emit(x, out, std::move(op));
 }
@@ -134,11 +136,12 @@ Tensor max_pool_nd(size_t n, const Tensor& input, const Ints& k, const Ints& s, 
   return emit_pool(input, windowed(PoolKind::max, n, k, s, p, d, ceil_mode));
 }
 
-std::pair<Tensor, Tensor> with_indices(const Tensor& input, PoolOp op, PoolKind indices_kind) {
+std::pair<Tensor, Tensor> with_indices(const Tensor& input, PoolOp op, PoolKind indices_kind,
+                                       const char* called = nullptr) {
   PoolOp indices = op;
   indices.kind = indices_kind;
-  auto values = emit_pool(input, std::move(op));
-  return {std::move(values), emit_pool(input, std::move(indices))};
+  auto values = emit_pool(input, std::move(op), called);
+  return {std::move(values), emit_pool(input, std::move(indices), called)};
 }
 
 Tensor avg_pool_nd(size_t n, const Tensor& input, const Ints& k, const Ints& s, const Ints& p, bool ceil_mode,
@@ -285,13 +288,13 @@ std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, 
 }
 
 Tensor max_pool(const Tensor& input, const PoolOptions& options) {
-  return emit_pool(input, general_pool(PoolKind::max, options));
+  return emit_pool(input, general_pool(PoolKind::max, options), "max_pool");
 }
 std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& input, const PoolOptions& options) {
-  return with_indices(input, general_pool(PoolKind::max, options), PoolKind::max_indices);
+  return with_indices(input, general_pool(PoolKind::max, options), PoolKind::max_indices, "max_pool_with_indices");
 }
 Tensor avg_pool(const Tensor& input, const PoolOptions& options) {
-  return emit_pool(input, general_pool(PoolKind::avg, options));
+  return emit_pool(input, general_pool(PoolKind::avg, options), "avg_pool");
 }
 
 // --- normalisation and attention ----------------------------------------------

@@ -517,6 +517,12 @@ TEST_CASE("pooling convolution and one_hot refuse and accept edge shapes as PyTo
         },
         "conv2d: input [1, 3, 0, 5] is empty on a spatial axis");
     CHECK(nn::conv2d(d.ones({0, 3, 4, 5}), d.ones({2, 3, 1, 1})).shape() == sy::Shape{0, 2, 4, 5});
+    // The general pool names itself, not the rule's max_pool2d.
+    fails(
+        [&] {
+          return nn::max_pool(d.ones({1, 1, 5, 6}), nn::PoolOptions{.kernel_size = {2, 2}, .pad_begin = {2, 0}});
+        },
+        "max_pool: padding");
     // one_hot of an empty tensor needs a positive class count.
     fails([&] { return nn::one_hot(d.tensor(std::vector<int64_t>{}, {0}), 0); }, "cannot infer num_classes");
     CHECK(nn::one_hot(d.tensor(std::vector<int64_t>{}, {0}), 3).shape() == sy::Shape{0, 3});

@@ -542,19 +542,21 @@ Server::Server(Options opts, Handler handler, ErrorFormatter errors)
   if (ec) throw std::runtime_error("cannot listen on '" + o.host + "': not an IP address (" + ec.message() + ")");
   tcp::endpoint endpoint(address, o.port);
   auto& a = impl_->acceptor;
-  auto check = [&](const char* what) {
+  // The worker's wording for a port in use (README, "Scaling out"), with
+  // the step that failed.
+  auto check = [&](const char* step) {
     if (ec)
-      throw std::runtime_error(std::string("cannot ") + what + " " + o.host + ":" + std::to_string(o.port) + ": " +
-                               ec.message());
+      throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (" + step +
+                               "): " + ec.message());
   };
   a.open(endpoint.protocol(), ec);
-  check("open a socket for");
+  check("socket");
   a.set_option(asio::socket_base::reuse_address(true), ec);
-  check("set SO_REUSEADDR on");
+  check("SO_REUSEADDR");
   a.bind(endpoint, ec);
   check("bind");
   a.listen(o.backlog, ec);
-  check("listen on");
+  check("listen");
 }
 
 Server::~Server() = default;
