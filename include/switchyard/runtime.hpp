@@ -19,9 +19,9 @@ namespace switchyard {
 /// must present a certificate it signed; a worker that checks clients then
 /// needs `cert` and `key` here too. PEM files.
 struct TlsOptions {
-  std::string cert;
-  std::string key;
-  std::string ca;
+  std::string cert{};
+  std::string key{};
+  std::string ca{};
   /// Whether any TLS file is set.
   [[nodiscard]] bool enabled() const noexcept { return !cert.empty() || !key.empty() || !ca.empty(); }
 };
@@ -74,15 +74,15 @@ struct RuntimeOptions {
   /// a slice per op, bridges as flows) to this path while the runtime runs
   /// (at least every 100 ms), closed when it shuts down. Empty: the
   /// SWITCHYARD_TRACE environment variable, if set.
-  std::string trace_path;
+  std::string trace_path{};
   /// Workers to connect to at start, "host:port" each (see
   /// Runtime::connect); one that cannot be reached makes the constructor
   /// throw. The environment variable SWITCHYARD_WORKERS adds a
   /// comma-separated list; a bad or unreachable entry there does not throw
   /// but is listed by Runtime::unavailable().
-  std::vector<std::string> workers;
+  std::vector<std::string> workers{};
   /// When set, every worker connection uses TLS.
-  TlsOptions tls;
+  TlsOptions tls{};
   /// Deadline of each read, sync or bridge on a remote device. A worker that
   /// dies or disconnects fails them at once; this bounds a hung one.
   std::chrono::milliseconds remote_timeout{std::chrono::minutes(2)};
@@ -94,7 +94,7 @@ struct RuntimeOptions {
   /// Where the library's log messages go (see switchyard/log.hpp for the
   /// threads it is called on). Empty, the default: nothing is logged, and
   /// Switchyard writes nothing to stdout or stderr.
-  LogSink log_sink;
+  LogSink log_sink{};
   /// Least severe level passed to `log_sink`: `info` (the default) reports
   /// devices started or unavailable (with the reason) and workers connected
   /// or reconnected; `warn` devices lost, failed bridges and
@@ -126,13 +126,13 @@ struct RuntimeOptions {
   /// for custom backends, see the README's "Custom backends"), which
   /// `devices` can then name. Tests use it to wrap "cpu" in a
   /// fault-injecting backend; empty: the registry as built.
-  std::function<void(std::vector<backends::BackendKind>&)> extend_backends;
+  std::function<void(std::vector<backends::BackendKind>&)> extend_backends{};
   /// Directories searched for backend modules (libswitchyard-backend-cuda.so)
   /// after those in the SWITCHYARD_BACKEND_PATH environment variable and
   /// before the directory of the Switchyard library, the dynamic loader's
   /// path and the install libdir. A module is loaded only when a device of
   /// its kind is asked for; a missing one is reported by unavailable().
-  std::vector<std::string> backend_module_path;
+  std::vector<std::string> backend_module_path{};
   /// How long destroying the runtime lets queued work run, for all devices
   /// together, before every op not yet run fails with runtime_closed (a
   /// kernel already running finishes first), and so do reads of what such
