@@ -51,8 +51,15 @@ caf::duration timeout_for(Self self, const runner_actor& runner) {
 // Errors as the client should read them: naming the device as the client
 // knows it. A remote runner prefixes its messages with its worker's name for
 // it ("cpu:0: ..."), and CAF's own errors (a timeout) name no device at all.
+// A failure the client already named, sent to a worker's runner (a poisoned
+// tensor bridged there) starts with this byte, so that for_client does not
+// take its "cpu:0: ..." for the worker's own cpu:0 when it comes back.
+constexpr char client_named_mark = '\x1f';
+
 caf::error for_client(Self self, const Device& d, const caf::error& err) {
   auto info = describe(err);
+  if (!info.message.empty() && info.message.front() == client_named_mark)
+    return make_error(info.code, info.message.substr(1), info.tensor);
   if (err.category() == caf::atom("system")) {
     auto code = static_cast<caf::sec>(err.code());
     if (code == caf::sec::request_timeout)
@@ -211,6 +218,7 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
               }
               auto token = self->state.next_token++;
               auto fail = [self, target, id = dst_ir.id](caf::error e) {
+                if (target.node() != self->node()) e = client_named(e);
                 self->send(target, import_atom::value, id, std::move(e));
               };
               s->second.outstanding.emplace(token, Outstanding{fail});
@@ -258,6 +266,13 @@ router_actor spawn_router(caf::actor_system& sys, RouterOptions options) {
         };
       },
       std::move(options));
+}
+
+caf::error client_named(const caf::error& err) {
+  if (err.category() == caf::atom("system")) return err;  // CAF's own: for_client names it anyway
+  auto info = describe(err);
+  if (!info.message.empty() && info.message.front() == client_named_mark) return err;
+  return make_error(info.code, client_named_mark + info.message, info.tensor);
 }
 
 }  // namespace switchyard::actors

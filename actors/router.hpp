@@ -29,4 +29,10 @@ struct RouterOptions {
 /// coordinates bridges as message exchanges between runners.
 [[nodiscard]] router_actor spawn_router(caf::actor_system& sys, RouterOptions options = {});
 
+/// A failure the client has already named ("cpu:0: ..." for its local
+/// cpu:0), marked for a worker's runner it is sent to: coming back, the
+/// router reads it as is, not as the worker's own cpu:0 (which it renames
+/// "host:port/cpu:0").
+[[nodiscard]] caf::error client_named(const caf::error& err);
+
 }  // namespace switchyard::actors

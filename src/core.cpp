@@ -1333,9 +1333,12 @@ void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& d
         caf::anon_send(caf::actor_cast<runner_actor>(target), expect_atom::value, dst_ir);
       else
         caf::anon_send(router_, expect_atom::value, dst, dst_ir);
-      // The runner names its device as we do; its failure fails the import.
-      LocalReply<done_atom> failed{[target, id = dst_ir.id](caf::expected<done_atom> r) {
-        if (!r) caf::anon_send(caf::actor_cast<runner_actor>(target), import_atom::value, id, r.error());
+      // The runner names its device as we do; its failure fails the import
+      // (marked as ours for a worker's runner, actors::client_named).
+      LocalReply<done_atom> failed{[target, id = dst_ir.id, remote = !slots_[dst].local](caf::expected<done_atom> r) {
+        if (!r)
+          caf::anon_send(caf::actor_cast<runner_actor>(target), import_atom::value, id,
+                         remote ? actors::client_named(r.error()) : r.error());
       }};
       caf::anon_send(caf::actor_cast<runner_actor>(slots_[src].runner), export_atom::value, src_id, target, dst_ir.id,
                      std::move(failed));

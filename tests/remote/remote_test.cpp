@@ -112,6 +112,32 @@ TEST_CASE("a failure on a worker names the tensor of the op where it began", "[r
   }
 }
 
+TEST_CASE("a local failure bridged to a worker device of the same name keeps its device", "[remote]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  auto remote = rt.connect(w.host(), w.port())[0];
+  auto cpu0 = rt.device("cpu:0");
+  // Failed on the local cpu:0; the worker's device is its own cpu:0 too:
+  // the message read "127.0.0.1:P/cpu:0: ..." once it had crossed.
+  auto y = cpu0.tensor<float>({1, 2, 3}, {3}).index_select(0, cpu0.tensor<int64_t>({4}, {1}));
+  for (const auto& t : {y, y.to(remote), y.to(remote).to(cpu0), (y.to(remote) + 1.0f).to(cpu0)}) {
+    auto f = t.read();
+    REQUIRE(f.wait_for(60s));
+    try {
+      (void)f.get();
+      FAIL("no error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::index_out_of_range);
+      CHECK_THAT(e.what(), Catch::StartsWith("cpu:0: index_select: index 4"));
+    }
+  }
+  // A failure on the worker still names the worker's device.
+  auto z = remote.tensor<float>({1, 2, 3}, {3}).index_select(0, remote.tensor<int64_t>({7}, {1}));
+  auto g = z.to(cpu0).read();
+  REQUIRE(g.wait_for(60s));
+  CHECK_THROWS_WITH(g.get(), Catch::StartsWith(w.address() + "/cpu:0: index_select: index 7"));
+}
+
 TEST_CASE("SWITCHYARD_WORKERS connects at start", "[remote]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1"});
   // Spaces around entries and empty entries are allowed.
