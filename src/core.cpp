@@ -457,20 +457,25 @@ std::optional<std::variant<std::tuple<Reply...>, caf::error>> await_reply(caf::a
                                                                           std::chrono::milliseconds timeout,
                                                                           Closing&& closing, Args... args) {
   auto state = std::make_shared<AwaitedReply<Reply...>>();
-  auto helper = system.spawn([state, dest, timeout, args...](caf::event_based_actor* self) {
-    self->request(dest, timeout, args...)
-        .then(
-            [state](Reply&... reply) {
-              std::lock_guard lock(state->mutex);
-              state->reply.emplace(std::move(reply)...);
-              state->arrived.notify_all();
-            },
-            [state](caf::error& e) {
-              std::lock_guard lock(state->mutex);
-              state->error = std::move(e);
-              state->arrived.notify_all();
-            });
-  });
+  // dest travels as a spawn argument: CAF 0.17 calls an argument-less
+  // function actor through a null std::tuple<> pointer (UBSan: reference
+  // binding to null), which the other spawns here avoid the same way.
+  auto helper = system.spawn(
+      [state, timeout, args...](caf::event_based_actor* self, const Dest& dest) {
+        self->request(dest, timeout, args...)
+            .then(
+                [state](Reply&... reply) {
+                  std::lock_guard lock(state->mutex);
+                  state->reply.emplace(std::move(reply)...);
+                  state->arrived.notify_all();
+                },
+                [state](caf::error& e) {
+                  std::lock_guard lock(state->mutex);
+                  state->error = std::move(e);
+                  state->arrived.notify_all();
+                });
+      },
+      dest);
   std::unique_lock lock(state->mutex);
   while (!state->reply && !state->error) {
     if (closing()) {
