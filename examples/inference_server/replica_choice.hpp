@@ -34,6 +34,7 @@ inline bool device_lost(const std::exception_ptr& e) {
 /// at once, so it always looked least loaded and took every other batch.
 inline size_t least_loaded(const std::vector<int64_t>& in_flight, const std::vector<char>& lost, size_t next) {
   const size_t n = in_flight.size();
+  if (n == 0) return 0;  // no replica: the batchers never ask then
   size_t best = n;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (next + k) % n;
