@@ -54,6 +54,10 @@ set_target_properties(switchyard_shared PROPERTIES
   SOVERSION "${SWITCHYARD_SOVERSION}"
   # Keeps non-system link directories in the installed RUNPATH.
   INSTALL_RPATH_USE_LINK_PATH ON)
+if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  target_link_options(switchyard_shared PRIVATE "-Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/libswitchyard.map")
+  set_property(TARGET switchyard_shared APPEND PROPERTY LINK_DEPENDS "${PROJECT_SOURCE_DIR}/cmake/libswitchyard.map")
+endif()
 set_target_properties(switchyard-worker PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 
 # What a parent project links when it adds this tree with add_subdirectory or
