@@ -446,6 +446,11 @@ TEST_CASE("a result whose element count overflows fails at the call naming the o
     refused([&] { return one.expand({int64_t{1} << 62, 16}); }, "expand");
     refused([&] { return d.ones({4, 4}).repeat({int64_t{1} << 62, 1}); }, "repeat");
     refused([&] { return d.ones({4, 4}).tile({int64_t{1} << 61, 1}); }, "repeat");
+    // Wherever a 0 extent sits ([2^62, 0] was refused, [0, 2^62] taken).
+    CHECK_THROWS_WITH(d.zeros({int64_t{1} << 62, 0}), Catch::Contains("[4611686018427387904, 0] is too large"));
+    CHECK_THROWS_WITH(d.zeros({0, int64_t{1} << 62}), Catch::Contains("[0, 4611686018427387904] is too large"));
+    refused([&] { return d.zeros({1, 0}).expand({int64_t{1} << 62, 0}); }, "expand");
+    CHECK(d.zeros({0, int64_t{1} << 20, 8}).sum().item<float>() == 0.0f);
     // The device goes on, and a broadcast that fits runs.
     auto sum = d.ones({3, 1}) + d.ones({1, 2});
     CHECK(values<float>(sum) == std::vector<float>(6, 2.0f));

@@ -26,12 +26,15 @@ bool in_range_index_kind(IndexKind k) {
 
 namespace {
 // check_shape's rule as a plain test, building no error object.
+// The nonzero extents' product is what is bounded, wherever a 0 sits: a
+// huge extent before the 0 was refused, after it taken ([2^62, 0] against
+// [0, 2^62]).
 bool shape_passes(const Shape& s) noexcept {
   if (s.rank() > 16) return false;
   int64_t n = 1;
   for (auto d : s.dims) {
     if (d < 0 || (d > 0 && n > max_elements / d)) return false;
-    n *= d;
+    if (d > 0) n *= d;
   }
   return true;
 }
@@ -41,11 +44,12 @@ caf::error check_shape(const Shape& s, const char* what) {
   if (shape_passes(s)) return {};
   // Why not:
   int64_t n = 1;
-  for (auto d : s.dims) {
+  for (auto d : s.dims)
     if (d < 0) return shape_error(std::string(what) + " shape " + s.to_string() + " has a negative extent");
+  for (auto d : s.dims) {
     if (d > 0 && n > max_elements / d)
       return shape_error(std::string(what) + " shape " + s.to_string() + " is too large");
-    n *= d;
+    if (d > 0) n *= d;
   }
   return shape_error(std::string(what) + " shape " + s.to_string() + " has more than 16 axes");
 }
