@@ -40,7 +40,11 @@ const Workload workloads[] = {
     {"conv1x1_256to64_56_b1", {1, 256, 56, 56}, {64, 256, 1, 1}, 0, 1},
     {"depthwise3x3_128ch_56_b1", {1, 128, 56, 56}, {128, 1, 3, 3}, 1, 128},
     {"conv3x3_256ch_14_b1", {1, 256, 14, 14}, {256, 256, 3, 3}, 1, 1},
+    {"conv3x3_128ch_28_b1", {1, 128, 28, 28}, {128, 128, 3, 3}, 1, 1},
     {"conv3x3_512ch_7_b1", {1, 512, 7, 7}, {512, 512, 3, 3}, 1, 1},
+    // ResNet-18's downsampling: a stride-2 3x3 and the 1x1 shortcut
+    {"conv3x3_s2_64to128_56_b1", {1, 64, 56, 56}, {128, 64, 3, 3}, 1, 1, 2},
+    {"conv1x1_s2_256to512_14_b1", {1, 256, 14, 14}, {512, 256, 1, 1}, 0, 1, 2},
     // MobileNetV2's stride-2 depthwise layer of its 56x56 stage
     {"depthwise3x3_s2_144ch_56_b1", {1, 144, 56, 56}, {144, 1, 3, 3}, 1, 144, 2},
     // ResNet's stem: 7x7 stride 2 over the RGB image

@@ -22,6 +22,7 @@
 
 #include "backends/common/host_buffer.hpp"
 #include "backends/cpu/depthwise_f32.hpp"
+#include "backends/cpu/direct_conv_f32.hpp"
 #include "support/native_gemm.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
@@ -81,6 +82,7 @@ struct ConvArgs {
   int64_t groups = 1;
   bool bias = true;
   bool transposed = false;
+  std::vector<int64_t> pad_after = {};  // empty: as pad
 };
 
 Case conv_case(Draw& r, const ConvArgs& a) {
@@ -89,7 +91,7 @@ Case conv_case(Draw& r, const ConvArgs& a) {
   op.weight = tensor(2, a.weight);
   op.stride = a.stride;
   op.pad_before = a.pad;
-  op.pad_after = a.pad;
+  op.pad_after = a.pad_after.empty() ? a.pad : a.pad_after;
   op.dilation = a.dilation;
   op.output_padding.assign(a.stride.size(), 0);
   op.groups = a.groups;
@@ -147,22 +149,29 @@ sy::testing::Backends& backends() { return sy::testing::shared_backends(); }
 struct NativeGemm : sy::testing::KernelSwitch {
   explicit NativeGemm(bool on) : KernelSwitch(&cpu::set_native_f32_gemm, on) {}
 };
+/// Runs the cpu's dense convolutions on the direct kernel or on the GEMM.
+struct DirectConv : sy::testing::KernelSwitch {
+  explicit DirectConv(bool on) : KernelSwitch(&cpu::set_direct_conv_f32, on) {}
+};
+/// Runs of the native kernels: the GEMM, or the direct convolution, which
+/// takes the GEMM's dense convolutions while it is on.
+uint64_t native_runs() { return cpu::native_f32_gemm_runs() + cpu::direct_conv_f32_runs(); }
 
 /// The cpu's result with the native kernel, checking that it ran it (or,
 /// when `expect_native` is false, that it did not).
 std::vector<float> run_native(const Case& c, bool expect_native = true) {
   NativeGemm on(true);
-  const auto before = cpu::native_f32_gemm_runs();
+  const auto before = native_runs();
   auto out = run(*backends().cpu, c);
-  CHECK(cpu::native_f32_gemm_runs() - before >= (expect_native ? 1u : 0u));
-  if (!expect_native) CHECK(cpu::native_f32_gemm_runs() == before);
+  CHECK(native_runs() - before >= (expect_native ? 1u : 0u));
+  if (!expect_native) CHECK(native_runs() == before);
   return out;
 }
 std::vector<float> run_openblas(const Case& c) {
   NativeGemm off(false);
-  const auto before = cpu::native_f32_gemm_runs();
+  const auto before = native_runs();
   auto out = run(*backends().cpu, c);
-  CHECK(cpu::native_f32_gemm_runs() == before);
+  CHECK(native_runs() == before);
   return out;
 }
 
@@ -303,11 +312,15 @@ TEST_CASE("native f32 GEMM convolutions match OpenBLAS and the reference", "[cpu
       {{1, 16, 9, 9}, {16, 8, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, true, true},
       {{2, 12, 5, 7}, {12, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 2, true, true},
   };
-  for (const auto& a : convs) {
-    const Case c = conv_case(r, a);
-    int64_t terms = a.transposed ? a.input.dims[1] / a.groups : a.weight.dims[1];
-    for (size_t i = 2; i < a.weight.rank(); ++i) terms *= a.weight.dims[i];
-    check_case(c, terms);
+  for (bool direct : {true, false}) {
+    DirectConv path(direct);
+    INFO((direct ? "direct kernel where it applies" : "GEMM only"));
+    for (const auto& a : convs) {
+      const Case c = conv_case(r, a);
+      int64_t terms = a.transposed ? a.input.dims[1] / a.groups : a.weight.dims[1];
+      for (size_t i = 2; i < a.weight.rank(); ++i) terms *= a.weight.dims[i];
+      check_case(c, terms);
+    }
   }
 }
 
@@ -518,9 +531,10 @@ TEST_CASE("SWITCHYARD_CPU_F32_GEMM=0 in the environment leaves f32 GEMMs on Open
   CHECK(cpu::native_f32_gemm_enabled() == (cpu::cpu_has_avx512f() && !off));
   Draw r{9};
   const Case c = conv_case(r, {{1, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}});
-  const auto before = cpu::native_f32_gemm_runs();
+  const auto before = native_runs();
   const auto out = run(*backends().cpu, c);
-  CHECK(cpu::native_f32_gemm_runs() - before == (cpu::native_f32_gemm_enabled() ? 1u : 0u));
+  CHECK(native_runs() - before == (cpu::native_f32_gemm_enabled() ? 1u : 0u));
+  if (!cpu::native_f32_gemm_enabled()) CHECK_FALSE(cpu::direct_conv_f32_enabled());
   const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
   CHECK(differences(out, run(*backends().reference, c), magnitude, 72, "vs reference").empty());
 }
@@ -651,27 +665,29 @@ TEST_CASE("convolution chains fused into the GEMM's store give the unfused bits"
       // 1d
       {{2, 7, 257}, {17, 7, 5}, {2}, {2}, {1}},
   };
-  for (const auto& a : convs)
-    for (Tail tail : {Tail::relu, Tail::add_relu, Tail::add_first_relu, Tail::add, Tail::relu_scale, Tail::sigmoid}) {
-      ConvChain ch = conv_chain(r, a, tail);
-      INFO(ch.what);
-      REQUIRE(cpu_backend.fusible_head(ch.ops[0]));
-      CHECK_FALSE(cpu_backend.fusible(ch.ops[0]));
-      const auto before = cpu::native_f32_gemm_runs();
-      const auto fused = run_fused(cpu_backend, ch);
-      CHECK(cpu::native_f32_gemm_runs() - before == 1u);
-      const auto unfused = run_unfused(cpu_backend, ch);
-      const auto diff = bit_differences(fused, unfused);
-      INFO(diff);
-      CHECK(diff.empty());
-      // The kernel switched off after the chain was planned: the epilogue
-      // as a pass of its own, the same bits as the OpenBLAS path unfused.
-      NativeGemm off(false);
-      CHECK_FALSE(cpu_backend.fusible_head(ch.ops[0]));
-      const auto fallback = bit_differences(run_fused(cpu_backend, ch), run_unfused(cpu_backend, ch));
-      INFO(fallback);
-      CHECK(fallback.empty());
-    }
+  for (bool direct : {true, false})
+    for (const auto& a : convs)
+      for (Tail tail : {Tail::relu, Tail::add_relu, Tail::add_first_relu, Tail::add, Tail::relu_scale, Tail::sigmoid}) {
+        DirectConv path(direct);
+        ConvChain ch = conv_chain(r, a, tail);
+        INFO(ch.what << (direct ? " (direct kernel where it applies)" : " (GEMM only)"));
+        REQUIRE(cpu_backend.fusible_head(ch.ops[0]));
+        CHECK_FALSE(cpu_backend.fusible(ch.ops[0]));
+        const auto before = native_runs();
+        const auto fused = run_fused(cpu_backend, ch);
+        CHECK(native_runs() - before == 1u);
+        const auto unfused = run_unfused(cpu_backend, ch);
+        const auto diff = bit_differences(fused, unfused);
+        INFO(diff);
+        CHECK(diff.empty());
+        // The kernel switched off after the chain was planned: the epilogue
+        // as a pass of its own, the same bits as the OpenBLAS path unfused.
+        NativeGemm off(false);
+        CHECK_FALSE(cpu_backend.fusible_head(ch.ops[0]));
+        const auto fallback = bit_differences(run_fused(cpu_backend, ch), run_unfused(cpu_backend, ch));
+        INFO(fallback);
+        CHECK(fallback.empty());
+      }
 }
 
 TEST_CASE("convolution chains keep NaN and Inf through the fused add and relu", "[cpu][f32_gemm][conv_chain]") {
@@ -715,4 +731,91 @@ TEST_CASE("convolution chains keep NaN and Inf through the fused add and relu", 
       CHECK(std::isnan(fused[5]));
     }
   }
+}
+
+TEST_CASE("direct f32 convolution gives the native GEMM path's bits", "[cpu][f32_gemm][direct_conv]") {
+  if (skip_without_avx512f()) return;
+  NativeGemm on(true);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Draw r{12};
+  struct DirectCase {
+    ConvArgs args;
+    bool direct;  // whether the direct kernel takes it (else the GEMM)
+  };
+  const std::vector<DirectCase> cases = {
+      // ResNet's 3x3 layers with fewer channels: one-row tiles of 14, two
+      // rows of 7, an odd height leaving a 7-wide row alone, channels not
+      // a multiple of 32
+      {{{1, 16, 28, 28}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, true},
+      {{{2, 24, 7, 7}, {48, 24, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, true},
+      {{{1, 8, 9, 7}, {17, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false}, true},
+      // stride 2: a stem, a downsampling 3x3 with a 7x7 output, a 1x1
+      // downsample read in place
+      {{{1, 3, 31, 29}, {20, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}}, true},
+      {{{1, 16, 14, 14}, {33, 16, 3, 3}, {2, 2}, {1, 1}, {1, 1}}, true},
+      {{{2, 32, 15, 15}, {64, 32, 1, 1}, {2, 2}, {0, 0}, {1, 1}}, true},
+      // widths cut into uneven tiles (15: 8 + 7; 29: 10 + 10 + 9), 1 and 3
+      {{{1, 5, 4, 15}, {17, 5, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, true},
+      {{{1, 5, 3, 29}, {70, 5, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, true},
+      {{{1, 4, 6, 1}, {16, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, true},
+      {{{1, 4, 2, 3}, {16, 4, 3, 1}, {1, 1}, {1, 0}, {1, 1}}, true},
+      // ONNX's asymmetric pads; no padding with input rows no tap reaches
+      {{{1, 6, 10, 11}, {16, 6, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 1, true, false, {1, 2}}, true},
+      {{{1, 6, 11, 11}, {16, 6, 2, 2}, {2, 2}, {0, 0}, {1, 1}}, true},
+      {{{2, 7, 57}, {17, 7, 5}, {2}, {2}, {1}}, true},
+      // the GEMM's: pointwise, fewer than 16 channels, groups, dilation,
+      // stride 3, 3d
+      {{{1, 16, 9, 9}, {32, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}}, false},
+      {{{1, 8, 9, 9}, {15, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}}, false},
+      {{{1, 8, 9, 9}, {16, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2}, false},
+      {{{1, 8, 9, 9}, {16, 8, 3, 3}, {1, 1}, {2, 2}, {2, 2}}, false},
+      {{{1, 8, 9, 9}, {16, 8, 3, 3}, {3, 3}, {1, 1}, {1, 1}}, false},
+      {{{1, 4, 4, 5, 6}, {16, 4, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false},
+  };
+  for (const auto& dc : cases) {
+    Case c = conv_case(r, dc.args);
+    // A NaN and an Inf in the image, a -Inf weight (which meets the
+    // padding's zeros: NaN on both paths), a -0 bias.
+    c.inputs[0][3] = nan;
+    c.inputs[0][c.inputs[0].size() / 2] = inf;
+    c.inputs[1][5] = -inf;
+    if (c.inputs.size() > 2) c.inputs[2][1] = -0.0f;
+    INFO(c.what);
+    std::vector<float> direct, gemm;
+    {
+      DirectConv path(true);
+      const auto runs = cpu::direct_conv_f32_runs(), gemm_runs = cpu::native_f32_gemm_runs();
+      direct = run(*backends().cpu, c);
+      CHECK(cpu::direct_conv_f32_runs() - runs == (dc.direct ? 1u : 0u));
+      CHECK(cpu::native_f32_gemm_runs() - gemm_runs == (dc.direct ? 0u : 1u));
+    }
+    {
+      DirectConv path(false);
+      const auto runs = cpu::direct_conv_f32_runs();
+      gemm = run(*backends().cpu, c);
+      CHECK(cpu::direct_conv_f32_runs() == runs);
+    }
+    const auto diff = bit_differences(direct, gemm);
+    INFO(diff);
+    CHECK(diff.empty());
+  }
+}
+
+TEST_CASE("SWITCHYARD_CPU_DIRECT_CONV=0 in the environment leaves dense convolutions on the GEMM",
+          "[cpu][direct_env]") {
+  // ctest runs this case once more with the variable set (f32_gemm.direct_env_off).
+  const char* env = std::getenv("SWITCHYARD_CPU_DIRECT_CONV");
+  const bool off = env != nullptr && std::string(env) == "0";
+  CHECK(cpu::direct_conv_f32_enabled() == (cpu::native_f32_gemm_enabled() && !off));
+  if (skip_without_avx512f()) return;
+  NativeGemm on(true);
+  Draw r{13};
+  const Case c = conv_case(r, {{1, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}});
+  const auto runs = cpu::direct_conv_f32_runs(), gemm_runs = cpu::native_f32_gemm_runs();
+  const auto out = run(*backends().cpu, c);
+  CHECK(cpu::direct_conv_f32_runs() - runs == (off ? 0u : 1u));
+  CHECK(cpu::native_f32_gemm_runs() - gemm_runs == (off ? 1u : 0u));
+  const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
+  CHECK(differences(out, run(*backends().reference, c), magnitude, 72, "vs reference").empty());
 }

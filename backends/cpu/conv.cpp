@@ -7,8 +7,10 @@
 //    overhead (f32 on AVX-512F: depthwise_f32.cpp, register-blocked);
 //  - everything else goes through im2col in tiles of output positions whose
 //    column matrix fits in cache, each tile one OpenBLAS GEMM.
-// f32 convolutions on a CPU with AVX-512F run the first and last as one call
-// of the native GEMM (f32_gemm.cpp) per op instead, over every image and
+// f32 convolutions on a CPU with AVX-512F run dense 2-D layers on a direct
+// kernel (direct_conv_f32.cpp: ResNet's 3x3 and strided layers), and the
+// first and last paths' other ops as one call of the native GEMM
+// (f32_gemm.cpp) per op instead, over every image and
 // group, with the bias as the sums' start; its B panels are packed straight
 // from the image (implicit im2col), so no column matrix is written: with
 // stride 1 and the input's extent (ResNet's 3x3 convs) as masked shifted
@@ -28,6 +30,7 @@
 #include "backends/common/conv_geometry.hpp"
 #include "backends/cpu/chain_heads.hpp"
 #include "backends/cpu/depthwise_f32.hpp"
+#include "backends/cpu/direct_conv_f32.hpp"
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/kernels.hpp"
 
@@ -317,6 +320,7 @@ void set_bits(uint16_t* mask, int64_t begin, int64_t end) {
 // sums are stored (`add` laid out as y). False when the kernel is off.
 bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
                     const float* add = nullptr, F32GemmEpilogue ep = {}) {
+  if (direct_conv_f32(ctx, g, x, w, bias, y, add, ep)) return true;
   const int64_t cig = g.c_in_group(), cog = g.c_out_group();
   const int64_t rows = cig * g.kernel_size();
   const int64_t out_plane = g.out_plane();

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+// Direct f32 convolution (direct_conv_f32.hpp).
+//
+// A register tile is R output positions of one output row (or of two rows
+// of a plane narrower than 8) by 32 output channels: 2R accumulators. For
+// each term k = (input channel, kernel row, kernel column) of the sum, two
+// vectors of the block's packed weights and R broadcasts of image values
+// (R positions, `stride` apart, in the zero-padded image) feed 2R FMAs.
+// The tile then holds its sums channel-minor, so it is transposed 16 x 16
+// in registers and stored as R contiguous values per output channel.
+//
+// ResNet's planes are 112, 56, 28, 14 and 7 wide: rows of 14 positions, or
+// two rows of 7, fill every tile, where the GEMM's 32-wide panels of output
+// positions left 23% of lanes idle on 7x7 planes and 12% on 14x14 ones.
+//
+// The image is read in place when no padding is needed, else from one
+// zero-padded copy per call (a pass over the input, parallel over planes).
+// The weights of a block of 32 channels, K x 32 floats (590 KiB for
+// 512 x 3 x 3 inputs), are packed k-major once per work item into a
+// thread-local panel that stays in L2; work items run block by block, so a
+// thread that takes the next item of the same block keeps its panel.
+
+// GCC 12's _mm512_undefined_*() read themselves (GCC bug 105593); see
+// bf16_gemm.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include "backends/cpu/direct_conv_f32.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/native_gemm.hpp"
+
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
+#define SY_DIRECT_CONV 1
+#include <immintrin.h>
+
+#include "backends/cpu/avx512_transpose.hpp"
+#endif
+
+namespace switchyard::backends::cpu {
+namespace {
+
+NativeKernelSwitch& direct_switch() {
+  static NativeKernelSwitch s(cpu_has_avx512f(), "SWITCHYARD_CPU_DIRECT_CONV");
+  return s;
+}
+
+}  // namespace
+
+bool direct_conv_f32_enabled() noexcept { return direct_switch().enabled() && native_f32_gemm_enabled(); }
+bool set_direct_conv_f32(bool on) noexcept { return direct_switch().set(on); }
+uint64_t direct_conv_f32_runs() noexcept { return direct_switch().runs(); }
+
+#ifndef SY_DIRECT_CONV
+
+bool direct_conv_f32(Context&, const ConvGeometry&, const float*, const float*, const float*, float*, const float*,
+                     F32GemmEpilogue) {
+  return false;
+}
+
+#else
+
+namespace {
+
+#define SY_DC_TARGET __attribute__((target("avx512f")))
+
+constexpr int kMaxR = 14;       // positions per tile: 28 accumulators, 2 weight vectors, a broadcast
+constexpr int64_t kBlock = 32;  // output channels per block (two vectors)
+// Above this many terms a block's panel (K x 32 floats, 1 MiB) would not
+// stay in L2; such layers stay on the GEMM, which blocks K.
+constexpr int64_t kMaxTerms = 8192;
+// Terms ahead that pack_panel fetches each channel's weights: its 16
+// concurrent rows, 4 KiB to 18 KiB apart, defeat the hardware's stream
+// detection, and a late layer's weights come from DRAM (measured on
+// ResNet-18: 5-9% faster per call with this and the fetch below).
+constexpr int64_t kPackAhead = 128;
+
+SY_DC_TARGET inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1u);
+}
+
+/// One register tile's operands.
+struct Tile {
+  const float* x = nullptr;       // the padded image at term 0 of the tile's first position
+  int64_t second_row = 0;         // from the first row's positions to the second's (two-row tiles)
+  const int64_t* koff = nullptr;  // term k's offset in the padded image
+  int64_t terms = 0;
+  const float* panel = nullptr;  // the block's weights, [terms][32]
+  const float* bias = nullptr;   // at the block's first channel, or null
+  int64_t channels = 0;          // of the block's 32 that exist
+  float* y = nullptr;            // at (the block's first channel, the tile's first position)
+  const float* add = nullptr;    // likewise, or null
+  int64_t plane = 0;             // output positions per channel
+  F32GemmEpilogue ep;
+  /// Weights to fetch into L2 meanwhile, 16 floats per term (the next
+  /// block's, in its original layout), or null.
+  const float* fetch = nullptr;
+};
+
+/// Stores R sums per channel (acc[r][v], lane l: position r, channel
+/// 16 v + l) as R contiguous values per channel, after the epilogue: the
+/// GEMM's store, so the same bits.
+template <int R>
+SY_DC_TARGET inline void store_tile(const Tile& t, __m512 (&acc)[R][2]) {
+  const __mmask16 m = mask16(R);
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int v = 0; v < 2; ++v) {
+    __m512i rows[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) rows[i] = i < R ? _mm512_castps_si512(acc[i < R ? i : 0][v]) : _mm512_setzero_si512();
+    transpose16x16(rows);
+    const int64_t lanes = std::min<int64_t>(16, t.channels - int64_t{16} * v);
+    for (int64_t l = 0; l < lanes; ++l) {
+      const int64_t at = (int64_t{16} * v + l) * t.plane;
+      __m512 s = _mm512_castsi512_ps(rows[l]);
+      if (t.add != nullptr) {
+        const __m512 r = _mm512_maskz_loadu_ps(m, t.add + at);
+        s = t.ep.add_first ? _mm512_add_ps(r, s) : _mm512_add_ps(s, r);
+      }
+      // The unfused relu's x < 0 ? 0 : x (NaN and -0 kept), as the GEMM.
+      if (t.ep.relu) s = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, zero, _CMP_NLT_UQ), s);
+      _mm512_mask_storeu_ps(t.y + at, m, s);
+    }
+  }
+}
+
+/// The tile of R positions, the first `Split` on one row and the rest on
+/// the next (Split = R: one row), image positions `Stride` apart.
+template <int R, int Split, int Stride>
+SY_DC_TARGET __attribute__((noinline)) void run_tile(const Tile& t) {
+  __m512 acc[R][2];
+  __m512 start[2];
+  // 0 + bias, as the GEMM starts its sums (a -0 bias starts at +0).
+#pragma GCC unroll 2
+  for (int v = 0; v < 2; ++v) {
+    const __mmask16 m = mask16(t.channels - int64_t{16} * v);
+    start[v] = t.bias != nullptr
+                   ? _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(m, t.bias + int64_t{16} * v))
+                   : _mm512_setzero_ps();
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) acc[r][0] = start[0], acc[r][1] = start[1];
+  const float* panel = t.panel;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < t.terms; ++k, panel += kBlock) {
+    const float* s0 = t.x + t.koff[k];
+    const float* s1 = s0 + t.second_row;
+    const __m512 w0 = _mm512_load_ps(panel);
+    const __m512 w1 = _mm512_load_ps(panel + 16);
+    if (t.fetch != nullptr) _mm_prefetch(reinterpret_cast<const char*>(t.fetch + 16 * k), _MM_HINT_T1);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(r < Split ? s0[ptrdiff_t{r} * Stride] : s1[ptrdiff_t{r - Split} * Stride]);
+      acc[r][0] = _mm512_fmadd_ps(a, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+  store_tile<R>(t, acc);
+}
+
+using TileFn = void (*)(const Tile&);
+
+template <int Stride, size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> one_row_tiles(std::index_sequence<I...>) {
+  return {&run_tile<static_cast<int>(I) + 1, static_cast<int>(I) + 1, Stride>...};
+}
+/// run_tile<R, R, stride> at [stride - 1][R - 1].
+constexpr std::array<std::array<TileFn, kMaxR>, 2> kOneRow = {one_row_tiles<1>(std::make_index_sequence<kMaxR>{}),
+                                                              one_row_tiles<2>(std::make_index_sequence<kMaxR>{})};
+/// Two rows of 7 (a 7-wide plane), at [stride - 1].
+constexpr std::array<TileFn, 2> kTwoRows = {&run_tile<14, 7, 1>, &run_tile<14, 7, 2>};
+
+/// panel[k * 32 + j] = w[(oc0 + j) * terms + k], zero past c_out: 16
+/// channels x 16 terms at a time, transposed in registers.
+SY_DC_TARGET void pack_panel(const float* w, int64_t terms, int64_t c_out, int64_t oc0, float* panel) {
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t rows = std::clamp<int64_t>(c_out - oc0 - 16 * half, 0, 16);
+    const float* src = w + (oc0 + 16 * half) * terms;
+    for (int64_t k0 = 0; k0 < terms; k0 += 16) {
+      const __mmask16 m = mask16(terms - k0);
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        if (i < rows && k0 + kPackAhead < terms)
+          _mm_prefetch(reinterpret_cast<const char*>(src + i * terms + k0 + kPackAhead), _MM_HINT_T0);
+        r[i] = i < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i * terms + k0)) : _mm512_setzero_si512();
+      }
+      transpose16x16(r);
+      const int64_t n = std::min<int64_t>(16, terms - k0);
+      for (int64_t c = 0; c < n; ++c) _mm512_store_ps(panel + (k0 + c) * kBlock + 16 * half, _mm512_castsi512_ps(r[c]));
+    }
+  }
+}
+
+/// 64-byte aligned scratch, per thread, reused across calls.
+struct Scratch {
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float[], Free> data;
+  size_t size = 0;
+  float* get(size_t n) {
+    if (n > size) {
+      data.reset(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t{64})));
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+/// The image as the tiles read it: padded (or the input itself when no
+/// padding is needed), `rows` x `cols` per plane.
+struct Image {
+  const float* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  [[nodiscard]] int64_t plane() const { return rows * cols; }
+};
+
+/// How the output positions of one image split into work: units of one
+/// output row (or of two, for 7-wide planes), each cut into tiles.
+struct Layout {
+  bool two_rows = false;
+  int64_t units = 0;       // per image
+  int64_t row_tiles = 0;   // tiles per output row (one-row units)
+  int64_t tile_width = 0;  // positions per tile, but the last of a row
+};
+
+Layout plan_layout(const ConvGeometry& g) {
+  Layout l;
+  const int64_t w = g.out[2], h = g.out[1];
+  l.two_rows = w == 7 && h >= 2;
+  l.units = l.two_rows ? (h + 1) / 2 : h;
+  // As many tiles as 14 positions need, as even as they come (15 -> 8 + 7).
+  l.row_tiles = (w + kMaxR - 1) / kMaxR;
+  l.tile_width = (w + l.row_tiles - 1) / l.row_tiles;
+  return l;
+}
+
+}  // namespace
+
+bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
+                     const float* add, F32GemmEpilogue ep) {
+  if (!direct_conv_f32_enabled()) return false;
+  const int64_t stride = g.stride[2];
+  const int64_t terms = g.c_in * g.kernel_size();
+  const bool pointwise = g.kernel_size() == 1 && stride == 1 && g.pad[1] == 0 && g.pad[2] == 0;
+  if (g.transposed || g.groups != 1 || g.in[0] != 1 || g.out[0] != 1 || g.kernel[0] != 1 || g.dilation[1] != 1 ||
+      g.dilation[2] != 1 || (stride != 1 && stride != 2) || (g.stride[1] != stride && g.out[1] != 1) || g.c_out < 16 ||
+      g.c_in <= 0 || terms > kMaxTerms || pointwise || g.batch * g.out_plane() == 0)
+    return false;
+  direct_switch().count_run();
+
+  // The padded image: rows and columns the taps reach, zero outside the
+  // input (and the input's rows and columns past the last tap left out).
+  const int64_t kh = g.kernel[1], kw = g.kernel[2];
+  const int64_t hp = (g.out[1] - 1) * stride + kh, wp = (g.out[2] - 1) * stride + kw;
+  const int64_t top = g.pad[1], left = g.pad[2];
+  const bool in_place = top == 0 && left == 0 && hp <= g.in[1] && wp <= g.in[2];
+  Image img{x, g.in[1], g.in[2]};
+  Bytes padded;
+  if (!in_place) {
+    padded = ctx.buffers.allocate(static_cast<size_t>(g.batch * g.c_in * hp * wp) * sizeof(float));
+    auto* dst = writable<float>(padded);
+    img = Image{dst, hp, wp};
+    const int64_t rows_in = std::clamp<int64_t>(hp - top, 0, g.in[1]);
+    const int64_t first = std::min(top, hp);  // padded rows above the input
+    const int64_t cols_in = std::clamp<int64_t>(wp - left, 0, g.in[2]);
+    const int64_t lead = std::min(left, wp);
+    const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(hp * wp, 1));
+    ctx.pool.parallel_for(g.batch * g.c_in, grain, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        float* out = dst + p * hp * wp;
+        const float* in = x + p * g.in_plane();
+        std::fill(out, out + first * wp, 0.0f);
+        for (int64_t i = 0; i < rows_in; ++i) {
+          float* row = out + (first + i) * wp;
+          std::fill(row, row + lead, 0.0f);
+          std::memcpy(row + lead, in + i * g.in[2], static_cast<size_t>(cols_in) * sizeof(float));
+          std::fill(row + lead + cols_in, row + wp, 0.0f);
+        }
+        std::fill(out + (first + rows_in) * wp, out + hp * wp, 0.0f);
+      }
+    });
+  }
+
+  std::vector<int64_t> koff(static_cast<size_t>(terms));
+  for (int64_t c = 0, k = 0; c < g.c_in; ++c)
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) koff[static_cast<size_t>(k++)] = c * img.plane() + i * img.cols + j;
+
+  const Layout layout = plan_layout(g);
+  const int64_t blocks = (g.c_out + kBlock - 1) / kBlock;
+  const auto threads = static_cast<int64_t>(ctx.pool.threads());
+  // At least four items per thread where the rows allow, so uneven ends
+  // even out; items run block-major, so neighbours share a panel.
+  const int64_t chunks =
+      std::clamp<int64_t>((4 * threads + blocks * g.batch - 1) / (blocks * g.batch), 1, layout.units);
+  const int64_t items = blocks * g.batch * chunks;
+  const int64_t out_plane = g.out_plane();
+  const size_t step = static_cast<size_t>(stride - 1);
+
+  // Below about a million multiply-adds threads cost more than they save.
+  const bool serial = g.batch * g.c_out * out_plane * terms < (int64_t{1} << 20);
+  const auto take = [&](std::atomic<int64_t>& next) {
+    thread_local Scratch scratch;
+    float* panel = scratch.get(static_cast<size_t>(terms * kBlock));
+    int64_t packed = -1;  // the block whose weights the panel holds, in this call
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t block = item / (g.batch * chunks), n = item / chunks % g.batch, chunk = item % chunks;
+      if (packed != block) {
+        pack_panel(w, terms, g.c_out, block * kBlock, panel);
+        packed = block;
+      }
+      Tile t;
+      t.koff = koff.data();
+      t.terms = terms;
+      t.panel = panel;
+      t.bias = bias != nullptr ? bias + block * kBlock : nullptr;
+      t.channels = std::min(kBlock, g.c_out - block * kBlock);
+      t.plane = out_plane;
+      t.ep = ep;
+      // The block this thread likely takes next, when the threads take
+      // turns, unless it is this one: its weights come from memory (a late
+      // layer's from DRAM) while this block's products run, a line per term.
+      const int64_t ahead = (item + (serial ? 1 : threads)) / (g.batch * chunks);
+      const float* fetch = nullptr;
+      const float* fetch_end = nullptr;
+      if (ahead != block && ahead < blocks) {
+        fetch = w + ahead * kBlock * terms;
+        fetch_end = w + std::min(g.c_out, (ahead + 1) * kBlock) * terms;
+      }
+      const auto next_fetch = [&] {
+        t.fetch = fetch < fetch_end ? fetch : nullptr;
+        fetch += 16 * terms;
+      };
+      const float* image = img.data + n * g.c_in * img.plane();
+      const int64_t out_at = (n * g.c_out + block * kBlock) * out_plane;
+      const int64_t u0 = layout.units * chunk / chunks, u1 = layout.units * (chunk + 1) / chunks;
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t oh = layout.two_rows ? 2 * u : u;
+        const float* row = image + oh * stride * img.cols;
+        if (layout.two_rows && oh + 1 < g.out[1]) {
+          t.x = row;
+          t.second_row = stride * img.cols;
+          t.y = y + out_at + oh * g.out[2];
+          t.add = add != nullptr ? add + out_at + oh * g.out[2] : nullptr;
+          next_fetch();
+          kTwoRows[step](t);
+          continue;
+        }
+        for (int64_t ow = 0; ow < g.out[2]; ow += layout.tile_width) {
+          const int64_t width = std::min(layout.tile_width, g.out[2] - ow);
+          t.x = row + ow * stride;
+          t.second_row = 0;
+          t.y = y + out_at + oh * g.out[2] + ow;
+          t.add = add != nullptr ? add + out_at + oh * g.out[2] + ow : nullptr;
+          next_fetch();
+          kOneRow[step][static_cast<size_t>(width - 1)](t);
+        }
+      }
+    }
+  };
+  run_work_items(ctx.pool, serial, take);
+  return true;
+}
+
+#endif  // SY_DIRECT_CONV
+
+}  // namespace switchyard::backends::cpu
