@@ -3142,3 +3142,108 @@ TEST_CASE("onnx: ONNX's type constraints are checked at load naming the node and
   REQUIRE(f.wait_for(kWait));
   CHECK(f.get().at("y").to_vector<int64_t>() == std::vector<int64_t>{3, -3});
 }
+
+TEST_CASE("onnx: ReduceLogSumExp gives +-inf where an infinite max shifts and -inf over an empty axis", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  const float inf = std::numeric_limits<float>::infinity();
+  auto model_for = [](std::vector<std::variant<int64_t, std::string>> in_dims, int64_t out_rows) {
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, std::move(in_dims));
+    auto& n = m.node("ReduceLogSumExp", {"x"}, {"y"}, "lse");
+    auto* axes = n.add_attribute();
+    axes->set_name("axes");
+    axes->set_type(pb::AttributeProto::INTS);
+    axes->add_ints(1);
+    attr_i(n, "keepdims", 0);
+    m.output("y", pb::TensorProto::FLOAT, {out_rows});
+    return m.bytes();
+  };
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    // PyTorch's logsumexp: rows [-inf, 1], [inf, 1], [inf, -inf], [-inf, -inf], [1000, 1000].
+    auto rows = sy::onnx::Model::load_bytes(model_for({int64_t{5}, int64_t{2}}, 5), rt.device(dev));
+    const std::vector<float> x = {-inf, 1.0f, inf, 1.0f, inf, -inf, -inf, -inf, 1000.0f, 1000.0f};
+    auto y = run_doubles(rows, {{"x", sy::TensorData::from(x, {5, 2})}}, "y");
+    REQUIRE(y.size() == 5);
+    CHECK(y[0] == Approx(1.0));
+    CHECK(y[1] == inf);
+    CHECK(y[2] == inf);
+    CHECK(y[3] == -inf);
+    CHECK(y[4] == Approx(1000.0 + std::log(2.0)));
+    // log of an empty sum.
+    auto empty = sy::onnx::Model::load_bytes(model_for({int64_t{2}, int64_t{0}}, 2), rt.device(dev));
+    auto e = run_doubles(empty, {{"x", sy::TensorData::from(std::vector<float>{}, {2, 0})}}, "y");
+    CHECK(e == std::vector<double>{-inf, -inf});
+  }
+}
+
+TEST_CASE("onnx: Softmax and LogSoftmax before opset 13 take an empty batch", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
+    Builder m(11);
+    m.input("x", pb::TensorProto::FLOAT, {std::string("N"), int64_t{3}, int64_t{4}});
+    m.node(op, {"x"}, {"y"}, "sm");
+    m.output("y", pb::TensorProto::FLOAT, {std::string("N"), int64_t{3}, int64_t{4}});
+    for (const char* dev : {"cpu:0", "reference:0"}) {
+      INFO(op << " on " << dev);
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+      auto f = model.infer({{"x", sy::TensorData::from(std::vector<float>{}, {0, 3, 4})}});
+      REQUIRE(f.wait_for(kWait));
+      CHECK(f.get().at("y").shape == sy::Shape{0, 3, 4});
+      // And a non-empty one still normalises over the flattened [3, 4].
+      std::vector<float> x(24, 0.0f);
+      auto g = model.infer({{"x", sy::TensorData::from(x, {2, 3, 4})}});
+      REQUIRE(g.wait_for(kWait));
+      const auto y = g.get().at("y").to_vector<float>();
+      REQUIRE(y.size() == 24);
+      if (std::string(op) == "Softmax") CHECK(y[5] == Approx(1.0 / 12));
+    }
+  }
+}
+
+TEST_CASE("onnx: Upsample and Resize scales give floor(extent * scale) in f32 as the model declares", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // PyTorch 1.13 exports interpolate(size=(8, 11)) of a 5 x 7 image at
+  // opset 9 as scales 8/5 and 11/7 in f32: 7 * 1.5714285f is 11 in f32,
+  // 10.99999976 in double.
+  const float s = 11.0f / 7.0f;
+  for (int64_t opset : {9, 13}) {
+    INFO("opset " << opset);
+    Builder m(opset);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{5}, int64_t{7}});
+    if (opset == 9) {
+      m.init("scales", {1.0f, 1.0f, 1.6f, s}, {4});
+      auto& n = m.node("Upsample", {"x", "scales"}, {"y"}, "up");
+      attr_s(n, "mode", "nearest");
+    } else {
+      m.init("roi", {}, {0});
+      m.init("scales", {1.0f, 1.0f, 1.6f, s}, {4});
+      auto& n = m.node("Resize", {"x", "roi", "scales"}, {"y"}, "up");
+      attr_s(n, "mode", "nearest");
+    }
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{8}, int64_t{11}});
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    std::vector<float> x(35);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+    auto f = model.infer({{"x", sy::TensorData::from(x, {1, 1, 5, 7})}});
+    REQUIRE(f.wait_for(kWait));
+    CHECK(f.get().at("y").shape == sy::Shape{1, 1, 8, 11});
+  }
+}
+
+TEST_CASE("onnx: a reflect pad too wide for the cropped extent names the crop", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(13);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.init_i64("pads", {2, -1}, {2});
+  auto& n = m.node("Pad", {"x", "pads"}, {"y"}, "pad");
+  attr_s(n, "mode", "reflect");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
+  // The plan for the input's shape is made at the call, which throws.
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  const std::string message = error_of([&] {
+    (void)model.infer({{"x", sy::TensorData::from(std::vector<float>{1, 2, 3}, {3})}});
+  });
+  CHECK_THAT(message, Catch::Contains("reflect padding of 2 on axis 0 of extent 2") &&
+                          Catch::Contains("after its negative pad's crop"));
+}

@@ -401,8 +401,15 @@ Tensor reduce(const Tensor& x, const std::string& op, const Ints& axes, bool kee
   if (op == "ReduceL2") return back(x.mul(x).sum(axes, keep).cast(is_floating(t) ? t : DType::f64).sqrt());
   if (op == "ReduceSumSquare") return back(x.mul(x).sum(axes, keep));
   if (op == "ReduceLogSum") return x.sum(axes, keep).log();
-  // ReduceLogSumExp, max-shifted so large inputs do not overflow.
+  // ReduceLogSumExp, max-shifted so large inputs do not overflow; an
+  // infinite max shifts by 0 instead (inf - inf would be NaN where the
+  // answer is +-inf, as PyTorch's logsumexp does), and an empty reduction is
+  // log(0) = -inf (there is no max to shift by).
+  bool empty = false;
+  for (int64_t a : axes) empty = empty || x.shape()[static_cast<size_t>(a)] == 0;  // axes are normalised
+  if (empty) return x.exp().sum(axes, keep).log();
   Tensor m = x.max(axes, true);
+  if (is_floating(t)) m = m.masked_fill(m.isinf(), 0);
   Tensor r = x.sub(m).exp().sum(axes, true).log().add(m);
   return keep ? r : r.reshape(reduced_shape(x.shape(), axes, false));
 }
@@ -429,9 +436,11 @@ OpSpec softmax_like(F f) {
             Tensor x = ctx.dev(0);
             if (ctx.opset() >= 13) return Outs{dev_value(f(x, axis_of(ctx, ctx.attr_i("axis", -1), x.rank())))};
             int64_t axis = axis_of(ctx, ctx.attr_i("axis", 1), std::max<size_t>(x.rank(), 1));
-            int64_t outer = 1;
-            for (int64_t a = 0; a < axis; ++a) outer *= x.shape()[a];
-            Tensor y = f(x.reshape({outer, -1}), 1);
+            // [outer, inner] spelled out: -1 cannot be inferred when an
+            // extent is 0 (an empty batch).
+            int64_t outer = 1, inner = 1;
+            for (int64_t a = 0; a < static_cast<int64_t>(x.rank()); ++a) (a < axis ? outer : inner) *= x.shape()[a];
+            Tensor y = f(x.reshape({outer, inner}), 1);
             return Outs{dev_value(y.reshape(x.shape()))};
           }};
 }
@@ -1825,7 +1834,9 @@ void check_result_shape(Ctx& ctx, const std::string& what, const Shape& s) {
 Ints scaled_extents(Ctx& ctx, const Shape& shape, const std::vector<double>& scales) {
   Ints out;
   for (size_t a = 0; a < shape.rank(); ++a) {
-    const double e = std::floor(static_cast<double>(shape[a]) * scales[a]);
+    // In f32, as ONNX Runtime, PyTorch's exports and ONNX's shape
+    // inference take it (11/7 as f32 times 7 is 11; in double 10.99...).
+    const double e = std::floor(static_cast<double>(static_cast<float>(shape[a]) * static_cast<float>(scales[a])));
     if (!std::isfinite(scales[a]) || scales[a] <= 0 || e > static_cast<double>(int64_t{1} << 40))
       ctx.fail(Errc::invalid_argument, "scale " + std::to_string(scales[a]) + " of axis " + std::to_string(a) +
                                            " must be a positive finite number giving at most 2^40 elements");
@@ -3589,49 +3600,51 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                  if (reps.size() != x.rank()) ctx.fail(Errc::shape_mismatch, "repeats must have one entry per axis");
                  return Outs{dev_value(x.repeat(reps))};
                }};
-  t["Pad"] = {
-      {"mode", "pads", "value"}, pad_mode, [](Ctx& ctx) {
-        Tensor x = ctx.dev(0);
-        Ints pads = ctx.opset() < 11 ? *ctx.attr_ints("pads") : ctx.ints(1);
-        double value = ctx.opset() < 11 ? ctx.attr_f("value", 0) : (ctx.has(2) ? ctx.host(2).at(0) : 0.0);
-        const size_t r = x.rank();
-        if (pads.size() != 2 * r) ctx.fail(Errc::shape_mismatch, "pads must have 2 * rank entries");
-        const std::string mode = ctx.attr_s("mode", "constant");
-        if (mode == "constant")
-          return Outs{
-              dev_value(x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
-        // edge / reflect, axis by axis: slices of the border (flipped for
-        // reflect) concatenated on both sides; negative widths crop first.
-        for (size_t a = 0; a < r; ++a) {
-          const int64_t ax = static_cast<int64_t>(a);
-          int64_t before = pads[a], after = pads[a + r];
-          if (before < 0 || after < 0) {
-            const int64_t n = x.shape()[a];
-            x = x.slice(ax, Slice{std::max<int64_t>(-before, 0), n - std::max<int64_t>(-after, 0)});
-            before = std::max<int64_t>(before, 0);
-            after = std::max<int64_t>(after, 0);
-          }
-          if (before == 0 && after == 0) continue;
-          const int64_t n = x.shape()[a];
-          if (n == 0 || (mode == "reflect" && (before >= n || after >= n)))
-            ctx.fail(Errc::invalid_argument, mode + " padding of " + std::to_string(std::max(before, after)) +
-                                                 " on axis " + std::to_string(a) + " of extent " + std::to_string(n));
-          auto border = [&](int64_t width, bool front) {
-            if (mode == "edge") {
-              Shape s = x.shape();
-              s.dims[a] = width;
-              return x.slice(ax, front ? Slice{0, 1} : Slice{n - 1, n}).expand(s);
-            }
-            return x.slice(ax, front ? Slice{1, width + 1} : Slice{n - 1 - width, n - 1}).flip({ax});
-          };
-          std::vector<Tensor> parts;
-          if (before > 0) parts.push_back(border(before, true));
-          parts.push_back(x);
-          if (after > 0) parts.push_back(border(after, false));
-          x = cat(parts, ax);
-        }
-        return Outs{dev_value(x)};
-      }};
+  t["Pad"] = {{"mode", "pads", "value"}, pad_mode, [](Ctx& ctx) {
+                Tensor x = ctx.dev(0);
+                Ints pads = ctx.opset() < 11 ? *ctx.attr_ints("pads") : ctx.ints(1);
+                double value = ctx.opset() < 11 ? ctx.attr_f("value", 0) : (ctx.has(2) ? ctx.host(2).at(0) : 0.0);
+                const size_t r = x.rank();
+                if (pads.size() != 2 * r) ctx.fail(Errc::shape_mismatch, "pads must have 2 * rank entries");
+                const std::string mode = ctx.attr_s("mode", "constant");
+                if (mode == "constant")
+                  return Outs{dev_value(
+                      x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
+                // edge / reflect, axis by axis: slices of the border (flipped for
+                // reflect) concatenated on both sides; negative widths crop first.
+                for (size_t a = 0; a < r; ++a) {
+                  const int64_t ax = static_cast<int64_t>(a);
+                  int64_t before = pads[a], after = pads[a + r];
+                  const bool cropped = before < 0 || after < 0;
+                  if (cropped) {
+                    const int64_t n = x.shape()[a];
+                    x = x.slice(ax, Slice{std::max<int64_t>(-before, 0), n - std::max<int64_t>(-after, 0)});
+                    before = std::max<int64_t>(before, 0);
+                    after = std::max<int64_t>(after, 0);
+                  }
+                  if (before == 0 && after == 0) continue;
+                  const int64_t n = x.shape()[a];
+                  if (n == 0 || (mode == "reflect" && (before >= n || after >= n)))
+                    ctx.fail(Errc::invalid_argument,
+                             mode + " padding of " + std::to_string(std::max(before, after)) + " on axis " +
+                                 std::to_string(a) + " of extent " + std::to_string(n) +
+                                 (cropped ? " (after its negative pad's crop, which comes first)" : ""));
+                  auto border = [&](int64_t width, bool front) {
+                    if (mode == "edge") {
+                      Shape s = x.shape();
+                      s.dims[a] = width;
+                      return x.slice(ax, front ? Slice{0, 1} : Slice{n - 1, n}).expand(s);
+                    }
+                    return x.slice(ax, front ? Slice{1, width + 1} : Slice{n - 1 - width, n - 1}).flip({ax});
+                  };
+                  std::vector<Tensor> parts;
+                  if (before > 0) parts.push_back(border(before, true));
+                  parts.push_back(x);
+                  if (after > 0) parts.push_back(border(after, false));
+                  x = cat(parts, ax);
+                }
+                return Outs{dev_value(x)};
+              }};
   t["DepthToSpace"] = {{"blocksize", "mode"}, nullptr, [](Ctx& ctx) {
                          Tensor x = ctx.dev(0);
                          const int64_t b = ctx.attr_i("blocksize", 1);
