@@ -81,6 +81,8 @@ constexpr int64_t kBlock = 32;  // output channels per block (two vectors)
 // Above this many terms a block's panel (K x 32 floats, 1 MiB) would not
 // stay in L2; such layers stay on the GEMM, which blocks K.
 constexpr int64_t kMaxTerms = 8192;
+// Floats of the zero-padded copy of the input (1 GiB).
+constexpr int64_t kMaxPadded = int64_t{1} << 28;
 // Terms ahead that pack_panel fetches each channel's weights: its 16
 // concurrent rows, 4 KiB to 18 KiB apart, defeat the hardware's stream
 // detection, and a late layer's weights come from DRAM (measured on
@@ -260,7 +262,6 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
       g.dilation[2] != 1 || (stride != 1 && stride != 2) || (g.stride[1] != stride && g.out[1] != 1) || g.c_out < 16 ||
       g.c_in <= 0 || terms > kMaxTerms || pointwise || g.batch * g.out_plane() == 0)
     return false;
-  direct_switch().count_run();
 
   // The padded image: rows and columns the taps reach, zero outside the
   // input (and the input's rows and columns past the last tap left out).
@@ -268,6 +269,13 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
   const int64_t hp = (g.out[1] - 1) * stride + kh, wp = (g.out[2] - 1) * stride + kw;
   const int64_t top = g.pad[1], left = g.pad[2];
   const bool in_place = top == 0 && left == 0 && hp <= g.in[1] && wp <= g.in[2];
+  // The copy doubles the input's memory; past this the GEMM, which needs
+  // none, takes the layer.
+  if (!in_place &&
+      static_cast<double>(g.batch) * static_cast<double>(g.c_in) * static_cast<double>(hp) * static_cast<double>(wp) >
+          static_cast<double>(kMaxPadded))
+    return false;
+  direct_switch().count_run();
   Image img{x, g.in[1], g.in[2]};
   Bytes padded;
   if (!in_place) {
