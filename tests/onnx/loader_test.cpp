@@ -156,15 +156,15 @@ std::string load_error(const std::string& bytes, const sy::Device& d, sy::Errc* 
 
 TEST_CASE("onnx: an op outside the op set fails at load naming the node and the op", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
-  // Bernoulli draws random numbers, which the op set leaves out.
+  // StringNormalizer works on strings, which the op set leaves out.
   Builder m(15);
   m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
-  m.node("Bernoulli", {"x"}, {"y"}, "coin1");
+  m.node("StringNormalizer", {"x"}, {"y"}, "norm1");
   m.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
   sy::Errc code{};
   std::string what = load_error(m.bytes(), rt.cpu(), &code);
   CHECK(code == sy::Errc::unsupported);
-  CHECK_THAT(what, Catch::Contains("node 'coin1'") && Catch::Contains("Bernoulli") &&
+  CHECK_THAT(what, Catch::Contains("node 'norm1'") && Catch::Contains("StringNormalizer") &&
                        Catch::Contains("not in Switchyard's op set"));
 }
 
@@ -1368,12 +1368,12 @@ TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node
 
   // An op outside the op set inside a branch fails at load, naming it.
   Body coin("coin"), plain("plain");
-  coin.node("Bernoulli", {"x"}, {"t"}).set_name("flip");
+  coin.node("StringNormalizer", {"x"}, {"t"}).set_name("flip");
   coin.output("t", pb::TensorProto::FLOAT, {int64_t{2}});
   plain.node("Identity", {"x"}, {"e"});
   plain.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
   CHECK_THAT(load_error(if_model(coin, plain), rt.cpu()),
-             Catch::Contains("node 'flip' (Bernoulli)") && Catch::Contains("not in Switchyard's op set"));
+             Catch::Contains("node 'flip' (StringNormalizer)") && Catch::Contains("not in Switchyard's op set"));
 }
 
 // --- spectral ops and BitShift ---
@@ -2009,7 +2009,7 @@ TEST_CASE("onnx: read_tensor_proto reads UINT16 bit patterns as the declared 16-
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("onnx: Dropout in training mode runs at ratio 0 and is refused above it", "[onnx]") {
+TEST_CASE("onnx: Dropout in training mode is the identity at ratio 0 and inference mode ignores the ratio", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;
   m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
@@ -2035,13 +2035,9 @@ TEST_CASE("onnx: Dropout in training mode runs at ratio 0 and is refused above i
   CHECK(out.at("mask").to_vector<int>() == std::vector<int>(6, 1));
   // Inference mode ignores the ratio.
   CHECK(run(0.5f, false).at("mask").to_vector<int>() == std::vector<int>(6, 1));
-  try {
-    (void)run(0.25f, true);
-    FAIL("training dropout at ratio 0.25 ran");
-  } catch (const sy::Error& e) {
-    CHECK(e.code() == sy::Errc::unsupported);
-    CHECK_THAT(e.what(), Catch::Contains("training_mode=true with ratio 0.25"));
-  }
+  // Above 0 it draws (the next test); a dropped NaN stays NaN (mask * x).
+  const auto dropped = run(0.25f, true);
+  CHECK(std::isnan(dropped.at("y").to_vector<float>()[5]));
 }
 
 TEST_CASE("onnx: a sequence input keys the plan by its length and element shapes", "[onnx]") {
@@ -3246,4 +3242,159 @@ TEST_CASE("onnx: a reflect pad too wide for the cropped extent names the crop", 
   });
   CHECK_THAT(message, Catch::Contains("reflect padding of 2 on axis 0 of extent 2") &&
                           Catch::Contains("after its negative pad's crop"));
+}
+
+TEST_CASE("onnx: random ops draw new values on every run from the device's stream", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  auto attr_f = [](pb::NodeProto& n, const std::string& name, float v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(pb::AttributeProto::FLOAT);
+    a->set_f(v);
+  };
+  Builder m(15);
+  m.input("p", pb::TensorProto::FLOAT, {int64_t{64}});
+  auto& u = m.node("RandomUniform", {}, {"u"}, "uniform");
+  attr_f(u, "low", 2.0f);
+  attr_f(u, "high", 3.0f);
+  auto* shape = u.add_attribute();
+  shape->set_name("shape");
+  shape->set_type(pb::AttributeProto::INTS);
+  shape->add_ints(4);
+  shape->add_ints(16);
+  attr_i(u, "dtype", pb::TensorProto::DOUBLE);
+  auto& nl = m.node("RandomNormalLike", {"p"}, {"n"}, "normal");
+  attr_f(nl, "mean", 10.0f);
+  attr_f(nl, "scale", 0.5f);
+  auto& b = m.node("Bernoulli", {"p"}, {"b"}, "coin");
+  attr_i(b, "dtype", pb::TensorProto::INT64);
+  m.output("u", pb::TensorProto::DOUBLE, {int64_t{4}, int64_t{16}});
+  m.output("n", pb::TensorProto::FLOAT, {int64_t{64}});
+  m.output("b", pb::TensorProto::INT64, {int64_t{64}});
+  std::vector<float> p(64);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = i < 16 ? 0.0f : i < 32 ? 1.0f : 0.5f;
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    std::vector<double> first_u;
+    for (int run = 0; run < 2; ++run) {
+      auto f = model.infer({{"p", sy::TensorData::from(p, {64})}});
+      REQUIRE(f.wait_for(kWait));
+      auto out = f.get();
+      CHECK(out.at("u").dtype == sy::DType::f64);
+      CHECK(out.at("u").shape == sy::Shape{4, 16});
+      const auto uv = out.at("u").to_vector<double>();
+      for (double v : uv) CHECK((v >= 2.0 && v < 3.0));
+      const auto nv = out.at("n").to_vector<double>();
+      double mean = 0;
+      for (double v : nv) mean += v / 64;
+      CHECK(mean == Approx(10.0).margin(0.5));  // 64 draws of N(10, 0.5): 8 standard errors
+      const auto bv = out.at("b").to_vector<int64_t>();
+      int64_t heads = 0;
+      for (size_t i = 0; i < bv.size(); ++i) {
+        CHECK((bv[i] == 0 || bv[i] == 1));
+        if (i < 16) CHECK(bv[i] == 0);
+        if (i >= 16 && i < 32) CHECK(bv[i] == 1);
+        if (i >= 32) heads += bv[i];
+      }
+      CHECK((heads > 0 && heads < 32));
+      // A plan is cached for the signature, but random nodes are not folded
+      // into it: the second run draws again.
+      if (run == 0)
+        first_u = uv;
+      else
+        CHECK(uv != first_u);
+    }
+  }
+}
+
+TEST_CASE("onnx: Dropout in training mode keeps x / (1 - ratio) where its mask says and refuses ratio 1", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(13);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{200}});
+  m.input("ratio", pb::TensorProto::FLOAT, {});
+  m.input("training", pb::TensorProto::BOOL, {});
+  m.node("Dropout", {"x", "ratio", "training"}, {"y", "mask"}, "drop");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{200}});
+  m.output("mask", pb::TensorProto::BOOL, {int64_t{200}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  std::vector<float> x(200);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 1.0f;
+  auto run = [&](float ratio) {
+    return model.infer({{"x", sy::TensorData::from(x, {200})},
+                        {"ratio", sy::TensorData::from(std::vector<float>{ratio}, {})},
+                        {"training", flag(true)}});
+  };
+  auto f = run(0.75f);
+  REQUIRE(f.wait_for(kWait));
+  auto out = f.get();
+  const auto y = out.at("y").to_vector<float>();
+  const auto mask = out.at("mask").to_vector<int64_t>();
+  int kept = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (mask[i] != 0) {
+      ++kept;
+      CHECK(y[i] == Approx(x[i] * 4.0f));
+    } else {
+      CHECK(y[i] == 0.0f);
+    }
+  }
+  CHECK((kept > 20 && kept < 80));  // 200 draws at 1/4: mean 50, sd ~6
+  const std::string message = error_of([&] { (void)run(1.0f).get(); });
+  CHECK_THAT(message, Catch::Contains("drop") && Catch::Contains("[0, 1)"));
+}
+
+TEST_CASE("onnx: a random op asked for an integer dtype is refused at load", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(13);
+  auto& u = m.node("RandomNormal", {}, {"y"}, "noise");
+  attr_i(u, "dtype", pb::TensorProto::INT32);
+  auto* shape = u.add_attribute();
+  shape->set_name("shape");
+  shape->set_type(pb::AttributeProto::INTS);
+  shape->add_ints(3);
+  m.output("y", pb::TensorProto::INT32, {int64_t{3}});
+  CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("noise") && Catch::Contains("floating-point"));
+}
+
+TEST_CASE("onnx: Multinomial draws classes by softmax probability and GlobalLpPool takes the plane's p-norm",
+          "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  const float ninf = -std::numeric_limits<float>::infinity();
+  Builder m(13);
+  m.input("logits", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  auto& mn = m.node("Multinomial", {"logits"}, {"k"}, "draw");
+  attr_i(mn, "sample_size", 2000);
+  attr_i(mn, "dtype", pb::TensorProto::INT64);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}});
+  m.node("GlobalLpPool", {"x"}, {"l2"}, "l2pool");
+  auto& l3 = m.node("GlobalLpPool", {"x"}, {"l3"}, "l3pool");
+  attr_i(l3, "p", 3);
+  m.output("k", pb::TensorProto::INT64, {int64_t{2}, int64_t{2000}});
+  m.output("l2", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{1}, int64_t{1}});
+  m.output("l3", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}, int64_t{1}, int64_t{1}});
+  // Row 0: classes 0 and 2 at 1/4 and 3/4, class 1 never; row 1: class 1 only.
+  const std::vector<float> logits = {0.0f, ninf, std::log(3.0f), ninf, 5.0f, ninf};
+  const std::vector<float> x = {3, -4, 0, 0, 1, 1, 1, -1};
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto f =
+        model.infer({{"logits", sy::TensorData::from(logits, {2, 3})}, {"x", sy::TensorData::from(x, {1, 2, 2, 2})}});
+    REQUIRE(f.wait_for(kWait));
+    auto out = f.get();
+    const auto k = out.at("k").to_vector<int64_t>();
+    REQUIRE(k.size() == 4000);
+    int64_t zeros = 0;
+    for (size_t i = 0; i < 2000; ++i) {
+      CHECK((k[i] == 0 || k[i] == 2));
+      zeros += k[i] == 0 ? 1 : 0;
+      CHECK(k[2000 + i] == 1);
+    }
+    CHECK((zeros > 400 && zeros < 600));  // 2000 draws at 1/4: mean 500, sd ~19
+    CHECK_THAT(out.at("l2").to_vector<double>(),
+               Catch::Approx(std::vector<double>{5.0, 2.0}).epsilon(1e-6));  // sqrt(9 + 16), sqrt(4)
+    CHECK_THAT(out.at("l3").to_vector<double>(),
+               Catch::Approx(std::vector<double>{std::cbrt(91.0), std::cbrt(4.0)}).epsilon(1e-6));
+  }
 }

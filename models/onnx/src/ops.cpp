@@ -3308,21 +3308,122 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                     return "";
                   },
                   [](Ctx& ctx) {
-                    // Training mode drops each element with probability
-                    // `ratio` (0.5 by default) and scales the rest by
-                    // 1 / (1 - ratio): random, except at ratio 0, where it
-                    // is the identity with a mask of all true.
+                    // Training mode keeps each element with probability
+                    // 1 - ratio (0.5 by default), from the device's random
+                    // stream, and scales it by 1 / (1 - ratio): y = mask * x
+                    // * scale as ONNX's reference (a dropped NaN stays NaN).
+                    // At ratio 0 it is the identity with a mask of all true.
                     if (ctx.has(2) && ctx.host(2).at(0) != 0) {
                       const double ratio = ctx.has(1) ? ctx.host(1).at(0) : 0.5;
-                      if (ratio != 0)
-                        ctx.fail(Errc::unsupported, "training_mode=true with ratio " + std::to_string(ratio) +
-                                                        " (random dropout is not in the op set; ratio 0 is)");
+                      if (!(ratio >= 0 && ratio < 1))
+                        ctx.fail(Errc::invalid_argument,
+                                 "ratio " + std::to_string(ratio) + " in training mode must lie in [0, 1)");
+                      if (ratio != 0) {
+                        Tensor x = ctx.dev(0);
+                        Tensor keep = ctx.device().uniform(x.shape(), 0, 1, DType::f64).ge(ratio);
+                        Outs out{dev_value(keep.cast(x.dtype()).mul(x).mul(1.0 / (1.0 - ratio)))};
+                        if (ctx.node().output_size() > 1) out.push_back(dev_value(keep));
+                        return out;
+                      }
                     }
                     Outs out{ctx.in(0)};
                     if (ctx.node().output_size() > 1)
                       out.push_back(dev_value(ctx.device().ones(ctx.in(0).shape(), DType::boolean)));
                     return out;
                   }};
+  // --- random values, from the device's stream ---
+  // Device::seed restarts the stream; a node's `seed` attribute is taken
+  // but does not make its values repeat from run to run (they are the
+  // stream's next ones), and no runtime reproduces the values ONNX's own
+  // tests expect (numpy's stream): the conformance run checks what the op
+  // promises instead.
+  const auto random_float_dtype = [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+    for (const auto& a : n.attribute())
+      if (a.name() == "dtype") {
+        const auto dt = to_dtype(static_cast<int32_t>(a.i()));
+        if (!dt || !is_floating(*dt))
+          return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + " (a floating-point type is needed)";
+      }
+    return "";
+  };
+  const auto random_dtype = [](Ctx& ctx, std::optional<DType> like) {
+    if (ctx.attr("dtype")) return *to_dtype(static_cast<int32_t>(ctx.attr_i("dtype", 1)));
+    return like ? *like : DType::f32;
+  };
+  const auto random_shape = [](Ctx& ctx) {
+    auto dims = ctx.attr_ints("shape");
+    if (!dims) ctx.fail(Errc::invalid_argument, "no shape attribute");
+    Shape s(*dims);
+    check_result_shape(ctx, "shape", s);
+    return s;
+  };
+  t["RandomUniform"] = {{"dtype", "high", "low", "seed", "shape"}, random_float_dtype, [=](Ctx& ctx) {
+                          const Shape s = random_shape(ctx);
+                          return Outs{dev_value(ctx.device().uniform(
+                              s, ctx.attr_f("low", 0.0f), ctx.attr_f("high", 1.0f), random_dtype(ctx, std::nullopt)))};
+                        }};
+  t["RandomNormal"] = {{"dtype", "mean", "scale", "seed", "shape"}, random_float_dtype, [=](Ctx& ctx) {
+                         const Shape s = random_shape(ctx);
+                         return Outs{dev_value(ctx.device().normal(
+                             s, ctx.attr_f("mean", 0.0f), ctx.attr_f("scale", 1.0f), random_dtype(ctx, std::nullopt)))};
+                       }};
+  t["RandomUniformLike"] = {
+      {"dtype", "high", "low", "seed"}, random_float_dtype, [=](Ctx& ctx) {
+        const Value like = ctx.in(0);
+        return Outs{dev_value(ctx.device().uniform(like.shape(), ctx.attr_f("low", 0.0f), ctx.attr_f("high", 1.0f),
+                                                   random_dtype(ctx, like.dtype())))};
+      }};
+  t["RandomNormalLike"] = {
+      {"dtype", "mean", "scale", "seed"}, random_float_dtype, [=](Ctx& ctx) {
+        const Value like = ctx.in(0);
+        return Outs{dev_value(ctx.device().normal(like.shape(), ctx.attr_f("mean", 0.0f), ctx.attr_f("scale", 1.0f),
+                                                  random_dtype(ctx, like.dtype())))};
+      }};
+  // 1 where a uniform draw in [0, 1) falls below the element's probability:
+  // probability 1 always gives 1, 0 never does.
+  t["Bernoulli"] = {{"dtype", "seed"},
+                    [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                      for (const auto& a : n.attribute())
+                        if (a.name() == "dtype" && !to_dtype(static_cast<int32_t>(a.i())))
+                          return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+                      return "";
+                    },
+                    [=](Ctx& ctx) {
+                      Tensor p = ctx.dev(0);
+                      Tensor draw =
+                          ctx.device().uniform(p.shape(), 0, 1, p.dtype() == DType::f64 ? DType::f64 : DType::f32);
+                      return Outs{dev_value(draw.lt(p.cast(draw.dtype())).cast(random_dtype(ctx, p.dtype())))};
+                    }};
+  // Multinomial: sample_size draws per row from softmax(input) (the input
+  // holds unnormalised log-probabilities): class k where the cumulative
+  // probability before k is at most a uniform draw and the one through k
+  // above it, counted as the classes whose cumulative sum is at most the
+  // draw (the last class takes draws past a sum rounded below 1).
+  t["Multinomial"] = {
+      {"dtype", "sample_size", "seed"},
+      [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+        for (const auto& a : n.attribute()) {
+          if (a.name() == "dtype" && a.i() != ::onnx::TensorProto::INT32 && a.i() != ::onnx::TensorProto::INT64)
+            return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + " (INT32 or INT64 only)";
+          if (a.name() == "sample_size" && a.i() < 1) return "sample_size=" + std::to_string(a.i()) + " (at least 1)";
+        }
+        return "";
+      },
+      [](Ctx& ctx) {
+        Tensor x = ctx.dev(0);
+        if (x.rank() != 2)
+          ctx.fail(Errc::shape_mismatch, "input must be [batch_size, class_size], got " + x.shape().to_string());
+        const int64_t batch = x.shape()[0], classes = x.shape()[1];
+        if (classes == 0 && batch > 0) ctx.fail(Errc::invalid_argument, "no classes to draw from");
+        const int64_t samples = ctx.attr_i("sample_size", 1);
+        check_result_shape(ctx, "output", Shape{batch, samples});
+        const DType out =
+            ctx.attr_i("dtype", ::onnx::TensorProto::INT32) == ::onnx::TensorProto::INT64 ? DType::i64 : DType::i32;
+        Tensor cdf = x.cast(DType::f64).softmax(1).cumsum(1).reshape({batch, 1, classes});
+        Tensor draw = ctx.device().uniform({batch, samples, 1}, 0, 1, DType::f64);
+        Tensor k = cdf.le(draw).cast(DType::i64).sum({2}, false).clamp(0, std::max<int64_t>(classes - 1, 0));
+        return Outs{dev_value(k.cast(out))};
+      }};
   t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"}, nullptr, [](Ctx& ctx) {
                      if (auto a = ctx.attr("value")) return Outs{host_value(to_data(a->t(), "."))};
                      if (auto a = ctx.attr("value_float"))
@@ -3811,6 +3912,27 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
     for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
     return x.mean(axes, true);
   });
+  // (sum over the spatial axes of |x|^p)^(1/p), as LpPool over the whole plane.
+  t["GlobalLpPool"] = {{"p"},
+                       [](const ::onnx::NodeProto& n, int64_t) -> std::string {
+                         for (const auto& a : n.attribute())
+                           if (a.name() == "p" && a.i() < 1) return "p=" + std::to_string(a.i()) + " (p >= 1 only)";
+                         return "";
+                       },
+                       [](Ctx& ctx) {
+                         Tensor x = ctx.dev(0);
+                         const DType t = x.dtype();
+                         if (!is_floating(t))
+                           ctx.fail(Errc::dtype_mismatch, "x must be floating, got " + std::string(name_of(t)));
+                         Ints axes;
+                         for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
+                         const double p = static_cast<double>(ctx.attr_i("p", 2));
+                         Tensor powed = p == 1 ? x.abs() : p == 2 ? x.mul(x) : x.abs().pow(scalar_for(t, p));
+                         Tensor sum = powed.sum(axes, true);
+                         if (sum.dtype() != t) sum = sum.cast(t);
+                         if (p == 1) return Outs{dev_value(sum)};
+                         return Outs{dev_value(p == 2 ? sum.sqrt() : sum.pow(scalar_for(t, 1.0 / p)))};
+                       }};
   t["GlobalMaxPool"] = composed([](Ctx&, const Tensor& x) {
     Ints axes;
     for (size_t a = 2; a < x.rank(); ++a) axes.push_back(static_cast<int64_t>(a));
