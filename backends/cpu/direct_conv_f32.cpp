@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/aligned_scratch.hpp"
 #include "backends/cpu/native_gemm.hpp"
 
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
@@ -206,22 +207,6 @@ SY_DC_TARGET void pack_panel(const float* w, int64_t terms, int64_t c_out, int64
   }
 }
 
-/// 64-byte aligned scratch, per thread, reused across calls.
-struct Scratch {
-  struct Free {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<float[], Free> data;
-  size_t size = 0;
-  float* get(size_t n) {
-    if (n > size) {
-      data.reset(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t{64})));
-      size = n;
-    }
-    return data.get();
-  }
-};
-
 /// The image as the tiles read it: padded (or the input itself when no
 /// padding is needed), `rows` x `cols` per plane.
 struct Image {
@@ -322,7 +307,7 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
   // Below about a million multiply-adds threads cost more than they save.
   const bool serial = g.batch * g.c_out * out_plane * terms < (int64_t{1} << 20);
   const auto take = [&](std::atomic<int64_t>& next) {
-    thread_local Scratch scratch;
+    thread_local AlignedScratch scratch;
     float* panel = scratch.get(static_cast<size_t>(terms * kBlock));
     int64_t packed = -1;  // the block whose weights the panel holds, in this call
     for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;

@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/aligned_scratch.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "backends/cpu/native_gemm.hpp"
 
@@ -373,24 +374,8 @@ Grid plan_grid(const F32Gemm& g, int64_t threads) {
   return grid;
 }
 
-/// 64-byte aligned scratch, per thread, reused across calls.
-struct Scratch {
-  struct Free {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<float[], Free> data;
-  size_t size = 0;
-  float* get(size_t n) {
-    if (n > size) {
-      data.reset(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t{64})));
-      size = n;
-    }
-    return data.get();
-  }
-};
-
 SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int64_t>& next) {
-  thread_local Scratch packed, packed_a, filled;
+  thread_local AlignedScratch packed, packed_a, filled;
   float* pb = packed.get(static_cast<size_t>(kKC * grid.nc));
   float* pa = packed_a.get(static_cast<size_t>(kKC * grid.mc));
   float* fb = g.fill_b ? filled.get(static_cast<size_t>(kFillRows * grid.nc)) : nullptr;

@@ -3398,3 +3398,35 @@ TEST_CASE("onnx: Multinomial draws classes by softmax probability and GlobalLpPo
                Catch::Approx(std::vector<double>{std::cbrt(91.0), std::cbrt(4.0)}).epsilon(1e-6));
   }
 }
+
+TEST_CASE("onnx: impossible random attributes are refused at load and Hardmax takes empty rows", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  auto uniform = [](std::vector<int64_t> dims, float low, float high) {
+    Builder m(13);
+    auto& u = m.node("RandomUniform", {}, {"y"}, "ru");
+    auto* shape = u.add_attribute();
+    shape->set_name("shape");
+    shape->set_type(pb::AttributeProto::INTS);
+    for (auto d : dims) shape->add_ints(d);
+    for (auto [name, v] : {std::pair{"low", low}, std::pair{"high", high}}) {
+      auto* a = u.add_attribute();
+      a->set_name(name);
+      a->set_type(pb::AttributeProto::FLOAT);
+      a->set_f(v);
+    }
+    m.output("y", pb::TensorProto::FLOAT, {});
+    return m.bytes();
+  };
+  CHECK_THAT(load_error(uniform({-1, 5}, 0, 1), rt.cpu()), Catch::Contains("'ru'") && Catch::Contains("negative"));
+  CHECK_THAT(load_error(uniform({2}, 2, 1), rt.cpu()), Catch::Contains("'ru'") && Catch::Contains("above high"));
+  CHECK(load_error(uniform({2}, 1, 1), rt.cpu()).empty());
+  // Hardmax over an empty axis (opset 11 flattens to [2, 0]): an empty result, as Softmax.
+  Builder m(11);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{0}, int64_t{3}});
+  m.node("Hardmax", {"x"}, {"y"}, "hm");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{0}, int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto f = model.infer({{"x", sy::TensorData::from(std::vector<float>{}, {2, 0, 3})}});
+  REQUIRE(f.wait_for(kWait));
+  CHECK(f.get().at("y").shape == sy::Shape{2, 0, 3});
+}

@@ -446,6 +446,7 @@ OpSpec softmax_like(F f) {
 }
 
 Tensor hardmax(const Tensor& x, int64_t axis) {
+  if (x.shape()[axis] == 0) return x;  // empty rows: nothing to mark (argmax has no answer)
   Tensor idx = x.argmax(axis, true);
   Shape s(Ints(x.rank(), 1));
   s.dims[axis] = x.shape()[axis];
@@ -1860,11 +1861,21 @@ Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double
 // size, like Range and EyeLike; cos of 2 pi n / N with N = size
 // (periodic) or size - 1 (symmetric) ---
 
-std::string window_check(const ::onnx::NodeProto& n, int64_t) {
-  for (const auto& a : n.attribute())
-    if (a.name() == "output_datatype" && !to_dtype(static_cast<int32_t>(a.i())))
-      return "output_datatype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
-  return "";
+/// A load check for an op whose attribute `name` names a dtype: "" when
+/// Switchyard has it (or the node leaves it out), else "`label` TYPE, which
+/// Switchyard lacks".
+std::function<std::string(const ::onnx::NodeProto&, int64_t)> dtype_attribute_check(std::string name,
+                                                                                    std::string label) {
+  return [name = std::move(name), label = std::move(label)](const ::onnx::NodeProto& n, int64_t) -> std::string {
+    for (const auto& a : n.attribute())
+      if (a.name() == name && !to_dtype(static_cast<int32_t>(a.i())))
+        return label + " " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
+    return "";
+  };
+}
+
+std::string window_check(const ::onnx::NodeProto& n, int64_t opset) {
+  return dtype_attribute_check("output_datatype", "output_datatype")(n, opset);
 }
 
 // `terms` are the coefficients a_k of sum_k (-1)^k a_k cos(2 pi k n / N).
@@ -3282,14 +3293,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                   return Outs{dev_value(where(ctx.dev(0), ctx.dev(1), ctx.dev(2)))};
                 }};
   // --- dtype ---
-  t["Cast"] = {{"to", "saturate"},
-               [](const ::onnx::NodeProto& n, int64_t) -> std::string {
-                 for (const auto& a : n.attribute())
-                   if (a.name() == "to" && !to_dtype(static_cast<int32_t>(a.i())))
-                     return "cast to " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
-                 return "";
-               },
-               [](Ctx& ctx) {
+  t["Cast"] = {{"to", "saturate"}, dtype_attribute_check("to", "cast to"), [](Ctx& ctx) {
                  DType to = *to_dtype(static_cast<int32_t>(ctx.attr_i("to", 1)));
                  if (host_small(ctx)) return Outs{host_value(host_cast(ctx.host(0), to))};
                  return Outs{dev_value(ctx.dev(0).cast(to))};
@@ -3337,13 +3341,30 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   // stream's next ones), and no runtime reproduces the values ONNX's own
   // tests expect (numpy's stream): the conformance run checks what the op
   // promises instead.
+  // At load: the dtype, and the attributes that make a draw impossible
+  // (a missing or negative shape, low > high, a negative scale, NaN).
   const auto random_float_dtype = [](const ::onnx::NodeProto& n, int64_t) -> std::string {
-    for (const auto& a : n.attribute())
+    const bool sized = n.op_type() == "RandomUniform" || n.op_type() == "RandomNormal";
+    bool has_shape = false;
+    float low = 0, high = 1;
+    for (const auto& a : n.attribute()) {
       if (a.name() == "dtype") {
         const auto dt = to_dtype(static_cast<int32_t>(a.i()));
         if (!dt || !is_floating(*dt))
           return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + " (a floating-point type is needed)";
       }
+      if (a.name() == "shape") {
+        has_shape = true;
+        for (int64_t d : a.ints())
+          if (d < 0) return "shape has a negative extent (" + std::to_string(d) + ")";
+      }
+      if (a.name() == "low") low = a.f();
+      if (a.name() == "high") high = a.f();
+      if (a.name() == "scale" && !(a.f() >= 0)) return "scale " + std::to_string(a.f()) + " (must be at least 0)";
+      if (a.name() == "mean" && std::isnan(a.f())) return "mean is NaN";
+    }
+    if (sized && !has_shape) return "no shape attribute";
+    if (!(low <= high)) return "low " + std::to_string(low) + " above high " + std::to_string(high) + " (or NaN)";
     return "";
   };
   const auto random_dtype = [](Ctx& ctx, std::optional<DType> like) {
@@ -3381,14 +3402,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       }};
   // 1 where a uniform draw in [0, 1) falls below the element's probability:
   // probability 1 always gives 1, 0 never does.
-  t["Bernoulli"] = {{"dtype", "seed"},
-                    [](const ::onnx::NodeProto& n, int64_t) -> std::string {
-                      for (const auto& a : n.attribute())
-                        if (a.name() == "dtype" && !to_dtype(static_cast<int32_t>(a.i())))
-                          return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
-                      return "";
-                    },
-                    [=](Ctx& ctx) {
+  t["Bernoulli"] = {{"dtype", "seed"}, dtype_attribute_check("dtype", "dtype"), [=](Ctx& ctx) {
                       Tensor p = ctx.dev(0);
                       Tensor draw =
                           ctx.device().uniform(p.shape(), 0, 1, p.dtype() == DType::f64 ? DType::f64 : DType::f32);
@@ -3512,14 +3526,7 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                   for (int64_t i = 0; i < n; ++i) v.push_back(start + static_cast<double>(i) * delta);
                   return Outs{host_value(host_doubles(v, {n}, s.dtype))};
                 }};
-  t["EyeLike"] = {{"dtype", "k"},
-                  [](const ::onnx::NodeProto& n, int64_t) -> std::string {
-                    for (const auto& a : n.attribute())
-                      if (a.name() == "dtype" && !to_dtype(static_cast<int32_t>(a.i())))
-                        return "dtype " + onnx_type_name(static_cast<int32_t>(a.i())) + ", which Switchyard lacks";
-                    return "";
-                  },
-                  [](Ctx& ctx) {
+  t["EyeLike"] = {{"dtype", "k"}, dtype_attribute_check("dtype", "dtype"), [](Ctx& ctx) {
                     const Shape& s = ctx.in(0).shape();
                     DType dt =
                         ctx.attr("dtype") ? *to_dtype(static_cast<int32_t>(ctx.attr_i("dtype", 1))) : ctx.in(0).dtype();
