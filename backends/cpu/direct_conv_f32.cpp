@@ -107,9 +107,11 @@ struct Tile {
   const float* add = nullptr;    // likewise, or null
   int64_t plane = 0;             // output positions per channel
   F32GemmEpilogue ep;
-  /// Weights to fetch into L2 meanwhile, 16 floats per term (the next
-  /// block's, in its original layout), or null.
+  /// Weights to fetch into L2 meanwhile (the next block's, in their own
+  /// layout): 16 floats from `fetch` for each of the first `fetch_terms`
+  /// terms.
   const float* fetch = nullptr;
+  int64_t fetch_terms = 0;
 };
 
 /// Stores R sums per channel (acc[r][v], lane l: position r, channel
@@ -163,7 +165,7 @@ SY_DC_TARGET __attribute__((noinline)) void run_tile(const Tile& t) {
     const float* s1 = s0 + t.second_row;
     const __m512 w0 = _mm512_load_ps(panel);
     const __m512 w1 = _mm512_load_ps(panel + 16);
-    if (t.fetch != nullptr) _mm_prefetch(reinterpret_cast<const char*>(t.fetch + 16 * k), _MM_HINT_T1);
+    if (k < t.fetch_terms) _mm_prefetch(reinterpret_cast<const char*>(t.fetch + 16 * k), _MM_HINT_T1);
 #pragma GCC unroll 14
     for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(r < Split ? s0[ptrdiff_t{r} * Stride] : s1[ptrdiff_t{r - Split} * Stride]);
@@ -329,15 +331,14 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
       // turns, unless it is this one: its weights come from memory (a late
       // layer's from DRAM) while this block's products run, a line per term.
       const int64_t ahead = (item + (serial ? 1 : threads)) / (g.batch * chunks);
-      const float* fetch = nullptr;
-      const float* fetch_end = nullptr;
-      if (ahead != block && ahead < blocks) {
-        fetch = w + ahead * kBlock * terms;
-        fetch_end = w + std::min(g.c_out, (ahead + 1) * kBlock) * terms;
-      }
+      const int64_t fetch_from = ahead * kBlock * terms;  // floats of w
+      const int64_t fetch_floats =
+          ahead != block && ahead < blocks ? (std::min(g.c_out, (ahead + 1) * kBlock) - ahead * kBlock) * terms : 0;
+      int64_t fetched = 0;
       const auto next_fetch = [&] {
-        t.fetch = fetch < fetch_end ? fetch : nullptr;
-        fetch += 16 * terms;
+        t.fetch_terms = std::clamp<int64_t>((fetch_floats - fetched) / 16, 0, terms);
+        t.fetch = t.fetch_terms > 0 ? w + fetch_from + fetched : nullptr;
+        fetched += t.fetch_terms * 16;
       };
       const float* image = img.data + n * g.c_in * img.plane();
       const int64_t out_at = (n * g.c_out + block * kBlock) * out_plane;
