@@ -3430,3 +3430,30 @@ TEST_CASE("onnx: impossible random attributes are refused at load and Hardmax ta
   REQUIRE(f.wait_for(kWait));
   CHECK(f.get().at("y").shape == sy::Shape{2, 0, 3});
 }
+
+TEST_CASE("onnx: an unnamed node's run-time error names it by position as the load-time ones do", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m(13);
+  m.input("logits", pb::TensorProto::FLOAT, {int64_t{2}, std::string("classes")});
+  m.node("Identity", {"logits"}, {"same"});
+  m.node("Multinomial", {"same"}, {"k"});
+  m.output("k", pb::TensorProto::INT32, {int64_t{2}, int64_t{1}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  const std::string message = error_of([&] {
+    (void)model.infer({{"logits", sy::TensorData::from(std::vector<float>{}, {2, 0})}}).get();
+  });
+  CHECK_THAT(message, Catch::Contains("node '#1' (Multinomial)") && Catch::Contains("no classes"));
+  // Inside a branch too (its nodes keep their own names): the second node
+  // of then_branch, Multinomial of the rank-1 outer x.
+  Body then_b("then"), else_b("else");
+  then_b.node("Identity", {"x"}, {"x1"});
+  then_b.node("Multinomial", {"x1"}, {"t"});
+  then_b.output("t", pb::TensorProto::INT32, {int64_t{2}});
+  else_b.node("Identity", {"x"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto branchy = sy::onnx::Model::load_bytes(if_model(then_b, else_b), rt.cpu());
+  const std::string inside = error_of([&] {
+    (void)branchy.infer({{"c", flag(true)}, {"x", sy::TensorData::from(std::vector<float>{1, 2}, {2})}}).get();
+  });
+  CHECK_THAT(inside, Catch::Contains("node '#1' (Multinomial)") && Catch::Contains("[batch_size, class_size]"));
+}

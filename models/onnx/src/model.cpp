@@ -500,7 +500,7 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
       for (int s : sub.output_slots) outs.push_back(env[s]);
       return outs;
     };
-    detail::Ctx ctx(g.nodes[n], opset, device, std::move(ins), computed_read, &body);
+    detail::Ctx ctx(g.nodes[n], opset, device, std::move(ins), computed_read, &body, static_cast<int64_t>(n));
     std::vector<Value> outs;
     try {
       outs = g.specs[n]->run(ctx);

@@ -79,14 +79,17 @@ class Ctx {
  public:
   /// `computed_read` (optional) is set when an op reads a computed device
   /// value on the host: a plan cannot cache what follows from it.
+  /// `index`, the node's position in its graph, names an unnamed node in
+  /// errors as the loader does ('#index').
   Ctx(const ::onnx::NodeProto& node, int64_t opset, Device device, std::vector<Value*> inputs,
-      bool* computed_read = nullptr, const SubgraphRunner* subgraphs = nullptr)
+      bool* computed_read = nullptr, const SubgraphRunner* subgraphs = nullptr, int64_t index = -1)
       : node_(node),
         opset_(opset),
         device_(std::move(device)),
         inputs_(std::move(inputs)),
         computed_read_(computed_read),
-        subgraphs_(subgraphs) {}
+        subgraphs_(subgraphs),
+        index_(index) {}
 
   [[nodiscard]] const ::onnx::NodeProto& node() const { return node_; }
   [[nodiscard]] int64_t opset() const { return opset_; }
@@ -132,6 +135,7 @@ class Ctx {
   std::vector<Value*> inputs_;
   bool* computed_read_;
   const SubgraphRunner* subgraphs_;
+  int64_t index_;
 };
 
 /// One ONNX op: the attributes it understands, a load-time check (returns

@@ -273,7 +273,7 @@ std::vector<Value> Ctx::run_subgraph(std::string_view attribute, std::vector<Val
 }
 
 void Ctx::fail(Errc code, const std::string& what) const {
-  std::string name = node_.name().empty() ? "(unnamed)" : node_.name();
+  std::string name = !node_.name().empty() ? node_.name() : index_ >= 0 ? "#" + std::to_string(index_) : "(unnamed)";
   throw Error(code, "onnx: node '" + name + "' (" + node_.op_type() + "): " + what);
 }
 
