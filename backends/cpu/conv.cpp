@@ -7,14 +7,16 @@
 //    overhead (f32 on AVX-512F: depthwise_f32.cpp, register-blocked);
 //  - everything else goes through im2col in tiles of output positions whose
 //    column matrix fits in cache, each tile one OpenBLAS GEMM.
-// f32 convolutions on a CPU with AVX-512F run dense 2-D layers on a direct
-// kernel (direct_conv_f32.cpp: ResNet's 3x3 and strided layers), and the
-// first and last paths' other ops as one call of the native GEMM
-// (f32_gemm.cpp) per op instead, over every image and
+// f32 convolutions on a CPU with AVX-512F take other kernels: the dense
+// 1-D and 2-D ones (ungrouped, stride 1 or 2, no dilation: ResNet's 3x3,
+// stem and downsampling layers) a direct kernel (direct_conv_f32.cpp) that
+// packs nothing of the image; the rest of the first and last paths' ops one
+// call of the native GEMM (f32_gemm.cpp) per op, over every image and
 // group, with the bias as the sums' start; its B panels are packed straight
 // from the image (implicit im2col), so no column matrix is written: with
-// stride 1 and the input's extent (ResNet's 3x3 convs) as masked shifted
-// rows of the image, otherwise through im2col_rows a few rows at a time.
+// stride 1 and the input's extent as masked shifted rows of the image,
+// otherwise through im2col_rows a few rows at a time. Both give the same
+// bits (the same products, summed in the same order).
 // Transposed convolution is one GEMM (W^T X) per image and group followed by
 // col2im, a scatter-add parallel over output channels (each thread owns its
 // planes, so no two threads write one element).
