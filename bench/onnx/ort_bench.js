@@ -17,7 +17,9 @@ async function main() {
     const b = dims[0];
     const data = Float32Array.from({length: dims.reduce((a, d) => a * d, 1)}, (_, i) => Math.sin(i));
     const feeds = {[input]: new ort.Tensor('float32', data, dims)};
-    for (let i = 0; i < 50; ++i) await session.run(feeds);  // warm-up
+    // warm-up: 50 calls and at least a second, as onnx_bench does
+    const warmUntil = process.hrtime.bigint() + 1000000000n;
+    for (let i = 0; i < 50 || process.hrtime.bigint() < warmUntil; ++i) await session.run(feeds);
     const lat = [];
     const t0 = process.hrtime.bigint();
     for (let i = 0; i < Number(iters); ++i) {

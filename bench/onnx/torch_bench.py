@@ -36,8 +36,12 @@ def main():
             for d in dims:
                 n *= d
             x = torch.sin(torch.arange(n, dtype=torch.float32)).reshape(*dims)
-            for _ in range(50):
+            # warm-up: 50 calls and at least a second, as onnx_bench does
+            warm_until = time.perf_counter() + 1.0
+            i = 0
+            while i < 50 or time.perf_counter() < warm_until:
                 model(x).numpy()
+                i += 1
             lat = []
             t0 = time.perf_counter()
             for _ in range(iters):
