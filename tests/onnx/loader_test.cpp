@@ -3457,3 +3457,25 @@ TEST_CASE("onnx: an unnamed node's run-time error names it by position as the lo
   });
   CHECK_THAT(inside, Catch::Contains("node '#1' (Multinomial)") && Catch::Contains("[batch_size, class_size]"));
 }
+
+TEST_CASE("onnx: nearest Resize maps output to input coordinates in f32 as PyTorch and ONNX Runtime", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // interpolate(scale_factor=0.6, mode='nearest') as PyTorch exports it:
+  // output 3 reads input 3 / 0.6f, 5 in f32 (4.9999998 in double: 4).
+  Builder m(13);
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{7}});
+  m.init("roi", {}, {0});
+  m.init("scales", {1.0f, 1.0f, 1.0f, 0.6f}, {4});
+  auto& n = m.node("Resize", {"x", "roi", "scales"}, {"y"}, "down");
+  attr_s(n, "mode", "nearest");
+  attr_s(n, "coordinate_transformation_mode", "asymmetric");
+  attr_s(n, "nearest_mode", "floor");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{4}});
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto y =
+        run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{0, 1, 2, 3, 4, 5, 6}, {1, 1, 1, 7})}}, "y");
+    CHECK(y == std::vector<double>{0, 1, 3, 5});
+  }
+}

@@ -1736,13 +1736,17 @@ std::array<double, 4> cubic_weights(double r, double a) {
 // resized to `out` (scale: out / in unless given), as ONNX's reference.
 double resize_source(Ctx& ctx, const ResizeMode& m, int64_t o, int64_t in, int64_t out, double scale, int64_t axis,
                      size_t rank) {
-  const double width = static_cast<double>(in) * scale;  // the unrounded resized extent
+  // In f32, as ONNX Runtime and PyTorch compute it (the scale is an f32 in
+  // the model): in double, 3 / 0.6f is 4.9999998 and a nearest
+  // downsampling picked the pixel before theirs.
+  const auto sf = static_cast<float>(scale), of = static_cast<float>(o);
+  const float width = static_cast<float>(in) * sf;  // the unrounded resized extent
   const std::string& c = m.coord;
-  if (c == "half_pixel") return (o + 0.5) / scale - 0.5;
-  if (c == "pytorch_half_pixel") return out > 1 ? (o + 0.5) / scale - 0.5 : -0.5;
-  if (c == "align_corners") return width == 1 ? 0 : static_cast<double>(o) * static_cast<double>(in - 1) / (width - 1);
-  if (c == "asymmetric") return o / scale;
-  if (c == "tf_half_pixel_for_nn") return (o + 0.5) / scale;
+  if (c == "half_pixel") return (of + 0.5f) / sf - 0.5f;
+  if (c == "pytorch_half_pixel") return out > 1 ? (of + 0.5f) / sf - 0.5f : -0.5f;
+  if (c == "align_corners") return width == 1 ? 0.0f : of * static_cast<float>(in - 1) / (width - 1);
+  if (c == "asymmetric") return of / sf;
+  if (c == "tf_half_pixel_for_nn") return (of + 0.5f) / sf;
   if (c == "tf_crop_and_resize") {
     const double begin = m.roi[static_cast<size_t>(axis)], end = m.roi[rank + static_cast<size_t>(axis)];
     const double span = (end - begin) * static_cast<double>(in - 1);
