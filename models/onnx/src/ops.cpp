@@ -3382,28 +3382,26 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
     check_result_shape(ctx, "shape", s);
     return s;
   };
-  t["RandomUniform"] = {{"dtype", "high", "low", "seed", "shape"}, random_float_dtype, [=](Ctx& ctx) {
-                          const Shape s = random_shape(ctx);
-                          return Outs{dev_value(ctx.device().uniform(
-                              s, ctx.attr_f("low", 0.0f), ctx.attr_f("high", 1.0f), random_dtype(ctx, std::nullopt)))};
-                        }};
-  t["RandomNormal"] = {{"dtype", "mean", "scale", "seed", "shape"}, random_float_dtype, [=](Ctx& ctx) {
-                         const Shape s = random_shape(ctx);
-                         return Outs{dev_value(ctx.device().normal(
-                             s, ctx.attr_f("mean", 0.0f), ctx.attr_f("scale", 1.0f), random_dtype(ctx, std::nullopt)))};
-                       }};
-  t["RandomUniformLike"] = {
-      {"dtype", "high", "low", "seed"}, random_float_dtype, [=](Ctx& ctx) {
-        const Value like = ctx.in(0);
-        return Outs{dev_value(ctx.device().uniform(like.shape(), ctx.attr_f("low", 0.0f), ctx.attr_f("high", 1.0f),
-                                                   random_dtype(ctx, like.dtype())))};
-      }};
-  t["RandomNormalLike"] = {
-      {"dtype", "mean", "scale", "seed"}, random_float_dtype, [=](Ctx& ctx) {
-        const Value like = ctx.in(0);
-        return Outs{dev_value(ctx.device().normal(like.shape(), ctx.attr_f("mean", 0.0f), ctx.attr_f("scale", 1.0f),
-                                                  random_dtype(ctx, like.dtype())))};
-      }};
+  // The four draws differ in their distribution (uniform in [low, high),
+  // normal(mean, scale)) and in where the shape comes from: the `shape`
+  // attribute, or for the Like forms the input's shape (and its dtype
+  // unless `dtype` says otherwise).
+  const auto random_draw = [=](bool normal, bool like) -> OpSpec {
+    std::vector<std::string> attributes = normal ? std::vector<std::string>{"dtype", "mean", "scale", "seed"}
+                                                 : std::vector<std::string>{"dtype", "high", "low", "seed"};
+    if (!like) attributes.emplace_back("shape");
+    return {attributes, random_float_dtype, [=](Ctx& ctx) {
+              const Shape s = like ? ctx.in(0).shape() : random_shape(ctx);
+              const DType dt = random_dtype(ctx, like ? std::optional<DType>(ctx.in(0).dtype()) : std::nullopt);
+              const Device& d = ctx.device();
+              return Outs{dev_value(normal ? d.normal(s, ctx.attr_f("mean", 0.0f), ctx.attr_f("scale", 1.0f), dt)
+                                           : d.uniform(s, ctx.attr_f("low", 0.0f), ctx.attr_f("high", 1.0f), dt))};
+            }};
+  };
+  t["RandomUniform"] = random_draw(false, false);
+  t["RandomNormal"] = random_draw(true, false);
+  t["RandomUniformLike"] = random_draw(false, true);
+  t["RandomNormalLike"] = random_draw(true, true);
   // 1 where a uniform draw in [0, 1) falls below the element's probability:
   // probability 1 always gives 1, 0 never does.
   t["Bernoulli"] = {{"dtype", "seed"}, dtype_attribute_check("dtype", "dtype"), [=](Ctx& ctx) {
