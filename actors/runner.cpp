@@ -16,6 +16,7 @@
 #include <caf/all.hpp>
 
 #include "actors/fusion.hpp"
+#include "actors/spin_wait.hpp"
 #include "actors/tensor_table.hpp"
 #include "switchyard/messages/op_rules.hpp"
 
@@ -129,9 +130,18 @@ struct RunnerState {
   std::chrono::milliseconds idle_trim_after{0};
   bool busy_since_idle_check = false;  // an op came in since the last idle timer
   bool idle_timer_armed = false;
+  SpinWait linger;  // see linger()
 };
 
 using Self = runner_actor::stateful_pointer<RunnerState>;
+
+// After a message of a client in this process, before the runner parks:
+// such a client usually sends its next message within microseconds (the
+// read after a batch, the next request after a reply), and a parked
+// runner costs it a cross-core wake-up (actors/spin_wait.hpp).
+void linger(Self self) {
+  self->state.linger([self] { return !self->mailbox().empty(); });
+}
 
 // The number entries keep for client node `node` (0: none); nullopt for a
 // node that was detached (its late messages create nothing).
@@ -955,7 +965,10 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   });
   return {
       [self](submit_atom, std::vector<OperationIr>& ops) { take_in(self, ops, false); },
-      [self](submit_atom, LocalBatch& batch) { take_in(self, batch.ops, true); },
+      [self](submit_atom, LocalBatch& batch) {
+        take_in(self, batch.ops, true);
+        linger(self);
+      },
       [self](idle_atom) {
         // One timer at a time, re-armed while ops keep coming: an idle
         // period of at least idle_trim_after (and under twice that) trims.
@@ -986,6 +999,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       [self](read_atom, TensorId id, std::vector<OperationIr>& ops, LocalReply<TensorData>& reply) {
         take_in_request(self, ops);
         read_when_resolved(self, id, reply.deliver);
+        linger(self);
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {
         auto& st = self->state;
@@ -1066,6 +1080,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
                                      },
                                      self->state.imports_expected});
         complete_syncs(self);
+        linger(self);
       },
       [self](stats_atom) {
         auto& st = self->state;

@@ -4,6 +4,7 @@
 
 #include "switchyard/future.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include <new>
 #include <utility>
 
+#include "actors/spin_wait.hpp"
 #include "switchyard/error.hpp"
 
 namespace switchyard::detail {
@@ -45,16 +47,37 @@ bool CompletionCore::ready() const {
   return done_;
 }
 
+namespace {
+// Per client thread: how its recent waits went decides whether it polls.
+thread_local actors::SpinWait client_spin;
+}  // namespace
+
+// Written under the lock by complete(), but read without it while polling.
+bool CompletionCore::done_now() const {
+  return std::atomic_ref<bool>(const_cast<bool&>(done_)).load(std::memory_order_acquire);
+}
+
 void CompletionCore::wait() const {
-  std::unique_lock lock(sync().mutex);
-  if (!done_ && on_runtime_thread())
+  if (done_now()) return;
+  if (on_runtime_thread())
     throw Error(Errc::invalid_argument,
                 "Future: blocking wait inside a continuation or reply handler would stall the runtime's own "
                 "threads (use then(), or wait_for with a bound)");
+  if (client_spin([this] { return done_now(); })) return;
+  std::unique_lock lock(sync().mutex);
   sync().completed.wait(lock, [&] { return done_; });
 }
 
 bool CompletionCore::wait_for(std::chrono::nanoseconds timeout) const {
+  if (done_now()) return true;
+  if (timeout > std::chrono::nanoseconds::zero() && !on_runtime_thread()) {
+    const auto start = std::chrono::steady_clock::now();
+    if (client_spin([this] { return done_now(); },
+                    std::min<std::chrono::nanoseconds>(timeout, actors::SpinWait::kBudget)))
+      return true;
+    timeout -= std::min(timeout,
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start));
+  }
   std::unique_lock lock(sync().mutex);
   // condition_variable::wait_for adds the timeout to now(), which overflows
   // for nanoseconds::max(): beyond a century the wait is simply unbounded.
@@ -114,7 +137,7 @@ void CompletionCore::complete(void (*assign)(void*), void* context) {
     std::lock_guard lock(sync().mutex);
     if (done_) return;  // the first completion wins
     assign(context);
-    done_ = true;
+    std::atomic_ref<bool>(done_).store(true, std::memory_order_release);
     continuations.swap(continuations_);
   }
   sync().completed.notify_all();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal pieces on the per-op path, against plain standard-library
-// equivalents: the runner's tensor table (actors/tensor_table.hpp) and the
-// op queue's lock (src/queue_mutex.hpp).
+// equivalents: the runner's tensor table (actors/tensor_table.hpp), the
+// op queue's lock (src/queue_mutex.hpp) and the poll before parking
+// (actors/spin_wait.hpp).
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -13,10 +14,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/spin_wait.hpp"
 #include "actors/tensor_table.hpp"
 #include "src/queue_mutex.hpp"
 
 using switchyard::TensorId;
+using switchyard::actors::SpinWait;
 using switchyard::actors::TensorTable;
 using switchyard::detail::QueueMutex;
 
@@ -160,4 +163,49 @@ TEST_CASE("queue mutex: a waiter sleeps while the holder is away and gets the lo
   }
   holder.join();
   CHECK(std::chrono::steady_clock::now() - begin < std::chrono::seconds(30));
+}
+
+namespace {
+// One wait that never sees its condition: how often it asked, and whether
+// it polled (more than one ask) or only looked once (backed off).
+size_t asks_of_a_miss(SpinWait& spin, std::chrono::nanoseconds limit) {
+  size_t asks = 0;
+  CHECK_FALSE(spin(
+      [&] {
+        ++asks;
+        return false;
+      },
+      limit));
+  return asks;
+}
+}  // namespace
+
+TEST_CASE("spin wait: true as soon as the condition holds, false once its limit passed", "[internals]") {
+  SpinWait spin;
+  int asks = 0;
+  CHECK(spin([&] { return ++asks == 3; }, std::chrono::seconds(10)));
+  CHECK(asks == 3);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(asks_of_a_miss(spin, std::chrono::milliseconds(2)) > 1);
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(2));
+}
+
+TEST_CASE("spin wait: backs off after four misses in a row, probes every sixteenth wait, a hit restores it",
+          "[internals]") {
+  using namespace std::chrono_literals;
+  SpinWait spin;
+  for (int i = 0; i < 4; ++i) CHECK(asks_of_a_miss(spin, 300us) > 1);
+  // Backed off: fifteen waits look once, the sixteenth polls again.
+  for (int i = 0; i < 15; ++i) CHECK(asks_of_a_miss(spin, 300us) == 1);
+  CHECK(asks_of_a_miss(spin, 300us) > 1);
+  CHECK(asks_of_a_miss(spin, 300us) == 1);
+  // A backed-off wait whose condition already holds still says so.
+  CHECK(spin([] { return true; }, 300us));
+  // ... but only a poll that saw it restores polling: until the next probe
+  // the waits still look once.
+  for (int i = 0; i < 13; ++i) CHECK(asks_of_a_miss(spin, 300us) == 1);
+  int asks = 0;
+  CHECK(spin([&] { return ++asks == 2; }, 10s));  // the probe, answered
+  CHECK(asks == 2);
+  for (int i = 0; i < 3; ++i) CHECK(asks_of_a_miss(spin, 300us) > 1);
 }

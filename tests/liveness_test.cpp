@@ -599,6 +599,36 @@ TEST_CASE("wait_for saturates on both sides", "[liveness][future]") {
   CHECK(f.wait_for(std::chrono::hours::max()));
 }
 
+TEST_CASE("a waiter that polled first still waits out its timeout and wakes for a late result", "[liveness][future]") {
+  // Waits poll for a few microseconds before parking (actors/spin_wait.hpp):
+  // the poll must count against wait_for's timeout, and a result that comes
+  // after it must still wake the parked waiter, also once polling backed off.
+  Watchdog watchdog(60s, "late results for a polling waiter");
+  for (int round = 0; round < 8; ++round) {
+    Promise<int> never;
+    const auto t0 = Clock::now();
+    CHECK_FALSE(never.future().wait_for(15ms));
+    CHECK(ms_since(t0) >= 15);
+    Promise<int> late;
+    auto f = late.future();
+    std::thread setter([late] {
+      std::this_thread::sleep_for(5ms);
+      late.set_value(7);
+    });
+    CHECK(f.get() == 7);
+    setter.join();
+    Promise<int> bounded;
+    auto g = bounded.future();
+    std::thread setter2([bounded] {
+      std::this_thread::sleep_for(5ms);
+      bounded.set_value(8);
+    });
+    CHECK(g.wait_for(30s));
+    CHECK(g.get() == 8);
+    setter2.join();
+  }
+}
+
 TEST_CASE("reads fired without waiting wait for room as ops do so memory stays bounded", "[liveness][memory]") {
   Watchdog watchdog(120s, "300,000 reads fired without waiting");
   Runtime rt({.devices = {"cpu:0"}});

@@ -138,6 +138,7 @@ class CompletionCore {
  private:
   struct Sync;
   Sync& sync() const;
+  bool done_now() const;
   // A mutex and a condition variable live here, constructed by the library
   // (whose static_assert checks that they fit): no allocation per future.
   static constexpr std::size_t sync_size = 96;
