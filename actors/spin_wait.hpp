@@ -18,8 +18,8 @@ namespace switchyard::actors {
 /// Between polls the thread yields its core: a thread that is runnable on
 /// the same core (the very thread that will answer, on one core, or the
 /// runner among 8 polling clients) gets it at once, where a pause loop held
-/// the core until its budget ran out (tried in sessions 12 and 24: it
-/// halved 8-thread throughput).
+/// the core until its budget ran out (tried earlier: it halved 8-thread
+/// throughput; docs/PERFORMANCE.md, "Polling before parking").
 ///
 /// Adaptive: after `kMissesToBackOff` waits in a row that ran out of budget,
 /// only every `kProbeEvery`-th wait polls, so a thread whose waits are long

@@ -194,18 +194,19 @@ TEST_CASE("spin wait: backs off after four misses in a row, probes every sixteen
           "[internals]") {
   using namespace std::chrono_literals;
   SpinWait spin;
-  for (int i = 0; i < 4; ++i) CHECK(asks_of_a_miss(spin, 300us) > 1);
+  for (int i = 0; i < 4; ++i) CHECK(asks_of_a_miss(spin, 2ms) > 1);
+  // (A poll asks at least twice: its clock is read after the first ask.)
   // Backed off: fifteen waits look once, the sixteenth polls again.
-  for (int i = 0; i < 15; ++i) CHECK(asks_of_a_miss(spin, 300us) == 1);
-  CHECK(asks_of_a_miss(spin, 300us) > 1);
-  CHECK(asks_of_a_miss(spin, 300us) == 1);
+  for (int i = 0; i < 15; ++i) CHECK(asks_of_a_miss(spin, 2ms) == 1);
+  CHECK(asks_of_a_miss(spin, 2ms) > 1);
+  CHECK(asks_of_a_miss(spin, 2ms) == 1);
   // A backed-off wait whose condition already holds still says so.
-  CHECK(spin([] { return true; }, 300us));
+  CHECK(spin([] { return true; }, 2ms));
   // ... but only a poll that saw it restores polling: until the next probe
   // the waits still look once.
-  for (int i = 0; i < 13; ++i) CHECK(asks_of_a_miss(spin, 300us) == 1);
+  for (int i = 0; i < 13; ++i) CHECK(asks_of_a_miss(spin, 2ms) == 1);
   int asks = 0;
   CHECK(spin([&] { return ++asks == 2; }, 10s));  // the probe, answered
   CHECK(asks == 2);
-  for (int i = 0; i < 3; ++i) CHECK(asks_of_a_miss(spin, 300us) > 1);
+  for (int i = 0; i < 3; ++i) CHECK(asks_of_a_miss(spin, 2ms) > 1);
 }
