@@ -16,9 +16,9 @@
 #include <caf/all.hpp>
 
 #include "actors/fusion.hpp"
-#include "actors/spin_wait.hpp"
 #include "actors/tensor_table.hpp"
 #include "switchyard/messages/op_rules.hpp"
+#include "switchyard/messages/spin_wait.hpp"
 
 namespace switchyard::actors {
 namespace {
@@ -138,7 +138,7 @@ using Self = runner_actor::stateful_pointer<RunnerState>;
 // After a message of a client in this process, before the runner parks:
 // such a client usually sends its next message within microseconds (the
 // read after a batch, the next request after a reply), and a parked
-// runner costs it a cross-core wake-up (actors/spin_wait.hpp).
+// runner costs it a cross-core wake-up (switchyard/messages/spin_wait.hpp).
 void linger(Self self) {
   self->state.linger([self] { return !self->mailbox().empty(); });
 }

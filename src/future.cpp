@@ -13,8 +13,8 @@
 #include <new>
 #include <utility>
 
-#include "actors/spin_wait.hpp"
 #include "switchyard/error.hpp"
+#include "switchyard/messages/spin_wait.hpp"
 
 namespace switchyard::detail {
 
@@ -49,7 +49,7 @@ bool CompletionCore::ready() const {
 
 namespace {
 // Per client thread: how its recent waits went decides whether it polls.
-thread_local actors::SpinWait client_spin;
+thread_local SpinWait client_spin;
 }  // namespace
 
 // Written under the lock by complete(), but read without it while polling.
@@ -72,8 +72,7 @@ bool CompletionCore::wait_for(std::chrono::nanoseconds timeout) const {
   if (done_now()) return true;
   if (timeout > std::chrono::nanoseconds::zero() && !on_runtime_thread()) {
     const auto start = std::chrono::steady_clock::now();
-    if (client_spin([this] { return done_now(); },
-                    std::min<std::chrono::nanoseconds>(timeout, actors::SpinWait::kBudget)))
+    if (client_spin([this] { return done_now(); }, std::min<std::chrono::nanoseconds>(timeout, SpinWait::kBudget)))
       return true;
     timeout -= std::min(timeout,
                         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start));

@@ -2,7 +2,7 @@
 // Internal pieces on the per-op path, against plain standard-library
 // equivalents: the runner's tensor table (actors/tensor_table.hpp), the
 // op queue's lock (src/queue_mutex.hpp) and the poll before parking
-// (actors/spin_wait.hpp).
+// (messages/include/switchyard/messages/spin_wait.hpp).
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -14,12 +14,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/spin_wait.hpp"
 #include "actors/tensor_table.hpp"
 #include "src/queue_mutex.hpp"
+#include "switchyard/messages/spin_wait.hpp"
 
+using switchyard::SpinWait;
 using switchyard::TensorId;
-using switchyard::actors::SpinWait;
 using switchyard::actors::TensorTable;
 using switchyard::detail::QueueMutex;
 

@@ -600,7 +600,7 @@ TEST_CASE("wait_for saturates on both sides", "[liveness][future]") {
 }
 
 TEST_CASE("a waiter that polled first still waits out its timeout and wakes for a late result", "[liveness][future]") {
-  // Waits poll for a few microseconds before parking (actors/spin_wait.hpp):
+  // Waits poll for a few microseconds before parking (switchyard/messages/spin_wait.hpp):
   // the poll must count against wait_for's timeout, and a result that comes
   // after it must still wake the parked waiter, also once polling backed off.
   Watchdog watchdog(60s, "late results for a polling waiter");

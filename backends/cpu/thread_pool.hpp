@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/isa_clones.hpp"
+#include "switchyard/messages/spin_wait.hpp"
 
 namespace switchyard::backends::cpu {
 
@@ -57,9 +58,12 @@ class ThreadPool {
   int64_t n_ = 0;
   int64_t chunk_ = 0;
   std::atomic<int64_t> next_{0};
-  size_t busy_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<size_t> busy_{0};
+  std::atomic<uint64_t> generation_{0};
+  size_t sleepers_ = 0;
+  bool caller_waiting_ = false;
   bool stop_ = false;
+  SpinWait caller_spin_;
 };
 
 }  // namespace switchyard::backends::cpu

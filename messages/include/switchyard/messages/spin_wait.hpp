@@ -5,11 +5,12 @@
 #include <cstdint>
 #include <thread>
 
-namespace switchyard::actors {
+namespace switchyard {
 
 /// Polls a condition for a few microseconds before its caller parks on a
-/// condition variable (a client waiting for a reply) or its mailbox (a
-/// runner whose next message is usually on its way).
+/// condition variable (a client waiting for a reply, a device's kernel
+/// thread between parallel ops, a caller waiting for the last of them) or
+/// its mailbox (a runner whose next message is usually on its way).
 ///
 /// Why: on the VMs this runs on, waking a parked thread on another core
 /// costs ~13 us (a condition variable ping-pong between two threads takes
@@ -54,4 +55,4 @@ class SpinWait {
   uint32_t skipped_ = 0;
 };
 
-}  // namespace switchyard::actors
+}  // namespace switchyard
