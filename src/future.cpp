@@ -42,20 +42,17 @@ CompletionCore::Sync& CompletionCore::sync() const {
   return *std::launder(reinterpret_cast<Sync*>(const_cast<unsigned char*>(sync_)));
 }
 
-bool CompletionCore::ready() const {
-  std::lock_guard lock(sync().mutex);
-  return done_;
+// Written under the lock by complete(), but read without it while polling.
+bool CompletionCore::done_now() const {
+  return std::atomic_ref<bool>(const_cast<bool&>(done_)).load(std::memory_order_acquire);
 }
+
+bool CompletionCore::ready() const { return done_now(); }
 
 namespace {
 // Per client thread: how its recent waits went decides whether it polls.
 thread_local SpinWait client_spin;
 }  // namespace
-
-// Written under the lock by complete(), but read without it while polling.
-bool CompletionCore::done_now() const {
-  return std::atomic_ref<bool>(const_cast<bool&>(done_)).load(std::memory_order_acquire);
-}
 
 void CompletionCore::wait() const {
   if (done_now()) return;
