@@ -267,6 +267,43 @@ TEST_CASE("native f32 GEMM broadcasts batches and adds linear's bias", "[cpu][f3
   }
 }
 
+// A single row (a batch-1 linear) streams B instead of packing it; each
+// element must still be summed as the tiled kernel sums it, so a request
+// gets the same bits alone as inside a dynamic batch.
+TEST_CASE("native f32 GEMM gives one row alone the bits it gets in a batch", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  Draw r{7};
+  // n and k with edges of 16 and of the row kernel's 32 / 64 columns; the
+  // last shapes are large enough to run on both threads.
+  for (auto [n, k] : {std::array<int64_t, 2>{8, 1}, {17, 15}, {33, 16}, {100, 17}, {65, 257}, {1000, 512}, {513, 700}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const int64_t m = 5;
+        Case batch = matmul_case(r, lhs_shape(m, k, ta), rhs_shape(k, n, tb), ta, tb, Shape{n});
+        // A few non-finite values: a row's NaN and Inf land where they would in the batch.
+        batch.inputs[1][3] = std::numeric_limits<float>::infinity();
+        batch.inputs[0][static_cast<size_t>(k > 2 ? 2 : 0)] = std::numeric_limits<float>::quiet_NaN();
+        INFO(batch.what);
+        const auto all = run_native(batch);
+        for (int64_t i = 0; i < m; ++i) {
+          std::vector<float> row(static_cast<size_t>(k));
+          for (int64_t p = 0; p < k; ++p)
+            row[static_cast<size_t>(p)] = batch.inputs[0][static_cast<size_t>(ta ? p * m + i : i * k + p)];
+          Case one = matmul_case(r, lhs_shape(1, k, ta), rhs_shape(k, n, tb), ta, tb, Shape{n});
+          one.inputs[0] = row;
+          one.inputs[1] = batch.inputs[1];
+          one.inputs[2] = batch.inputs[2];
+          const auto alone = run_native(one);
+          INFO("row " << i);
+          REQUIRE(alone.size() == static_cast<size_t>(n));
+          CHECK(std::memcmp(alone.data(), all.data() + i * n, alone.size() * sizeof(float)) == 0);
+        }
+        // And the row against the reference (within summation error).
+        Case first = matmul_case(r, lhs_shape(1, k, ta), rhs_shape(k, n, tb), ta, tb, Shape{n});
+        check_case(first, k);
+      }
+}
+
 TEST_CASE("f32 matmul keeps rows narrower than 8 on OpenBLAS", "[cpu][f32_gemm]") {
   if (skip_native_matmul()) return;
   Draw r{4};
