@@ -2184,6 +2184,131 @@ TEST_CASE("onnx: an exported layer norm runs as one op unless its parts are read
   CHECK(ops_of_a_run(split, rt.device("cpu:1")) >= 4);
 }
 
+namespace {
+
+// Attention as PyTorch 1.13 exports nn.MultiheadAttention's core: q scaled
+// by a Div, k transposed by a Transpose, MatMul, Softmax over the last axis,
+// MatMul with v. q [2, 3, 5, 4], k [2, 3, 6, 4] (kt [2, 3, 4, 6]: perm 0 1 3
+// 2), v [2, 3, 6, 2]; `k_batch` makes k and v [1, 3, ...] (broadcast by
+// MatMul, which scaled_dot_product_attention does not take); `leak` makes
+// the scores a graph output too (so nothing may be fused); `opset` and
+// `axis` (-2: none given) vary Softmax's axis rules.
+std::string attention_model(int64_t k_batch, bool leak, int64_t opset = 13, int64_t axis = -1) {
+  Builder m(opset);
+  m.input("q", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{4}});
+  m.input("k", pb::TensorProto::FLOAT, {k_batch, int64_t{3}, int64_t{6}, int64_t{4}});
+  m.input("v", pb::TensorProto::FLOAT, {k_batch, int64_t{3}, int64_t{6}, int64_t{2}});
+  m.init("c", {2.0f}, {});
+  m.node("Div", {"q", "c"}, {"qs"}, "att/Div");
+  attr_ints(m.node("Transpose", {"k"}, {"kt"}, "att/Transpose"), "perm", {0, 1, 3, 2});
+  m.node("MatMul", {"qs", "kt"}, {"scores"}, "att/MatMul");
+  auto& sm = m.node("Softmax", {"scores"}, {"p"}, "att/Softmax");
+  if (axis != -2) attr_i(sm, "axis", axis);
+  m.node("MatMul", {"p", "v"}, {"y"}, "att/MatMul_1");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{2}});
+  if (leak) m.output("scores", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{6}});
+  return m.bytes();
+}
+
+// softmax(q / 2 k^T) v in double, k and v broadcast over the first axis
+// when they have one entry.
+std::vector<double> attention_by_hand(const std::vector<float>& q, const std::vector<float>& k,
+                                      const std::vector<float>& v, int64_t k_batch) {
+  std::vector<double> y;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t i = 0; i < 5; ++i) {
+        const int64_t kb = (k_batch == 1 ? 0 : b) * 3 + h;
+        std::vector<double> s(6);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < 6; ++j) {
+          for (int64_t e = 0; e < 4; ++e)
+            s[j] += static_cast<double>(q[((b * 3 + h) * 5 + i) * 4 + e] / 2.0f) * k[(kb * 6 + j) * 4 + e];
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t e = 0; e < 2; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < 6; ++j) acc += s[j] / sum * v[(kb * 6 + j) * 2 + e];
+          y.push_back(acc);
+        }
+      }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: an exported attention runs as one op where its shapes allow and keeps its values", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  auto fill = [](size_t n, double f) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::sin(static_cast<double>(i) * f) * 3.0);
+    return x;
+  };
+  for (int64_t k_batch : {int64_t{2}, int64_t{1}}) {
+    const auto q = fill(120, 0.7), k = fill(static_cast<size_t>(k_batch) * 72, 1.3),
+               v = fill(static_cast<size_t>(k_batch) * 36, 0.4);
+    const auto want = attention_by_hand(q, k, v, k_batch);
+    sy::onnx::DataMap in{{"q", sy::TensorData::from(q, {2, 3, 5, 4})},
+                         {"k", sy::TensorData::from(k, {k_batch, 3, 6, 4})},
+                         {"v", sy::TensorData::from(v, {k_batch, 3, 6, 2})}};
+    for (const char* dev : {"cpu:0", "reference:0"}) {
+      INFO(dev << ", k batch " << k_batch);
+      const sy::Device d = rt.device(dev);
+      auto ops_of_a_run = [&](const sy::onnx::Model& model) {
+        (void)run_doubles(model, in, "y");
+        REQUIRE(d.sync().wait_for(kWait));
+        auto before = d.stats();
+        REQUIRE(before.wait_for(kWait));
+        (void)run_doubles(model, in, "y");
+        REQUIRE(d.sync().wait_for(kWait));
+        auto after = d.stats();
+        REQUIRE(after.wait_for(kWait));
+        return after.get().ops_executed - before.get().ops_executed;
+      };
+      auto fused = sy::onnx::Model::load_bytes(attention_model(k_batch, false), d);
+      CHECK(fused.num_nodes() == 5);
+      auto leaky = sy::onnx::Model::load_bytes(attention_model(k_batch, true), d);
+      for (auto* model : {&fused, &leaky}) {
+        auto y = run_doubles(*model, in, "y");
+        REQUIRE(y.size() == want.size());
+        for (size_t i = 0; i < want.size(); ++i) CHECK(y[i] == Approx(want[i]).margin(1e-5));
+      }
+      // Fused: Div, the key's permute, one attention; node by node Div,
+      // Transpose, MatMul, Softmax, MatMul (and the scores' read).
+      const auto fused_ops = ops_of_a_run(fused), leaky_ops = ops_of_a_run(leaky);
+      if (k_batch == 2)
+        CHECK(fused_ops + 2 <= leaky_ops);
+      else  // broadcast k and v: the three ops, as node by node
+        CHECK(fused_ops + 1 >= leaky_ops);
+    }
+  }
+  // Softmax's axis: -1 given at any opset is the last axis; before opset 13
+  // the default (1) is not, so that model keeps its nodes, and its values.
+  sy::onnx::DataMap in{{"q", sy::TensorData::from(fill(120, 0.7), {2, 3, 5, 4})},
+                       {"k", sy::TensorData::from(fill(144, 1.3), {2, 3, 6, 4})},
+                       {"v", sy::TensorData::from(fill(72, 0.4), {2, 3, 6, 2})}};
+  const auto last_axis = run_doubles(sy::onnx::Model::load_bytes(attention_model(2, false), rt.cpu()), in, "y");
+  CHECK(run_doubles(sy::onnx::Model::load_bytes(attention_model(2, false, 11, -1), rt.cpu()), in, "y") == last_axis);
+  CHECK(run_doubles(sy::onnx::Model::load_bytes(attention_model(2, false, 11, -2), rt.cpu()), in, "y") ==
+        run_doubles(sy::onnx::Model::load_bytes(attention_model(2, true, 11, -2), rt.cpu()), in, "y"));
+}
+
+TEST_CASE("onnx: a model's own node of the loader's fused domain is refused", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  auto* op = m.model.add_opset_import();
+  op->set_domain("ai.switchyard.fused");
+  op->set_version(1);
+  m.input("a", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}});
+  m.node("Attention", {"a", "a", "a"}, {"y"}, "mine").set_domain("ai.switchyard.fused");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}});
+  sy::Errc code{};
+  CHECK_THAT(error_of([&] { (void)sy::onnx::Model::load_bytes(m.bytes(), rt.cpu()); }, &code),
+             Catch::Contains("node 'mine' (Attention)") && Catch::Contains("domain 'ai.switchyard.fused'"));
+  CHECK(code == sy::Errc::unsupported);
+}
+
 // --- models a hostile or broken exporter writes (black-box audit, session 21) ---
 
 TEST_CASE("onnx: a zero stride dilation or blocksize is refused naming the node instead of crashing libonnx",

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Layer norms that exporters write out node by node, as one node. PyTorch
-// 1.13 exports nn.LayerNorm below opset 17 as nine nodes; run one by one
-// they were 45 of the transformer encoder's 93 device ops per call. ONNX
-// Runtime fuses the same pattern (its LayerNormFusion).
+// Patterns that exporters write out node by node, as one node each, as ONNX
+// Runtime's LayerNormFusion and attention fusions do:
+// - layer norms: PyTorch 1.13 exports nn.LayerNorm below opset 17 as nine
+//   nodes; run one by one they were 45 of the transformer encoder's 93
+//   device ops per call;
+// - attention, MatMul -> Softmax -> MatMul: run as scaled_dot_product_attention,
+//   which never holds the score matrix (the encoder's softmax alone read and
+//   wrote it in 60 us a layer).
 
 #include "fusion.hpp"
 
@@ -41,6 +45,9 @@ void count_reads(const GraphProto& g, std::unordered_map<std::string, int>& read
   for (const auto& o : g.output()) ++reads[o.name()];
 }
 
+/// ONNX's own ops (a node of another domain is never one of a pattern).
+bool default_domain(const NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+
 class Matcher {
  public:
   Matcher(const GraphProto& g, const std::vector<size_t>& stage_of) : g_(g), stage_of_(stage_of) {
@@ -49,6 +56,7 @@ class Matcher {
     for (int i = 0; i < g.node_size(); ++i) {
       const auto& n = g.node(i);
       for (const auto& in : n.input()) readers_[in].push_back(i);
+      for (const auto& out : n.output()) producer_[out] = i;
       // Exporters alias shared weights through Identity (PyTorch: equal
       // layer norm weights become one initializer and Identity nodes).
       if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1) {
@@ -72,7 +80,7 @@ class Matcher {
   };
   std::optional<Match> match(int first) const {
     const NodeProto& mean = g_.node(first);
-    if (!is_last_axis_mean(mean) || mean.input_size() != 1) return std::nullopt;
+    if (!is_last_axis_mean(mean) || !default_domain(mean) || mean.input_size() != 1) return std::nullopt;
     Match m;
     m.x = mean.input(0);
     const int sub = only_reader(mean.output(0), "Sub");
@@ -119,7 +127,53 @@ class Matcher {
     return m;
   }
 
+  /// An attention whose Softmax is node `softmax`: MatMul(a, b) -> Softmax
+  /// over the last axis -> MatMul(., v), with b = Transpose(k) folded in
+  /// when nothing else reads b; nothing if it is not one.
+  struct AttentionMatch {
+    std::vector<int> nodes;  // in graph order; the second MatMul last
+    std::string a, b, v, y;
+    std::vector<int64_t> key_perm;  // the folded Transpose's perm (b is then k)
+  };
+  std::optional<AttentionMatch> match_attention(int softmax, int64_t opset) const {
+    const NodeProto& sm = g_.node(softmax);
+    if (sm.op_type() != "Softmax" || sm.input_size() != 1 || sm.output_size() != 1) return std::nullopt;
+    // The last axis: said outright, or opset 13's default (before 13 the
+    // default is axis 1 of a flattened input).
+    const auto* axis = find_attr(sm, "axis");
+    if (axis != nullptr ? axis->i() != -1 : opset < 13) return std::nullopt;
+    const int mm1 = producer(sm.input(0), "MatMul");
+    if (mm1 < 0 || only_reader(sm.input(0), "Softmax", 1) != softmax) return std::nullopt;
+    const int mm2 = only_reader(sm.output(0), "MatMul");
+    if (mm2 < 0 || g_.node(mm2).input(0) != sm.output(0) || g_.node(mm2).input(1) == sm.output(0)) return std::nullopt;
+    AttentionMatch m;
+    m.a = g_.node(mm1).input(0);
+    m.b = g_.node(mm1).input(1);
+    m.v = g_.node(mm2).input(1);
+    m.y = g_.node(mm2).output(0);
+    m.nodes = {mm1, softmax, mm2};
+    if (const int t = producer(m.b, "Transpose", 1); t >= 0 && m.a != m.b && only_reader(m.b, "MatMul") == mm1) {
+      const auto* perm = find_attr(g_.node(t), "perm");
+      if (perm != nullptr && perm->ints_size() >= 2) {
+        m.key_perm.assign(perm->ints().begin(), perm->ints().end());
+        m.b = g_.node(t).input(0);
+        m.nodes.insert(m.nodes.begin(), t);
+      }
+    }
+    for (int n : m.nodes)
+      if (g_.node(n).output_size() != 1 || stage_of_[static_cast<size_t>(n)] != stage_of_[static_cast<size_t>(mm2)])
+        return std::nullopt;
+    return m;
+  }
+
  private:
+  /// The node that makes `name`, if it is an `op` node of `arity` inputs; else -1.
+  [[nodiscard]] int producer(const std::string& name, std::string_view op, int arity = 2) const {
+    auto it = producer_.find(name);
+    if (it == producer_.end()) return -1;
+    const NodeProto& n = g_.node(it->second);
+    return n.op_type() == op && default_domain(n) && n.input_size() == arity ? it->second : -1;
+  }
   [[nodiscard]] int reads(const std::string& name) const {
     auto it = reads_.find(name);
     return it == reads_.end() ? 0 : it->second;
@@ -135,7 +189,7 @@ class Matcher {
     const auto& r = readers_of(name);
     if (reads(name) != 1 || r.size() != 1) return -1;
     const NodeProto& n = g_.node(r[0]);
-    return n.op_type() == op && n.input_size() == arity ? r[0] : -1;
+    return n.op_type() == op && default_domain(n) && n.input_size() == arity ? r[0] : -1;
   }
   /// The input of a two-input node that is not `name`; "" if both are.
   [[nodiscard]] static std::string other_input(const NodeProto& n, const std::string& name) {
@@ -175,6 +229,7 @@ class Matcher {
   const std::vector<size_t>& stage_of_;
   std::unordered_map<std::string, int> reads_;
   std::unordered_map<std::string, std::vector<int>> readers_;
+  std::unordered_map<std::string, int> producer_;
   std::unordered_map<std::string, const TensorProto*> constants_;
   std::unordered_map<std::string, float> scalar_floats_;
 };
@@ -185,20 +240,66 @@ std::string node_name(const NodeProto& n, int index) {
 
 }  // namespace
 
-FusedNodes fuse_layer_norms(const GraphProto& graph, const std::vector<size_t>& stage_of) {
+namespace {
+
+NodeProto layer_norm_node(const GraphProto& graph, const Matcher::Match& m) {
+  NodeProto ln;
+  ln.set_op_type("LayerNormalization");
+  // Errors name the exported nodes it stands for.
+  ln.set_name(node_name(graph.node(m.nodes.front()), m.nodes.front()) + " .. " +
+              node_name(graph.node(m.nodes.back()), m.nodes.back()) + " (a layer norm fused from 9 nodes)");
+  ln.add_input(m.x);
+  ln.add_input(m.scale);
+  ln.add_input(m.bias);
+  ln.add_output(m.y);
+  auto* axis = ln.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(AttributeProto::INT);
+  axis->set_i(-1);
+  auto* eps = ln.add_attribute();
+  eps->set_name("epsilon");
+  eps->set_type(AttributeProto::FLOAT);
+  eps->set_f(m.epsilon);
+  return ln;
+}
+
+NodeProto attention_node(const GraphProto& graph, const Matcher::AttentionMatch& m) {
+  NodeProto at;
+  at.set_domain(fused_domain);
+  at.set_op_type("Attention");
+  at.set_name(node_name(graph.node(m.nodes.front()), m.nodes.front()) + " .. " +
+              node_name(graph.node(m.nodes.back()), m.nodes.back()) + " (attention fused from " +
+              std::to_string(m.nodes.size()) + " nodes)");
+  at.add_input(m.a);
+  at.add_input(m.b);
+  at.add_input(m.v);
+  at.add_output(m.y);
+  if (!m.key_perm.empty()) {
+    auto* perm = at.add_attribute();
+    perm->set_name("key_perm");
+    perm->set_type(AttributeProto::INTS);
+    for (int64_t p : m.key_perm) perm->add_ints(p);
+  }
+  return at;
+}
+
+}  // namespace
+
+FusedNodes fuse_patterns(const GraphProto& graph, const std::vector<size_t>& stage_of, int64_t opset) {
   FusedNodes out;
   const Matcher matcher(graph, stage_of);
   const auto count = static_cast<size_t>(graph.node_size());
   std::vector<char> removed(count, 0);
-  std::unordered_map<int, Matcher::Match> at_last;  // by the index of the bias Add
+  std::unordered_map<int, NodeProto> at_last;  // the fused node, by the index of the pattern's last node
+  auto take = [&](const std::vector<int>& nodes, NodeProto fused) {
+    if (std::any_of(nodes.begin(), nodes.end(), [&](int n) { return removed[static_cast<size_t>(n)] != 0; })) return;
+    for (int n : nodes) removed[static_cast<size_t>(n)] = 1;
+    at_last.emplace(*std::max_element(nodes.begin(), nodes.end()), std::move(fused));
+  };
   for (int i = 0; i < graph.node_size(); ++i) {
     if (removed[static_cast<size_t>(i)] != 0) continue;
-    auto m = matcher.match(i);
-    if (!m) continue;
-    if (std::any_of(m->nodes.begin(), m->nodes.end(), [&](int n) { return removed[static_cast<size_t>(n)] != 0; }))
-      continue;
-    for (int n : m->nodes) removed[static_cast<size_t>(n)] = 1;
-    at_last.emplace(m->nodes.back(), std::move(*m));
+    if (auto m = matcher.match(i)) take(m->nodes, layer_norm_node(graph, *m));
+    if (auto m = matcher.match_attention(i, opset)) take(m->nodes, attention_node(graph, *m));
   }
   if (at_last.empty()) {  // nothing to rewrite: the caller compiles the graph as it is
     for (size_t i = 0; i < count; ++i) out.origin.push_back(i);
@@ -206,25 +307,7 @@ FusedNodes fuse_layer_norms(const GraphProto& graph, const std::vector<size_t>& 
   }
   for (int i = 0; i < graph.node_size(); ++i) {
     if (auto it = at_last.find(i); it != at_last.end()) {
-      const auto& m = it->second;
-      NodeProto ln;
-      ln.set_op_type("LayerNormalization");
-      // Errors name the exported nodes it stands for.
-      ln.set_name(node_name(graph.node(m.nodes.front()), m.nodes.front()) + " .. " + node_name(graph.node(i), i) +
-                  " (a layer norm fused from 9 nodes)");
-      ln.add_input(m.x);
-      ln.add_input(m.scale);
-      ln.add_input(m.bias);
-      ln.add_output(m.y);
-      auto* axis = ln.add_attribute();
-      axis->set_name("axis");
-      axis->set_type(AttributeProto::INT);
-      axis->set_i(-1);
-      auto* eps = ln.add_attribute();
-      eps->set_name("epsilon");
-      eps->set_type(AttributeProto::FLOAT);
-      eps->set_f(m.epsilon);
-      out.nodes.push_back(std::move(ln));
+      out.nodes.push_back(std::move(it->second));
       out.origin.push_back(static_cast<size_t>(i));
       ++out.fused;
       continue;

@@ -23,11 +23,16 @@ struct FusedNodes {
 /// Replaces each layer norm written out as ReduceMean, Sub, Pow 2,
 /// ReduceMean, Add eps, Sqrt, Div, Mul by a 1-D scale, Add a 1-D bias (how
 /// PyTorch exports nn.LayerNorm below opset 17) over the last axis with one
-/// LayerNormalization node. A pattern is fused only when nothing else reads
+/// LayerNormalization node; and each MatMul(a, b) -> Softmax over the last
+/// axis -> MatMul(., v) with one fused_domain Attention node (a, b, v;
+/// b = Transpose(k, perm) folded in as k and attribute key_perm), which
+/// runs scaled_dot_product_attention where its shapes and dtype allow and
+/// the three ops otherwise. A pattern is fused only when nothing else reads
 /// its intermediate values (other nodes, subgraphs, graph outputs), its
-/// epsilon, exponent, scale and bias are constants (initializers or
-/// Constant nodes), and all of it runs in one stage (`stage_of[i]`: the
-/// stage of original node i).
-FusedNodes fuse_layer_norms(const ::onnx::GraphProto& graph, const std::vector<size_t>& stage_of);
+/// nodes are ONNX's own, a layer norm's epsilon, exponent, scale and bias
+/// are constants (initializers or Constant nodes), and all of it runs in
+/// one stage (`stage_of[i]`: the stage of original node i). `opset`: the
+/// model's, for Softmax's default axis.
+FusedNodes fuse_patterns(const ::onnx::GraphProto& graph, const std::vector<size_t>& stage_of, int64_t opset);
 
 }  // namespace switchyard::onnx::detail

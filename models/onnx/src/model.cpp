@@ -217,6 +217,21 @@ TensorData initializer(const ::onnx::TensorProto& t, const std::string& base_dir
 
 // Checks a graph's nodes against the op table and resolves their names to
 // slots, subgraphs (node attributes of type GRAPH) included, recursively.
+/// Refuses a model's own node of the domain only the loader's fusion
+/// writes (it would run as Switchyard's fused op, unchecked), in any subgraph.
+void refuse_fused_domain(const ::onnx::GraphProto& graph) {
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const auto& node = graph.node(n);
+    if (node.domain() == detail::fused_domain)
+      throw Error(Errc::unsupported, "onnx: " + node_label(node, static_cast<size_t>(n)) + ": domain '" +
+                                         node.domain() + "' is not supported");
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) refuse_fused_domain(a.g());
+      for (const auto& g : a.graphs()) refuse_fused_domain(g);
+    }
+  }
+}
+
 struct Compiler {
   int64_t opset;           // of the default domain; 0: not imported
   int64_t training_opset;  // of ai.onnx.preview.training; 0: not imported
@@ -230,7 +245,9 @@ struct Compiler {
       const auto& node = graph.node(n);
       std::string label = "onnx: " + node_label(node, n);
       const bool training = node.domain() == detail::training_domain;
-      if (!node.domain().empty() && node.domain() != "ai.onnx" && !training)
+      // (A model's own nodes of the fused domain are refused at load.)
+      const bool fused = node.domain() == detail::fused_domain;
+      if (!node.domain().empty() && node.domain() != "ai.onnx" && !training && !fused)
         throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' is not supported");
       const int64_t node_opset = training ? training_opset : opset;
       if (node_opset == 0)
@@ -239,12 +256,14 @@ struct Compiler {
       if (training && node_opset != 1)
         throw Error(Errc::unsupported, label + ": domain '" + node.domain() + "' at version " +
                                            std::to_string(node_opset) + " (supported: 1)");
-      const auto& table = training ? detail::training_op_table() : detail::op_table();
+      const auto& table = training ? detail::training_op_table()
+                          : fused  ? detail::fused_op_table()
+                                   : detail::op_table();
       auto it = table.find(node.op_type());
       if (it == table.end())
         throw Error(Errc::unsupported, label + ": op " + node.op_type() + " is not in Switchyard's op set");
       const auto& spec = it->second;
-      if (std::string why = training ? "" : older_opset_check(node, opset); !why.empty())
+      if (std::string why = training || fused ? "" : older_opset_check(node, opset); !why.empty())
         // NOLINTNEXTLINE(performance-inefficient-string-concatenation): error path, the model does not load
         throw Error(Errc::unsupported, label + ": " + why);
       for (const auto& a : node.attribute())
@@ -256,8 +275,9 @@ struct Compiler {
         if (!missing.empty()) throw Error(Errc::unsupported, label + ": " + missing);
       }
       // ONNX's own arity (Add with a third input ran and ignored it).
-      if (const auto* schema = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(node_opset),
-                                                                training ? detail::training_domain : "")) {
+      if (const auto* schema = fused ? nullptr
+                                     : ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(node_opset),
+                                                                        training ? detail::training_domain : "")) {
         auto refuse_count = [&](const char* what, int given, int least, int most) {
           if (given >= least && given <= most) return;
           throw Error(Errc::invalid_argument,
@@ -792,7 +812,8 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     stage_of[n] = k;
   }
   impl->onnx_nodes = onnx_nodes;
-  detail::FusedNodes fused = detail::fuse_layer_norms(graph, stage_of);
+  refuse_fused_domain(graph);
+  detail::FusedNodes fused = detail::fuse_patterns(graph, stage_of, impl->opset);
   ::onnx::GraphProto rewritten;  // the nodes only: all the compiler reads
   if (fused.fused > 0)
     for (auto& n : fused.nodes) *rewritten.add_node() = std::move(n);

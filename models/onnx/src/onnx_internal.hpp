@@ -156,4 +156,9 @@ struct OpSpec {
 inline constexpr const char* training_domain = "ai.onnx.preview.training";
 [[nodiscard]] const std::map<std::string, OpSpec, std::less<>>& training_op_table();
 
+/// The domain of the nodes the loader's fusion writes (fusion.hpp; a
+/// model's own nodes of it are refused), and its ops by op type.
+inline constexpr const char* fused_domain = "ai.switchyard.fused";
+[[nodiscard]] const std::map<std::string, OpSpec, std::less<>>& fused_op_table();
+
 }  // namespace switchyard::onnx::detail

@@ -4183,6 +4183,51 @@ const std::map<std::string, OpSpec, std::less<>>& op_table() {
   return table;
 }
 
+namespace {
+
+/// softmax(a b) v, the Attention node fusion writes for MatMul(a, b) ->
+/// Softmax over the last axis -> MatMul(., v) (b = k transposed by
+/// key_perm when the exporter's Transpose was folded in). One
+/// scaled_dot_product_attention (scale 1: an exporter scales a or b itself)
+/// where it takes the shapes: floating a, b, v of one rank and dtype with
+/// equal batch axes; the three ops, with ONNX's broadcasting, otherwise.
+std::vector<Value> fused_attention(Ctx& ctx) {
+  const Tensor a = ctx.dev(0), k = ctx.dev(1), v = ctx.dev(2);
+  const auto perm = ctx.attr_ints("key_perm");
+  const size_t r = a.rank();
+  bool is_perm = !perm || perm->size() == k.rank();
+  if (perm && is_perm) {
+    Ints sorted = *perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) is_perm = is_perm && sorted[i] == static_cast<int64_t>(i);
+  }
+  Shape b = k.shape();
+  if (perm && is_perm)
+    for (size_t i = 0; i < perm->size(); ++i) b.dims[i] = k.shape()[static_cast<size_t>((*perm)[i])];
+  bool one_op = is_perm && r >= 2 && b.rank() == r && v.rank() == r &&
+                (a.dtype() == DType::f32 || a.dtype() == DType::f64) && k.dtype() == a.dtype() &&
+                v.dtype() == a.dtype() && a.shape()[r - 1] == b[r - 2] && b[r - 1] == v.shape()[r - 2];
+  for (size_t d = 0; one_op && d + 2 < r; ++d) one_op = a.shape()[d] == b[d] && v.shape()[d] == b[d];
+  if (one_op) {
+    // The key is b transposed in its last two axes: k by perm with its last two swapped.
+    Ints key_axes = perm ? *perm : Ints{};
+    if (!perm)
+      for (size_t i = 0; i < r; ++i) key_axes.push_back(static_cast<int64_t>(i));
+    std::swap(key_axes[r - 2], key_axes[r - 1]);
+    return Outs{dev_value(nn::scaled_dot_product_attention(a, k.permute(key_axes), v, Tensor(), 0, false, 1.0))};
+  }
+  const Tensor bt = perm ? k.permute(*perm) : k;
+  return Outs{dev_value(a.matmul(bt).softmax(-1).matmul(v))};
+}
+
+}  // namespace
+
+const std::map<std::string, OpSpec, std::less<>>& fused_op_table() {
+  static const std::map<std::string, OpSpec, std::less<>> table{
+      {"Attention", {{"key_perm"}, nullptr, fused_attention}}};
+  return table;
+}
+
 }  // namespace detail
 
 std::vector<std::string> supported_ops() {
