@@ -15,16 +15,51 @@
 #include <cblas.h>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <span>
 
+#include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/loops.hpp"
 #include "backends/cpu/vector_math.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
 
+/// c = a b (+ c when `accumulate`) on the native f32 GEMM, on this task's
+/// thread, where matmuls take it (matmul.cpp: rows of at least 8, OpenBLAS
+/// not itself on AVX-512); false when it does not run. OpenBLAS's small
+/// products, called from both tasks at once, spent their time in its
+/// buffer lock and in memset.
+bool native_product(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  if (n < 8 || openblas_runs_avx512()) return false;
+  F32Gemm g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = lda;
+  g.ldb = ldb;
+  g.b_transposed = trans_b;
+  g.ldc = ldc;
+  g.accumulate = accumulate;
+  g.locate = [&](int64_t) { return F32GemmOperands{a, b, c}; };
+  return gemm_f32_here(g);
+}
+
 template <class T>
 void gemm(bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
           T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    // alpha scales the finished sums (as OpenBLAS's store does), so only
+    // where C starts at 0.
+    if ((beta == 0.0f || (beta == 1.0f && alpha == 1.0f)) &&
+        native_product(trans_b, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc)) {
+      if (alpha != 1.0f)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) c[i * ldc + j] *= alpha;
+      return;
+    }
+  }
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
   const auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);
   if constexpr (std::is_same_v<T, float>)
@@ -69,13 +104,17 @@ void run_attention(Context& ctx, const AttentionOp& op, const Inputs& in, T* y) 
 
   const int64_t Lb = std::min<int64_t>(L, 64);
   const int64_t widest = std::max<int64_t>({E, Ev, 1});
-  const int64_t Sb = std::clamp<int64_t>(blas_single_thread_mnk / (Lb * widest) / 16 * 16, 16, 512);
+  // (No wider than the keys: the score block is allocated per chunk.)
+  const int64_t Sb =
+      std::min(std::clamp<int64_t>(blas_single_thread_mnk / (Lb * widest) / 16 * 16, 16, 512), (S + 15) / 16 * 16);
   const int64_t q_blocks = (L + Lb - 1) / Lb;
   const T scale = static_cast<T>(op.scale);
   const T neg_inf = -std::numeric_limits<T>::infinity();
 
   ctx.pool.parallel_for(batches * q_blocks, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> s(static_cast<size_t>(Lb * Sb));
+    // Written before it is read: not zeroed (a 64 x 512 block was 128 KiB of memset per chunk).
+    const auto scores = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(Lb * Sb));
+    const std::span<T> s(scores.get(), static_cast<size_t>(Lb * Sb));
     std::vector<T> row_max(static_cast<size_t>(Lb)), row_sum(static_cast<size_t>(Lb));
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / q_blocks;

@@ -115,6 +115,7 @@ uint64_t native_f32_gemm_runs() noexcept { return kernel_switch().runs(); }
 #ifndef SY_F32_GEMM
 
 bool gemm_f32(ThreadPool&, const F32Gemm&) { return false; }
+bool gemm_f32_here(const F32Gemm&) { return false; }
 
 #else
 
@@ -590,7 +591,11 @@ void empty_sum(const F32Gemm& g) {
 
 }  // namespace
 
-bool gemm_f32(ThreadPool& pool, const F32Gemm& g) {
+namespace {
+
+/// gemm_f32 over the pool's threads, or on the calling thread alone when
+/// `pool` is null.
+bool run_gemm(ThreadPool* pool, const F32Gemm& g) {
   if (!native_f32_gemm_enabled()) return false;
   kernel_switch().count_run();
   if (g.m == 0 || g.n == 0 || g.batches == 0) return true;
@@ -599,15 +604,31 @@ bool gemm_f32(ThreadPool& pool, const F32Gemm& g) {
     return true;
   }
   if (one_row(g)) {
-    run_one_row(pool, g);
+    if (pool != nullptr) {
+      run_one_row(*pool, g);
+    } else {
+      const int64_t width = g.b_transposed ? kRowRows : kRowCols;
+      std::atomic<int64_t> next{0};
+      run_row_items(RowProduct{g, (g.n + width - 1) / width}, next);
+    }
     return true;
   }
-  const Grid grid = plan_grid(g, static_cast<int64_t>(pool.threads()));
+  const Grid grid = plan_grid(g, pool != nullptr ? static_cast<int64_t>(pool->threads()) : 1);
+  if (pool == nullptr) {
+    std::atomic<int64_t> next{0};
+    run_tiles(g, grid, next);
+    return true;
+  }
   // Below about a million multiply-adds threads cost more than they save.
   const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 20);
-  run_work_items(pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, next); });
+  run_work_items(*pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, next); });
   return true;
 }
+
+}  // namespace
+
+bool gemm_f32(ThreadPool& pool, const F32Gemm& g) { return run_gemm(&pool, g); }
+bool gemm_f32_here(const F32Gemm& g) { return run_gemm(nullptr, g); }
 
 #endif  // SY_F32_GEMM
 

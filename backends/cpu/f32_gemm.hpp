@@ -106,4 +106,8 @@ void apply_epilogue(ThreadPool& pool, float* y, const float* add, F32GemmEpilogu
 /// no product is skipped for a zero operand, so 0 * Inf gives NaN.
 [[nodiscard]] bool gemm_f32(ThreadPool& pool, const F32Gemm& g);
 
+/// gemm_f32 on the calling thread alone, for a kernel whose own tasks
+/// already run on the device's threads (the pool does not nest).
+[[nodiscard]] bool gemm_f32_here(const F32Gemm& g);
+
 }  // namespace switchyard::backends::cpu
