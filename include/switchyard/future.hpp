@@ -221,6 +221,9 @@ struct BrokenPromiseGuard {
   BrokenPromiseGuard(const BrokenPromiseGuard&) = delete;
   BrokenPromiseGuard& operator=(const BrokenPromiseGuard&) = delete;
   ~BrokenPromiseGuard() {
+    // Kept promises (nearly all) build no error: an Error and its
+    // exception_ptr were 2,600 instructions and three allocations a promise.
+    if (state->ready()) return;
     // A destructor must not throw: without memory for the message, the
     // future fails with the bad_alloc instead.
     try {
