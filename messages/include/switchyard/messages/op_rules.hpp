@@ -85,7 +85,8 @@ struct TensorSpec {
 /// What a runner checks of an op from a client in its own process (which
 /// cannot lie about what it checked): element-wise ops, whose output the
 /// client took from the same rule functions at the call (src/tensor.cpp),
-/// only for known kinds; every other op in full, as validate.
+/// only for known kinds; matmuls (matmul_result and the bias rules at the
+/// call) not at all; every other op in full, as validate.
 [[nodiscard]] caf::error validate_local(OperationIr& op);
 
 /// Checks host data as it arrives from a peer (read replies, imports): a
