@@ -999,9 +999,22 @@ TensorMap run_on_host_data(const ModelImpl& im, const DataMap& inputs, NodeTrail
                     trail));
 }
 
-// `result`, with a device failure of one of the run's ops prefixed by the
-// node that submitted it (the device's message names only the device and
-// the op). `prefix(id)` gives that node's prefix, "" for none.
+// A device failure of one of the run's ops, prefixed by the node that
+// submitted it (the device's message names only the device and the op).
+// `prefix(id)` gives that node's prefix, "" for none.
+template <class Prefix>
+std::exception_ptr named_failure(const std::exception_ptr& e, const Prefix& prefix) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    const std::string head = prefix(err.tensor());
+    return head.empty() ? e : std::make_exception_ptr(Error(err.code(), head + err.what(), err.tensor()));
+  } catch (...) {
+    return e;
+  }
+}
+
+// `result`, with a failure named as named_failure does.
 template <class T, class Prefix>
 Future<T> naming_the_node(const Future<T>& result, Prefix prefix) {
   Promise<T> named;
@@ -1010,14 +1023,7 @@ Future<T> naming_the_node(const Future<T>& result, Prefix prefix) {
       named.set_value(result.get());
       return;
     }
-    try {
-      std::rethrow_exception(e);
-    } catch (const Error& err) {
-      const std::string head = prefix(err.tensor());
-      named.set_error(head.empty() ? e : std::make_exception_ptr(Error(err.code(), head + err.what(), err.tensor())));
-    } catch (...) {
-      named.set_error(e);
-    }
+    named.set_error(named_failure(e, prefix));
   });
   return named.future();
 }
@@ -1029,18 +1035,40 @@ TensorMap Model::run(const DataMap& inputs) const { return run_on_host_data(*imp
 Future<DataMap> Model::infer(const DataMap& inputs) const {
   auto trail = std::make_shared<NodeTrail>();
   TensorMap outs = run_on_host_data(*impl_, inputs, trail.get());
-  std::vector<std::string> names;
-  std::vector<Future<TensorData>> reads;
-  for (const auto& [name, t] : outs) {
-    names.push_back(name);
-    reads.push_back(t.read());
+  // The reads gathered by hand, not through when_all, then() and
+  // naming_the_node: each of those a state, a promise and a copy of the
+  // map, on the runner's thread, on the path of every call.
+  struct Gather {
+    explicit Gather(size_t n) : left(n), datas(n) {}
+    Promise<DataMap> done;
+    switchyard::detail::Countdown left;
+    std::vector<std::string> names;
+    std::vector<TensorData> datas;
+  };
+  auto g = std::make_shared<Gather>(outs.size());
+  if (outs.empty()) {
+    g->done.set_value(DataMap{});
+    return g->done.future();
   }
-  return naming_the_node(when_all(reads).then([names](std::vector<TensorData> datas) {
-    DataMap out;
-    for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], std::move(datas[i]));
-    return out;
-  }),
-                         [impl = impl_, trail](TensorId id) { return impl->failure_prefix(*trail, id); });
+  auto prefix = [impl = impl_, trail](TensorId id) { return impl->failure_prefix(*trail, id); };
+  size_t i = 0;
+  for (const auto& [name, t] : outs) g->names.push_back(name);
+  for (const auto& [name, t] : outs) {
+    Future<TensorData> read = t.read();
+    read.on_complete([g, read, i, prefix](const std::exception_ptr& e) {
+      if (e) {
+        g->done.set_error(named_failure(e, prefix));
+        return;
+      }
+      g->datas[i] = read.get();
+      if (!g->left.arrive()) return;
+      DataMap out;
+      for (size_t k = 0; k < g->names.size(); ++k) out.emplace(std::move(g->names[k]), std::move(g->datas[k]));
+      g->done.set_value(std::move(out));
+    });
+    ++i;
+  }
+  return g->done.future();
 }
 
 Future<HostValueMap> Model::infer_values(const HostValueMap& inputs) const {
