@@ -495,6 +495,7 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     if (skip != nullptr && (*skip)[n]) continue;
     std::vector<Value*> ins;
+    ins.reserve(g.node_in[n].size());
     for (int s : g.node_in[n]) {
       if (s >= 0 && !env[s].present())
         throw Error(Errc::invalid_argument, "onnx: " + node_label(g.nodes[n], n) + ": input has no value");
@@ -503,24 +504,29 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
     const Device& device = on != nullptr ? *on : node_device[n];
     // A subgraph runs on this run's values: its formal inputs bound, its
     // outputs returned (outer values stay visible through the slots).
-    detail::SubgraphRunner body = [&, n](std::string_view attribute, std::vector<Value> given) {
-      auto it = g.bodies[n].find(attribute);
-      if (it == g.bodies[n].end())
-        throw Error(Errc::invalid_argument,
-                    "onnx: " + node_label(g.nodes[n], n) + ": no subgraph '" + std::string(attribute) + "'");
-      const Graph& sub = *it->second;
-      if (given.size() != sub.input_slots.size())
-        throw Error(Errc::invalid_argument,
-                    "onnx: " + node_label(g.nodes[n], n) + ": subgraph '" + std::string(attribute) + "' takes " +
-                        std::to_string(sub.input_slots.size()) + " inputs, given " + std::to_string(given.size()));
-      for (const auto& [slot, data] : sub.constants) env[slot] = Value{Tensor(), data};
-      for (size_t i = 0; i < given.size(); ++i) env[sub.input_slots[i]] = std::move(given[i]);
-      execute(sub, env, nullptr, &device, computed_read);
-      std::vector<Value> outs;
-      for (int s : sub.output_slots) outs.push_back(env[s]);
-      return outs;
-    };
-    detail::Ctx ctx(g.nodes[n], opset, device, std::move(ins), computed_read, &body, static_cast<int64_t>(n));
+    // (A std::function of six references, allocated: only for the nodes
+    // that have subgraphs.)
+    std::optional<detail::SubgraphRunner> body;
+    if (!g.bodies[n].empty())
+      body.emplace([&, n](std::string_view attribute, std::vector<Value> given) {
+        auto it = g.bodies[n].find(attribute);
+        if (it == g.bodies[n].end())
+          throw Error(Errc::invalid_argument,
+                      "onnx: " + node_label(g.nodes[n], n) + ": no subgraph '" + std::string(attribute) + "'");
+        const Graph& sub = *it->second;
+        if (given.size() != sub.input_slots.size())
+          throw Error(Errc::invalid_argument,
+                      "onnx: " + node_label(g.nodes[n], n) + ": subgraph '" + std::string(attribute) + "' takes " +
+                          std::to_string(sub.input_slots.size()) + " inputs, given " + std::to_string(given.size()));
+        for (const auto& [slot, data] : sub.constants) env[slot] = Value{Tensor(), data};
+        for (size_t i = 0; i < given.size(); ++i) env[sub.input_slots[i]] = std::move(given[i]);
+        execute(sub, env, nullptr, &device, computed_read);
+        std::vector<Value> outs;
+        for (int s : sub.output_slots) outs.push_back(env[s]);
+        return outs;
+      });
+    detail::Ctx ctx(g.nodes[n], opset, device, std::move(ins), computed_read, body ? &*body : nullptr,
+                    static_cast<int64_t>(n));
     std::vector<Value> outs;
     try {
       outs = g.specs[n]->run(ctx);
