@@ -56,7 +56,10 @@ struct RuntimeOptions {
   /// back to the system (0: only Device::trim() does).
   std::chrono::milliseconds idle_trim_after{1000};
   /// Ops queued per device on the client before they are sent as one
-  /// message; reads, syncs and bridges send earlier.
+  /// message; reads, syncs and bridges send earlier, and so does a heavy op
+  /// (a matmul, convolution or attention of at least 2^20 multiply-adds)
+  /// queued while its local device has run every batch sent to it, so the
+  /// device computes while the client builds the rest of its graph.
   size_t max_batch = 256;
   /// Longest time an op waits in the client queue.
   std::chrono::microseconds flush_interval{200};
