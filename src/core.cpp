@@ -729,6 +729,7 @@ std::vector<OperationIr> Core::take_batch_locked(Queue& q) {
     q.late_drops.clear();
     q.has_late_drops.store(false, std::memory_order_relaxed);
   }
+  q.send_before_next = false;
   if (q.ops.empty()) return {};
   q.upload_bytes = 0;
   // As many as were queued, drops included: sized by what is left after the
@@ -840,6 +841,9 @@ void Core::submit(DeviceId device, OperationIr&& op) {
   const auto* upload = std::get_if<FromDataOp>(&op.op);
   const size_t upload_bytes = upload != nullptr ? upload->data.bytes.size() : 0;
   const bool heavy = slots_[device].local && starts_early(op);
+  const bool elementwise = std::holds_alternative<UnaryOp>(op.op) || std::holds_alternative<BinaryOp>(op.op) ||
+                           std::holds_alternative<ScalarOp>(op.op) || std::holds_alternative<CastOp>(op.op) ||
+                           std::holds_alternative<WhereOp>(op.op);
   {
     std::lock_guard lock(q.mutex);
     if (closed()) return;
@@ -860,18 +864,24 @@ void Core::submit(DeviceId device, OperationIr&& op) {
         send_in_parts(device, std::get<FromDataOp>(op.op), chunk);
         sent = true;
       } else {
+        // A heavy op for an idle local runner goes early, with what is
+        // queued before it: the runner computes while this client builds
+        // the rest of its graph (the encoder's ONNX layer spends ~70 us per
+        // call on its ops), instead of waiting for the read. Not at once:
+        // the element-wise ops right after it (a convolution's add and
+        // relu) must join its batch to be fused into its store, so the
+        // batch goes when the first other op comes. Idle: the runner has
+        // run every batch sent (batches_done counts batches run to their end).
+        if (q.send_before_next && !elementwise) {
+          sent = send_locked(device, q);
+          q.send_before_next = false;
+        }
+        if (heavy && q.batches_sent.load(std::memory_order_relaxed) == q.batches_done->load(std::memory_order_acquire))
+          q.send_before_next = true;
         q.upload_bytes += upload_bytes;
         q.ops.push_back(std::move(op));
       }
-      // A heavy op for an idle local runner goes now, with what is queued
-      // before it: the runner computes while this client builds the rest
-      // of its graph (the encoder's ONNX layer spends ~70 us per call on
-      // its ops), instead of waiting for the read. Idle: it has run every
-      // batch sent (batches_done counts batches run to their end).
-      if (heavy && q.batches_sent.load(std::memory_order_relaxed) == q.batches_done->load(std::memory_order_acquire))
-        sent = send_locked(device, q);
-      else
-        queued_locked(device, q, sent, arm);
+      queued_locked(device, q, sent, arm);
     }
   }
   after_queued(device, q, sent, arm);

@@ -162,6 +162,9 @@ class Core : public std::enable_shared_from_this<Core> {
     // last use, so the last-use pass starts there, and without any drop
     // it does not run.
     size_t drops_end = 0;
+    // A heavy op for an idle runner is queued: the next op that is not
+    // element-wise sends the queue first (Core::submit).
+    bool send_before_next = false;
     // Flow control: batches sent (written under `mutex`, read by waiters
     // without it), and batches the runner has taken in.
     std::atomic<uint64_t> batches_sent{0};

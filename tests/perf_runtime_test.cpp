@@ -410,12 +410,14 @@ TEST_CASE("an unwritable trace path does not stop the runtime", "[perf][trace]")
   CHECK(rt.device("cpu:0").full({2}, 3.0).to_vector<float>() == std::vector<float>{3.0f, 3.0f});
 }
 
-// A heavy op for an idle local runner is sent at once, with what was queued
-// before it, so the device computes while the client builds the rest of a
-// graph; light ops still wait for a read, a sync, max_batch or the flusher.
-// The flush interval here is far longer than the test: only that early
-// send can start the matmul, and the trace (written every 100 ms) shows
-// when it ran, without a read or a request that would flush the queue.
+// A heavy op for an idle local runner is sent early, with what was queued
+// before it and the element-wise ops right after it (fused into its
+// store), when the first other op is queued, so the device computes while
+// the client builds the rest of a graph; light ops still wait for a read, a
+// sync, max_batch or the flusher. The flush interval here is far longer
+// than the test: only that early send can start the matmul, and the trace
+// (written every 100 ms) shows when it ran, without a read or a request
+// that would flush the queue.
 TEST_CASE("a heavy op starts on an idle device before the client reads", "[perf][trace]") {
   trace::TempFile file("early");
   {
@@ -424,10 +426,13 @@ TEST_CASE("a heavy op starts on an idle device before the client reads", "[perf]
     o.flush_interval = std::chrono::seconds(60);
     sy::Runtime rt(o);
     const sy::Device d = rt.device("cpu:0");
+    auto seen = [&](const char* name) { return trace::read_text(file.path).find(name) != std::string::npos; };
     auto light = d.full({4}, 1.0) + 1.0;  // queued: nothing heavy follows it
     auto a = d.full({256, 256}, 1.0);
-    auto product = a.matmul(a);  // 16.7M multiply-adds: sent with `a`'s fill (and `light`)
-    auto seen = [&](const char* name) { return trace::read_text(file.path).find(name) != std::string::npos; };
+    auto product = a.matmul(a).relu();  // 16.7M multiply-adds, and an op to fuse into its store
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK_FALSE(seen("\"name\":\"matmul\""));  // waiting for what follows it
+    auto total = product.sum();                // not element-wise: the batch so far goes
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!seen("\"name\":\"matmul\"") && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -438,6 +443,7 @@ TEST_CASE("a heavy op starts on an idle device before the client reads", "[perf]
     CHECK_FALSE(seen("\"name\":\"mul\""));
     CHECK(later.to_vector<float>() == std::vector<float>(4, 6.0f));
     CHECK(light.to_vector<float>() == std::vector<float>(4, 2.0f));
+    CHECK(total.item<float>() == 256.0f * 256 * 256);
     CHECK(product.to_vector<float>() == std::vector<float>(256 * 256, 256.0f));
   }
 }
