@@ -2294,6 +2294,49 @@ TEST_CASE("onnx: an exported attention runs as one op where its shapes allow and
         run_doubles(sy::onnx::Model::load_bytes(attention_model(2, true, 11, -2), rt.cpu()), in, "y"));
 }
 
+// A run's device values are let go after their last reader, not at the end
+// of the run: the drop then follows the last use in the same batch, so the
+// device knows the value dies there (and may fuse the chain or write in
+// place) even where the batch is sent before the run ends, as when a heavy
+// op goes early to an idle device. The trace marks such an input "(last use)".
+TEST_CASE("onnx: a value's drop follows its last reader so its batch knows it dies there", "[onnx]") {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("sy_onnx_release_" + std::to_string(::getpid()) + ".json");
+  {
+    sy::RuntimeOptions o{.devices = {"cpu:0"}};
+    o.trace_path = path.string();
+    sy::Runtime rt(o);
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{64}, int64_t{128}});
+    m.init("w", std::vector<float>(128 * 256, 0.01f), {128, 256});
+    m.node("MatMul", {"x", "w"}, {"h"}, "mm");                        // 2M multiply-adds: goes early to the idle device
+    m.node("Relu", {"h"}, {"r"}, "relu");                             // h's last reader
+    attr_i(m.node("ReduceSum", {"r"}, {"y"}, "sum"), "keepdims", 0);  // sends the batch so far
+    m.output("y", pb::TensorProto::FLOAT, {});
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+    sy::onnx::DataMap in{{"x", sy::TensorData::from(std::vector<float>(64 * 128, 1.0f), {64, 128})}};
+    for (int run = 0; run < 3; ++run) {
+      const auto y = run_doubles(model, in, "y");
+      REQUIRE(y.size() == 1);
+      CHECK(y[0] == Approx(64.0 * 256 * 128 * 0.01f).epsilon(1e-4));
+    }
+  }
+  std::ifstream file(path);
+  const std::string trace((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  // Every run's relu took h as its last use (whether or not it was fused
+  // into the matmul's store).
+  size_t relus = 0, last_uses = 0;
+  for (size_t at = trace.find("\"name\":\"relu\""); at != std::string::npos;
+       at = trace.find("\"name\":\"relu\"", at + 1)) {
+    ++relus;
+    const size_t end = trace.find('}', at);
+    if (trace.substr(at, end - at).find("[64, 256] f32 (last use)") != std::string::npos) ++last_uses;
+  }
+  CHECK(relus == 3);
+  CHECK(last_uses == 3);
+}
+
 TEST_CASE("onnx: a model's own node of the loader's fused domain is refused", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;

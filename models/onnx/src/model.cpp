@@ -467,6 +467,13 @@ struct Model::Impl {
   std::vector<char> input_has_default;
   std::vector<Value> base;              // initializers, by slot
   std::vector<std::string> index_node;  // per input: the Gather behind its index_extent
+  /// Per node of the graph, the slots it reads last that hold values of
+  /// the run (not initializers, not graph outputs): a device value there
+  /// is let go once it has run, so its drop follows its last use in the
+  /// same batch and the device may fuse and reuse in place around it, as
+  /// at the end of a run; empty for a graph with subgraphs (which read
+  /// outer values unseen by node_in).
+  std::vector<std::vector<int>> release_after;
 
   mutable std::mutex mu;
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
@@ -492,7 +499,13 @@ struct Model::Impl {
 
 void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::vector<char>* skip, const Device* on,
                           bool* computed_read, NodeTrail* trail) const {
+  // Device values of the model's graph let go after their last reader
+  // (see release_after).
+  const bool releasing = &g == &graph && !release_after.empty();
   for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (releasing && n > 0)
+      for (int s : release_after[n - 1])
+        if (env[s].dev.defined() && !env[s].host) env[s] = Value{};
     if (skip != nullptr && (*skip)[n]) continue;
     std::vector<Value*> ins;
     ins.reserve(g.node_in[n].size());
@@ -850,6 +863,17 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     if (is_floating(data.dtype) || data.numel() > 64) v.dev = home[s].from_data(data);
     v.host = std::move(data);
     impl->base[s] = std::move(v);
+  }
+  if (std::all_of(impl->graph.bodies.begin(), impl->graph.bodies.end(), [](const auto& b) { return b.empty(); })) {
+    std::vector<int> last(static_cast<size_t>(num_slots), -1);
+    for (size_t n = 0; n < nodes.size(); ++n)
+      for (int s : impl->graph.node_in[n])
+        if (s >= 0) last[static_cast<size_t>(s)] = static_cast<int>(n);
+    for (int s : impl->output_slots) last[static_cast<size_t>(s)] = -1;
+    impl->release_after.assign(nodes.size(), {});
+    for (size_t s = 0; s < last.size(); ++s)
+      if (last[s] >= 0 && !impl->base[s].present())
+        impl->release_after[static_cast<size_t>(last[s])].push_back(static_cast<int>(s));
   }
   return Model(std::move(impl));
 }
