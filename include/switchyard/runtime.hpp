@@ -58,8 +58,10 @@ struct RuntimeOptions {
   /// Ops queued per device on the client before they are sent as one
   /// message; reads, syncs and bridges send earlier, and so does a heavy op
   /// (a matmul, convolution or attention of at least 2^20 multiply-adds)
-  /// queued while its local device has run every batch sent to it, so the
-  /// device computes while the client builds the rest of its graph.
+  /// queued while its local device has run every batch sent to it: its
+  /// batch goes when the next op that is not element-wise is queued (the
+  /// element-wise ones between may fuse into it), so the device computes
+  /// while the client builds the rest of its graph.
   size_t max_batch = 256;
   /// Longest time an op waits in the client queue.
   std::chrono::microseconds flush_interval{200};
