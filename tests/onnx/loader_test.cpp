@@ -2124,6 +2124,20 @@ std::string layer_norm_model(bool leak) {
   return m.bytes();
 }
 
+// Device ops of one run of `model` (output "y") after its plan exists,
+// uploads and reads included.
+uint64_t ops_per_run(const sy::onnx::Model& model, const sy::onnx::DataMap& in, const sy::Device& d) {
+  (void)run_doubles(model, in, "y");
+  REQUIRE(d.sync().wait_for(kWait));
+  auto before = d.stats();
+  REQUIRE(before.wait_for(kWait));
+  (void)run_doubles(model, in, "y");
+  REQUIRE(d.sync().wait_for(kWait));
+  auto after = d.stats();
+  REQUIRE(after.wait_for(kWait));
+  return after.get().ops_executed - before.get().ops_executed;
+}
+
 std::vector<double> layer_norm_by_hand(const std::vector<float>& x) {
   const double gamma[] = {0.5, 1.0, -2.0, 3.0}, beta[] = {0.25, 0.0, -1.0, 2.0};
   std::vector<double> y;
@@ -2144,18 +2158,7 @@ TEST_CASE("onnx: an exported layer norm runs as one op unless its parts are read
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 1.3f) * 4.0f + (i >= 12 ? 100.0f : 0);
   const auto want = layer_norm_by_hand(x);
   sy::onnx::DataMap in{{"x", sy::TensorData::from(x, {2, 3, 4})}};
-  // Device ops of one run after the plan exists (upload and reads included).
-  auto ops_of_a_run = [&](const sy::onnx::Model& model, const sy::Device& d) {
-    (void)run_doubles(model, in, "y");
-    REQUIRE(d.sync().wait_for(kWait));
-    auto before = d.stats();
-    REQUIRE(before.wait_for(kWait));
-    (void)run_doubles(model, in, "y");
-    REQUIRE(d.sync().wait_for(kWait));
-    auto after = d.stats();
-    REQUIRE(after.wait_for(kWait));
-    return after.get().ops_executed - before.get().ops_executed;
-  };
+  auto ops_of_a_run = [&](const sy::onnx::Model& model, const sy::Device& d) { return ops_per_run(model, in, d); };
   uint64_t fused_ops = 0;
   for (const char* dev : {"cpu:0", "reference:0"}) {
     INFO(dev);
@@ -2255,17 +2258,7 @@ TEST_CASE("onnx: an exported attention runs as one op where its shapes allow and
     for (const char* dev : {"cpu:0", "reference:0"}) {
       INFO(dev << ", k batch " << k_batch);
       const sy::Device d = rt.device(dev);
-      auto ops_of_a_run = [&](const sy::onnx::Model& model) {
-        (void)run_doubles(model, in, "y");
-        REQUIRE(d.sync().wait_for(kWait));
-        auto before = d.stats();
-        REQUIRE(before.wait_for(kWait));
-        (void)run_doubles(model, in, "y");
-        REQUIRE(d.sync().wait_for(kWait));
-        auto after = d.stats();
-        REQUIRE(after.wait_for(kWait));
-        return after.get().ops_executed - before.get().ops_executed;
-      };
+      auto ops_of_a_run = [&](const sy::onnx::Model& model) { return ops_per_run(model, in, d); };
       auto fused = sy::onnx::Model::load_bytes(attention_model(k_batch, false), d);
       CHECK(fused.num_nodes() == 5);
       auto leaky = sy::onnx::Model::load_bytes(attention_model(k_batch, true), d);
