@@ -486,7 +486,7 @@ SY_F32_TARGET void row_times_rows(const F32Gemm& g, const F32GemmOperands& ops, 
   __mmask16 m[V];
   __m512 acc[V];
 #pragma GCC unroll 16
-  for (int v = 0; v < V; ++v) {
+  for (int64_t v = 0; v < V; ++v) {
     m[v] = mask16(j1 - j - 16 * v);
     acc[v] = row_start(g, ops, j + 16 * v, m[v]);
   }
@@ -496,14 +496,14 @@ SY_F32_TARGET void row_times_rows(const F32Gemm& g, const F32GemmOperands& ops, 
     // follow a walk down the rows.
     if (p + kRowsAhead < g.k)
 #pragma GCC unroll 16
-      for (int v = 0; v < V; ++v)
+      for (int64_t v = 0; v < V; ++v)
         _mm_prefetch(reinterpret_cast<const char*>(b + kRowsAhead * g.ldb + 16 * v), _MM_HINT_T0);
     const __m512 x = _mm512_set1_ps(ops.a[p * a_step]);
 #pragma GCC unroll 16
-    for (int v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[v], b + 16 * v), acc[v]);
+    for (int64_t v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[v], b + 16 * v), acc[v]);
   }
 #pragma GCC unroll 16
-  for (int v = 0; v < V; ++v) row_finish(g, ops, j + 16 * v, m[v], acc[v]);
+  for (int64_t v = 0; v < V; ++v) row_finish(g, ops, j + 16 * v, m[v], acc[v]);
 }
 
 using RowsFn = void (*)(const F32Gemm&, const F32GemmOperands&, int64_t, int64_t);
