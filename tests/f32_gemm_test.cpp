@@ -304,6 +304,55 @@ TEST_CASE("native f32 GEMM gives one row alone the bits it gets in a batch", "[c
       }
 }
 
+// The one-row path with everything a caller may ask of the tiled kernel:
+// C's own values (accumulate), a row bias, a column bias, a residual added
+// before or after the sums, relu; each row of a 3-row product run alone
+// must get the same bits, on one thread and on two.
+TEST_CASE("native f32 GEMM one-row path keeps the tiled kernel's start and epilogue", "[cpu][f32_gemm]") {
+  if (skip_without_avx512f()) return;
+  NativeGemm on(true);
+  Draw r{11};
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t threads : {size_t{1}, size_t{2}})
+    for (auto [n, k] : {std::array<int64_t, 2>{40, 33}, {300, 1100}})
+      for (bool tb : {false, true})
+        for (bool add_first : {false, true}) {
+          INFO("threads " << threads << " n " << n << " k " << k << " tb " << tb << " add_first " << add_first);
+          cpu::ThreadPool pool(threads);
+          const int64_t m = 3;
+          auto a = values(r, m * k), b = values(r, k * n), row_bias = values(r, m), col_bias = values(r, n);
+          auto add = values(r, m * n), start = values(r, m * n);
+          a[5] = inf;  // row 0 (+-inf, or 0 after relu); a NaN in row 2
+          a[static_cast<size_t>(2 * k + 2)] = std::numeric_limits<float>::quiet_NaN();
+          auto run = [&](int64_t rows, int64_t first, std::vector<float> c) {
+            cpu::F32Gemm g;
+            g.m = rows;
+            g.n = n;
+            g.k = k;
+            g.lda = k;
+            g.ldb = tb ? k : n;
+            g.b_transposed = tb;
+            g.ldc = n;
+            g.accumulate = true;
+            g.epilogue = {add_first, true};
+            g.locate = [&, first](int64_t) {
+              cpu::F32GemmOperands ops{a.data() + first * k, b.data(), c.data(), row_bias.data() + first};
+              ops.add = add.data() + first * n;
+              ops.col_bias = col_bias.data();
+              return ops;
+            };
+            REQUIRE(cpu::gemm_f32(pool, g));
+            return c;
+          };
+          const auto all = run(m, 0, start);
+          for (int64_t i = 0; i < m; ++i) {
+            const auto alone = run(1, i, std::vector<float>(start.begin() + i * n, start.begin() + (i + 1) * n));
+            INFO("row " << i);
+            CHECK(std::memcmp(alone.data(), all.data() + i * n, static_cast<size_t>(n) * sizeof(float)) == 0);
+          }
+        }
+}
+
 TEST_CASE("f32 matmul keeps rows narrower than 8 on OpenBLAS", "[cpu][f32_gemm]") {
   if (skip_native_matmul()) return;
   Draw r{4};
