@@ -896,19 +896,23 @@ constexpr int64_t early_start_macs = int64_t{1} << 20;
 }  // namespace
 
 bool Core::starts_early(const OperationIr& op) {
+  // outputs * per_output >= early_start_macs, without overflowing on a
+  // huge (or hostile) shape.
+  const auto at_least = [](int64_t outputs, int64_t per_output) {
+    return outputs > 0 && per_output > 0 && outputs >= (early_start_macs + per_output - 1) / per_output;
+  };
   if (const auto* m = std::get_if<MatmulOp>(&op.op)) {
     const auto& a = m->lhs.shape;
-    const int64_t k = a.rank() == 0 ? 1 : a.dims[m->transpose_lhs ? a.rank() - 2 : a.rank() - 1];
-    return m->out.numel() * k >= early_start_macs;
+    const int64_t k = a.rank() < 2 ? 1 : a.dims[m->transpose_lhs ? a.rank() - 2 : a.rank() - 1];
+    return at_least(m->out.numel(), k);
   }
   if (const auto* c = std::get_if<ConvOp>(&op.op)) {
     const int64_t out_channels = c->out.shape.rank() > 1 ? std::max<int64_t>(c->out.shape.dims[1], 1) : 1;
-    return c->out.numel() * (c->weight.numel() / out_channels) >= early_start_macs;
+    return at_least(c->out.numel(), c->weight.numel() / out_channels);
   }
   if (const auto* t = std::get_if<AttentionOp>(&op.op)) {
     const auto& k = t->k.shape;
-    const int64_t keys = k.rank() >= 2 ? k.dims[k.rank() - 2] : 1;
-    return 2 * t->q.numel() * keys >= early_start_macs;
+    return at_least(t->q.numel(), k.rank() >= 2 ? 2 * k.dims[k.rank() - 2] : 1);
   }
   return false;
 }
