@@ -2330,6 +2330,25 @@ TEST_CASE("onnx: a value's drop follows its last reader so its batch knows it di
   CHECK(last_uses == 3);
 }
 
+// Fused nodes have no schema: the type constraints of the nodes they stand
+// for are still checked at load, so an integer Softmax is refused as it is
+// unfused.
+TEST_CASE("onnx: a fused pattern that breaks ONNX's type constraints is refused at load", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("a", pb::TensorProto::INT64, {int64_t{2}, int64_t{3}});
+  m.input("b", pb::TensorProto::INT64, {int64_t{3}, int64_t{4}});
+  m.input("v", pb::TensorProto::INT64, {int64_t{4}, int64_t{2}});
+  m.node("MatMul", {"a", "b"}, {"s"}, "scores");
+  attr_i(m.node("Softmax", {"s"}, {"p"}, "probs"), "axis", -1);
+  m.node("MatMul", {"p", "v"}, {"y"}, "out");
+  m.output("y", pb::TensorProto::INT64, {int64_t{2}, int64_t{2}});
+  sy::Errc code{};
+  CHECK_THAT(error_of([&] { (void)sy::onnx::Model::load_bytes(m.bytes(), rt.cpu()); }, &code),
+             Catch::Contains("node 'probs' (Softmax)") && Catch::Contains("INT64"));
+  CHECK(code == sy::Errc::dtype_mismatch);
+}
+
 TEST_CASE("onnx: a model's own node of the loader's fused domain is refused", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   Builder m;

@@ -293,7 +293,10 @@ FusedNodes fuse_patterns(const GraphProto& graph, const std::vector<size_t>& sta
   std::unordered_map<int, NodeProto> at_last;  // the fused node, by the index of the pattern's last node
   auto take = [&](const std::vector<int>& nodes, NodeProto fused) {
     if (std::any_of(nodes.begin(), nodes.end(), [&](int n) { return removed[static_cast<size_t>(n)] != 0; })) return;
-    for (int n : nodes) removed[static_cast<size_t>(n)] = 1;
+    for (int n : nodes) {
+      removed[static_cast<size_t>(n)] = 1;
+      out.replaced.push_back(static_cast<size_t>(n));
+    }
     at_last.emplace(*std::max_element(nodes.begin(), nodes.end()), std::move(fused));
   };
   for (int i = 0; i < graph.node_size(); ++i) {

@@ -17,7 +17,8 @@ namespace switchyard::onnx::detail {
 struct FusedNodes {
   std::vector<::onnx::NodeProto> nodes;
   std::vector<size_t> origin;
-  size_t fused = 0;  // how many patterns were replaced
+  size_t fused = 0;              // how many patterns were replaced
+  std::vector<size_t> replaced;  // the original nodes they replaced (for the type checks their schemas make)
 };
 
 /// Replaces each layer norm written out as ReduceMean, Sub, Pow 2,

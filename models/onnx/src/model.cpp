@@ -337,6 +337,13 @@ struct Compiler {
                        [&](const auto& p) { return p.type_param_str == formal.GetTypeStr(); });
   }
 
+  /// ONNX's type constraints of a node the fusion replaced (its fused node
+  /// has no schema): a model that breaks them is refused as unfused.
+  void check_replaced(const ::onnx::NodeProto& node, size_t index) const {
+    if (const auto* schema = ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), ""))
+      check_types(*schema, node, "onnx: " + node_label(node, index));
+  }
+
   void check_types(const ::onnx::OpSchema& schema, const ::onnx::NodeProto& node, const std::string& label) const {
     std::map<std::string, std::pair<int32_t, std::string>, std::less<>> bound;  // parameter -> type, by whom
     auto check = [&](const std::string& value, const std::vector<::onnx::OpSchema::FormalParameter>& formals,
@@ -837,6 +844,7 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   if (fused.fused > 0)
     for (auto& n : fused.nodes) *rewritten.add_node() = std::move(n);
   Compiler compiler{impl->opset, training_opset, base_dir, elem_type, num_slots, impl->inner_slots};
+  for (size_t i : fused.replaced) compiler.check_replaced(graph.node(static_cast<int>(i)), i);
   compiler.nodes(fused.fused > 0 ? rewritten : graph, impl->graph, scope);
   for (const auto& v : graph.output()) {
     impl->outputs.push_back(value_info(v, "onnx: output"));
