@@ -33,16 +33,8 @@ namespace {
 bool native_product(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                     int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   if (n < 8 || openblas_runs_avx512()) return false;
-  F32Gemm g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = lda;
-  g.ldb = ldb;
-  g.b_transposed = trans_b;
-  g.ldc = ldc;
+  F32Gemm g = single_product(m, n, k, {a, lda, false}, {b, ldb, trans_b}, c, ldc);
   g.accumulate = accumulate;
-  g.locate = [&](int64_t) { return F32GemmOperands{a, b, c}; };
   return gemm_f32_here(g);
 }
 

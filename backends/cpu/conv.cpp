@@ -455,16 +455,7 @@ bool transposed_gemm_native(Context& ctx, int64_t m, int64_t n, int64_t k, const
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    F32Gemm gemm;
-    gemm.m = m;
-    gemm.n = n;
-    gemm.k = k;
-    gemm.lda = m;
-    gemm.a_transposed = true;
-    gemm.ldb = n;
-    gemm.ldc = n;
-    gemm.locate = [&](int64_t) { return F32GemmOperands{w, x, col, nullptr}; };
-    return gemm_f32(ctx.pool, gemm);
+    return gemm_f32(ctx.pool, single_product(m, n, k, {w, m, true}, {x, n, false}, col, n));
   }
 }
 

@@ -96,6 +96,34 @@ struct F32Gemm {
   std::function<F32GemmOperands(int64_t batch)> locate;
 };
 
+/// A's or B's memory in a single product: element (r, c) of the
+/// untransposed operand at data[r * ld + c], or data[c * ld + r] when
+/// `transposed`.
+struct F32Operand {
+  const float* data = nullptr;
+  int64_t ld = 0;
+  bool transposed = false;
+};
+
+/// One product C (m x n, rows ldc apart) = A (m x k) B (k x n) at fixed
+/// addresses: no batches, biases or epilogue (set `accumulate` or
+/// `epilogue` on the result for more). What a kernel's own sub-products
+/// (attention's blocks, a transposed convolution's columns) ask of it.
+[[nodiscard]] inline F32Gemm single_product(int64_t m, int64_t n, int64_t k, F32Operand a, F32Operand b, float* c,
+                                            int64_t ldc) {
+  F32Gemm g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = a.ld;
+  g.a_transposed = a.transposed;
+  g.ldb = b.ld;
+  g.b_transposed = b.transposed;
+  g.ldc = ldc;
+  g.locate = [a = a.data, b = b.data, c](int64_t) { return F32GemmOperands{a, b, c}; };
+  return g;
+}
+
 /// The epilogue as a pass over the `n` finished values of `y` (`add` as
 /// long, or null), for when the kernel that would have applied it was off:
 /// the same bits as in the GEMM's store.
