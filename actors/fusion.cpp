@@ -26,7 +26,7 @@ static_assert(max_chain_ops < Mention::no_position);
 
 class Scan {
  public:
-  explicit Scan(const Shape& shape) : shape_(shape) { mentions_.reserve(max_chain_ops + max_inputs); }
+  explicit Scan(const Shape& shape) : shape_(shape) {}
 
   /// Adds `op`, the chain's op at `position`, if it can follow the ops
   /// before it; false (changing nothing) otherwise.
@@ -104,7 +104,7 @@ class Scan {
   [[nodiscard]] std::vector<TensorIr> inputs(size_t size) const {
     std::vector<TensorIr> out;
     out.reserve(externals_);
-    for (const auto& m : mentions_) {
+    for (const auto& m : std::span(mentions_.data(), mentions_used_)) {
       if (m.produced || m.first_at >= size) continue;
       out.push_back(*m.tensor);
       if (m.last_use_at < size) out.back().status = TensorStatus::read_write;
@@ -126,15 +126,19 @@ class Scan {
     return index == nullptr ? nullptr : &mentions_[*index];
   }
 
+  // (add() admits at most max_inputs externals and one output per op.)
   Mention& remember(const Mention& m) {
-    probe_id(index_, m.tensor->id) = {m.tensor->id.value, static_cast<uint8_t>(mentions_.size())};
-    mentions_.push_back(m);
-    return mentions_.back();
+    probe_id(index_, m.tensor->id) = {m.tensor->id.value, static_cast<uint8_t>(mentions_used_)};
+    mentions_[mentions_used_] = m;
+    return mentions_[mentions_used_++];
   }
   [[nodiscard]] Mention* find(TensorId id) { return const_cast<Mention*>(static_cast<const Scan&>(*this).find(id)); }
 
   const Shape& shape_;
-  std::vector<Mention> mentions_;
+  // In place, not a vector: a scan per chain head of every batch, and the
+  // vector's block was the runner's largest allocation per op.
+  std::array<Mention, max_chain_ops + max_inputs> mentions_{};
+  size_t mentions_used_ = 0;
   std::array<IdSlot<uint8_t>, table_size> index_{};  // into mentions_
   size_t externals_ = 0;
   size_t live_ = 0;  // intermediates not yet consumed, the last output included

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -529,8 +530,8 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
   auto chain = find_chain(ops, first, ctx);
   if (!chain) return 0;
   auto chain_ops = ops.subspan(first, chain->size);
-  std::vector<BufferPtr> ins;
-  ins.reserve(chain->inputs.size());
+  // (In place for the usual few inputs: a chain per batch of a model.)
+  boost::container::small_vector<BufferPtr, 8> ins;
   for (const auto& t : chain->inputs) ins.push_back(find(t.id)->buffer);
   // The table's references go first, so a last-use buffer can be reused.
   for (auto& op : chain_ops) release_last_uses(st, op);
@@ -539,7 +540,9 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
   const auto begin = st.tracer ? Tracer::Clock::now() : Tracer::Clock::time_point{};
   auto err = guarded(
       [&] { return chain_ops.back().name() + " (fused chain of " + std::to_string(chain_ops.size()) + " ops)"; },
-      [&] { return st.backend->execute_fused(chain_ops, chain->inputs, ins, out); });
+      [&] {
+        return st.backend->execute_fused(chain_ops, chain->inputs, std::span<BufferPtr>(ins.data(), ins.size()), out);
+      });
   if (!err && !out) err = make_error(Errc::kernel_failure, "fused chain: backend produced no output");
   if (st.tracer) {
     // The chain's time, shared evenly: one slice per op, as unfused.
@@ -578,35 +581,47 @@ void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::er
   f(*it);
 }
 
-void read_entry(Self self, Entry& e, const std::function<void(caf::expected<TensorData>)>& done) {
+// (`done` by value, moved along: each copy of a reply's std::function was
+// an allocation on the runner's thread, five per read.)
+void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData>)> done) {
   if (e.state == Entry::State::failed) {
     done(e.error());
     return;
   }
   // A backend that throws here may or may not have called back yet; the
-  // reader is answered once either way.
-  auto answered = std::make_shared<std::atomic<bool>>(false);  // a callback may come on another thread
+  // reader is answered once either way. The callback may come on another
+  // thread, so what it needs is shared, not the runner's: one block, whose
+  // pointer is all the callback holds (small enough not to allocate).
+  struct Reader {
+    std::function<void(caf::expected<TensorData>)> done;
+    std::string device;  // failures name it, as an op's do (a custom backend's message may not)
+    std::atomic<bool> answered{false};
+  };
+  auto reader = std::make_shared<Reader>();
+  reader->done = std::move(done);
+  reader->device = self->state.name;
   try {
-    // Failures name the device, as an op's do (a custom backend's message
-    // may not); the name is copied: the callback may run on another thread.
-    self->state.backend->to_data(e.meta, e.buffer,
-                                 [done, answered, name = self->state.name](backends::Expected<TensorData> r) {
-                                   answered->store(true);
-                                   if (r) {
-                                     done(std::move(*r));
-                                     return;
-                                   }
-                                   const auto info = describe(to_caf(r.error()));
-                                   done(make_error(info.code, name + ": " + info.message, info.tensor));
-                                 });
+    self->state.backend->to_data(e.meta, e.buffer, [reader](backends::Expected<TensorData> r) {
+      reader->answered.store(true);
+      if (r) {
+        reader->done(std::move(*r));
+        return;
+      }
+      const auto info = describe(to_caf(r.error()));
+      reader->done(make_error(info.code, reader->device + ": " + info.message, info.tensor));
+    });
   } catch (...) {
-    if (!answered->load()) done(on_device(self->state, to_caf(current_exception_error("read"))));
+    if (!reader->answered.load()) reader->done(on_device(self->state, to_caf(current_exception_error("read"))));
   }
 }
 
 // Reads tensor `id` once it is ready or failed, answering `done` with its
 // contents or its error.
-void read_when_resolved(Self self, TensorId id, const std::function<void(caf::expected<TensorData>)>& done) {
+void read_when_resolved(Self self, TensorId id, std::function<void(caf::expected<TensorData>)> done) {
+  if (auto* e = self->state.table.find(id); e != nullptr && e->state != Entry::State::pending) {
+    read_entry(self, *e, std::move(done));  // the usual case: no closure to store
+    return;
+  }
   when_resolved(
       self, id, [self, done](Entry& e) { read_entry(self, e, done); },
       [done](caf::error err) { done(std::move(err)); });
@@ -998,7 +1013,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](read_atom, TensorId id, std::vector<OperationIr>& ops, LocalReply<TensorData>& reply) {
         take_in_request(self, ops);
-        read_when_resolved(self, id, reply.deliver);
+        read_when_resolved(self, id, std::move(reply.deliver));
         linger(self);
       },
       [self](read_atom, TensorId id, uint64_t offset, uint64_t max_bytes) -> caf::result<DataPart> {

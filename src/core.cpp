@@ -1061,11 +1061,16 @@ struct LocalReplyState {
   Promise<Value> promise;
   std::weak_ptr<Core> core;
   DeviceId device = 0;
+  /// The runner called back (every call completes the promise): the
+  /// destructor then builds no device_lost error, which cost an Error, its
+  /// message and an exception_ptr on the runner's thread for every read.
+  bool answered = false;
   LocalReplyState(std::shared_ptr<const void> k, Promise<Value> p, std::weak_ptr<Core> c, DeviceId d)
       : keep(std::move(k)), promise(std::move(p)), core(std::move(c)), device(d) {}
   LocalReplyState(const LocalReplyState&) = delete;
   LocalReplyState& operator=(const LocalReplyState&) = delete;
   ~LocalReplyState() {
+    if (answered) return;
     try {
       auto c = core.lock();
       if (!c || c->closed()) return;  // the broken promise says runtime_closed, as it should
@@ -1087,6 +1092,7 @@ LocalReply<Reply> Core::local_reply(DeviceId device, Promise<Value> promise, std
   return LocalReply<Reply>{[state, convert](caf::expected<Reply> r) mutable {
     RuntimeThreadScope scope;
     auto& promise = state->promise;
+    state->answered = true;
     try {
       state->keep.reset();  // queue the drop before the caller sees the value
       if (r)

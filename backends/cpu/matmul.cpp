@@ -57,13 +57,16 @@ bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const 
   g.b_transposed = op.transpose_rhs;
   g.ldc = d.n;
   g.epilogue = ep;
-  g.locate = [&](int64_t batch) {
+  // One pointer captured: a std::function keeps that in place, where the
+  // six references allocated a block per product.
+  const auto locate = [&](int64_t batch) {
     const auto [ao, bo] = d.operands(batch);
     F32GemmOperands ops{a + ao * d.m * d.k, b + bo * d.k * d.n, c + batch * d.m * d.n, nullptr};
     ops.col_bias = col_bias;
     ops.add = add != nullptr ? add + batch * d.m * d.n : nullptr;
     return ops;
   };
+  g.locate = [at = &locate](int64_t batch) { return (*at)(batch); };
   return gemm_f32(ctx.pool, g);
 }
 
