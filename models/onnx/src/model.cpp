@@ -514,8 +514,7 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
       for (int s : release_after[n - 1])
         if (env[s].dev.defined() && !env[s].host) env[s] = Value{};
     if (skip != nullptr && (*skip)[n]) continue;
-    std::vector<Value*> ins;
-    ins.reserve(g.node_in[n].size());
+    boost::container::small_vector<Value*, 8> ins;
     for (int s : g.node_in[n]) {
       if (s >= 0 && !env[s].present())
         throw Error(Errc::invalid_argument, "onnx: " + node_label(g.nodes[n], n) + ": input has no value");
@@ -545,9 +544,9 @@ void Model::Impl::execute(const Graph& g, std::vector<Value>& env, const std::ve
         for (int s : sub.output_slots) outs.push_back(env[s]);
         return outs;
       });
-    detail::Ctx ctx(g.nodes[n], opset, device, std::move(ins), computed_read, body ? &*body : nullptr,
-                    static_cast<int64_t>(n));
-    std::vector<Value> outs;
+    detail::Ctx ctx(g.nodes[n], opset, device, std::span<Value* const>(ins.data(), ins.size()), computed_read,
+                    body ? &*body : nullptr, static_cast<int64_t>(n));
+    detail::Outs outs;
     try {
       outs = g.specs[n]->run(ctx);
     } catch (const Error& e) {
@@ -629,6 +628,7 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
     if (given[i].present()) env[input_slots[i]] = given[i];
   bool computed_read = false;
   if (trail != nullptr) {
+    trail->ends.reserve(graph.nodes.size() + 1);  // one block, not one per doubling
     // Everything made before the run (weights, the inputs' uploads) is no node's.
     uint64_t before = 0;
     for (const auto& v : env) before = std::max(before, largest_id(v));

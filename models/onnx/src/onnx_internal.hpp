@@ -4,10 +4,12 @@
 // Internal to the ONNX loader: protobuf types, the op table, host values.
 
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <functional>
 #include <memory>
 #include <onnx/onnx_pb.h>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,12 +83,13 @@ class Ctx {
   /// value on the host: a plan cannot cache what follows from it.
   /// `index`, the node's position in its graph, names an unnamed node in
   /// errors as the loader does ('#index').
-  Ctx(const ::onnx::NodeProto& node, int64_t opset, Device device, std::vector<Value*> inputs,
+  /// `device` and `inputs` are the caller's, and outlive the Ctx.
+  Ctx(const ::onnx::NodeProto& node, int64_t opset, const Device& device, std::span<Value* const> inputs,
       bool* computed_read = nullptr, const SubgraphRunner* subgraphs = nullptr, int64_t index = -1)
       : node_(node),
         opset_(opset),
-        device_(std::move(device)),
-        inputs_(std::move(inputs)),
+        device_(device),
+        inputs_(inputs),
         computed_read_(computed_read),
         subgraphs_(subgraphs),
         index_(index) {}
@@ -131,12 +134,16 @@ class Ctx {
  private:
   const ::onnx::NodeProto& node_;
   int64_t opset_;
-  Device device_;
-  std::vector<Value*> inputs_;
+  const Device& device_;
+  std::span<Value* const> inputs_;
   bool* computed_read_;
   const SubgraphRunner* subgraphs_;
   int64_t index_;
 };
+
+/// A node's outputs: in place for the usual one or two (a vector's block
+/// per node was an allocation per op of every run).
+using Outs = boost::container::small_vector<Value, 2>;
 
 /// One ONNX op: the attributes it understands, a load-time check (returns
 /// what is missing, or "" when the node is runnable), and the
@@ -145,7 +152,7 @@ struct OpSpec {
   std::vector<std::string> attributes;
   /// (optional) "" when supported; otherwise what is missing.
   std::function<std::string(const ::onnx::NodeProto&, int64_t opset)> check;
-  std::function<std::vector<Value>(Ctx&)> run;
+  std::function<Outs(Ctx&)> run;
 };
 
 /// The op table, by ONNX op type (default domain).

@@ -25,7 +25,8 @@ namespace {
 constexpr int64_t kHostMax = 1 << 16;  // larger results go to the device
 
 using Ints = std::vector<int64_t>;
-using Outs = std::vector<Value>;
+// A list of values (a subgraph's inputs or outputs); a node returns Outs.
+using Values = std::vector<Value>;
 
 Value dev_value(Tensor t) {
   Value v;
@@ -2428,12 +2429,14 @@ Outs roi_align_node(Ctx& ctx) {
 // computed them, and then the model is replanned on every run) ---
 
 // A subgraph's results for the node's outputs: their count must match.
-Outs expect_outputs(Ctx& ctx, Outs outs, size_t want, std::string_view what) {
+Values expect_outputs(Ctx& ctx, Values outs, size_t want, std::string_view what) {
   if (outs.size() != want)
     ctx.fail(Errc::invalid_argument, std::string(what) + " has " + std::to_string(outs.size()) +
                                          " outputs, the node expects " + std::to_string(want));
   return outs;
 }
+
+Outs to_outs(Values v) { return {std::make_move_iterator(v.begin()), std::make_move_iterator(v.end())}; }
 
 bool read_flag(Ctx& ctx, const Value& v, std::string_view what) {
   const TensorData& d = ctx.read(v);
@@ -2474,8 +2477,8 @@ Value take_along(Ctx& ctx, const Value& x, int64_t axis, int64_t t) {
 Outs if_node(Ctx& ctx) {
   const bool taken = read_flag(ctx, ctx.in(0), "cond");
   const auto want = static_cast<size_t>(ctx.node().output_size());
-  return expect_outputs(ctx, ctx.run_subgraph(taken ? "then_branch" : "else_branch", {}), want,
-                        taken ? "then_branch" : "else_branch");
+  return to_outs(expect_outputs(ctx, ctx.run_subgraph(taken ? "then_branch" : "else_branch", {}), want,
+                                taken ? "then_branch" : "else_branch"));
 }
 
 // Loop: body(iteration, cond, carried...) -> (cond, carried..., scan...),
@@ -2485,33 +2488,33 @@ Outs loop_node(Ctx& ctx) {
   if (!has_trip && !has_cond) ctx.fail(Errc::unsupported, "a loop with neither M nor cond never ends");
   const int64_t trip = has_trip ? ctx.ints(0).at(0) : 0;
   bool cond = has_cond ? read_flag(ctx, ctx.in(1), "cond") : true;
-  Outs carried;
+  Values carried;
   for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.value(i));
   const auto outputs = static_cast<size_t>(ctx.node().output_size());
   if (outputs < carried.size()) ctx.fail(Errc::invalid_argument, "fewer outputs than loop-carried values");
-  std::vector<Outs> scans(outputs - carried.size());
+  std::vector<Values> scans(outputs - carried.size());
   for (int64_t i = 0; (!has_trip || i < trip) && cond; ++i) {
-    Outs in{host_value(host_ints({i}, {})), host_value(host_ints({cond ? 1 : 0}, {}, DType::boolean))};
+    Values in{host_value(host_ints({i}, {})), host_value(host_ints({cond ? 1 : 0}, {}, DType::boolean))};
     in.insert(in.end(), carried.begin(), carried.end());
-    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), 1 + outputs, "body");
+    Values out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), 1 + outputs, "body");
     // Without a cond input the body's condition is ignored (ONNX's spec).
     if (has_cond) cond = read_flag(ctx, out[0], "the body's cond");
     for (size_t k = 0; k < carried.size(); ++k) carried[k] = out[1 + k];
     for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[1 + carried.size() + k]);
   }
-  Outs result = carried;
+  Values result = carried;
   for (auto& parts : scans) {
     if (parts.empty()) ctx.fail(Errc::unsupported, "scan outputs of a loop that ran no iteration");
     result.push_back(stack_values(ctx, parts, 0));
   }
-  return result;
+  return to_outs(std::move(result));
 }
 
 // Scan over `seq` steps: body(state..., scan input slices...) ->
 // (state..., scan output elements...). Returns the final states, then
 // the scan outputs stacked along their axes.
-Outs scan_steps(Ctx& ctx, Outs state, const Outs& scan_in, const Ints& in_axes, const Ints& in_dirs,
-                const Ints& out_axes, const Ints& out_dirs, size_t outputs) {
+Values scan_steps(Ctx& ctx, Values state, const Values& scan_in, const Ints& in_axes, const Ints& in_dirs,
+                  const Ints& out_axes, const Ints& out_dirs, size_t outputs) {
   int64_t seq = -1;
   for (size_t j = 0; j < scan_in.size(); ++j) {
     const int64_t len = scan_in[j].shape()[in_axes[j]];
@@ -2523,12 +2526,12 @@ Outs scan_steps(Ctx& ctx, Outs state, const Outs& scan_in, const Ints& in_axes, 
   if (seq < 1) ctx.fail(Errc::unsupported, "a scan of no steps");
   const size_t n_state = state.size();
   if (outputs < n_state) ctx.fail(Errc::invalid_argument, "fewer outputs than state values");
-  std::vector<Outs> scans(outputs - n_state);
+  std::vector<Values> scans(outputs - n_state);
   for (int64_t t = 0; t < seq; ++t) {
-    Outs in = state;
+    Values in = state;
     for (size_t j = 0; j < scan_in.size(); ++j)
       in.push_back(take_along(ctx, scan_in[j], in_axes[j], in_dirs[j] != 0 ? seq - 1 - t : t));
-    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
+    Values out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
     for (size_t k = 0; k < n_state; ++k) state[k] = out[k];
     for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[n_state + k]);
   }
@@ -2552,7 +2555,7 @@ Outs scan_node(Ctx& ctx) {
              "num_scan_inputs " + std::to_string(m) + " for " + std::to_string(ctx.num_inputs() - first) + " inputs");
   const size_t n_state = ctx.num_inputs() - first - static_cast<size_t>(m);
   const auto outputs = static_cast<size_t>(ctx.node().output_size());
-  Outs state, scan_in;
+  Values state, scan_in;
   for (size_t i = first; i < first + n_state; ++i) state.push_back(ctx.in(i));
   for (size_t i = first + n_state; i < ctx.num_inputs(); ++i) scan_in.push_back(ctx.in(i));
   if (!v8) {
@@ -2562,8 +2565,8 @@ Outs scan_node(Ctx& ctx) {
     const Ints in_dirs = ctx.attr_ints("scan_input_directions").value_or(Ints(static_cast<size_t>(m), 0));
     if (in_axes.size() != scan_in.size() || in_dirs.size() != scan_in.size())
       ctx.fail(Errc::invalid_argument, "scan_input_axes and scan_input_directions need one entry per scan input");
-    return scan_steps(ctx, state, scan_in, in_axes, in_dirs, ctx.attr_ints("scan_output_axes").value_or(Ints{}),
-                      ctx.attr_ints("scan_output_directions").value_or(Ints{}), outputs);
+    return to_outs(scan_steps(ctx, state, scan_in, in_axes, in_dirs, ctx.attr_ints("scan_output_axes").value_or(Ints{}),
+                              ctx.attr_ints("scan_output_directions").value_or(Ints{}), outputs));
   }
   if (ctx.has(0)) {
     const int64_t seq = scan_in[0].shape().rank() > 1 ? scan_in[0].shape()[1] : -1;
@@ -2575,21 +2578,21 @@ Outs scan_node(Ctx& ctx) {
   const Ints dirs = ctx.attr_ints("directions").value_or(Ints(static_cast<size_t>(m), 0));
   if (dirs.size() != scan_in.size()) ctx.fail(Errc::invalid_argument, "directions needs one entry per scan input");
   const int64_t batch = scan_in[0].shape().rank() > 0 ? scan_in[0].shape()[0] : 0;
-  std::vector<Outs> per_batch;
+  std::vector<Values> per_batch;
   for (int64_t b = 0; b < batch; ++b) {
-    Outs st, sc;
+    Values st, sc;
     for (const auto& v : state) st.push_back(take_along(ctx, v, 0, b));
     for (const auto& v : scan_in) sc.push_back(take_along(ctx, v, 0, b));
     per_batch.push_back(scan_steps(ctx, st, sc, Ints(sc.size(), 0), dirs, {}, {}, outputs));
   }
   if (per_batch.empty()) ctx.fail(Errc::unsupported, "a scan over an empty batch");
-  Outs result;
+  Values result;
   for (size_t k = 0; k < outputs; ++k) {
-    Outs parts;
+    Values parts;
     for (auto& r : per_batch) parts.push_back(r[k]);
     result.push_back(stack_values(ctx, parts, 0));
   }
-  return result;
+  return to_outs(std::move(result));
 }
 
 // --- sequences and optionals (issue 19): lists of tensor values and
@@ -2801,12 +2804,12 @@ Outs sequence_map(Ctx& ctx) {
   const auto outputs = static_cast<size_t>(ctx.node().output_size());
   std::vector<std::vector<Value>> collected(outputs);
   for (size_t k = 0; k < n; ++k) {
-    Outs in;
+    Values in;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
       const Value& v = ctx.value(i);
       in.push_back(v.kind == Value::Kind::sequence ? v.items[k] : v);
     }
-    Outs out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
+    Values out = expect_outputs(ctx, ctx.run_subgraph("body", std::move(in)), outputs, "body");
     for (size_t j = 0; j < outputs; ++j) {
       if (!out[j].is_tensor())
         ctx.fail(Errc::invalid_argument,
@@ -4191,7 +4194,7 @@ namespace {
 /// scaled_dot_product_attention (scale 1: an exporter scales a or b itself)
 /// where it takes the shapes: floating a, b, v of one rank and dtype with
 /// equal batch axes; the three ops, with ONNX's broadcasting, otherwise.
-std::vector<Value> fused_attention(Ctx& ctx) {
+Outs fused_attention(Ctx& ctx) {
   const Tensor a = ctx.dev(0), k = ctx.dev(1), v = ctx.dev(2);
   const auto perm = ctx.attr_ints("key_perm");
   const size_t r = a.rank();

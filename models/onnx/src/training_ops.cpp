@@ -14,8 +14,6 @@ namespace switchyard::onnx::detail {
 
 namespace {
 
-using Outs = std::vector<Value>;
-
 Value on_device(Tensor t) {
   Value v;
   v.dev = std::move(t);
