@@ -14,12 +14,14 @@ namespace switchyard::actors {
 namespace {
 
 /// A tensor the chain mentions, as far as the scan has gone.
+// (Trivial, every field given where one is made: a scan's table of them is
+// left unwritten until used.)
 struct Mention {
-  const TensorIr* tensor = nullptr;   // as first mentioned (the ops outlive the scan)
-  bool produced = false;              // an output of an op of the chain (else an external input)
-  bool consumed = false;              // used for the last time: no later op may mention it
-  uint8_t first_at = 0;               // position in the chain of the op that first mentions it
-  uint8_t last_use_at = no_position;  // position of the op that uses it for the last time (read_write)
+  const TensorIr* tensor;  // as first mentioned (the ops outlive the scan)
+  bool produced;           // an output of an op of the chain (else an external input)
+  bool consumed;           // used for the last time: no later op may mention it
+  uint8_t first_at;        // position in the chain of the op that first mentions it
+  uint8_t last_use_at;     // position of the op that uses it for the last time (read_write), or no_position
   static constexpr uint8_t no_position = 255;
 };
 static_assert(max_chain_ops < Mention::no_position);
@@ -76,7 +78,7 @@ class Scan {
     for (const TensorIr* t : inputs) {
       Mention* m = find(t->id);
       if (m == nullptr) {
-        m = &remember({t, false, false, at});
+        m = &remember({t, false, false, at, Mention::no_position});
         ++externals_;
       }
       if (t->status == TensorStatus::read_write) {
@@ -84,7 +86,7 @@ class Scan {
         m->last_use_at = std::min(m->last_use_at, at);
       }
     }
-    remember({out, true, false, at});
+    remember({out, true, false, at, Mention::no_position});
     live_ = live;
     return true;
   }
@@ -137,7 +139,7 @@ class Scan {
   const Shape& shape_;
   // In place, not a vector: a scan per chain head of every batch, and the
   // vector's block was the runner's largest allocation per op.
-  std::array<Mention, max_chain_ops + max_inputs> mentions_{};
+  std::array<Mention, max_chain_ops + max_inputs> mentions_;  // NOLINT(cppcoreguidelines-pro-type-member-init): [0, mentions_used_) written first
   size_t mentions_used_ = 0;
   std::array<IdSlot<uint8_t>, table_size> index_{};  // into mentions_
   size_t externals_ = 0;
