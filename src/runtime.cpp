@@ -56,8 +56,14 @@ std::vector<Device> Runtime::devices() const {
 }
 
 std::vector<Device> Runtime::connect(const std::string& host, uint16_t port) {
+  // The core held for the whole call, read from this object once: the
+  // runtime may be destroyed on another thread while the handshake waits
+  // (close() then fails it), and nothing after that may touch the Runtime
+  // or a Core it was the last holder of.
+  (void)core();
+  const std::shared_ptr<detail::Core> held = core_;
   std::vector<Device> out;
-  for (auto id : core().connect(host, port)) out.push_back(Device(core_, id));
+  for (auto id : held->connect(host, port)) out.push_back(Device(held, id));
   return out;
 }
 

@@ -625,9 +625,12 @@ TEST_CASE("destroying the runtime during a connect to a silent port does not wai
   options.shutdown_timeout = 0ms;
   auto rt = std::make_unique<sy::Runtime>(options);
   std::promise<std::pair<sy::Errc, std::string>> outcome;
-  std::thread connecting([&] {
+  // The thread is given the Runtime itself: reading `rt` there while this
+  // thread resets it would be the test's own data race (TSan).
+  sy::Runtime* runtime = rt.get();
+  std::thread connecting([&outcome, runtime, port = silent.port()] {
     try {
-      rt->connect("127.0.0.1", silent.port());
+      runtime->connect("127.0.0.1", port);
       outcome.set_value({sy::Errc{}, "connected"});
     } catch (const sy::Error& e) {
       outcome.set_value({e.code(), e.what()});
