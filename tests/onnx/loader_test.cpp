@@ -1313,6 +1313,70 @@ TEST_CASE("onnx: an If on a graph input keys the plan by the condition", "[onnx]
   CHECK(model.cached_plans() == 2);
 }
 
+TEST_CASE("onnx: a cached plan keeps what its runs read: host-folded outputs and a branch's outer weight", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // A run from a cached plan copies only the values its nodes read; an
+  // output the host folded and the initializers a subgraph reads (unseen by
+  // the graph's own nodes) must still be there on every cached run.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {std::string("B"), int64_t{2}});
+  m.input("c", pb::TensorProto::BOOL, {});
+  m.init_i64("zero", {0}, {});
+  m.init("w", {3.0f, -1.0f}, {2});
+  m.init("bias", {10.0f, 20.0f}, {2});
+  m.node("Shape", {"x"}, {"s"});
+  attr_i(m.node("Gather", {"s", "zero"}, {"batch"}), "axis", 0);
+  m.node("Mul", {"x", "w"}, {"xw"});
+  Body then_b("add_bias"), else_b("pass");
+  then_b.node("Add", {"xw", "bias"}, {"t"});
+  then_b.output("t", pb::TensorProto::FLOAT, {std::string("B"), int64_t{2}});
+  else_b.node("Identity", {"xw"}, {"e"});
+  else_b.output("e", pb::TensorProto::FLOAT, {std::string("B"), int64_t{2}});
+  auto& n = m.node("If", {"c"}, {"y"}, "choose");
+  attr_g(n, "then_branch", then_b);
+  attr_g(n, "else_branch", else_b);
+  m.output("batch", pb::TensorProto::INT64, {});
+  m.output("y", pb::TensorProto::FLOAT, {std::string("B"), int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    for (int64_t b : {1, 3}) {
+      std::vector<float> x(static_cast<size_t>(b * 2));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+      auto out = model.infer({{"x", sy::TensorData::from(x, {b, 2})}, {"c", flag(true)}});
+      REQUIRE(out.wait_for(kWait));
+      auto got = out.get();
+      CHECK(got.at("batch").to_vector<int64_t>() == std::vector<int64_t>{b});
+      const auto y = got.at("y").to_vector<float>();
+      REQUIRE(y.size() == x.size());
+      for (size_t i = 0; i < y.size(); ++i)
+        CHECK(y[i] == x[i] * (i % 2 == 0 ? 3.0f : -1.0f) + (i % 2 == 0 ? 10.0f : 20.0f));
+    }
+  }
+  CHECK(model.cached_plans() == 2);
+
+  // Without subgraphs the plan picks the slots: the folded output still.
+  Builder flat;
+  flat.input("x", pb::TensorProto::FLOAT, {std::string("B"), int64_t{2}});
+  flat.init_i64("zero", {0}, {});
+  flat.init("w", {3.0f, -1.0f}, {2});
+  flat.node("Shape", {"x"}, {"s"});
+  attr_i(flat.node("Gather", {"s", "zero"}, {"batch"}), "axis", 0);
+  flat.node("Mul", {"x", "w"}, {"y"});
+  flat.output("batch", pb::TensorProto::INT64, {});
+  flat.output("y", pb::TensorProto::FLOAT, {std::string("B"), int64_t{2}});
+  auto plain = sy::onnx::Model::load_bytes(flat.bytes(), rt.cpu());
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    auto out = plain.infer({{"x", sy::TensorData::from(std::vector<float>{1, 2, 3, 4}, {2, 2})}});
+    REQUIRE(out.wait_for(kWait));
+    auto got = out.get();
+    CHECK(got.at("batch").to_vector<int64_t>() == std::vector<int64_t>{2});
+    CHECK(got.at("y").to_vector<float>() == std::vector<float>{3, -2, 9, -4});
+  }
+  CHECK(plain.cached_plans() == 1);
+}
+
 TEST_CASE("onnx: a Loop carries a value and stacks a scan output reading an outer value", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   // acc += x, M times; the scan output is acc after each step.

@@ -460,6 +460,11 @@ constexpr size_t kMaxPlans = 256;
 struct Plan {
   std::vector<Value> env;
   std::vector<char> skip;
+  /// The slots of env a run reads (the nodes that run read them, or they
+  /// are outputs): a run copies only these, not the values only skipped
+  /// nodes read; every present slot for a graph with subgraphs (whose
+  /// bodies read outer values unseen by node_in).
+  std::vector<int> live;
 };
 
 struct Model::Impl {
@@ -623,7 +628,16 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
     std::lock_guard lock(mu);
     if (auto it = plans.find(key); it != plans.end()) plan = it->second;
   }
-  std::vector<Value> env = plan ? plan->env : base;
+  // A cached plan's values, only those this run reads: copying and
+  // destroying every slot (a model's folded shape arithmetic, the weights
+  // of skipped nodes) was a fifth of the client's work per call.
+  std::vector<Value> env;
+  if (plan) {
+    env.resize(plan->env.size());
+    for (int s : plan->live) env[s] = plan->env[s];
+  } else {
+    env = base;
+  }
   for (size_t i = 0; i < given.size(); ++i)
     if (given[i].present()) env[input_slots[i]] = given[i];
   bool computed_read = false;
@@ -631,7 +645,8 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
     trail->ends.reserve(graph.nodes.size() + 1);  // one block, not one per doubling
     // Everything made before the run (weights, the inputs' uploads) is no node's.
     uint64_t before = 0;
-    for (const auto& v : env) before = std::max(before, largest_id(v));
+    for (const auto& v : plan ? plan->env : env) before = std::max(before, largest_id(v));
+    for (const auto& v : given) before = std::max(before, largest_id(v));
     trail->record(before, -1);
   }
   execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read, trail);
@@ -666,6 +681,16 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
         if (s >= 0) env[s] = Value{};
   for (int s : inner_slots) env[s] = Value{};
   for (size_t i = 0; i < given.size(); ++i) env[input_slots[i]] = base[input_slots[i]];
+  const bool has_bodies =
+      std::any_of(graph.bodies.begin(), graph.bodies.end(), [](const auto& b) { return !b.empty(); });
+  std::vector<char> reads(env.size(), has_bodies ? 1 : 0);
+  for (size_t n = 0; n < nodes.size(); ++n)
+    if (!built->skip[n])
+      for (int s : graph.node_in[n])
+        if (s >= 0) reads[static_cast<size_t>(s)] = 1;
+  for (int s : output_slots) reads[static_cast<size_t>(s)] = 1;
+  for (size_t s = 0; s < env.size(); ++s)
+    if (reads[s] && env[s].present()) built->live.push_back(static_cast<int>(s));
   built->env = std::move(env);
   std::lock_guard lock(mu);
   value_inputs.insert(read_inputs.begin(), read_inputs.end());
