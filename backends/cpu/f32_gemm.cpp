@@ -619,8 +619,11 @@ bool run_gemm(ThreadPool* pool, const F32Gemm& g) {
     run_tiles(g, grid, next);
     return true;
   }
-  // Below about a million multiply-adds threads cost more than they save.
-  const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 20);
+  // Below about two million multiply-adds (~20 us on one core) threads cost
+  // more than they save: the MLP at batch 64, whose 64 x 128 x 128 product
+  // is 2^20, took 65 us a call split over two threads and 47-57 us on one
+  // (a parked kernel thread's wake-up costs ~13 us on the 2-core VM).
+  const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 21);
   run_work_items(*pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, next); });
   return true;
 }
