@@ -889,23 +889,22 @@ void Core::submit(DeviceId device, OperationIr&& op) {
 
 namespace {
 
-// Multiply-adds from which an op is worth sending to an idle runner at once:
-// some tens of microseconds of work on one core, against the extra batch
-// (and often a thread wake-up, ~13 us on the 2-core VM) the early send costs.
-// A product or convolution of 2^20 (5-10 us) sent early cost the MLP at
-// batch 64 a second hand-off per call: 65 -> 48 us at 2^22. Attention's
-// score work (an exponential per score, the softmax's passes) makes each
-// of its multiply-adds several times dearer: [4,128,8] (2^20) takes ~50 us.
-constexpr int64_t early_start_macs = int64_t{1} << 22;
-constexpr int64_t early_start_attention_macs = int64_t{1} << 20;
+// Multiply-adds from which an op is worth sending to an idle runner at once
+// (some microseconds of work on one core). Measured against 2^22 for
+// products and convolutions (session 28): the MLP at batch 64, whose
+// 2^20 product then waited for its read, gained little, and a 4-layer
+// encoder of d_model 128 (its feed-forward products 2^20) lost 10-30% per
+// call, its client no longer building the next layers while the device
+// computed.
+constexpr int64_t early_start_macs = int64_t{1} << 20;
 
 }  // namespace
 
 bool Core::starts_early(const OperationIr& op) {
   // outputs * per_output >= early_start_macs, without overflowing on a
   // huge (or hostile) shape.
-  const auto at_least = [](int64_t outputs, int64_t per_output, int64_t macs = early_start_macs) {
-    return outputs > 0 && per_output > 0 && outputs >= (macs + per_output - 1) / per_output;
+  const auto at_least = [](int64_t outputs, int64_t per_output) {
+    return outputs > 0 && per_output > 0 && outputs >= (early_start_macs + per_output - 1) / per_output;
   };
   if (const auto* m = std::get_if<MatmulOp>(&op.op)) {
     const auto& a = m->lhs.shape;
@@ -918,7 +917,7 @@ bool Core::starts_early(const OperationIr& op) {
   }
   if (const auto* t = std::get_if<AttentionOp>(&op.op)) {
     const auto& k = t->k.shape;
-    return at_least(t->q.numel(), k.rank() >= 2 ? 2 * k.dims[k.rank() - 2] : 1, early_start_attention_macs);
+    return at_least(t->q.numel(), k.rank() >= 2 ? 2 * k.dims[k.rank() - 2] : 1);
   }
   return false;
 }
