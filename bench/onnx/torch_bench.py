@@ -55,8 +55,22 @@ def main():
                               "rows_per_s": b * iters / total}))
 
 
+def small_encoder():
+    """A 4-layer nn.TransformerEncoder of d_model 128 (4 heads, feed-forward
+    512): its feed-forward products at sequence 16 are 2^20 multiply-adds,
+    the size around which the runtime's thresholds sit (PERFORMANCE.md,
+    session 28)."""
+    torch.manual_seed(11)
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.0,
+                                             batch_first=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=4)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "export-resnet18":  # export-resnet18 OUT.onnx
+    if sys.argv[1] == "export-small-encoder":  # export-small-encoder OUT.onnx
+        torch.onnx.export(small_encoder().eval(), (torch.randn(1, 16, 128),), sys.argv[2], input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch", 1: "seq"}}, opset_version=14)
+    elif sys.argv[1] == "export-resnet18":  # export-resnet18 OUT.onnx
         torch.onnx.export(resnet18().eval(), (torch.randn(1, 3, 224, 224),), sys.argv[2], input_names=["x"],
                           output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=13)
     else:
