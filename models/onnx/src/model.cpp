@@ -465,6 +465,9 @@ struct Plan {
   /// nodes read; every present slot for a graph with subgraphs (whose
   /// bodies read outer values unseen by node_in).
   std::vector<int> live;
+  /// The largest device tensor id among env's values: made before any run
+  /// of the plan (a run's trail starts above it and its inputs' uploads).
+  uint64_t largest_id = 0;
 };
 
 struct Model::Impl {
@@ -486,6 +489,9 @@ struct Model::Impl {
   /// at the end of a run; empty for a graph with subgraphs (which read
   /// outer values unseen by node_in).
   std::vector<std::vector<int>> release_after;
+  /// Whether a node has a subgraph (If, Loop, Scan, ...): its bodies read
+  /// outer values that node_in does not show.
+  bool has_subgraphs = false;
 
   mutable std::mutex mu;
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
@@ -645,8 +651,12 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
     trail->ends.reserve(graph.nodes.size() + 1);  // one block, not one per doubling
     // Everything made before the run (weights, the inputs' uploads) is no node's.
     uint64_t before = 0;
-    for (const auto& v : plan ? plan->env : env) before = std::max(before, largest_id(v));
-    for (const auto& v : given) before = std::max(before, largest_id(v));
+    if (plan) {
+      before = plan->largest_id;
+      for (const auto& v : given) before = std::max(before, largest_id(v));
+    } else {
+      for (const auto& v : env) before = std::max(before, largest_id(v));
+    }
     trail->record(before, -1);
   }
   execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read, trail);
@@ -681,9 +691,7 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
         if (s >= 0) env[s] = Value{};
   for (int s : inner_slots) env[s] = Value{};
   for (size_t i = 0; i < given.size(); ++i) env[input_slots[i]] = base[input_slots[i]];
-  const bool has_bodies =
-      std::any_of(graph.bodies.begin(), graph.bodies.end(), [](const auto& b) { return !b.empty(); });
-  std::vector<char> reads(env.size(), has_bodies ? 1 : 0);
+  std::vector<char> reads(env.size(), has_subgraphs ? 1 : 0);
   for (size_t n = 0; n < nodes.size(); ++n)
     if (!built->skip[n])
       for (int s : graph.node_in[n])
@@ -691,6 +699,7 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
   for (int s : output_slots) reads[static_cast<size_t>(s)] = 1;
   for (size_t s = 0; s < env.size(); ++s)
     if (reads[s] && env[s].present()) built->live.push_back(static_cast<int>(s));
+  for (const auto& v : env) built->largest_id = std::max(built->largest_id, largest_id(v));
   built->env = std::move(env);
   std::lock_guard lock(mu);
   value_inputs.insert(read_inputs.begin(), read_inputs.end());
@@ -897,7 +906,9 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
     v.host = std::move(data);
     impl->base[s] = std::move(v);
   }
-  if (std::all_of(impl->graph.bodies.begin(), impl->graph.bodies.end(), [](const auto& b) { return b.empty(); })) {
+  impl->has_subgraphs =
+      std::any_of(impl->graph.bodies.begin(), impl->graph.bodies.end(), [](const auto& b) { return !b.empty(); });
+  if (!impl->has_subgraphs) {
     std::vector<int> last(static_cast<size_t>(num_slots), -1);
     for (size_t n = 0; n < nodes.size(); ++n)
       for (int s : impl->graph.node_in[n])
