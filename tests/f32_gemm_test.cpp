@@ -304,6 +304,38 @@ TEST_CASE("native f32 GEMM gives one row alone the bits it gets in a batch", "[c
       }
 }
 
+// Tiles of few rows read a row-major B where it lies; taller tiles pack it
+// first. Rows must get the same bits either way, so a request's rows come out
+// the same alone as inside a dynamic batch.
+TEST_CASE("native f32 GEMM gives a few rows the bits they get in a tall product", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  Draw r{8};
+  // 230 rows: tiles of more than four 14-row panels (B packed) on one thread
+  // and on two; 20 rows: one tile of two panels (B read in place). k = 300
+  // spans two K blocks; n has edges of 16 and of a 32-column panel.
+  const int64_t tall = 230, few = 20;
+  for (auto [n, k] : {std::array<int64_t, 2>{17, 15}, {33, 300}, {257, 300}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Case batch = matmul_case(r, lhs_shape(tall, k, ta), rhs_shape(k, n, tb), ta, tb, Shape{n});
+        INFO(batch.what);
+        const auto all = run_native(batch);
+        Case part = matmul_case(r, lhs_shape(few, k, ta), rhs_shape(k, n, tb), ta, tb, Shape{n});
+        std::vector<float> rows(static_cast<size_t>(few * k));
+        for (int64_t i = 0; i < few; ++i)
+          for (int64_t p = 0; p < k; ++p)
+            rows[static_cast<size_t>(ta ? p * few + i : i * k + p)] =
+                batch.inputs[0][static_cast<size_t>(ta ? p * tall + i : i * k + p)];
+        part.inputs[0] = rows;
+        part.inputs[1] = batch.inputs[1];
+        part.inputs[2] = batch.inputs[2];
+        const auto alone = run_native(part);
+        REQUIRE(alone.size() == static_cast<size_t>(few * n));
+        CHECK(std::memcmp(alone.data(), all.data(), alone.size() * sizeof(float)) == 0);
+        check_case(part, k);
+      }
+}
+
 // The one-row path with everything a caller may ask of the tiled kernel:
 // C's own values (accumulate), a row bias, a column bias, a residual added
 // before or after the sums, relu; each row of a 3-row product run alone

@@ -9,8 +9,10 @@
 // panel (L1: kKC x kNR floats) against every kMR rows of A (L2: the tile's
 // kMC x kKC block). A row-major or shifted-row B is packed one panel at a
 // time, right before its micro-kernels, so the panel is still in L1; a
-// filled or transposed B a whole kKC x nc block at a time. C itself holds the sums between K
-// blocks. Two tiles of one batch entry that share columns pack the same B
+// filled or transposed B a whole kKC x nc block at a time; a tile of few
+// rows (kDirectPanels micro-panels) reads a row-major B where it lies, as
+// its few micro-kernels per panel would not repay the packing. C itself
+// holds the sums between K blocks. Two tiles of one batch entry that share columns pack the same B
 // block twice, which costs 1/kMC of the work; in exchange no tile waits for
 // another, and B can come from a caller's fill function, or as shifted rows
 // of one buffer (a convolution's image read as its column matrix), without
@@ -142,6 +144,9 @@ constexpr int64_t kKC = SY_F32_KC;          // a B micro-panel, kKC x kNR, stays
 constexpr int64_t kMC = int64_t{16} * kMR;  // a tile's A block, kMC x kKC, in L2
 constexpr int64_t kNC = 32 * kNR;
 constexpr int64_t kFillRows = 8;  // rows of B a fill_b call writes (8 x kNC floats: 32 KiB at most)
+// A tile of at most this many micro-panels of rows reads a row-major B
+// where it lies instead of packing it (see run_tiles).
+constexpr int64_t kDirectPanels = 4;
 
 SY_F32_TARGET inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1u);
@@ -163,9 +168,10 @@ struct TileEnd {
 };
 
 /// C[R x 16V] (masked to `cols` columns) (+)= the packed A micro-panel
-/// (kc x kMR, rows past R unused) * the packed B micro-panel (kc x kNR).
+/// (kc x kMR, rows past R unused) * the B micro-panel (kc rows of kNR
+/// columns, `ldb` floats apart: packed, or B's own rows).
 template <int R, int V>
-SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, int64_t ldc, int64_t cols,
+SY_F32_TARGET void micro(const float* a, const float* b, int64_t ldb, int64_t kc, float* c, int64_t ldc, int64_t cols,
                          const TileStart& s, const TileEnd& e) {
   __m512 acc[R][V];
   __mmask16 m[V];
@@ -183,7 +189,7 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
   for (int64_t p = 0; p < kc; ++p) {
     __m512 bv[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = _mm512_load_ps(b + p * kNR + static_cast<int64_t>(16 * v));
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + static_cast<int64_t>(16 * v));
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const __m512 av = _mm512_set1_ps(a[p * kMR + i]);
@@ -226,7 +232,7 @@ SY_F32_TARGET void micro(const float* a, const float* b, int64_t kc, float* c, i
     for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(c + i * ldc + static_cast<int64_t>(16 * v), m[v], acc[i][v]);
 }
 
-using MicroFn = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t, const TileStart&,
+using MicroFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, int64_t, const TileStart&,
                          const TileEnd&);
 
 template <size_t... I>
@@ -271,11 +277,17 @@ SY_F32_TARGET void pack_a_panel(const F32Gemm& g, const float* a, int64_t i0, in
 }
 
 /// Packs `rows` rows x `cols` columns of a row-major B (rows ld apart) into
-/// panels of kNR columns, `panel` floats apart (zero past `cols`).
-SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t panel) {
+/// panels of kNR columns, `panel` floats apart (zero past `cols`). With
+/// `ahead` columns (> 0), the same rows that many columns on are fetched
+/// into L2 meanwhile.
+SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t panel,
+                             int64_t ahead = 0) {
   const int64_t panels = (cols + kNR - 1) / kNR;
   for (int64_t p = 0; p < rows; ++p) {
     const float* row = src + p * ld;
+    if (ahead > 0)
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) _mm_prefetch(reinterpret_cast<const char*>(row + ahead + 16 * v), _MM_HINT_T1);
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
@@ -389,11 +401,22 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
     const int64_t i0 = (rest / grid.n_tiles) * grid.mc, j0 = (rest % grid.n_tiles) * grid.nc;
     const int64_t i1 = std::min(g.m, i0 + grid.mc), j1 = std::min(g.n, j0 + grid.nc);
     const int64_t cols = j1 - j0;
+    // The tile's rows in equal micro-panels (16 rows as 8 + 8, not 14 + 2):
+    // a panel of few rows has too few sums in flight to hide the FMAs'
+    // latency, and each element's sum is the same whichever panel holds it.
+    const int64_t row_panels = (i1 - i0 + kMR - 1) / kMR;
+    const int64_t mr = (i1 - i0 + row_panels - 1) / row_panels;
+    // A row-major B read where it lies by a tile of few rows: packing a
+    // panel cost as much as the few micro-kernels that then used it (a
+    // transformer's products at sequence 16 ran at 130 GFLOP/s, 200 without
+    // packing); taller tiles use each panel often enough to repay it, and
+    // gain from its L1-friendly layout.
+    const bool direct_b = row_panels <= kDirectPanels && !g.fill_b && g.row_offset == nullptr && !g.b_transposed;
     const F32GemmOperands ops = g.locate(batch);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
       const bool last_block = pc + kc >= g.k;
-      for (int64_t ir = i0; ir < i1; ir += kMR) pack_a_panel(g, ops.a, ir, pc, kc, pa + (ir - i0) * kc);
+      for (int64_t ir = i0, q = 0; ir < i1; ir += mr, ++q) pack_a_panel(g, ops.a, ir, pc, kc, pa + q * kc * kMR);
       if (g.fill_b) {
         // A few rows at a time, so that what the caller writes is still in
         // L1 when it is packed.
@@ -413,15 +436,24 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
         const int64_t jc = std::min(kNR, j1 - jr);
         const int vectors = static_cast<int>((jc + 15) / 16);
         const float* bpanel = pb + (jr - j0) * kc;
-        if (!g.fill_b && g.row_offset != nullptr) {
+        int64_t ldb = kNR;
+        if (direct_b) {
+          bpanel = ops.b + pc * g.ldb + jr;
+          ldb = g.ldb;
+        } else if (!g.fill_b && g.row_offset != nullptr) {
           pack_shifted(g, ops.b, pc, kc, jr, jc, pb, kc * kNR);
           bpanel = pb;
         } else if (!g.fill_b && !g.b_transposed) {
-          pack_rows(ops.b + pc * g.ldb + jr, g.ldb, kc, jc, pb, kc * kNR);
+          // The next panel's rows are fetched while this one's products
+          // run: a model's weights come from L3 or memory on every call,
+          // and the packing loads stalled on them (a sixth of a small
+          // transformer's time at sequence 16, where each weight row
+          // serves few rows of A).
+          pack_rows(ops.b + pc * g.ldb + jr, g.ldb, kc, jc, pb, kc * kNR, jr + kNR < j1 ? kNR : 0);
           bpanel = pb;
         }
-        for (int64_t ir = i0; ir < i1; ir += kMR) {
-          const int rows = static_cast<int>(std::min<int64_t>(kMR, i1 - ir));
+        for (int64_t ir = i0, q = 0; ir < i1; ir += mr, ++q) {
+          const int rows = static_cast<int>(std::min<int64_t>(mr, i1 - ir));
           TileStart s;
           s.load_c = pc > 0 || g.accumulate;
           s.bias = pc == 0 && ops.row_bias != nullptr ? ops.row_bias + ir : nullptr;
@@ -432,9 +464,9 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
             e.add_first = g.epilogue.add_first;
             e.relu = g.epilogue.relu;
           }
-          const float* a = pa + (ir - i0) * kc;
-          kMicro[static_cast<size_t>((rows - 1) * kNV + vectors - 1)](a, bpanel, kc, ops.c + ir * g.ldc + jr, g.ldc, jc,
-                                                                      s, e);
+          const float* a = pa + q * kc * kMR;
+          kMicro[static_cast<size_t>((rows - 1) * kNV + vectors - 1)](a, bpanel, ldb, kc, ops.c + ir * g.ldc + jr,
+                                                                      g.ldc, jc, s, e);
         }
       }
     }
