@@ -24,17 +24,30 @@ struct Stats {
   double inv_std = 0;
 };
 
+/// Lanes of the statistics' sums: independent partial sums in double,
+/// which the compiler keeps in one vector register (a single running sum
+/// is a chain of dependent adds, one element per add latency: a layer norm
+/// of a transformer's rows took 6% of its forward pass).
+constexpr int64_t kLanes = 8;
+
+/// The sum over `n` values of f(x[i]) in double, kLanes partial sums.
+template <class T, class F>
+double lane_sum(const T* x, int64_t n, F f) {
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += f(static_cast<double>(x[i + l]));
+  for (; i < n; ++i) acc[0] += f(static_cast<double>(x[i]));
+  double sum = 0;
+  for (double a : acc) sum += a;
+  return sum;
+}
+
 template <class T>
 Stats centred_stats(const T* x, int64_t n, double eps) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
-  const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
-  double sq = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - mean;
-    sq += d * d;
-  }
-  const double var = n > 0 ? sq / static_cast<double>(n) : 0.0;
+  if (n <= 0) return {0.0, 1.0 / std::sqrt(eps)};
+  const double mean = lane_sum(x, n, [](double v) { return v; }) / static_cast<double>(n);
+  const double var = lane_sum(x, n, [mean](double v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
   return {mean, 1.0 / std::sqrt(var + eps)};
 }
 
@@ -46,9 +59,23 @@ void normalise(const T* x, T* y, int64_t n, double mean, double scale, double sh
 
 template <class T>
 double mean_square(const T* x, int64_t n) {
-  double sq = 0;
-  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return n > 0 ? sq / static_cast<double>(n) : 0.0;
+  return n > 0 ? lane_sum(x, n, [](double v) { return v * v; }) / static_cast<double>(n) : 0.0;
+}
+
+/// A layer or rms norm's row: ((x - mean) * inv_std) * w + b in double,
+/// rounded once; one loop per combination of weight and bias, so that each
+/// has no branch and vectorises.
+template <class T>
+void normalise_row(const T* x, T* y, int64_t n, Stats st, const T* w, const T* b) {
+  auto at = [](const T* p, int64_t i) { return static_cast<double>(p[i]); };
+  if (w != nullptr && b != nullptr)
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((at(x, i) - st.mean) * st.inv_std * at(w, i) + at(b, i));
+  else if (w != nullptr)
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((at(x, i) - st.mean) * st.inv_std * at(w, i));
+  else if (b != nullptr)
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((at(x, i) - st.mean) * st.inv_std + at(b, i));
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((at(x, i) - st.mean) * st.inv_std);
 }
 
 template <class T>
@@ -79,13 +106,9 @@ void run_norm(Context& ctx, const NormOp& op, const Inputs& in, T* y) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* px = x + r * inner;
           T* py = y + r * inner;
-          Stats st = rms ? Stats{0.0, 1.0 / std::sqrt(mean_square(px, inner) + eps)} : centred_stats(px, inner, eps);
-          for (int64_t i = 0; i < inner; ++i) {
-            double v = (static_cast<double>(px[i]) - st.mean) * st.inv_std;
-            if (w) v *= static_cast<double>(w[i]);
-            if (b) v += static_cast<double>(b[i]);
-            py[i] = static_cast<T>(v);
-          }
+          const Stats st =
+              rms ? Stats{0.0, 1.0 / std::sqrt(mean_square(px, inner) + eps)} : centred_stats(px, inner, eps);
+          normalise_row(px, py, inner, st, w, b);
         }
       });
       break;
