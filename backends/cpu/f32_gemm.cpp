@@ -287,7 +287,8 @@ SY_F32_TARGET void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t
     const float* row = src + p * ld;
     if (ahead > 0)
 #pragma GCC unroll 4
-      for (int v = 0; v < kNV; ++v) _mm_prefetch(reinterpret_cast<const char*>(row + ahead + 16 * v), _MM_HINT_T1);
+      for (int v = 0; v < kNV; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + static_cast<int64_t>(16 * v)), _MM_HINT_T1);
     for (int64_t q = 0; q < panels; ++q)
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) {
