@@ -19,6 +19,7 @@
 #include "backends/backend.hpp"
 #include "backends/module_loader.hpp"
 #include "bulk_lane_client.hpp"
+#include "recorder.hpp"
 #include "switchyard/messages/dtype_support.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 #include "switchyard/messages/op_rules.hpp"
@@ -831,6 +832,7 @@ void Core::submit(DeviceId device, OperationIr&& op) {
     this->drop(device, drop->id);
     return;
   }
+  if (auto* recorder = thread_recorder) recorder->op(this, device, op);
   auto& q = slot(device).queue;
   bool arm = false;
   bool sent = false;
@@ -935,6 +937,7 @@ void Core::after_queued(DeviceId device, Queue& q, bool sent, bool arm) {
 }
 
 void Core::drop(DeviceId device, TensorId id) {
+  if (auto* recorder = thread_recorder) recorder->drop(this, device, id);
   auto& q = slot(device).queue;
   if (on_runtime_thread()) {
     // A drop from a reply (the runner's own thread, for a local device) or
@@ -1032,6 +1035,51 @@ void Core::flusher_loop() {
 void Core::send_in_parts(DeviceId device, const FromDataOp& upload, size_t chunk) {
   caf::anon_send(router_, expect_atom::value, device, upload.out);
   send_parts(router_, device, upload.out.id, upload.data, chunk);
+}
+
+Tensor Core::adopt(DeviceId device, TensorIr&& ir) {
+  ir.status = TensorStatus::read_only;
+  return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(ir)));
+}
+
+void Core::mark_recorded_last_uses(std::vector<OperationIr>& ops) {
+  if (!options_.reuse_last_use) return;
+  size_t end = 0;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (std::holds_alternative<DropOp>(ops[i].op)) end = i + 1;
+  LastUseTable table;
+  mark_last_uses(ops, end, table);
+}
+
+void Core::submit_recorded(DeviceId device, std::vector<OperationIr>&& ops) {
+  // A remote device (uploads go in parts or over the lane) and a runtime
+  // thread (drops wait for the next batch there) take the usual way.
+  if (!slot(device).local || on_runtime_thread()) {
+    for (auto& op : ops)
+      if (const auto* d = std::get_if<DropOp>(&op.op))
+        drop(device, d->id);
+      else
+        submit(device, std::move(op));
+    return;
+  }
+  auto& q = slots_[device].queue;
+  bool sent = false;
+  {
+    std::lock_guard lock(q.mutex);
+    if (closed()) return;
+    if (q.ops.empty() && ops.size() <= options_.max_batch) {
+      q.ops.swap(ops);
+    } else {
+      q.ops.reserve(std::min(q.ops.size() + ops.size(), options_.max_batch));
+      for (auto& op : ops) {
+        q.ops.push_back(std::move(op));
+        if (q.ops.size() >= options_.max_batch) sent = send_locked(device, q) || sent;
+      }
+    }
+    // Every op of the call is here: the device may start on all of them.
+    sent = send_locked(device, q) || sent;
+  }
+  after_queued(device, q, sent, false);
 }
 
 Tensor Core::emit(DeviceId device, TensorIr&& ir, OperationIr&& op) {
@@ -1250,6 +1298,8 @@ Future<TensorData> Core::read_on_lane(DeviceId device, const TensorIr& ir, std::
 }
 
 Future<TensorData> Core::read(DeviceId device, const TensorIr& ir, std::shared_ptr<const void> keep) {
+  if (auto* recorder = thread_recorder)
+    recorder->refuse("it read tensor " + std::to_string(ir.id.value) + " to the host (its value may steer it)");
   if (!slots_[device].local) flush(device);
   if (lane_for(device, ir.bytes()) != nullptr && !closed()) return read_on_lane(device, ir, std::move(keep));
   if (!slots_[device].local && options_.transfer_chunk_bytes > 0 && ir.bytes() > options_.transfer_chunk_bytes)
@@ -1377,6 +1427,8 @@ Future<void> Core::trim(DeviceId device) {
 }
 
 void Core::bridge(DeviceId src, TensorId src_id, DeviceId dst, const TensorIr& dst_ir) {
+  if (auto* recorder = thread_recorder)
+    recorder->refuse("it moved tensor " + std::to_string(src_id.value) + " to " + info(dst).name);
   // Both queues go out first: the export must follow the ops producing the
   // source, and the expect must precede ops on the result.
   check_usable(src);

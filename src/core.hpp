@@ -85,6 +85,10 @@ class Core : public std::enable_shared_from_this<Core> {
   void close();
 
   [[nodiscard]] TensorId new_id() noexcept { return TensorId{next_id_.fetch_add(1, std::memory_order_relaxed)}; }
+  /// `n` consecutive ids; returns the first (a replay's tensors, in order).
+  [[nodiscard]] TensorId new_ids(size_t n) noexcept {
+    return TensorId{next_id_.fetch_add(n, std::memory_order_relaxed)};
+  }
   /// Most devices one runtime ever holds (ids are never reused, so lost and
   /// reconnected devices count too). The table has this many slots from the
   /// start, so it grows by publishing a count: readers never see it move.
@@ -115,6 +119,18 @@ class Core : public std::enable_shared_from_this<Core> {
   /// many of its batches are in flight (`wait`), never holding the queue.
   void flush(DeviceId device, bool wait = true);
   void flush_all();
+
+  /// Queues a replayed recording's ops (recording.cpp): their checks ran
+  /// when recorded and their last uses are marked, so a local device takes
+  /// them under one lock and gets them in one batch, sent at once.
+  void submit_recorded(DeviceId device, std::vector<OperationIr>&& ops);
+  /// Marks the last uses of a recording's ops once (what each batch's
+  /// last-use pass would find), dropping the drops they replace.
+  void mark_recorded_last_uses(std::vector<OperationIr>& ops);
+  /// The handle of a tensor that ops already queued will make.
+  [[nodiscard]] Tensor adopt(DeviceId device, TensorIr&& ir);
+  /// Throws Error(device_lost) for a device that was lost.
+  void check_usable(DeviceId id) const;
 
   /// A new tensor `ir` on `device` produced by `op` (already holding ir);
   /// `ir` becomes the tensor's handle.
@@ -200,7 +216,6 @@ class Core : public std::enable_shared_from_this<Core> {
     if (id >= device_count()) throw Error(Errc::unknown_device, "device #" + std::to_string(id) + " does not exist");
     return slots_[id];
   }
-  void check_usable(DeviceId id) const;
   // Throws Errc::unsupported, naming device, op and dtype, when device `id`
   // cannot hold `t` or, where asked, compute or multiply with it.
   void check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const;

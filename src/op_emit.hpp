@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core.hpp"
+#include "recorder.hpp"
 #include "switchyard/messages/op_rules.hpp"
 #include "switchyard/tensor.hpp"
 
@@ -17,7 +18,14 @@ namespace switchyard::detail {
 struct TensorAccess {
   static const TensorHandle& handle(const Tensor& t, const char* op) { return t.handle(op); }
   /// Like handle(), but an undefined tensor gives nullptr (optional operands).
-  static const TensorHandle* handle_or_null(const Tensor& t) { return t.h_.get(); }
+  static const TensorHandle* handle_or_null(const Tensor& t) {
+    if (auto* recorder = thread_recorder) recorder->saw(t.h_);
+    return t.h_.get();
+  }
+  /// The shared handle itself (a recording keeps what it reads).
+  static const std::shared_ptr<TensorHandle>& shared(const Tensor& t) { return t.h_; }
+  /// A tensor on an existing handle.
+  static Tensor wrap(std::shared_ptr<TensorHandle> h) { return Tensor(std::move(h)); }
 };
 
 namespace op_emit {

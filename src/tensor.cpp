@@ -86,6 +86,7 @@ Tensor reduce(const Tensor& t, const TensorHandle& h, ReduceKind k, std::vector<
 
 const TensorHandle& Tensor::handle(const char* op) const {
   if (!h_) throw Error(Errc::invalid_tensor, std::string(op) + ": use of an empty or moved-from tensor");
+  if (auto* recorder = detail::thread_recorder) recorder->saw(h_);
   return *h_;
 }
 

@@ -9,5 +9,6 @@
 #include "switchyard/future.hpp"
 #include "switchyard/log.hpp"
 #include "switchyard/nn.hpp"
+#include "switchyard/recording.hpp"
 #include "switchyard/runtime.hpp"
 #include "switchyard/tensor.hpp"
