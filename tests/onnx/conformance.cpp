@@ -210,24 +210,33 @@ Result run_case(const fs::path& dir, const sy::Device& device) {
           given.push_back(sy::onnx::read_tensor_proto(in_files[i].string(), ins[i].dtype));
           inputs.emplace(ins[i].name, given.back());
         }
-        auto outs = model.run(inputs);
-        const bool random = kRandomCases.count(dir.filename().string()) != 0;
-        for (size_t i = 0; i < out_files.size() && i < decl.size(); ++i) {
-          auto want = sy::onnx::read_tensor_proto(out_files[i].string(), decl[i].dtype);
-          auto it = outs.find(decl[i].name);
-          if (it == outs.end()) return {Outcome::fail, "output '" + decl[i].name + "' missing"};
-          auto f = it->second.read();
-          if (!f.wait_for(kReadTimeout)) return {Outcome::fail, "output '" + decl[i].name + "' not ready after 60 s"};
-          if (random) {
-            got.push_back(f.get());
-            expected.push_back(std::move(want));
-          } else if (auto diff = compare(f.get(), want, decl[i].name, tol); !diff.empty()) {
-            return {Outcome::fail, diff};
+        // Three runs: the first builds the signature's plan, the second
+        // is recorded, the third replays the recording (Recording): each
+        // must give the expected outputs.
+        for (int run = 1; run <= 3; ++run) {
+          const std::string which = run == 1 ? "" : run == 2 ? "run 2 (recorded): " : "run 3 (a replay): ";
+          auto outs = model.run(inputs);
+          const bool random = kRandomCases.count(dir.filename().string()) != 0;
+          got.clear();
+          expected.clear();
+          for (size_t i = 0; i < out_files.size() && i < decl.size(); ++i) {
+            auto want = sy::onnx::read_tensor_proto(out_files[i].string(), decl[i].dtype);
+            auto it = outs.find(decl[i].name);
+            if (it == outs.end()) return {Outcome::fail, which + "output '" + decl[i].name + "' missing"};
+            auto f = it->second.read();
+            if (!f.wait_for(kReadTimeout))
+              return {Outcome::fail, which + "output '" + decl[i].name + "' not ready after 60 s"};
+            if (random) {
+              got.push_back(f.get());
+              expected.push_back(std::move(want));
+            } else if (auto diff = compare(f.get(), want, decl[i].name, tol); !diff.empty()) {
+              return {Outcome::fail, which + diff};
+            }
           }
+          if (random)
+            if (auto wrong = check_random(dir.filename().string(), given, got, expected); !wrong.empty())
+              return {Outcome::fail, which + "random op: " + wrong};
         }
-        if (random)
-          if (auto wrong = check_random(dir.filename().string(), given, got, expected); !wrong.empty())
-            return {Outcome::fail, "random op: " + wrong};
         continue;
       }
       sy::onnx::HostValueMap inputs;

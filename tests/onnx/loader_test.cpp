@@ -770,6 +770,42 @@ TEST_CASE("onnx: a device op's failure names the node in infer and infer_values"
   }
 }
 
+// A signature's third and later runs replay the second's recorded ops
+// (Recording): a failure there must name the same node, and good runs in
+// between must not be disturbed by it.
+TEST_CASE("onnx: a replayed run names the failing node as the first runs do", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.input("ids", pb::TensorProto::INT64, {int64_t{2}});
+  m.init_i64("ten", {10}, {});
+  m.node("Neg", {"x"}, {"nx"}, "first");
+  m.node("Add", {"ids", "ten"}, {"shifted"}, "shift");
+  m.node("Gather", {"nx", "shifted"}, {"picked"}, "lookup");
+  m.node("Relu", {"picked"}, {"y"}, "after");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto x = sy::TensorData::from(std::vector<float>{-1, -2, 3}, {3});
+  auto bad = sy::TensorData::from(std::vector<int64_t>{0, 1}, {2});
+  auto good = sy::TensorData::from(std::vector<int64_t>{-10, -9}, {2});
+  for (int run = 1; run <= 5; ++run) {
+    INFO("run " << run);
+    auto failed = model.infer({{"x", x}, {"ids", bad}});
+    REQUIRE(failed.wait_for(kWait));
+    try {
+      (void)failed.get();
+      FAIL("expected an error");
+    } catch (const sy::Error& e) {
+      CHECK(e.code() == sy::Errc::index_out_of_range);
+      CHECK_THAT(std::string(e.what()), Catch::StartsWith("onnx: node 'lookup' (Gather): cpu:0: "));
+    }
+    auto ok = model.infer({{"x", x}, {"ids", good}});
+    REQUIRE(ok.wait_for(kWait));
+    CHECK(ok.get().at("y").to_vector<float>() == std::vector<float>{1, 2});
+  }
+  CHECK(model.cached_plans() == 1);
+}
+
 // --- quantization: edge cases ONNX's backend tests leave out ---
 
 namespace {

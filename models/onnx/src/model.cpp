@@ -17,6 +17,7 @@
 
 #include "fusion.hpp"
 #include "onnx_internal.hpp"
+#include "switchyard/recording.hpp"
 
 namespace switchyard::onnx {
 
@@ -455,6 +456,19 @@ uint64_t largest_id(const Value& v) {
 /// Signatures whose plans a model keeps (Model::cached_plans).
 constexpr size_t kMaxPlans = 256;
 
+/// A plan's run recorded (switchyard::Recording): later runs of the plan
+/// submit its ops again on their inputs, without the nodes' client-side
+/// work (dispatch, attribute reads, shape rules, handles), which was ~2 us
+/// per node against a device that waited for it.
+struct PlanReplay {
+  Recording recording;
+  /// The entries of a run's given values that are the recording's inputs.
+  std::vector<size_t> given;
+  /// The recording run's trail (ids as recorded), for naming the node of a
+  /// replayed op's failure.
+  std::vector<std::pair<uint64_t, int64_t>> ends;
+};
+
 /// A cached plan for one input signature: the values known on the host
 /// (and their uploads), and which nodes they make unnecessary.
 struct Plan {
@@ -468,6 +482,10 @@ struct Plan {
   /// The largest device tensor id among env's values: made before any run
   /// of the plan (a run's trail starts above it and its inputs' uploads).
   uint64_t largest_id = 0;
+  /// The plan's second run is recorded (its first built the plan, folding
+  /// and uploading what later runs find in env); under Model::Impl::mu.
+  mutable std::shared_ptr<const PlanReplay> replay;
+  mutable bool replay_tried = false;
 };
 
 struct Model::Impl {
@@ -492,6 +510,10 @@ struct Model::Impl {
   /// Whether a node has a subgraph (If, Loop, Scan, ...): its bodies read
   /// outer values that node_in does not show.
   bool has_subgraphs = false;
+  /// Whether a plan's runs may be recorded and replayed: one device, no
+  /// subgraphs (whose control flow a recording would freeze), tensor
+  /// outputs only.
+  bool replays_plans = false;
 
   mutable std::mutex mu;
   mutable std::map<std::string, std::shared_ptr<const Plan>> plans;
@@ -506,6 +528,13 @@ struct Model::Impl {
   /// (an output the graph left without a value is not present()).
   /// `trail`, when given, records which node made which device tensors.
   std::vector<Value> run_values(std::vector<Value> given, NodeTrail* trail = nullptr) const;
+  /// A cached plan's run: `env` from the plan, the nodes it does not skip,
+  /// the outputs.
+  std::vector<Value> run_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const;
+  /// run_plan, recorded for replays (stored in the plan when it can be).
+  std::vector<Value> record_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const;
+  /// The plan's recorded run, on new inputs.
+  std::vector<Value> replay_plan(const PlanReplay& replay, const std::vector<Value>& given, NodeTrail* trail) const;
   /// "onnx: node 'x' (Op): " for a failure of an op `trail`'s run
   /// submitted; "" when the failure is none of its nodes'.
   [[nodiscard]] std::string failure_prefix(const NodeTrail& trail, TensorId failed) const;
@@ -622,6 +651,94 @@ void Model::Impl::check_tensor_outputs() const {
                   "onnx run: output '" + o.name + "' is a sequence, which a TensorMap cannot hold: use infer_values()");
 }
 
+std::vector<Value> Model::Impl::run_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const {
+  // A cached plan's values, only those this run reads: copying and
+  // destroying every slot (a model's folded shape arithmetic, the weights
+  // of skipped nodes) was a fifth of the client's work per call.
+  std::vector<Value> env(plan.env.size());
+  for (int s : plan.live) env[s] = plan.env[s];
+  for (size_t i = 0; i < given.size(); ++i)
+    if (given[i].present()) env[input_slots[i]] = given[i];
+  if (trail != nullptr) {
+    trail->ends.reserve(graph.nodes.size() + 1);  // one block, not one per doubling
+    // Everything made before the run (weights, the inputs' uploads) is no node's.
+    uint64_t before = plan.largest_id;
+    for (const auto& v : given) before = std::max(before, largest_id(v));
+    trail->record(before, -1);
+  }
+  bool computed_read = false;
+  execute(graph, env, &plan.skip, nullptr, &computed_read, trail);
+  std::vector<Value> out(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Value& v = env[output_slots[i]];
+    if (!v.present()) continue;
+    if (v.is_tensor() && !v.dev.defined()) v.dev = device.from_data(*v.host);
+    out[i] = v;
+  }
+  return out;
+}
+
+std::vector<Value> Model::Impl::record_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const {
+  auto replay = std::make_shared<PlanReplay>();
+  std::vector<Tensor> inputs;
+  bool tensors_only = true;
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (!given[i].present()) continue;
+    if (!given[i].is_tensor() || !given[i].dev.defined() || given[i].host) tensors_only = false;
+    replay->given.push_back(i);
+    inputs.push_back(given[i].dev);
+  }
+  if (!tensors_only || inputs.empty()) return run_plan(plan, given, trail);
+  NodeTrail recorded;
+  std::vector<Value> out;
+  bool host_outputs = false;
+  std::vector<Tensor> results;
+  replay->recording = Recording::record(
+      inputs,
+      [&](std::span<const Tensor>) {
+        out = run_plan(plan, given, &recorded);
+        std::vector<Tensor> devs;
+        for (const auto& v : out) {
+          if (v.present() && (!v.is_tensor() || v.host)) host_outputs = true;
+          devs.push_back(v.dev);
+        }
+        return devs;
+      },
+      results);
+  if (trail != nullptr) *trail = recorded;
+  if (replay->recording.replayable() && !host_outputs) {
+    replay->ends = std::move(recorded.ends);
+    std::lock_guard lock(mu);
+    plan.replay = std::move(replay);
+  }
+  return out;
+}
+
+std::vector<Value> Model::Impl::replay_plan(const PlanReplay& replay, const std::vector<Value>& given,
+                                            NodeTrail* trail) const {
+  boost::container::small_vector<Tensor, 4> inputs;
+  for (size_t i : replay.given) inputs.push_back(given[i].dev);
+  TensorId first;
+  std::vector<Tensor> results = replay.recording.replay(std::span<const Tensor>(inputs.data(), inputs.size()), &first);
+  if (trail != nullptr) {
+    // The replay's tensors have consecutive ids in the recorded order, so
+    // the recorded trail holds with each id moved to its counterpart.
+    const auto made = replay.recording.made();
+    for (const auto& [id, node] : replay.ends) {
+      const auto upto = static_cast<uint64_t>(
+          std::upper_bound(made.begin(), made.end(), id, [](uint64_t v, TensorId m) { return v < m.value; }) -
+          made.begin());
+      if (node < 0)
+        trail->record(first.value - 1 + upto, node);
+      else if (upto > 0)
+        trail->record(first.value + upto - 1, node);
+    }
+  }
+  std::vector<Value> out(results.size());
+  for (size_t i = 0; i < results.size(); ++i) out[i].dev = std::move(results[i]);
+  return out;
+}
+
 std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* trail) const {
   std::set<size_t> vi;
   {
@@ -630,36 +747,41 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
   }
   std::string key = signature(given, vi);
   std::shared_ptr<const Plan> plan;
+  std::shared_ptr<const PlanReplay> replay;
+  bool record = false;
   {
     std::lock_guard lock(mu);
-    if (auto it = plans.find(key); it != plans.end()) plan = it->second;
+    if (auto it = plans.find(key); it != plans.end()) {
+      plan = it->second;
+      replay = plan->replay;
+      record = replays_plans && !replay && !plan->replay_tried;
+      if (record) plan->replay_tried = true;
+    }
   }
-  // A cached plan's values, only those this run reads: copying and
-  // destroying every slot (a model's folded shape arithmetic, the weights
-  // of skipped nodes) was a fifth of the client's work per call.
-  std::vector<Value> env;
-  if (plan) {
-    env.resize(plan->env.size());
-    for (int s : plan->live) env[s] = plan->env[s];
-  } else {
-    env = base;
+  if (replay) return replay_plan(*replay, given, trail);
+  if (record) {
+    try {
+      return record_plan(*plan, given, trail);
+    } catch (...) {
+      // A run refused at a call records nothing: the next run may.
+      std::lock_guard lock(mu);
+      plan->replay_tried = false;
+      throw;
+    }
   }
+  if (plan) return run_plan(*plan, given, trail);
+
+  std::vector<Value> env = base;
   for (size_t i = 0; i < given.size(); ++i)
     if (given[i].present()) env[input_slots[i]] = given[i];
   bool computed_read = false;
   if (trail != nullptr) {
-    trail->ends.reserve(graph.nodes.size() + 1);  // one block, not one per doubling
-    // Everything made before the run (weights, the inputs' uploads) is no node's.
+    trail->ends.reserve(graph.nodes.size() + 1);
     uint64_t before = 0;
-    if (plan) {
-      before = plan->largest_id;
-      for (const auto& v : given) before = std::max(before, largest_id(v));
-    } else {
-      for (const auto& v : env) before = std::max(before, largest_id(v));
-    }
+    for (const auto& v : env) before = std::max(before, largest_id(v));
     trail->record(before, -1);
   }
-  execute(graph, env, plan ? &plan->skip : nullptr, nullptr, &computed_read, trail);
+  execute(graph, env, nullptr, nullptr, &computed_read, trail);
 
   std::vector<Value> out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -670,7 +792,7 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
   }
   // A computed device value read on the host (a shape that depends on
   // data) may feed folded nodes: such a model is replanned on every run.
-  if (plan || computed_read) return out;
+  if (computed_read) return out;
 
   // First run of this signature: keep what the host computed, drop the rest.
   auto built = std::make_shared<Plan>();
@@ -908,6 +1030,11 @@ Model Model::load_bytes(const std::string& bytes, const std::vector<Stage>& stag
   }
   impl->has_subgraphs =
       std::any_of(impl->graph.bodies.begin(), impl->graph.bodies.end(), [](const auto& b) { return !b.empty(); });
+  impl->replays_plans =
+      !impl->has_subgraphs &&
+      std::all_of(impl->node_device.begin(), impl->node_device.end(), [&](const Device& d) { return d == device; }) &&
+      std::all_of(impl->outputs.begin(), impl->outputs.end(),
+                  [](const ValueInfo& o) { return o.kind == ValueKind::tensor; });
   if (!impl->has_subgraphs) {
     std::vector<int> last(static_cast<size_t>(num_slots), -1);
     for (size_t n = 0; n < nodes.size(); ++n)
