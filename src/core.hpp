@@ -122,8 +122,13 @@ class Core : public std::enable_shared_from_this<Core> {
 
   /// Queues a replayed recording's ops (recording.cpp): their checks ran
   /// when recorded and their last uses are marked, so a local device takes
-  /// them under one lock and gets them in one batch, sent at once.
-  void submit_recorded(DeviceId device, std::vector<OperationIr>&& ops);
+  /// them under one lock. With `send_now` (some op starts_early) the batch
+  /// goes at once, else it waits, as light ops do, for the read or the
+  /// flusher that carries it.
+  void submit_recorded(DeviceId device, std::vector<OperationIr>&& ops, bool send_now);
+  /// Whether an op is heavy enough to be sent to an idle runner at once
+  /// (some microseconds of work on one core).
+  [[nodiscard]] static bool starts_early(const OperationIr& op);
   /// Marks the last uses of a recording's ops once (what each batch's
   /// last-use pass would find), dropping the drops they replace.
   void mark_recorded_last_uses(std::vector<OperationIr>& ops);
@@ -243,7 +248,6 @@ class Core : public std::enable_shared_from_this<Core> {
   // (`sent`), the first op of a batch arms the flusher (`arm`).
   void queued_locked(DeviceId device, Queue& q, bool& sent, bool& arm);
   /// Whether `op` is heavy enough to send to an idle local runner at once.
-  [[nodiscard]] static bool starts_early(const OperationIr& op);
   // Once the lock is released: a client that sent waits for room (never
   // holding the queue), and an armed flusher is woken.
   void after_queued(DeviceId device, Queue& q, bool sent, bool arm);

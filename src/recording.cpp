@@ -46,6 +46,7 @@ struct RecordingState {
   };
   std::vector<Result> results;
   std::string why_not;
+  bool heavy = false;  // some op starts early (Core::starts_early)
 };
 
 void Recorder::saw(const std::shared_ptr<TensorHandle>& h) {
@@ -189,6 +190,7 @@ std::shared_ptr<RecordingState> finish(Recorder& r, std::span<const Tensor> inpu
   for (size_t k = 0; k < s->made.size(); ++k)
     if (!returned[k] && !r.dropped().contains(s->made[k].value)) s->ops.emplace_back(DropOp{TensorId{placed | k}});
   core->mark_recorded_last_uses(s->ops);
+  s->heavy = std::any_of(s->ops.begin(), s->ops.end(), [](const OperationIr& op) { return Core::starts_early(op); });
   return s;
 }
 
@@ -281,7 +283,7 @@ std::vector<Tensor> Recording::replay(std::span<const Tensor> inputs, TensorId* 
     op.each_input([&](TensorIr& t) { place(t.id); });
     op.each_output([&](TensorIr& t) { place(t.id); });
   }
-  core.submit_recorded(s.device, std::move(ops));
+  core.submit_recorded(s.device, std::move(ops), s.heavy);
   if (first_made != nullptr) *first_made = TensorId{base};
 
   std::vector<Tensor> out(s.results.size());
