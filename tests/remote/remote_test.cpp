@@ -112,6 +112,40 @@ TEST_CASE("a failure on a worker names the tensor of the op where it began", "[r
   }
 }
 
+TEST_CASE("a recording replays on a worker device and leaves nothing there", "[remote]") {
+  sy::testing::Watchdog dog(60s, "remote replay");
+  WorkerProcess w({"--devices=cpu:0", "--threads=1"});
+  sy::Runtime rt(local_cpu());
+  (void)rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  auto w1 = dev.tensor<float>(iota(6, 1), {3, 2});
+  auto x = dev.tensor<float>(iota(6), {2, 3});
+  auto layer = [&](std::span<const sy::Tensor> in) {
+    auto h = (in[0].matmul(w1) - 4.0).relu();
+    return std::vector<sy::Tensor>{h * 2.0, h.sum()};
+  };
+  auto base_handles = dev.stats().get().live_handles;
+  std::vector<sy::Tensor> first;
+  auto rec = sy::Recording::record(std::span<const sy::Tensor>(&x, 1), layer, first);
+  REQUIRE(rec.replayable());
+  for (int i = 0; i < 10; ++i) {
+    auto xi = dev.tensor<float>(iota(6, static_cast<float>(i)), {2, 3});
+    auto direct = layer(std::span<const sy::Tensor>(&xi, 1));
+    auto replayed = rec.replay(std::span<const sy::Tensor>(&xi, 1));
+    CHECK(replayed[0].to_vector<float>() == direct[0].to_vector<float>());
+    CHECK(replayed[1].to_vector<float>() == direct[1].to_vector<float>());
+  }
+  first.clear();
+  rec = sy::Recording();
+  bool back = false;
+  for (int i = 0; i < 200 && !back; ++i) {
+    dev.sync().get();
+    back = dev.stats().get().live_handles == base_handles;
+    if (!back) std::this_thread::sleep_for(5ms);
+  }
+  CHECK(back);
+}
+
 TEST_CASE("a local failure bridged to a worker device of the same name keeps its device", "[remote]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1"});
   sy::Runtime rt(local_cpu());
