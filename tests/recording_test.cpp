@@ -290,15 +290,13 @@ TEST_CASE("a replayed op's failure fails only its outputs and names a made tenso
     auto d = rt.device(name);
     auto table = d.tensor<float>({10, 20, 30}, {3});
     auto ids = d.tensor<int64_t>({0, 2}, {2});
-    std::vector<Tensor> out;
     // The indices are computed on the device: no check at the call sees them.
-    auto rec = Recording::record(
-        std::span<const Tensor>(&ids, 1),
-        [&](std::span<const Tensor> in) {
-          auto shifted = in[0] + int64_t{1};
-          return std::vector<Tensor>{table.index_select(0, shifted - int64_t{1}), in[0] * int64_t{3}};
-        },
-        out);
+    auto lookup = [&](std::span<const Tensor> in) {
+      auto shifted = in[0] + int64_t{1};
+      return std::vector<Tensor>{table.index_select(0, shifted - int64_t{1}), in[0] * int64_t{3}};
+    };
+    std::vector<Tensor> out;
+    auto rec = Recording::record(std::span<const Tensor>(&ids, 1), lookup, out);
     INFO(rec.why_not());
     REQUIRE(rec.replayable());
     CHECK(values_of<float>(out[0]) == std::vector<float>{10, 30});
@@ -314,13 +312,7 @@ TEST_CASE("a replayed op's failure fails only its outputs and names a made tenso
     CHECK(e->tensor().value >= first.value);
     CHECK(e->tensor().value < first.value + rec.made().size());
     std::vector<Tensor> failing_out;
-    auto failing = Recording::record(
-        std::span<const Tensor>(&bad, 1),
-        [&](std::span<const Tensor> in) {
-          auto shifted = in[0] + int64_t{1};
-          return std::vector<Tensor>{table.index_select(0, shifted - int64_t{1}), in[0] * int64_t{3}};
-        },
-        failing_out);
+    auto failing = Recording::record(std::span<const Tensor>(&bad, 1), lookup, failing_out);
     auto recorded_error = failure_of(failing_out[0]);
     REQUIRE(recorded_error);
     const auto made = failing.made();

@@ -528,6 +528,8 @@ struct Model::Impl {
   /// (an output the graph left without a value is not present()).
   /// `trail`, when given, records which node made which device tensors.
   std::vector<Value> run_values(std::vector<Value> given, NodeTrail* trail = nullptr) const;
+  /// The run's outputs from `env` (a host-only output uploaded).
+  std::vector<Value> output_values(std::vector<Value>& env) const;
   /// A cached plan's run: `env` from the plan, the nodes it does not skip,
   /// the outputs.
   std::vector<Value> run_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const;
@@ -651,6 +653,17 @@ void Model::Impl::check_tensor_outputs() const {
                   "onnx run: output '" + o.name + "' is a sequence, which a TensorMap cannot hold: use infer_values()");
 }
 
+std::vector<Value> Model::Impl::output_values(std::vector<Value>& env) const {
+  std::vector<Value> out(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Value& v = env[output_slots[i]];
+    if (!v.present()) continue;
+    if (v.is_tensor() && !v.dev.defined()) v.dev = device.from_data(*v.host);
+    out[i] = v;
+  }
+  return out;
+}
+
 std::vector<Value> Model::Impl::run_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const {
   // A cached plan's values, only those this run reads: copying and
   // destroying every slot (a model's folded shape arithmetic, the weights
@@ -668,14 +681,7 @@ std::vector<Value> Model::Impl::run_plan(const Plan& plan, const std::vector<Val
   }
   bool computed_read = false;
   execute(graph, env, &plan.skip, nullptr, &computed_read, trail);
-  std::vector<Value> out(outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    Value& v = env[output_slots[i]];
-    if (!v.present()) continue;
-    if (v.is_tensor() && !v.dev.defined()) v.dev = device.from_data(*v.host);
-    out[i] = v;
-  }
-  return out;
+  return output_values(env);
 }
 
 std::vector<Value> Model::Impl::record_plan(const Plan& plan, const std::vector<Value>& given, NodeTrail* trail) const {
@@ -783,13 +789,7 @@ std::vector<Value> Model::Impl::run_values(std::vector<Value> given, NodeTrail* 
   }
   execute(graph, env, nullptr, nullptr, &computed_read, trail);
 
-  std::vector<Value> out(outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    Value& v = env[output_slots[i]];
-    if (!v.present()) continue;
-    if (v.is_tensor() && !v.dev.defined()) v.dev = device.from_data(*v.host);
-    out[i] = v;
-  }
+  std::vector<Value> out = output_values(env);
   // A computed device value read on the host (a shape that depends on
   // data) may feed folded nodes: such a model is replanned on every run.
   if (computed_read) return out;
