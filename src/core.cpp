@@ -1052,6 +1052,13 @@ void Core::mark_recorded_last_uses(std::vector<OperationIr>& ops) {
 }
 
 void Core::submit_recorded(DeviceId device, std::vector<OperationIr>&& ops, bool send_now) {
+  // A replay inside another recording's body is part of that recording.
+  if (auto* recorder = thread_recorder)
+    for (const auto& op : ops)
+      if (const auto* d = std::get_if<DropOp>(&op.op))
+        recorder->drop(this, device, d->id);
+      else
+        recorder->op(this, device, op);
   // A remote device (uploads go in parts or over the lane) and a runtime
   // thread (drops wait for the next batch there) take the usual way.
   if (!slot(device).local || on_runtime_thread()) {
@@ -1093,8 +1100,7 @@ Tensor Core::emit(DeviceId device, TensorIr&& ir, OperationIr&& op) {
   check_usable(device);
   check_dtypes(device, op);
   submit(device, std::move(op));
-  ir.status = TensorStatus::read_only;
-  return Tensor(std::make_shared<TensorHandle>(shared_from_this(), device, std::move(ir)));
+  return adopt(device, std::move(ir));
 }
 
 namespace {

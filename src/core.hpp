@@ -247,7 +247,6 @@ class Core : public std::enable_shared_from_this<Core> {
   // After an op or a drop joined `q` (under its lock): a full queue is sent
   // (`sent`), the first op of a batch arms the flusher (`arm`).
   void queued_locked(DeviceId device, Queue& q, bool& sent, bool& arm);
-  /// Whether `op` is heavy enough to send to an idle local runner at once.
   // Once the lock is released: a client that sent waits for room (never
   // holding the queue), and an armed flusher is woken.
   void after_queued(DeviceId device, Queue& q, bool sent, bool arm);

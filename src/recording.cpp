@@ -72,6 +72,11 @@ void Recorder::op(const Core* core, DeviceId device, const OperationIr& op) {
     return;
   }
   ops_.push_back(op);
+  // A replayed recording's ops come with their last uses marked and those
+  // drops gone: such an input is dropped here as well.
+  ops_.back().each_input([&](const TensorIr& t) {
+    if (t.status == TensorStatus::read_write && made_.contains(t.id.value)) dropped_.insert(t.id.value);
+  });
   ops_.back().each_output([&](TensorIr& t) { made_.insert(t.id.value); });
 }
 
@@ -283,6 +288,9 @@ std::vector<Tensor> Recording::replay(std::span<const Tensor> inputs, TensorId* 
     op.each_input([&](TensorIr& t) { place(t.id); });
     op.each_output([&](TensorIr& t) { place(t.id); });
   }
+  // Inside another recording's body: what this one holds, that one must.
+  if (auto* recorder = detail::thread_recorder)
+    for (const auto& h : s.held) recorder->saw(h);
   core.submit_recorded(s.device, std::move(ops), s.heavy);
   if (first_made != nullptr) *first_made = TensorId{base};
 

@@ -149,6 +149,39 @@ TEST_CASE("a replay keeps the tensors it read alive and leaves nothing behind", 
   CHECK(handles_return_to(d, before));
 }
 
+TEST_CASE("a replay inside another recording's body is recorded with it", "[recording]") {
+  testing::Watchdog dog(60s, "nested replay");
+  Runtime rt({.devices = {"cpu:0"}});
+  auto d = rt.cpu();
+  const uint64_t before = live_handles(d);
+  {
+    Recording outer;
+    std::vector<float> expected;
+    {
+      Layer layer = make_layer(d);
+      auto x = input(d, 1.0f);
+      std::vector<Tensor> out;
+      auto inner = Recording::record(std::span<const Tensor>(&x, 1), layer, out);
+      REQUIRE(inner.replayable());
+      // The inner replay's temporaries die inside it, its weights are held.
+      auto body = [&](std::span<const Tensor> in) {
+        auto r = inner.replay(in);
+        return std::vector<Tensor>{(r[0] + r[1]) * 3.0};
+      };
+      outer = Recording::record(std::span<const Tensor>(&x, 1), body, out);
+      INFO(outer.why_not());
+      REQUIRE(outer.replayable());
+      auto x2 = input(d, -1.5f);
+      expected = values_of<float>(body(std::span<const Tensor>(&x2, 1))[0]);
+    }
+    for (int i = 0; i < 5; ++i) {
+      auto x2 = input(d, -1.5f);
+      CHECK(values_of<float>(outer.replay(std::span<const Tensor>(&x2, 1))[0]) == expected);
+    }
+  }
+  CHECK(handles_return_to(d, before));
+}
+
 TEST_CASE("a replay refuses inputs unlike the recorded ones naming the input", "[recording]") {
   Runtime rt({.devices = {"cpu:0", "cpu:1"}});
   auto d = rt.cpu();
