@@ -1052,13 +1052,6 @@ void Core::mark_recorded_last_uses(std::vector<OperationIr>& ops) {
 }
 
 void Core::submit_recorded(DeviceId device, std::vector<OperationIr>&& ops, bool send_now) {
-  // A replay inside another recording's body is part of that recording.
-  if (auto* recorder = thread_recorder)
-    for (const auto& op : ops)
-      if (const auto* d = std::get_if<DropOp>(&op.op))
-        recorder->drop(this, device, d->id);
-      else
-        recorder->op(this, device, op);
   // A remote device (uploads go in parts or over the lane) and a runtime
   // thread (drops wait for the next batch there) take the usual way.
   if (!slot(device).local || on_runtime_thread()) {
@@ -1069,6 +1062,14 @@ void Core::submit_recorded(DeviceId device, std::vector<OperationIr>&& ops, bool
         submit(device, std::move(op));
     return;
   }
+  // A replay inside another recording's body is part of that recording
+  // (the usual way above passes the hooks in submit and drop).
+  if (auto* recorder = thread_recorder)
+    for (const auto& op : ops)
+      if (const auto* d = std::get_if<DropOp>(&op.op))
+        recorder->drop(this, device, d->id);
+      else
+        recorder->op(this, device, op);
   auto& q = slots_[device].queue;
   bool sent = false;
   bool arm = false;

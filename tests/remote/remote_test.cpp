@@ -135,6 +135,42 @@ TEST_CASE("a recording replays on a worker device and leaves nothing there", "[r
     CHECK(replayed[0].to_vector<float>() == direct[0].to_vector<float>());
     CHECK(replayed[1].to_vector<float>() == direct[1].to_vector<float>());
   }
+  // A recording of a body that replays this one (its ops pass the submit
+  // hooks on this path: recorded once, not twice).
+  auto outer_body = [&](std::span<const sy::Tensor> in) {
+    auto r = rec.replay(in);
+    return std::vector<sy::Tensor>{r[0] + 1.0};
+  };
+  std::vector<sy::Tensor> outer_first;
+  auto outer = sy::Recording::record(std::span<const sy::Tensor>(&x, 1), outer_body, outer_first);
+  INFO(outer.why_not());
+  REQUIRE(outer.replayable());
+  for (int i = 0; i < 3; ++i) {
+    auto xi = dev.tensor<float>(iota(6, static_cast<float>(2 * i)), {2, 3});
+    CHECK(outer.replay(std::span<const sy::Tensor>(&xi, 1))[0].to_vector<float>() ==
+          outer_body(std::span<const sy::Tensor>(&xi, 1))[0].to_vector<float>());
+  }
+  // The same recordings on the local device hold as many ops.
+  auto local = rt.device("cpu:0");
+  auto w1_local = local.tensor<float>(iota(6, 1), {3, 2});
+  auto x_local = local.tensor<float>(iota(6), {2, 3});
+  auto layer_local = [&](std::span<const sy::Tensor> in) {
+    auto h = (in[0].matmul(w1_local) - 4.0).relu();
+    return std::vector<sy::Tensor>{h * 2.0, h.sum()};
+  };
+  std::vector<sy::Tensor> local_first;
+  auto inner_local = sy::Recording::record(std::span<const sy::Tensor>(&x_local, 1), layer_local, local_first);
+  auto outer_local = sy::Recording::record(
+      std::span<const sy::Tensor>(&x_local, 1),
+      [&](std::span<const sy::Tensor> in) {
+        auto r = inner_local.replay(in);
+        return std::vector<sy::Tensor>{r[0] + 1.0};
+      },
+      local_first);
+  CHECK(inner_local.size() == rec.size());
+  CHECK(outer_local.size() == outer.size());
+  outer_first.clear();
+  outer = sy::Recording();
   first.clear();
   rec = sy::Recording();
   bool back = false;
