@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <boost/container/small_vector.hpp>
+#include <cstdint>
+#include <optional>
 #include <unordered_map>
 
 #include "core.hpp"
 #include "op_emit.hpp"
 #include "recorder.hpp"
+#include "switchyard/messages/op_rules.hpp"
 
 namespace switchyard {
 
@@ -105,6 +108,72 @@ class ActiveRecorder {
   ActiveRecorder& operator=(const ActiveRecorder&) = delete;
 };
 
+// A view of a view that only it reads becomes one view of the first one's
+// input where that is a strided view (compose_views): an exported attention
+// slices, reshapes and transposes its heads, three ops and two copies for
+// what one strided copy does. `ops` have their ids rewritten (made tensors
+// are `placed | rank`); returns, per made tensor, whether no op makes it now.
+std::vector<char> compose_view_chains(std::vector<OperationIr>& ops, size_t made, const std::vector<char>& returned) {
+  std::vector<char> gone(made, 0);
+  auto rank_of = [&](const TensorIr& t) -> std::optional<uint64_t> {
+    if ((t.id.value & placed) == 0) return std::nullopt;
+    const uint64_t k = t.id.value & ~placed;
+    return k < made ? std::optional<uint64_t>(k) : std::nullopt;
+  };
+  std::vector<uint32_t> reads(made, 0);
+  std::vector<size_t> producer(made, SIZE_MAX);
+  for (size_t n = 0; n < ops.size(); ++n) {
+    if (std::holds_alternative<DropOp>(ops[n].op)) continue;
+    ops[n].each_input([&](const TensorIr& t) {
+      if (auto k = rank_of(t)) ++reads[*k];
+    });
+    ops[n].each_output([&](const TensorIr& t) {
+      if (auto k = rank_of(t)) producer[*k] = n;
+    });
+  }
+  std::vector<char> removed(ops.size(), 0);
+  for (size_t j = 0; j < ops.size(); ++j) {
+    auto* second = std::get_if<ViewOp>(&ops[j].op);
+    if (second == nullptr) continue;
+    const auto mid = rank_of(second->in);
+    if (!mid || reads[*mid] != 1 || returned[*mid] || second->in.status != TensorStatus::read_only) continue;
+    const size_t i = producer[*mid];
+    auto* first = i < j ? std::get_if<ViewOp>(&ops[i].op) : nullptr;
+    if (first == nullptr || first->in.status != TensorStatus::read_only) continue;
+    auto composed = compose_views({first->offset, first->strides}, first->out.shape, {second->offset, second->strides},
+                                  second->out.shape);
+    if (!composed) continue;
+    const TensorIr source = first->in;
+    second->in = source;
+    second->offset = composed->offset;
+    second->strides = std::move(composed->strides);
+    removed[i] = 1;
+    // The first view's input must live until the second reads it: a drop
+    // of it between the two moves after the second.
+    for (size_t n = i + 1; n < j; ++n)
+      if (auto* d = std::get_if<DropOp>(&ops[n].op); d != nullptr && d->id == source.id && !removed[n]) {
+        removed[n] = 1;
+        ops.insert(ops.begin() + static_cast<ptrdiff_t>(j) + 1, OperationIr(DropOp{source.id}));
+        removed.insert(removed.begin() + static_cast<ptrdiff_t>(j) + 1, 0);
+        for (auto& p : producer)
+          if (p != SIZE_MAX && p > j) ++p;
+      }
+    gone[*mid] = 1;
+    reads[*mid] = 0;
+    for (size_t n = j + 1; n < ops.size(); ++n)
+      if (auto* d = std::get_if<DropOp>(&ops[n].op); d != nullptr && rank_of(TensorIr{d->id, {}, {}, {}}) == mid)
+        removed[n] = 1;
+  }
+  size_t kept = 0;
+  for (size_t n = 0; n < ops.size(); ++n)
+    if (!removed[n]) {
+      if (kept != n) ops[kept] = std::move(ops[n]);  // not onto itself: that empties its vectors
+      ++kept;
+    }
+  ops.resize(kept);
+  return gone;
+}
+
 // The state of a finished recording: `r`'s ops with their ids rewritten,
 // or why they cannot be replayed.
 std::shared_ptr<RecordingState> finish(Recorder& r, std::span<const Tensor> inputs, const std::vector<Tensor>& results,
@@ -190,10 +259,12 @@ std::shared_ptr<RecordingState> finish(Recorder& r, std::span<const Tensor> inpu
     });
   }
   if (!why.empty()) return refuse(why);
+  std::vector<char> gone = compose_view_chains(s->ops, s->made.size(), returned);
   // What the body made and neither dropped nor returned is dropped once the
   // ops have run (a recording run drops it later, when its last handle goes).
   for (size_t k = 0; k < s->made.size(); ++k)
-    if (!returned[k] && !r.dropped().contains(s->made[k].value)) s->ops.emplace_back(DropOp{TensorId{placed | k}});
+    if (!returned[k] && !gone[k] && !r.dropped().contains(s->made[k].value))
+      s->ops.emplace_back(DropOp{TensorId{placed | k}});
   core->mark_recorded_last_uses(s->ops);
   s->heavy = std::any_of(s->ops.begin(), s->ops.end(), [](const OperationIr& op) { return Core::starts_early(op); });
   return s;

@@ -11,12 +11,14 @@
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #pragma GCC diagnostic ignored "-Wstringop-overread"
 #endif
+#include <algorithm>
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 
 #include <caf/all.hpp>
 
@@ -922,4 +924,107 @@ TEST_CASE("Id slots find every id put in and no other however the ids collide", 
     CHECK(*find_id(tiny, TensorId{ids[0]}) == 7);
     CHECK(find_id(tiny, TensorId{ids[1]}) == nullptr);
   }
+}
+
+namespace {
+
+// in_flat[offset + sum_k i_k * strides[k]] for every index of `shape`, row-major.
+std::vector<int64_t> gather_view(const std::vector<int64_t>& in, const Shape& shape, const ViewMap& v) {
+  std::vector<int64_t> out;
+  std::vector<int64_t> idx(shape.rank(), 0);
+  for (int64_t n = 0; n < shape.numel(); ++n) {
+    int64_t at = v.offset;
+    for (size_t k = 0; k < idx.size(); ++k) at += idx[k] * v.strides[k];
+    out.push_back(in.at(static_cast<size_t>(at)));
+    for (size_t k = idx.size(); k-- > 0;) {
+      if (++idx[k] < shape.dims[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("compose_views gives the view of a view where it is strided and nothing elsewhere", "[messages][view]") {
+  // An exported attention's heads: q = qkv[:, :, 128:256] ([16, 1, 384] ->
+  // [16, 1, 128]), reshaped to [16, 4, 32], transposed to [4, 16, 32].
+  const Shape qkv{16, 1, 384}, q{16, 1, 128}, heads{16, 4, 32}, by_head{4, 16, 32};
+  std::vector<int64_t> in(static_cast<size_t>(qkv.numel()));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int64_t>(i);
+  const ViewMap slice{128, {384, 384, 1}}, reshape{0, heads.strides()}, transpose{0, {32, 128, 1}};
+  auto sliced = gather_view(in, q, slice);
+  auto shaped = gather_view(sliced, heads, reshape);
+  auto moved = gather_view(shaped, by_head, transpose);
+  auto two = compose_views(slice, q, reshape, heads);
+  REQUIRE(two);
+  CHECK(gather_view(in, heads, *two) == shaped);
+  auto three = compose_views(*two, heads, transpose, by_head);
+  REQUIRE(three);
+  CHECK(three->offset == 128);
+  CHECK(three->strides == std::vector<int64_t>{32, 384, 1});
+  CHECK(gather_view(in, by_head, *three) == moved);
+  // Merging two axes a transpose split apart needs a copy: no single view.
+  const ViewMap back{0, {32, 512, 1}};  // [4, 16, 32] -> [16, 4, 32]
+  CHECK_FALSE(compose_views(back, heads, ViewMap{0, Shape{16, 128}.strides()}, Shape{16, 128}));
+  // Negative strides (flip) and empty views are left alone.
+  CHECK_FALSE(compose_views(ViewMap{0, {1}}, Shape{4}, ViewMap{3, {-1}}, Shape{4}));
+  CHECK_FALSE(compose_views(ViewMap{0, {1}}, Shape{4}, ViewMap{0, {1}}, Shape{0}));
+
+  // Random views of random views: where a composition is given, it reads
+  // exactly what the two steps read.
+  std::mt19937_64 rng(7);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  // A random valid view of `from` (its elements in row-major order): a
+  // permutation of a reshape of a slice, or an expand.
+  auto random_view = [&](const Shape& from, Shape& shape) {
+    std::vector<int64_t> dims;
+    int64_t left = from.numel();
+    while (left > 1 && dims.size() < 3) {
+      std::vector<int64_t> divisors;
+      for (int64_t f = 1; f <= left; ++f)
+        if (left % f == 0) divisors.push_back(f);
+      const int64_t f = divisors[static_cast<size_t>(pick(0, static_cast<int64_t>(divisors.size()) - 1))];
+      dims.push_back(f);
+      left /= f;
+    }
+    if (left > 1 || dims.empty()) dims.push_back(left);
+    Shape reshaped(dims);
+    ViewMap v{0, reshaped.strides()};
+    // Slice each axis, then permute.
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const int64_t start = pick(0, dims[k] - 1), len = pick(1, dims[k] - start);
+      v.offset += start * v.strides[k];
+      dims[k] = len;
+    }
+    std::vector<size_t> order(dims.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int64_t> pd, ps;
+    for (size_t k : order) {
+      pd.push_back(dims[k]);
+      ps.push_back(v.strides[k]);
+    }
+    shape = Shape(pd);
+    v.strides = ps;
+    return v;
+  };
+  int composed = 0;
+  for (int round = 0; round < 2000; ++round) {
+    const Shape base{pick(1, 6), pick(1, 6), pick(1, 4)};
+    std::vector<int64_t> data(static_cast<size_t>(base.numel()));
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int64_t>(i) * 3 + 1;
+    Shape mid, out;
+    const ViewMap first = random_view(base, mid);
+    const ViewMap second = random_view(mid, out);
+    REQUIRE_FALSE(check_view(base.numel(), mid, first.offset, first.strides));
+    REQUIRE_FALSE(check_view(mid.numel(), out, second.offset, second.strides));
+    auto both = compose_views(first, mid, second, out);
+    if (!both) continue;
+    ++composed;
+    INFO("round " << round << ": " << base.to_string() << " -> " << mid.to_string() << " -> " << out.to_string());
+    REQUIRE_FALSE(check_view(base.numel(), out, both->offset, both->strides));
+    CHECK(gather_view(data, out, *both) == gather_view(gather_view(data, mid, first), out, second));
+  }
+  CHECK(composed > 500);
 }

@@ -182,6 +182,46 @@ TEST_CASE("a replay inside another recording's body is recorded with it", "[reco
   CHECK(handles_return_to(d, before));
 }
 
+TEST_CASE("a replay runs a view of a view as one view where it is strided", "[recording]") {
+  testing::Watchdog dog(60s, "view chains");
+  Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  for (const char* name : {"cpu:0", "reference:0"}) {
+    INFO(name);
+    auto d = rt.device(name);
+    // An attention's heads: a third of [16, 1, 96] split into 4 heads of
+    // 8, by head; and a flip, which stays two views.
+    auto heads = [](std::span<const Tensor> in) {
+      auto q = in[0].slice(2, Slice{32, 64}).reshape({16, 4, 8}).transpose(0, 1);
+      auto flipped = in[0].slice(2, Slice{0, 8}).flip({0}).reshape({128});
+      return std::vector<Tensor>{q * 2.0, flipped};
+    };
+    std::vector<float> values(16 * 96);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    auto x = d.tensor<float>(values, {16, 1, 96});
+    auto ops_run = [&] {
+      auto s = d.stats();
+      REQUIRE(s.wait_for(kWait));
+      return s.get().ops_executed;
+    };
+    std::vector<Tensor> out;
+    auto rec = Recording::record(std::span<const Tensor>(&x, 1), heads, out);
+    REQUIRE(rec.replayable());
+    auto x2 = d.tensor<float>(std::vector<float>(values.rbegin(), values.rend()), {16, 1, 96});
+    REQUIRE(d.sync().wait_for(kWait));
+    const uint64_t before_direct = ops_run();
+    auto direct = heads(std::span<const Tensor>(&x2, 1));
+    auto want0 = values_of<float>(direct[0]), want1 = values_of<float>(direct[1]);
+    const uint64_t direct_ops = ops_run() - before_direct;
+    const uint64_t before_replay = ops_run();
+    auto replayed = rec.replay(std::span<const Tensor>(&x2, 1));
+    CHECK(values_of<float>(replayed[0]) == want0);
+    CHECK(values_of<float>(replayed[1]) == want1);
+    CHECK(replayed[0].shape() == Shape{4, 16, 8});
+    // slice -> reshape -> transpose is one view; the flip's chain is not.
+    CHECK(ops_run() - before_replay == direct_ops - 2);
+  }
+}
+
 TEST_CASE("a replay refuses inputs unlike the recorded ones naming the input", "[recording]") {
   Runtime rt({.devices = {"cpu:0", "cpu:1"}});
   auto d = rt.cpu();

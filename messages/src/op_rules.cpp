@@ -300,6 +300,44 @@ caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset, const 
   return {};
 }
 
+std::optional<ViewMap> compose_views(const ViewMap& first, const Shape& mid, const ViewMap& second, const Shape& out) {
+  const size_t r = mid.rank();
+  if (first.strides.size() != r || second.strides.size() != out.rank() || mid.numel() == 0 || out.numel() == 0)
+    return std::nullopt;
+  // An element position of `first`'s result in mixed radix over `mid`:
+  // one digit per axis. `second` is linear over the digits when its offset's
+  // digits plus every index times its strides' digits stay below each
+  // extent: then no index of `second` ever carries.
+  std::vector<int64_t> weight(r, 1);
+  for (size_t m = r; m-- > 1;) weight[m - 1] = weight[m] * mid.dims[m];
+  auto digits = [&](int64_t v) {
+    std::vector<int64_t> d(r);
+    for (size_t m = 0; m < r; ++m) {
+      d[m] = v / weight[m];
+      v -= d[m] * weight[m];
+    }
+    return d;
+  };
+  if (second.offset < 0 || second.offset >= mid.numel()) return std::nullopt;
+  std::vector<int64_t> top = digits(second.offset);
+  ViewMap composed;
+  composed.offset = first.offset;
+  for (size_t m = 0; m < r; ++m) composed.offset += top[m] * first.strides[m];
+  composed.strides.assign(out.rank(), 0);
+  for (size_t k = 0; k < out.rank(); ++k) {
+    if (out.dims[k] == 1) continue;
+    const int64_t s = second.strides[k];
+    if (s < 0 || s >= mid.numel()) return std::nullopt;
+    const auto c = digits(s);
+    for (size_t m = 0; m < r; ++m) {
+      top[m] += (out.dims[k] - 1) * c[m];
+      if (top[m] >= mid.dims[m]) return std::nullopt;
+      composed.strides[k] += c[m] * first.strides[m];
+    }
+  }
+  return composed;
+}
+
 caf::expected<TensorSpec> cat_result(const std::vector<TensorIr>& inputs, int64_t& axis) {
   if (inputs.empty()) return arg_error("cat: needs at least one tensor");
   const auto& first = inputs.front();

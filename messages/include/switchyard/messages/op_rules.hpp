@@ -43,6 +43,19 @@ struct TensorSpec {
 /// inside it.
 [[nodiscard]] caf::error check_view(int64_t in_numel, const Shape& out, int64_t offset,
                                     const std::vector<int64_t>& strides);
+/// A view as the offset and strides of its elements over its input's
+/// (ViewOp's).
+struct ViewMap {
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+/// `second` (a view of shape `out` over the result of `first`, which has
+/// shape `mid`) as one view of `first`'s input, where that is a strided view:
+/// when no index of `second` carries across an axis of `mid` (a reshape of a
+/// slice, a transpose of a reshape). nullopt otherwise, for negative strides
+/// and for empty views. Both views must have passed check_view.
+[[nodiscard]] std::optional<ViewMap> compose_views(const ViewMap& first, const Shape& mid, const ViewMap& second,
+                                                   const Shape& out);
 [[nodiscard]] caf::expected<TensorSpec> cat_result(const std::vector<TensorIr>& inputs, int64_t& axis);
 [[nodiscard]] caf::expected<TensorSpec> pad_result(const Shape& s, DType t, const std::vector<int64_t>& before,
                                                    const std::vector<int64_t>& after);
