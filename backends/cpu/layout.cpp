@@ -64,10 +64,25 @@ DeviceError index_error(const char* op, int64_t value, int64_t extent, int64_t a
 
 }  // namespace
 
+namespace {
+
+// Whether a view reads its input in order from the start: a reshape, also
+// one whose axes of extent 1 carry another stride (a transpose of
+// [1, 16, 128] to [16, 1, 128], as an exported encoder turns its batch
+// axis), which reads nothing along them.
+bool reads_in_order(const ViewOp& op) {
+  if (op.offset != 0 || op.out.numel() != op.in.numel() || op.strides.size() != op.out.shape.rank()) return false;
+  const auto contiguous = op.out.shape.strides();
+  for (size_t k = 0; k < op.strides.size(); ++k)
+    if (op.out.shape.dims[k] != 1 && op.strides[k] != contiguous[k]) return false;
+  return true;
+}
+
+}  // namespace
+
 Expected<Bytes> view(Context& ctx, ViewOp& op, const Inputs& in) {
   const auto& src = *in.bytes[0];
-  if (op.offset == 0 && op.strides == op.out.shape.strides() && op.out.numel() == op.in.numel())
-    return src;  // a reshape of contiguous data: share the block
+  if (reads_in_order(op)) return src;  // a reshape of contiguous data: share the block
   auto out = ctx.buffers.allocate(op.out.bytes());
   if (op.out.numel() > 0)
     strided_copy(ctx, src.data(), op.offset, op.strides, writable_data(out), 0, op.out.shape.strides(), op.out.shape,

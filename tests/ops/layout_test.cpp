@@ -65,6 +65,23 @@ TEST_CASE("permute, transpose and mT reorder axes", "[ops][layout]") {
   CHECK_THROWS_AS(cube(reference()).permute({0, 1}), sy::Error);
 }
 
+TEST_CASE("a transpose that moves only axes of extent 1 keeps the order and its input", "[ops][layout]") {
+  // [1, 2, 3] -> [2, 1, 3]: read in order (the cpu backend shares the block);
+  // ops on the result must not reach the input.
+  expect_all(
+      [](const Device& d) {
+        auto x = make(d, DType::f32, {1, 2, 3}, {1, 2, 3, 4, 5, 6});
+        auto t = x.transpose(0, 1) * 10.0;
+        return sy::cat({x.reshape({2, 1, 3}), t}, 1);
+      },
+      DType::f32, {2, 2, 3}, {1, 2, 3, 10, 20, 30, 4, 5, 6, 40, 50, 60});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::i32, {2, 1, 2}, {1, 2, 3, 4}).permute({1, 0, 2});
+      },
+      DType::i32, {1, 2, 2}, {1, 2, 3, 4});
+}
+
 TEST_CASE("expand broadcasts with zero strides", "[ops][layout]") {
   expect_all(
       [](const Device& d) {
