@@ -1055,21 +1055,24 @@ void Core::submit_recorded(DeviceId device, std::vector<OperationIr>&& ops, bool
   // A remote device (uploads go in parts or over the lane) and a runtime
   // thread (drops wait for the next batch there) take the usual way.
   if (!slot(device).local || on_runtime_thread()) {
-    for (auto& op : ops)
+    for (auto& op : ops) {
       if (const auto* d = std::get_if<DropOp>(&op.op))
         drop(device, d->id);
       else
         submit(device, std::move(op));
+    }
     return;
   }
   // A replay inside another recording's body is part of that recording
   // (the usual way above passes the hooks in submit and drop).
-  if (auto* recorder = thread_recorder)
-    for (const auto& op : ops)
+  if (auto* recorder = thread_recorder) {
+    for (const auto& op : ops) {
       if (const auto* d = std::get_if<DropOp>(&op.op))
         recorder->drop(this, device, d->id);
       else
         recorder->op(this, device, op);
+    }
+  }
   auto& q = slots_[device].queue;
   bool sent = false;
   bool arm = false;
