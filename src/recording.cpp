@@ -140,6 +140,14 @@ std::vector<char> compose_view_chains(std::vector<OperationIr>& ops, size_t made
     const size_t i = producer[*mid];
     auto* first = i < j ? std::get_if<ViewOp>(&ops[i].op) : nullptr;
     if (first == nullptr || first->in.status != TensorStatus::read_only) continue;
+    // No op in between may free the first view's input (a nested replay's
+    // ops come with their last uses marked).
+    bool freed_between = false;
+    for (size_t n = i + 1; n < j && !freed_between; ++n)
+      if (!removed[n])
+        ops[n].each_input(
+            [&](const TensorIr& t) { freed_between |= t.id == first->in.id && t.status == TensorStatus::read_write; });
+    if (freed_between) continue;
     auto composed = compose_views({first->offset, first->strides}, first->out.shape, {second->offset, second->strides},
                                   second->out.shape);
     if (!composed) continue;
