@@ -24,7 +24,7 @@ struct RecordingState;
 /// torch.cuda.CUDAGraph) replay kernel launches: a replay skips what the op
 /// entries do at the call (shape and dtype rules, handles, the caller's own
 /// per-op work, such as a model loader's per-node dispatch) and hands the
-/// device all of the recorded ops at once.
+/// device all of the recorded ops in one batch.
 ///
 /// A replay is the recorded call with its inputs swapped: the same ops, in
 /// the same order, with the same attributes, on tensors of the recorded
@@ -69,10 +69,12 @@ class Recording {
   /// How many ops (drops included) a replay submits.
   [[nodiscard]] size_t size() const noexcept;
 
-  /// The recorded ops again, on `inputs` (one per recorded input, each on
-  /// the recorded device with the recorded dtype and shape; Error
-  /// invalid_argument naming the input and what differs otherwise; the
-  /// device lost or the runtime closed throw as any op does). Returns the
+  /// The recorded ops again, on `inputs`: one per recorded input, each
+  /// defined (else Error invalid_tensor), on the recorded device
+  /// (device_mismatch), of the recorded dtype (dtype_mismatch) and shape
+  /// (invalid_argument); a wrong count is invalid_argument; each error names
+  /// the input. The device lost or the runtime closed throw as any op does.
+  /// Returns the
   /// results at once, as the body returned them: a result that was an
   /// input is that input, one that was read from outside (a weight) is that
   /// tensor, and one the body made is a new tensor.
