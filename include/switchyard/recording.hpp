@@ -30,7 +30,9 @@ struct RecordingState;
 /// the same order, with the same attributes, on tensors of the recorded
 /// shapes and dtypes; tensors the function read that were not among its
 /// inputs (weights) are the same tensors, kept alive by the recording.
-/// Random ops draw new numbers on each replay, as a second call would.
+/// Random ops draw new numbers on each replay, as a second call would. A
+/// view of a view that nothing else reads runs as one view where the two
+/// compose into a strided view (the same elements, fewer copies).
 ///
 /// What cannot be repeated without the function is not recorded: a read to
 /// the host (its value could steer the function), a move to another device,
