@@ -414,13 +414,13 @@ TEST_CASE("replays from many threads at once each get their own results", "[reco
   INFO(rec.why_not());
   REQUIRE(rec.replayable());
   std::vector<std::vector<float>> expected;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 8; ++k) {
     auto xk = input(d, static_cast<float>(k + 1));
     expected.push_back(values_of<float>(layer(std::span<const Tensor>(&xk, 1))[0]));
   }
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < 8; ++k)
     threads.emplace_back([&, k] {
       for (int i = 0; i < 50; ++i) {
         auto xk = input(d, static_cast<float>(k + 1));
