@@ -646,17 +646,21 @@ bool run_gemm(ThreadPool* pool, const F32Gemm& g) {
     }
     return true;
   }
-  const Grid grid = plan_grid(g, pool != nullptr ? static_cast<int64_t>(pool->threads()) : 1);
+  // Below about two million multiply-adds (~20 us on one core) threads cost
+  // more than they save: the MLP at batch 64, whose 64 x 128 x 128 product
+  // is 2^20, took 65 us a call split over two threads and 47-57 us on one
+  // (a parked kernel thread's wake-up costs ~13 us on the 2-core VM).
+  const bool serial = pool == nullptr || g.batches * g.m * g.n * g.k < (int64_t{1} << 21);
+  // A product one thread runs is one tile where it fits: tiles cut for
+  // threads that do not come packed A's rows once per column tile and B's
+  // columns once per row tile, and left a short row panel (the MLP's
+  // 64 x 128 x 128 product ran as 42 + 22 rows by 2 x 64 columns).
+  const Grid grid = plan_grid(g, serial ? 1 : static_cast<int64_t>(pool->threads()));
   if (pool == nullptr) {
     std::atomic<int64_t> next{0};
     run_tiles(g, grid, next);
     return true;
   }
-  // Below about two million multiply-adds (~20 us on one core) threads cost
-  // more than they save: the MLP at batch 64, whose 64 x 128 x 128 product
-  // is 2^20, took 65 us a call split over two threads and 47-57 us on one
-  // (a parked kernel thread's wake-up costs ~13 us on the 2-core VM).
-  const bool serial = g.batches * g.m * g.n * g.k < (int64_t{1} << 21);
   run_work_items(*pool, serial, [&](std::atomic<int64_t>& next) { run_tiles(g, grid, next); });
   return true;
 }
