@@ -920,6 +920,50 @@ TEST_CASE("direct f32 convolution gives the native GEMM path's bits", "[cpu][f32
   }
 }
 
+TEST_CASE("direct f32 convolution in row bands gives the native GEMM path's bits", "[cpu][f32_gemm][direct_conv]") {
+  // Layers whose padded image outweighs their weights run as bands of
+  // output rows, each padded by the thread that runs it, when at least a
+  // million multiply-adds go to two threads or more: the shapes above are
+  // too small for that. Each case is checked to take the direct kernel.
+  if (skip_without_avx512f()) return;
+  NativeGemm on(true);
+  Draw r{14};
+  const std::vector<ConvArgs> cases = {
+      // a stem: 7x7 stride 2 over 3 channels
+      {{1, 3, 64, 64}, {32, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}},
+      // 3x3 with channels past a block of 32, height not a multiple of the bands
+      {{1, 16, 41, 40}, {48, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      // a batch of 7-wide planes (two-row tiles, an odd height leaving a row alone)
+      {{4, 32, 29, 7}, {16, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      // stride 2 with ONNX's asymmetric pads
+      {{1, 16, 45, 47}, {24, 16, 3, 3}, {2, 2}, {0, 1}, {1, 1}, 1, true, false, {1, 0}},
+  };
+  for (const unsigned threads : {2u, 3u}) {
+    sy::backends::DeviceOptions options;
+    options.threads = threads;
+    auto cpu_backend = cpu::backend_kind().create(0, options);
+    for (const auto& args : cases) {
+      Case c = conv_case(r, args);
+      c.inputs[0][7] = std::numeric_limits<float>::quiet_NaN();
+      INFO(c.what << " on " << threads << " threads");
+      std::vector<float> direct, gemm;
+      {
+        DirectConv path(true);
+        const auto runs = cpu::direct_conv_f32_runs();
+        direct = run(*cpu_backend, c);
+        CHECK(cpu::direct_conv_f32_runs() - runs == 1u);
+      }
+      {
+        DirectConv path(false);
+        gemm = run(*cpu_backend, c);
+      }
+      const auto diff = bit_differences(direct, gemm);
+      INFO(diff);
+      CHECK(diff.empty());
+    }
+  }
+}
+
 TEST_CASE("SWITCHYARD_CPU_DIRECT_CONV=0 in the environment leaves dense convolutions on the GEMM",
           "[cpu][direct_env]") {
   // ctest runs this case once more with the variable set (f32_gemm.direct_env_off).
