@@ -964,6 +964,87 @@ TEST_CASE("direct f32 convolution in row bands gives the native GEMM path's bits
   }
 }
 
+TEST_CASE("direct f32 convolution keeps a weight's packing from its second call with the same bits",
+          "[cpu][f32_gemm][direct_conv]") {
+  if (skip_without_avx512f()) return;
+  NativeGemm on(true);
+  Draw r{15};
+  const std::vector<ConvArgs> cases = {
+      {{1, 64, 7, 7}, {40, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}},   // split by channel blocks
+      {{1, 16, 41, 40}, {48, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}},  // in row bands on two threads
+  };
+  // The result of c with these input buffers (held by the caller, as a
+  // device holds a model's weights between calls).
+  const auto execute = [](sy::backends::Backend& b, const Case& c, std::vector<sy::backends::BufferPtr> in) {
+    std::vector<sy::backends::BufferPtr> out(1);
+    sy::OperationIr ir = c.ir;
+    const auto err = b.execute(ir, in, out);
+    INFO(err.message());
+    REQUIRE(!err);
+    const sy::Bytes* bytes = out[0]->host();
+    std::vector<float> values(bytes->size() / sizeof(float));
+    std::memcpy(values.data(), bytes->data(), bytes->size());
+    return values;
+  };
+  for (const unsigned threads : {1u, 2u}) {
+    sy::backends::DeviceOptions options;
+    options.threads = threads;
+    auto cpu_backend = cpu::backend_kind().create(0, options);
+    for (const auto& args : cases) {
+      Case c = conv_case(r, args);
+      INFO(c.what << " on " << threads << " threads");
+      const auto gemm = [&](const Case& k) {
+        DirectConv path(false);
+        return run(*cpu_backend, k);
+      };
+      DirectConv path(true);
+      const std::vector<float> want = gemm(c);
+      std::vector<sy::backends::BufferPtr> in;
+      for (const auto& v : c.inputs) in.push_back(buffer(v));
+      const auto kept = cpu::direct_conv_f32_kept_runs();
+      for (int call = 0; call < 4; ++call) {
+        INFO("call " << call);
+        const auto diff = bit_differences(execute(*cpu_backend, c, in), want);
+        INFO(diff);
+        CHECK(diff.empty());
+      }
+      // The first call packs for itself, the second keeps its packing.
+      CHECK(cpu::direct_conv_f32_kept_runs() - kept == 3u);
+      CHECK(cpu_backend->memory().bytes_cached > 0);
+
+      // A new weight, likely at the old one's address once that is freed
+      // (memory() drops the packing of a weight nobody holds): its own bits.
+      Case next = c;
+      next.inputs[1] = values(r, static_cast<int64_t>(c.inputs[1].size()));
+      const std::vector<float> want_next = gemm(next);
+      const std::byte* old_weight = in[1]->host()->data();
+      in[1].reset();
+      (void)cpu_backend->memory();
+      in[1] = buffer(next.inputs[1]);
+      INFO("the new weight " << (in[1]->host()->data() == old_weight ? "reuses" : "does not reuse")
+                             << " the old one's memory");
+      for (int call = 0; call < 3; ++call) {
+        INFO("new weight, call " << call);
+        CHECK(bit_differences(execute(*cpu_backend, next, in), want_next).empty());
+      }
+
+      // A weight passed as its last use may be overwritten: never kept.
+      Case last = next;
+      std::get<sy::ConvOp>(last.ir.op).weight.status = sy::TensorStatus::read_write;
+      const auto kept_before = cpu::direct_conv_f32_kept_runs();
+      for (int call = 0; call < 2; ++call) {
+        std::vector<sy::backends::BufferPtr> once;
+        for (const auto& v : last.inputs) once.push_back(buffer(v));
+        CHECK(bit_differences(execute(*cpu_backend, last, std::move(once)), want_next).empty());
+      }
+      CHECK(cpu::direct_conv_f32_kept_runs() == kept_before);
+
+      cpu_backend->trim();
+      CHECK(cpu_backend->memory().bytes_cached == 0);
+    }
+  }
+}
+
 TEST_CASE("SWITCHYARD_CPU_DIRECT_CONV=0 in the environment leaves dense convolutions on the GEMM",
           "[cpu][direct_env]") {
   // ctest runs this case once more with the variable set (f32_gemm.direct_env_off).

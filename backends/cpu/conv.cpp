@@ -320,9 +320,10 @@ void set_bits(uint16_t* mask, int64_t begin, int64_t end) {
 // times the column matrix, which the GEMM packs from the image block by
 // block (or reads as it is, for a pointwise conv), then `ep` applied as the
 // sums are stored (`add` laid out as y). False when the kernel is off.
+// `weight_block`: see direct_conv_f32.
 bool forward_native(Context& ctx, const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-                    const float* add = nullptr, F32GemmEpilogue ep = {}) {
-  if (direct_conv_f32(ctx, g, x, w, bias, y, add, ep)) return true;
+                    const float* add = nullptr, F32GemmEpilogue ep = {}, const Bytes* weight_block = nullptr) {
+  if (direct_conv_f32(ctx, g, x, w, bias, y, add, ep, weight_block)) return true;
   const int64_t cig = g.c_in_group(), cog = g.c_out_group();
   const int64_t rows = cig * g.kernel_size();
   const int64_t out_plane = g.out_plane();
@@ -482,6 +483,11 @@ void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* 
 // y), for when the native GEMM is off: the same steps in the same order.
 bool depthwise_like(const ConvGeometry& g) { return g.c_in_group() == 1 && g.groups > 1; }
 
+// The weight's block, for a packing kept between calls, unless this op may
+// overwrite it: a last use (no later call has it) or a widened copy made
+// for this call alone.
+const Bytes* kept_weight(const Inputs& in) { return in.consumable[1] ? nullptr : in.bytes[1]; }
+
 }  // namespace
 
 bool conv_fusible_head(const ConvOp& op) {
@@ -499,7 +505,7 @@ Expected<Bytes> conv_fused(Context& ctx, ConvOp& op, const Inputs& in, const flo
   const float* w = in.bytes[1]->as<const float>();
   const float* bias = op.has_bias() ? in.bytes[2]->as<const float>() : nullptr;
   float* y = writable<float>(out);
-  if (!forward_native(ctx, g, x, w, bias, y, add, ep)) {
+  if (!forward_native(ctx, g, x, w, bias, y, add, ep, kept_weight(in))) {
     // Switched off since the chain was planned (the tests toggle it).
     init_output<float>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
     forward<float>(ctx, g, x, w, y);
@@ -519,7 +525,8 @@ Expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
     T* y = writable<T>(out);
     const bool depthwise_like = cpu::depthwise_like(g);
     if constexpr (std::is_same_v<T, float>) {
-      if (!g.transposed && !depthwise_like && op.out.numel() > 0 && g.c_in > 0 && forward_native(ctx, g, x, w, bias, y))
+      if (!g.transposed && !depthwise_like && op.out.numel() > 0 && g.c_in > 0 &&
+          forward_native(ctx, g, x, w, bias, y, nullptr, {}, kept_weight(in)))
         return;
       if (!g.transposed && depthwise_like && depthwise_f32(ctx.pool, g, x, w, bias, y)) return;
     }

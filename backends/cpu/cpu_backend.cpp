@@ -10,6 +10,7 @@
 #include "backends/cpu/bf16_gemm.hpp"
 #include "backends/cpu/chain_heads.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/packed_weights.hpp"
 #include "switchyard/messages/host_cpus.hpp"
 
 namespace switchyard::backends::cpu {
@@ -61,7 +62,8 @@ class CpuBackend final : public HostBackend {
   explicit CpuBackend(const DeviceOptions& options)
       : pool_(options.threads == 0 ? static_cast<unsigned>(available_cpus()) : options.threads),
         buffers_(options.cache_limit),
-        ctx_{pool_, buffers_} {
+        packed_(options.cache_limit),
+        ctx_{pool_, buffers_, 0, 0, &packed_} {
     // GEMM runs on the runner's thread while this device's pool is idle, so
     // OpenBLAS may use as many threads as the pool has, and no more: its
     // default (every core) would put four busy threads on two cores when
@@ -235,8 +237,16 @@ class CpuBackend final : public HostBackend {
   }
 
   [[nodiscard]] Bytes host_block(size_t size) override { return buffers_.allocate(size); }
-  [[nodiscard]] MemoryStats memory() const override { return {buffers_.bytes_in_use(), buffers_.bytes_cached()}; }
-  void trim() override { buffers_.trim(); }
+  [[nodiscard]] MemoryStats memory() const override {
+    // Packings first: dropping those of dropped tensors returns their
+    // blocks to the pool.
+    const uint64_t packed = packed_.bytes();
+    return {buffers_.bytes_in_use(), buffers_.bytes_cached() + packed};
+  }
+  void trim() override {
+    packed_.clear();  // before the pool's trim: it returns their source blocks
+    buffers_.trim();
+  }
 
  private:
   Expected<Bytes> run(FromDataOp& o, const Inputs&) { return o.data.bytes; }
@@ -270,6 +280,8 @@ class CpuBackend final : public HostBackend {
 
   ThreadPool pool_;
   BufferPool buffers_;
+  // Mutable: memory(), const, drops the packings of dropped tensors.
+  mutable PackedWeights packed_;
   Context ctx_;
 };
 

@@ -47,6 +47,7 @@
 
 #include "backends/cpu/aligned_scratch.hpp"
 #include "backends/cpu/native_gemm.hpp"
+#include "backends/cpu/packed_weights.hpp"
 
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
 #define SY_DIRECT_CONV 1
@@ -62,17 +63,22 @@ NativeKernelSwitch& direct_switch() {
   static NativeKernelSwitch s(cpu_has_avx512f(), "SWITCHYARD_CPU_DIRECT_CONV");
   return s;
 }
+std::atomic<uint64_t>& kept_runs() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
 
 }  // namespace
 
 bool direct_conv_f32_enabled() noexcept { return direct_switch().enabled() && native_f32_gemm_enabled(); }
 bool set_direct_conv_f32(bool on) noexcept { return direct_switch().set(on); }
 uint64_t direct_conv_f32_runs() noexcept { return direct_switch().runs(); }
+uint64_t direct_conv_f32_kept_runs() noexcept { return kept_runs().load(std::memory_order_relaxed); }
 
 #ifndef SY_DIRECT_CONV
 
 bool direct_conv_f32(Context&, const ConvGeometry&, const float*, const float*, const float*, float*, const float*,
-                     F32GemmEpilogue) {
+                     F32GemmEpilogue, const Bytes*) {
   return false;
 }
 
@@ -268,7 +274,7 @@ void pad_rows(const float* in, int64_t channels, int64_t in_h, int64_t in_w, int
 }  // namespace
 
 bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-                     const float* add, F32GemmEpilogue ep) {
+                     const float* add, F32GemmEpilogue ep, const Bytes* weight_block) {
   if (!direct_conv_f32_enabled()) return false;
   const int64_t stride = g.stride[2];
   const int64_t terms = g.c_in * g.kernel_size();
@@ -348,6 +354,22 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
     return koff;
   };
 
+  // Every block's panel, kept between calls when the weight is a model's
+  // (packed again per call otherwise, below).
+  const float* prepacked = nullptr;
+  if (ctx.packed != nullptr && weight_block != nullptr && weight_block->as<float>() == w) {
+    // The packing depends on the weights' shape as the kernel reads it.
+    const uint64_t layout = static_cast<uint64_t>(terms) << 24 | static_cast<uint64_t>(g.c_out);
+    prepacked = ctx.packed->find(*weight_block, layout, static_cast<size_t>(blocks * terms * kBlock), [&](float* out) {
+      ctx.pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+        for (int64_t block = b; block < e; ++block)
+          pack_panel(w, terms, g.c_out, block * kBlock, out + block * terms * kBlock);
+      });
+    });
+  }
+  if (prepacked != nullptr) kept_runs().fetch_add(1, std::memory_order_relaxed);
+  const auto panel_of = [&](int64_t block) { return prepacked + block * terms * kBlock; };
+
   // Where the image outweighs the weights (a CNN's early layers), each work
   // item is a band of output rows over all channels, padded by the thread
   // that reads it, and each thread packs all the weights once. Split by
@@ -367,7 +389,7 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
     const std::vector<int64_t> koff = offsets(band_plane, wp);
     const auto take = [&](std::atomic<int64_t>& next) {
       thread_local AlignedScratch weights, band;
-      float* panels = weights.get(static_cast<size_t>(blocks * terms * kBlock));
+      float* panels = prepacked != nullptr ? nullptr : weights.get(static_cast<size_t>(blocks * terms * kBlock));
       float* patch = band.get(static_cast<size_t>(g.c_in * band_plane));
       std::vector<char> packed(static_cast<size_t>(blocks), 0);
       for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
@@ -380,9 +402,9 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
         pad_rows(x + n * g.c_in * g.in_plane(), g.c_in, g.in[1], g.in[2], top, left, oh0 * stride,
                  (oh1 - oh0 - 1) * stride + kh, wp, patch, band_plane);
         for (int64_t block = 0; block < blocks; ++block) {
-          float* panel = panels + block * terms * kBlock;
-          if (packed[static_cast<size_t>(block)] == 0) {
-            pack_panel(w, terms, g.c_out, block * kBlock, panel);
+          const float* panel = prepacked != nullptr ? panel_of(block) : panels + block * terms * kBlock;
+          if (prepacked == nullptr && packed[static_cast<size_t>(block)] == 0) {
+            pack_panel(w, terms, g.c_out, block * kBlock, panels + block * terms * kBlock);
             packed[static_cast<size_t>(block)] = 1;
           }
           Tile t = start_tile(panel, block, koff.data());
@@ -415,27 +437,29 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
   const int64_t items = blocks * g.batch * chunks;
   const auto take = [&](std::atomic<int64_t>& next) {
     thread_local AlignedScratch scratch;
-    float* panel = scratch.get(static_cast<size_t>(terms * kBlock));
-    int64_t packed = -1;  // the block whose weights the panel holds, in this call
+    float* own_panel = prepacked != nullptr ? nullptr : scratch.get(static_cast<size_t>(terms * kBlock));
+    int64_t packed = -1;  // the block whose weights own_panel holds, in this call
     for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
          item = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t block = item / (g.batch * chunks), n = item / chunks % g.batch, chunk = item % chunks;
-      if (packed != block) {
-        pack_panel(w, terms, g.c_out, block * kBlock, panel);
+      if (prepacked == nullptr && packed != block) {
+        pack_panel(w, terms, g.c_out, block * kBlock, own_panel);
         packed = block;
       }
-      Tile t = start_tile(panel, block, koff.data());
+      Tile t = start_tile(prepacked != nullptr ? panel_of(block) : own_panel, block, koff.data());
       // The block this thread likely takes next, when the threads take
-      // turns, unless it is this one: its weights come from memory (a late
-      // layer's from DRAM) while this block's products run, a line per term.
+      // turns, unless it is this one: its weights (or its kept panel) come
+      // from memory (a late layer's from DRAM) while this block's products
+      // run, a line per term.
       const int64_t ahead = (item + (serial ? 1 : threads)) / (g.batch * chunks);
-      const int64_t fetch_from = ahead * kBlock * terms;  // floats of w
-      const int64_t fetch_floats =
-          ahead != block && ahead < blocks ? (std::min(g.c_out, (ahead + 1) * kBlock) - ahead * kBlock) * terms : 0;
+      const int64_t fetch_from = ahead * kBlock * terms;  // floats of w, or of the kept panels
+      const int64_t fetch_width = prepacked != nullptr ? kBlock : std::min(g.c_out, (ahead + 1) * kBlock) - ahead * kBlock;
+      const int64_t fetch_floats = ahead != block && ahead < blocks ? fetch_width * terms : 0;
+      const float* fetch_base = prepacked != nullptr ? prepacked : w;
       int64_t fetched = 0;
       const auto next_fetch = [&] {
         t.fetch_terms = std::clamp<int64_t>((fetch_floats - fetched) / 16, 0, terms);
-        t.fetch = t.fetch_terms > 0 ? w + fetch_from + fetched : nullptr;
+        t.fetch = t.fetch_terms > 0 ? fetch_base + fetch_from + fetched : nullptr;
         fetched += t.fetch_terms * 16;
       };
       const int64_t u0 = layout.units * chunk / chunks, u1 = layout.units * (chunk + 1) / chunks;

@@ -31,6 +31,8 @@ bool set_direct_conv_f32(bool on) noexcept;
 
 /// How many convolutions the kernel has run in this process.
 [[nodiscard]] uint64_t direct_conv_f32_runs() noexcept;
+/// How many of them read their weights' packing kept from an earlier call.
+[[nodiscard]] uint64_t direct_conv_f32_kept_runs() noexcept;
 
 /// y = bias + conv(x, w), then `ep` (with `add` laid out as y), for a
 /// forward, ungrouped convolution over 1 or 2 spatial axes with stride 1 or
@@ -38,8 +40,11 @@ bool set_direct_conv_f32(bool on) noexcept;
 /// (1x1, stride 1, no padding: a plain GEMM does that). Every product of
 /// the sum is taken, the padding's zeros included, in the native GEMM's
 /// order, so the bits are the native GEMM path's. False (nothing written)
-/// when the kernel is off or the geometry is another.
+/// when the kernel is off or the geometry is another. `weight_block`, when
+/// given, is the block `w` lies in, for the packing kept between calls
+/// (ctx.packed); the caller leaves it null for a weight it may overwrite.
 [[nodiscard]] bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const float* w,
-                                   const float* bias, float* y, const float* add, F32GemmEpilogue ep);
+                                   const float* bias, float* y, const float* add, F32GemmEpilogue ep,
+                                   const Bytes* weight_block = nullptr);
 
 }  // namespace switchyard::backends::cpu

@@ -13,12 +13,16 @@
 
 namespace switchyard::backends::cpu {
 
+class PackedWeights;
+
 /// What a kernel needs from its device.
 struct Context {
   ThreadPool& pool;
   BufferPool& buffers;
   uint64_t seed = 0;
   uint64_t random_ops = 0;  // random ops run since the seed
+  /// Weights kept packed between calls (null: packed on every call).
+  PackedWeights* packed = nullptr;
 };
 
 /// Inputs as bytes, each_input order; `consumable[i]` when input i may be
