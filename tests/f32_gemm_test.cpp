@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -964,6 +965,72 @@ TEST_CASE("direct f32 convolution in row bands gives the native GEMM path's bits
   }
 }
 
+/// The result of c with these input buffers (held by the caller, as a
+/// device holds a model's weights between calls).
+std::vector<float> execute(sy::backends::Backend& b, const Case& c, std::vector<sy::backends::BufferPtr> in) {
+  std::vector<sy::backends::BufferPtr> out(1);
+  sy::OperationIr ir = c.ir;
+  const auto err = b.execute(ir, in, out);
+  INFO(err.message());
+  REQUIRE(!err);
+  const sy::Bytes* bytes = out[0]->host();
+  std::vector<float> values(bytes->size() / sizeof(float));
+  std::memcpy(values.data(), bytes->data(), bytes->size());
+  return values;
+}
+
+/// Runs c (whose input 1 is a weight) as a model does, call after call with
+/// the same weight buffer, and checks every call's bits against `want`
+/// (the result when nothing is kept); then a new weight, likely at the old
+/// one's address once that is freed, against `want_next`; then the weight
+/// as its last use (which a kernel may overwrite, so nothing is kept).
+/// `kept` is the packings kept on the backend after the calls (from what
+/// the caller can observe of them); returns to 0 after a trim.
+void check_kept_packing(sy::backends::Backend& backend, const Case& c, const std::vector<float>& want,
+                        const Case& next, const std::vector<float>& want_next,
+                        const std::function<uint64_t()>& kept, uint64_t kept_after_two_calls) {
+  std::vector<sy::backends::BufferPtr> in;
+  for (const auto& v : c.inputs) in.push_back(buffer(v));
+  const uint64_t kept_before = kept();
+  for (int call = 0; call < 4; ++call) {
+    INFO("call " << call);
+    const auto diff = bit_differences(execute(backend, c, in), want);
+    INFO(diff);
+    CHECK(diff.empty());
+  }
+  CHECK(kept() - kept_before == kept_after_two_calls);
+
+  const std::byte* old_weight = in[1]->host()->data();
+  in[1].reset();
+  (void)backend.memory();  // drops the packing of a weight nobody holds
+  in[1] = buffer(next.inputs[1]);
+  INFO("the new weight " << (in[1]->host()->data() == old_weight ? "reuses" : "does not reuse")
+                         << " the old one's memory");
+  for (int call = 0; call < 3; ++call) {
+    INFO("new weight, call " << call);
+    CHECK(bit_differences(execute(backend, next, in), want_next).empty());
+  }
+  in.clear();
+  (void)backend.memory();
+
+  Case last = next;
+  std::visit([](auto& op) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(op)>, sy::ConvOp>) op.weight.status = sy::TensorStatus::read_write;
+    if constexpr (std::is_same_v<std::decay_t<decltype(op)>, sy::MatmulOp>) op.rhs.status = sy::TensorStatus::read_write;
+  }, last.ir.op);
+  const uint64_t kept_last = kept();
+  for (int call = 0; call < 2; ++call) {
+    std::vector<sy::backends::BufferPtr> once;
+    for (const auto& v : last.inputs) once.push_back(buffer(v));
+    CHECK(bit_differences(execute(backend, last, std::move(once)), want_next).empty());
+  }
+  (void)backend.memory();
+  CHECK(kept() <= kept_last);
+
+  backend.trim();
+  CHECK(backend.memory().bytes_cached == 0);
+}
+
 TEST_CASE("direct f32 convolution keeps a weight's packing from its second call with the same bits",
           "[cpu][f32_gemm][direct_conv]") {
   if (skip_without_avx512f()) return;
@@ -973,74 +1040,51 @@ TEST_CASE("direct f32 convolution keeps a weight's packing from its second call 
       {{1, 64, 7, 7}, {40, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}},   // split by channel blocks
       {{1, 16, 41, 40}, {48, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}},  // in row bands on two threads
   };
-  // The result of c with these input buffers (held by the caller, as a
-  // device holds a model's weights between calls).
-  const auto execute = [](sy::backends::Backend& b, const Case& c, std::vector<sy::backends::BufferPtr> in) {
-    std::vector<sy::backends::BufferPtr> out(1);
-    sy::OperationIr ir = c.ir;
-    const auto err = b.execute(ir, in, out);
-    INFO(err.message());
-    REQUIRE(!err);
-    const sy::Bytes* bytes = out[0]->host();
-    std::vector<float> values(bytes->size() / sizeof(float));
-    std::memcpy(values.data(), bytes->data(), bytes->size());
-    return values;
-  };
   for (const unsigned threads : {1u, 2u}) {
     sy::backends::DeviceOptions options;
     options.threads = threads;
     auto cpu_backend = cpu::backend_kind().create(0, options);
     for (const auto& args : cases) {
-      Case c = conv_case(r, args);
-      INFO(c.what << " on " << threads << " threads");
-      const auto gemm = [&](const Case& k) {
-        DirectConv path(false);
-        return run(*cpu_backend, k);
-      };
-      DirectConv path(true);
-      const std::vector<float> want = gemm(c);
-      std::vector<sy::backends::BufferPtr> in;
-      for (const auto& v : c.inputs) in.push_back(buffer(v));
-      const auto kept = cpu::direct_conv_f32_kept_runs();
-      for (int call = 0; call < 4; ++call) {
-        INFO("call " << call);
-        const auto diff = bit_differences(execute(*cpu_backend, c, in), want);
-        INFO(diff);
-        CHECK(diff.empty());
-      }
-      // The first call packs for itself, the second keeps its packing.
-      CHECK(cpu::direct_conv_f32_kept_runs() - kept == 3u);
-      CHECK(cpu_backend->memory().bytes_cached > 0);
-
-      // A new weight, likely at the old one's address once that is freed
-      // (memory() drops the packing of a weight nobody holds): its own bits.
+      const Case c = conv_case(r, args);
       Case next = c;
       next.inputs[1] = values(r, static_cast<int64_t>(c.inputs[1].size()));
-      const std::vector<float> want_next = gemm(next);
-      const std::byte* old_weight = in[1]->host()->data();
-      in[1].reset();
-      (void)cpu_backend->memory();
-      in[1] = buffer(next.inputs[1]);
-      INFO("the new weight " << (in[1]->host()->data() == old_weight ? "reuses" : "does not reuse")
-                             << " the old one's memory");
-      for (int call = 0; call < 3; ++call) {
-        INFO("new weight, call " << call);
-        CHECK(bit_differences(execute(*cpu_backend, next, in), want_next).empty());
+      INFO(c.what << " on " << threads << " threads");
+      std::vector<float> want, want_next;
+      {
+        DirectConv gemm(false);
+        want = run(*cpu_backend, c);
+        want_next = run(*cpu_backend, next);
       }
+      DirectConv path(true);
+      // Counted per run: the first call packs for itself, the rest read the
+      // packing the second made.
+      check_kept_packing(*cpu_backend, c, want, next, want_next, [] { return cpu::direct_conv_f32_kept_runs(); }, 3);
+    }
+  }
+}
 
-      // A weight passed as its last use may be overwritten: never kept.
-      Case last = next;
-      std::get<sy::ConvOp>(last.ir.op).weight.status = sy::TensorStatus::read_write;
-      const auto kept_before = cpu::direct_conv_f32_kept_runs();
-      for (int call = 0; call < 2; ++call) {
-        std::vector<sy::backends::BufferPtr> once;
-        for (const auto& v : last.inputs) once.push_back(buffer(v));
-        CHECK(bit_differences(execute(*cpu_backend, last, std::move(once)), want_next).empty());
-      }
-      CHECK(cpu::direct_conv_f32_kept_runs() == kept_before);
-
-      cpu_backend->trim();
-      CHECK(cpu_backend->memory().bytes_cached == 0);
+TEST_CASE("native f32 GEMM keeps a weight's packing from its second call with the same bits", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  NativeGemm on(true);
+  Draw r{16};
+  for (const bool transposed : {true, false}) {  // a linear's [n, k] weight, a matmul's [k, n]
+    // Few rows (B read in place when row-major and not kept) and many.
+    for (const int64_t m : {int64_t{2}, int64_t{70}}) {
+      const int64_t k = 300, n = 40;  // two K blocks, a partial panel
+      const Case c = matmul_case(r, Shape{m, k}, transposed ? Shape{n, k} : Shape{k, n}, false, transposed, Shape{n});
+      Case next = c;
+      next.inputs[1] = values(r, k * n);
+      INFO(c.what);
+      sy::backends::DeviceOptions options;
+      options.threads = 2;
+      auto cpu_backend = cpu::backend_kind().create(0, options);
+      // What the backend caches beside the packings is its pool's freed
+      // blocks: here one result's block, freed and taken again each call
+      // (the inputs are not the pool's), so the difference is the packing.
+      const std::vector<float> want = run(*cpu_backend, c), want_next = run(*cpu_backend, next);
+      const uint64_t packed_bytes = static_cast<uint64_t>(k) * 64 * sizeof(float);  // n padded to 64
+      check_kept_packing(*cpu_backend, c, want, next, want_next,
+                         [&] { return cpu_backend->memory().bytes_cached; }, packed_bytes);
     }
   }
 }

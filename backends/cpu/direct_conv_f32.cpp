@@ -359,7 +359,7 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
   const float* prepacked = nullptr;
   if (ctx.packed != nullptr && weight_block != nullptr && weight_block->as<float>() == w) {
     // The packing depends on the weights' shape as the kernel reads it.
-    const uint64_t layout = static_cast<uint64_t>(terms) << 24 | static_cast<uint64_t>(g.c_out);
+    const uint64_t layout = uint64_t{1} << 60 | static_cast<uint64_t>(terms) << 24 | static_cast<uint64_t>(g.c_out);
     prepacked = ctx.packed->find(*weight_block, layout, static_cast<size_t>(blocks * terms * kBlock), [&](float* out) {
       ctx.pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
         for (int64_t block = b; block < e; ++block)

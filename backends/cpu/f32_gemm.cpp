@@ -118,6 +118,8 @@ uint64_t native_f32_gemm_runs() noexcept { return kernel_switch().runs(); }
 
 bool gemm_f32(ThreadPool&, const F32Gemm&) { return false; }
 bool gemm_f32_here(const F32Gemm&) { return false; }
+size_t packed_b_floats(const F32Gemm&) { return 0; }
+void pack_b(const F32Gemm&, float*) {}
 
 #else
 
@@ -351,6 +353,10 @@ SY_F32_TARGET void pack_cols(const float* bt, int64_t ld, int64_t kc, int64_t co
 }
 
 /// Tile sizes of one call.
+/// Columns of B rounded up to whole panels: the row length of pack_b's
+/// K blocks.
+int64_t padded_width(int64_t n) { return (n + kNR - 1) / kNR * kNR; }
+
 struct Grid {
   int64_t mc = 0, nc = 0, m_tiles = 0, n_tiles = 0;
   [[nodiscard]] int64_t items(int64_t batches) const { return batches * m_tiles * n_tiles; }
@@ -412,13 +418,19 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
     // transformer's products at sequence 16 ran at 130 GFLOP/s, 200 without
     // packing); taller tiles use each panel often enough to repay it, and
     // gain from its L1-friendly layout.
-    const bool direct_b = row_panels <= kDirectPanels && !g.fill_b && g.row_offset == nullptr && !g.b_transposed;
+    const bool direct_b = row_panels <= kDirectPanels && !g.fill_b && g.row_offset == nullptr && !g.b_transposed &&
+                          g.packed_b == nullptr;
     const F32GemmOperands ops = g.locate(batch);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
       const bool last_block = pc + kc >= g.k;
       for (int64_t ir = i0, q = 0; ir < i1; ir += mr, ++q) pack_a_panel(g, ops.a, ir, pc, kc, pa + q * kc * kMR);
-      if (g.fill_b) {
+      // This tile's panels of a kept packing (pack_b): K block pc starts
+      // after pc rows of the padded width, its panels kc x kNR each.
+      const float* kept = g.packed_b != nullptr ? g.packed_b + pc * padded_width(g.n) + j0 * kc : nullptr;
+      if (kept != nullptr) {
+        // nothing to pack
+      } else if (g.fill_b) {
         // A few rows at a time, so that what the caller writes is still in
         // L1 when it is packed.
         for (int64_t p = pc; p < pc + kc; p += kFillRows) {
@@ -438,7 +450,9 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
         const int vectors = static_cast<int>((jc + 15) / 16);
         const float* bpanel = pb + (jr - j0) * kc;
         int64_t ldb = kNR;
-        if (direct_b) {
+        if (kept != nullptr) {
+          bpanel = kept + (jr - j0) * kc;
+        } else if (direct_b) {
           bpanel = ops.b + pc * g.ldb + jr;
           ldb = g.ldb;
         } else if (!g.fill_b && g.row_offset != nullptr) {
@@ -668,6 +682,23 @@ bool run_gemm(ThreadPool* pool, const F32Gemm& g) {
 }  // namespace
 
 bool gemm_f32(ThreadPool& pool, const F32Gemm& g) { return run_gemm(&pool, g); }
+
+size_t packed_b_floats(const F32Gemm& g) {
+  if (g.batches != 1 || g.m <= 1 || g.k == 0 || g.n == 0 || g.fill_b || g.row_offset != nullptr) return 0;
+  return static_cast<size_t>(g.k * padded_width(g.n));
+}
+
+void pack_b(const F32Gemm& g, float* out) {
+  const float* b = g.locate(0).b;
+  for (int64_t pc = 0; pc < g.k; pc += kKC) {
+    const int64_t kc = std::min(kKC, g.k - pc);
+    float* block = out + pc * padded_width(g.n);
+    if (g.b_transposed)
+      pack_cols(b + pc, g.ldb, kc, g.n, block);
+    else
+      pack_rows(b + pc * g.ldb, g.ldb, kc, g.n, block, kc * kNR);
+  }
+}
 bool gemm_f32_here(const F32Gemm& g) { return run_gemm(nullptr, g); }
 
 #endif  // SY_F32_GEMM

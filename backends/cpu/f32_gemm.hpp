@@ -90,6 +90,9 @@ struct F32Gemm {
   const uint16_t* row_mask = nullptr;
   int64_t mask_words = 0;
   int64_t ldc = 0;
+  /// Or B (of a single product: batches 1) as pack_b wrote it, kept
+  /// between calls: a model's weight is not packed again on every call.
+  const float* packed_b = nullptr;
   /// C += A B (C's values are kept), else C = A B (C is only written).
   bool accumulate = false;
   F32GemmEpilogue epilogue;
@@ -137,5 +140,13 @@ void apply_epilogue(ThreadPool& pool, float* y, const float* add, F32GemmEpilogu
 /// gemm_f32 on the calling thread alone, for a kernel whose own tasks
 /// already run on the device's threads (the pool does not nest).
 [[nodiscard]] bool gemm_f32_here(const F32Gemm& g);
+
+/// Floats of B packed whole in the kernel's layout (F32Gemm::packed_b), or
+/// 0 where the kernel would not read such a packing (a one-row product, a B
+/// given other than as memory, several products).
+[[nodiscard]] size_t packed_b_floats(const F32Gemm& g);
+/// Packs entry 0's B whole into `out` (packed_b_floats(g) floats): each
+/// block of K rows as the kernel packs it for one call, panel by panel.
+void pack_b(const F32Gemm& g, float* out);
 
 }  // namespace switchyard::backends::cpu

@@ -18,6 +18,7 @@
 #include "backends/cpu/f32_gemm.hpp"
 #include "backends/cpu/loops.hpp"
 #include "backends/cpu/matmul_plan.hpp"
+#include "backends/cpu/packed_weights.hpp"
 
 namespace switchyard::backends::cpu {
 namespace {
@@ -40,11 +41,19 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
 // Result columns below which OpenBLAS keeps f32 products (see above).
 constexpr int64_t native_min_n = 8;
 
+// The rhs's block, for a packing kept between calls, unless this op may
+// overwrite it: a last use (no later call has it) or a widened copy made
+// for this call alone.
+const Bytes* kept_rhs(const Inputs& in) { return in.consumable[1] ? nullptr : in.bytes[1]; }
+
 // c = a b [+ col_bias] for every batch entry on the native f32 GEMM, with
 // `ep` (and `add`, laid out as c) applied as it stores; false when the
-// kernel is off or the shape is one it is not used for.
+// kernel is off or the shape is one it is not used for. `b_block`, when
+// given, is the block b lies in: a model's weight is then packed once and
+// kept (ctx.packed).
 bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const float* a, const float* b, float* c,
-                   const float* col_bias = nullptr, const float* add = nullptr, F32GemmEpilogue ep = {}) {
+                   const Bytes* b_block, const float* col_bias = nullptr, const float* add = nullptr,
+                   F32GemmEpilogue ep = {}) {
   if (d.n < native_min_n || openblas_runs_avx512()) return false;
   F32Gemm g;
   g.m = d.m;
@@ -67,6 +76,15 @@ bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const 
     return ops;
   };
   g.locate = [at = &locate](int64_t batch) { return (*at)(batch); };
+  if (ctx.packed != nullptr && b_block != nullptr && b_block->as<float>() == b && native_f32_gemm_enabled()) {
+    if (const size_t floats = packed_b_floats(g); floats > 0) {
+      // The packing depends on K and on which way B lies (its block's size
+      // then gives N).
+      const uint64_t layout = uint64_t{2} << 60 | static_cast<uint64_t>(op.transpose_rhs) << 59 |
+                              static_cast<uint64_t>(d.k);
+      g.packed_b = ctx.packed->find(*b_block, layout, floats, [&](float* out) { pack_b(g, out); });
+    }
+  }
   return gemm_f32(ctx.pool, g);
 }
 
@@ -146,7 +164,7 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
       bool native = false, bias_added = false;
       if constexpr (std::is_same_v<T, float>) {
         const float* col_bias = bias_per_column(op) ? in.bytes[2]->as<const float>() : nullptr;
-        native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c, col_bias);
+        native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c, kept_rhs(in), col_bias);
         bias_added = native && col_bias != nullptr;
       }
       if (d.k == 0) {
@@ -180,8 +198,8 @@ Expected<Bytes> matmul_fused(Context& ctx, MatmulOp& op, const Inputs& in, const
   // (matmul_fusible_head admitted only a bias per column.)
   const float* col_bias = op.has_bias() ? in.bytes[2]->as<const float>() : nullptr;
   float* c = writable<float>(out);
-  if (!matmul_native(ctx, op, d, in.bytes[0]->as<const float>(), in.bytes[1]->as<const float>(), c, col_bias, add,
-                     ep)) {
+  if (!matmul_native(ctx, op, d, in.bytes[0]->as<const float>(), in.bytes[1]->as<const float>(), c, kept_rhs(in),
+                     col_bias, add, ep)) {
     // Switched off since the chain was planned (the tests toggle it).
     auto y = matmul(ctx, op, in);
     if (!y) return y;

@@ -51,7 +51,8 @@ struct RuntimeOptions {
   /// Most bytes of freed tensor buffers each CPU device keeps for reuse
   /// (large tensors then skip page faults in loops); beyond it, freed
   /// memory goes back to the system at once. 0: no cache. The same bound
-  /// again applies to convolution weights kept packed between calls.
+  /// again applies to weights kept packed between calls (a convolution's,
+  /// a matrix product's right operand).
   uint64_t cpu_cache_limit = uint64_t{256} << 20;
   /// A device that took in no op for this long gives its cached memory
   /// back to the system (0: only Device::trim() does).
