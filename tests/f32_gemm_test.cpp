@@ -986,9 +986,9 @@ std::vector<float> execute(sy::backends::Backend& b, const Case& c, std::vector<
 /// as its last use (which a kernel may overwrite, so nothing is kept).
 /// `kept` is the packings kept on the backend after the calls (from what
 /// the caller can observe of them); returns to 0 after a trim.
-void check_kept_packing(sy::backends::Backend& backend, const Case& c, const std::vector<float>& want,
-                        const Case& next, const std::vector<float>& want_next,
-                        const std::function<uint64_t()>& kept, uint64_t kept_after_two_calls) {
+void check_kept_packing(sy::backends::Backend& backend, const Case& c, const std::vector<float>& want, const Case& next,
+                        const std::vector<float>& want_next, const std::function<uint64_t()>& kept,
+                        uint64_t kept_after_two_calls) {
   std::vector<sy::backends::BufferPtr> in;
   for (const auto& v : c.inputs) in.push_back(buffer(v));
   const uint64_t kept_before = kept();
@@ -1014,10 +1014,14 @@ void check_kept_packing(sy::backends::Backend& backend, const Case& c, const std
   (void)backend.memory();
 
   Case last = next;
-  std::visit([](auto& op) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(op)>, sy::ConvOp>) op.weight.status = sy::TensorStatus::read_write;
-    if constexpr (std::is_same_v<std::decay_t<decltype(op)>, sy::MatmulOp>) op.rhs.status = sy::TensorStatus::read_write;
-  }, last.ir.op);
+  std::visit(
+      [](auto& op) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(op)>, sy::ConvOp>)
+          op.weight.status = sy::TensorStatus::read_write;
+        if constexpr (std::is_same_v<std::decay_t<decltype(op)>, sy::MatmulOp>)
+          op.rhs.status = sy::TensorStatus::read_write;
+      },
+      last.ir.op);
   const uint64_t kept_last = kept();
   for (int call = 0; call < 2; ++call) {
     std::vector<sy::backends::BufferPtr> once;
@@ -1037,7 +1041,7 @@ TEST_CASE("direct f32 convolution keeps a weight's packing from its second call 
   NativeGemm on(true);
   Draw r{15};
   const std::vector<ConvArgs> cases = {
-      {{1, 64, 7, 7}, {40, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}},   // split by channel blocks
+      {{1, 64, 7, 7}, {40, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}},    // split by channel blocks
       {{1, 16, 41, 40}, {48, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}},  // in row bands on two threads
   };
   for (const unsigned threads : {1u, 2u}) {
@@ -1058,7 +1062,8 @@ TEST_CASE("direct f32 convolution keeps a weight's packing from its second call 
       DirectConv path(true);
       // Counted per run: the first call packs for itself, the rest read the
       // packing the second made.
-      check_kept_packing(*cpu_backend, c, want, next, want_next, [] { return cpu::direct_conv_f32_kept_runs(); }, 3);
+      check_kept_packing(
+          *cpu_backend, c, want, next, want_next, [] { return cpu::direct_conv_f32_kept_runs(); }, 3);
     }
   }
 }
@@ -1083,8 +1088,8 @@ TEST_CASE("native f32 GEMM keeps a weight's packing from its second call with th
       // (the inputs are not the pool's), so the difference is the packing.
       const std::vector<float> want = run(*cpu_backend, c), want_next = run(*cpu_backend, next);
       const uint64_t packed_bytes = static_cast<uint64_t>(k) * 64 * sizeof(float);  // n padded to 64
-      check_kept_packing(*cpu_backend, c, want, next, want_next,
-                         [&] { return cpu_backend->memory().bytes_cached; }, packed_bytes);
+      check_kept_packing(
+          *cpu_backend, c, want, next, want_next, [&] { return cpu_backend->memory().bytes_cached; }, packed_bytes);
     }
   }
 }

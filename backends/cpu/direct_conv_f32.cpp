@@ -453,7 +453,8 @@ bool direct_conv_f32(Context& ctx, const ConvGeometry& g, const float* x, const 
       // run, a line per term.
       const int64_t ahead = (item + (serial ? 1 : threads)) / (g.batch * chunks);
       const int64_t fetch_from = ahead * kBlock * terms;  // floats of w, or of the kept panels
-      const int64_t fetch_width = prepacked != nullptr ? kBlock : std::min(g.c_out, (ahead + 1) * kBlock) - ahead * kBlock;
+      const int64_t fetch_width =
+          prepacked != nullptr ? kBlock : std::min(g.c_out, (ahead + 1) * kBlock) - ahead * kBlock;
       const int64_t fetch_floats = ahead != block && ahead < blocks ? fetch_width * terms : 0;
       const float* fetch_base = prepacked != nullptr ? prepacked : w;
       int64_t fetched = 0;

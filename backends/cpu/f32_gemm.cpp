@@ -418,8 +418,8 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
     // transformer's products at sequence 16 ran at 130 GFLOP/s, 200 without
     // packing); taller tiles use each panel often enough to repay it, and
     // gain from its L1-friendly layout.
-    const bool direct_b = row_panels <= kDirectPanels && !g.fill_b && g.row_offset == nullptr && !g.b_transposed &&
-                          g.packed_b == nullptr;
+    const bool direct_b =
+        row_panels <= kDirectPanels && !g.fill_b && g.row_offset == nullptr && !g.b_transposed && g.packed_b == nullptr;
     const F32GemmOperands ops = g.locate(batch);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);

@@ -80,8 +80,8 @@ bool matmul_native(Context& ctx, const MatmulOp& op, const MatmulDims& d, const 
     if (const size_t floats = packed_b_floats(g); floats > 0) {
       // The packing depends on K and on which way B lies (its block's size
       // then gives N).
-      const uint64_t layout = uint64_t{2} << 60 | static_cast<uint64_t>(op.transpose_rhs) << 59 |
-                              static_cast<uint64_t>(d.k);
+      const uint64_t layout =
+          uint64_t{2} << 60 | static_cast<uint64_t>(op.transpose_rhs) << 59 | static_cast<uint64_t>(d.k);
       g.packed_b = ctx.packed->find(*b_block, layout, floats, [&](float* out) { pack_b(g, out); });
     }
   }
