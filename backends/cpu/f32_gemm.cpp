@@ -428,9 +428,7 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
       // This tile's panels of a kept packing (pack_b): K block pc starts
       // after pc rows of the padded width, its panels kc x kNR each.
       const float* kept = g.packed_b != nullptr ? g.packed_b + pc * padded_width(g.n) + j0 * kc : nullptr;
-      if (kept != nullptr) {
-        // nothing to pack
-      } else if (g.fill_b) {
+      if (g.fill_b && kept == nullptr) {
         // A few rows at a time, so that what the caller writes is still in
         // L1 when it is packed.
         for (int64_t p = pc; p < pc + kc; p += kFillRows) {
@@ -438,10 +436,11 @@ SY_F32_ENTRY void run_tiles(const F32Gemm& g, const Grid& grid, std::atomic<int6
           g.fill_b(batch, p, p1, j0, j1, fb, cols);
           pack_rows(fb, cols, p1 - p, cols, pb + (p - pc) * kNR, kc * kNR);
         }
-      } else if (g.row_offset != nullptr) {
-        // Panel by panel, below: each is used from L1 right after it is
-        // packed, where a whole block (kKC x 800 floats for a batch-8
-        // 56x56 conv) was written out to L2 and read back.
+      } else if (kept != nullptr || g.row_offset != nullptr) {
+        // Nothing to pack here: a kept packing is ready, and shifted rows
+        // are packed panel by panel, below: each is used from L1 right
+        // after it is packed, where a whole block (kKC x 800 floats for a
+        // batch-8 56x56 conv) was written out to L2 and read back.
       } else if (g.b_transposed) {
         pack_cols(ops.b + j0 * g.ldb + pc, g.ldb, kc, cols, pb);
       }  // else a row-major B: panel by panel too
