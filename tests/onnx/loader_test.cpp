@@ -2398,6 +2398,11 @@ TEST_CASE("onnx: a value's drop follows its last reader so its batch knows it di
   {
     sy::RuntimeOptions o{.devices = {"cpu:0"}};
     o.trace_path = path.string();
+    // The flusher sends whatever waited a flush interval: on a loaded
+    // machine (the sanitizer suite on two cores) it could send the relu's
+    // batch while the client thread, preempted, had yet to drop h (1 run
+    // in 4 under two parallel copies). Here only the client sends.
+    o.flush_interval = std::chrono::seconds(10);
     sy::Runtime rt(o);
     Builder m;
     m.input("x", pb::TensorProto::FLOAT, {int64_t{64}, int64_t{128}});
