@@ -1094,6 +1094,35 @@ TEST_CASE("native f32 GEMM keeps a weight's packing from its second call with th
   }
 }
 
+TEST_CASE("kept packings stop at the cache limit and the weights past it are packed per call", "[cpu][f32_gemm]") {
+  if (skip_native_matmul()) return;
+  NativeGemm on(true);
+  Draw r{17};
+  const int64_t m = 70, k = 300, n = 40;
+  const uint64_t packing = static_cast<uint64_t>(k) * 64 * sizeof(float);  // n padded to 64
+  sy::backends::DeviceOptions options;
+  options.threads = 2;
+  options.cache_limit = packing + packing / 2;  // room for one
+  auto cpu_backend = cpu::backend_kind().create(0, options);
+  const Case a = matmul_case(r, Shape{m, k}, Shape{n, k}, false, true);
+  Case b = a;
+  b.inputs[1] = values(r, k * n);
+  const std::vector<float> want_a = run(*cpu_backend, a), want_b = run(*cpu_backend, b);
+  std::vector<sy::backends::BufferPtr> in_a, in_b;
+  for (const auto& v : a.inputs) in_a.push_back(buffer(v));
+  for (const auto& v : b.inputs) in_b.push_back(buffer(v));
+  // (What the pool caches beside: one result's block, the same each call.)
+  const uint64_t base = cpu_backend->memory().bytes_cached;
+  for (int call = 0; call < 3; ++call) CHECK(bit_differences(execute(*cpu_backend, a, in_a), want_a).empty());
+  CHECK(cpu_backend->memory().bytes_cached == base + packing);
+  for (int call = 0; call < 3; ++call) CHECK(bit_differences(execute(*cpu_backend, b, in_b), want_b).empty());
+  CHECK(cpu_backend->memory().bytes_cached == base + packing);  // b's did not fit
+  in_a.clear();
+  CHECK(cpu_backend->memory().bytes_cached == base);  // a's went with its weight
+  for (int call = 0; call < 2; ++call) CHECK(bit_differences(execute(*cpu_backend, b, in_b), want_b).empty());
+  CHECK(cpu_backend->memory().bytes_cached == base + packing);  // b seen before: kept now
+}
+
 TEST_CASE("SWITCHYARD_CPU_DIRECT_CONV=0 in the environment leaves dense convolutions on the GEMM",
           "[cpu][direct_env]") {
   // ctest runs this case once more with the variable set (f32_gemm.direct_env_off).

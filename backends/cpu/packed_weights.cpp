@@ -27,13 +27,6 @@ void PackedWeights::drop_unused() {
   std::erase_if(kept_, unused);
 }
 
-void PackedWeights::drop_least_recent() {
-  const auto oldest = std::min_element(kept_.begin(), kept_.end(),
-                                       [](const Entry& a, const Entry& b) { return a.last_used < b.last_used; });
-  bytes_ -= oldest->floats * sizeof(float);
-  kept_.erase(oldest);
-}
-
 bool PackedWeights::seen_before(const Bytes& source, uint64_t layout) {
   for (const auto& s : seen_)
     if (s.data == source.data() && s.size == source.size() && s.layout == layout) return true;

@@ -29,33 +29,31 @@ namespace switchyard::backends::cpu {
 
 class PackedWeights {
  public:
-  /// Keeps at most `limit` bytes of packings (0: none), least recently used
-  /// dropped first.
+  /// Keeps at most `limit` bytes of packings (0: none). Full, it keeps no
+  /// more until packings are dropped: evicting one to keep another would,
+  /// for a model whose weights exceed the limit, pack into fresh memory
+  /// (page faults) on every call, which costs more than packing per call.
   explicit PackedWeights(uint64_t limit) : limit_(limit) {}
 
   /// The packing of `source` under `layout` (a value naming the kernel's
   /// packing and the geometry it depends on), `floats` long, or null when it
   /// is not kept: the first use of a block only marks it seen, and a
-  /// packing over the limit is not kept. `pack(out)` fills a new packing.
+  /// packing that would pass the limit is not kept. `pack(out)` fills a new
+  /// packing.
   template <class Pack>
   const float* find(const Bytes& source, uint64_t layout, size_t floats, Pack&& pack) {
     drop_unused();
-    ++clock_;
     for (auto& e : kept_)
       if (e.source.data() == source.data() && e.source.size() == source.size() && e.layout == layout &&
-          e.floats == floats) {
-        e.last_used = clock_;
+          e.floats == floats)
         return e.packed.data.get();
-      }
     if (!seen_before(source, layout)) return nullptr;
     const uint64_t bytes = floats * sizeof(float);
-    if (bytes > limit_) return nullptr;
-    while (bytes_ + bytes > limit_) drop_least_recent();
+    if (bytes > limit_ - bytes_) return nullptr;
     Entry& e = kept_.emplace_back();
     e.source = source;
     e.layout = layout;
     e.floats = floats;
-    e.last_used = clock_;
     pack(e.packed.get(floats));
     bytes_ += bytes;
     return e.packed.data.get();
@@ -74,7 +72,6 @@ class PackedWeights {
     Bytes source;
     uint64_t layout = 0;
     size_t floats = 0;
-    uint64_t last_used = 0;
     AlignedScratch packed;
   };
   /// A block seen once (not held: a different tensor at the same address
@@ -86,7 +83,6 @@ class PackedWeights {
   };
 
   void drop_unused();
-  void drop_least_recent();
   /// Whether the block was seen before; remembers it otherwise.
   bool seen_before(const Bytes& source, uint64_t layout);
 
@@ -95,7 +91,6 @@ class PackedWeights {
   size_t next_seen_ = 0;
   uint64_t limit_;
   uint64_t bytes_ = 0;
-  uint64_t clock_ = 0;
 };
 
 }  // namespace switchyard::backends::cpu
