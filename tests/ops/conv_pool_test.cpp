@@ -4,10 +4,12 @@
 // the reference backend on random shapes and arguments, and errors at the
 // call that name the op, the shapes and the argument.
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "../support/watchdog.hpp"
 #include "ops_common.hpp"
@@ -493,6 +495,50 @@ TEST_CASE("a conv weight used again gives the same bits and a new weight its own
       }
     }
   }
+}
+
+TEST_CASE("eight threads sharing a model's weights get each call's bits", "[ops][conv]") {
+  // The cpu device keeps a weight's packed panels from its second use (a
+  // convolution's, a product's right operand): calls from many threads at
+  // once, each with its own input, must give what their first call gave,
+  // and the first calls what the reference gives.
+  sy::testing::Watchdog watchdog(std::chrono::seconds(300), "eight threads sharing weights");
+  const Device cpu = devices().front();
+  Rng rng(12);
+  const Tensor w = random_tensor(cpu, rng, DType::f32, {48, 16, 3, 3});  // 2 blocks of 32 channels, one partial
+  const Tensor lw = random_tensor(cpu, rng, DType::f32, {40, 48});       // a linear's [out, in] weight
+  const Tensor mw = random_tensor(cpu, rng, DType::f32, {40, 24});       // a matmul's [k, n] rhs
+  const Tensor w_ref = w.to(reference()), lw_ref = lw.to(reference()), mw_ref = mw.to(reference());
+  const nn::ConvOptions o{{1, 1}, {1, 1}, {1, 1}, {}, {}, 1, false};
+  std::atomic<int> mismatched{0}, off_reference{0}, finished{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      Rng data(100 + static_cast<uint64_t>(t));
+      const Tensor x = random_tensor(cpu, data, DType::f32, {1, 16, 20, 20});
+      const Tensor a = random_tensor(cpu, data, DType::f32, {30, 48});
+      const auto call = [&](const Tensor& x_in, const Tensor& a_in, const Tensor& cw, const Tensor& l,
+                            const Tensor& m) {
+        const Tensor y = nn::conv(x_in, cw, {}, o).relu();
+        return std::pair{y.read().get(), a_in.linear(l).matmul(m).read().get()};
+      };
+      const auto first = call(x, a, w, lw, mw);
+      const auto want = call(x.to(reference()), a.to(reference()), w_ref, lw_ref, mw_ref);
+      if (!compare(first.first, want.first, Tol{1e-4, 1e-3}).empty() ||
+          !compare(first.second, want.second, Tol{1e-4, 1e-3}).empty())
+        ++off_reference;
+      for (int i = 0; i < 15; ++i) {
+        const auto again = call(x, a, w, lw, mw);
+        if (again.first.to_vector<float>() != first.first.to_vector<float>() ||
+            again.second.to_vector<float>() != first.second.to_vector<float>())
+          ++mismatched;
+      }
+      ++finished;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(finished == 8);
+  CHECK(off_reference == 0);
+  CHECK(mismatched == 0);
 }
 
 TEST_CASE("pooling convolution and one_hot refuse and accept edge shapes as PyTorch 1.13", "[ops][conv]") {
