@@ -114,7 +114,8 @@ using ReadCallback = std::function<void(Expected<TensorData>)>;
 struct MemoryStats {
   /// Bytes held by live buffers.
   uint64_t bytes_in_use = 0;
-  /// Bytes of freed buffers kept for reuse.
+  /// Bytes of freed buffers kept for reuse, and other caches trim() gives
+  /// back (the cpu backend's weights kept packed between calls).
   uint64_t bytes_cached = 0;
 };
 

@@ -17,7 +17,8 @@ struct DeviceStats {
   uint64_t queue_depth = 0;
   uint64_t live_handles = 0;
   uint64_t live_bytes = 0;
-  /// Bytes the backend keeps cached for reuse (pools).
+  /// Bytes the backend keeps cached for reuse (pools, and on cpu devices
+  /// weights kept packed between calls).
   uint64_t cached_bytes = 0;
   uint64_t bytes_bridged_in = 0;
   uint64_t bytes_bridged_out = 0;
