@@ -120,15 +120,9 @@ sy::backends::BufferPtr buffer(const std::vector<float>& v) {
   return std::make_shared<sy::backends::HostBuffer>(sy::Bytes::copy_of(v.data(), v.size() * sizeof(float)));
 }
 
-/// The result of `c` on `backend`, with every input value passed through f.
-template <class F>
-std::vector<float> run(sy::backends::Backend& backend, const Case& c, F f) {
-  std::vector<sy::backends::BufferPtr> in;
-  for (const auto& v : c.inputs) {
-    std::vector<float> mapped(v.size());
-    for (size_t i = 0; i < v.size(); ++i) mapped[i] = f(v[i]);
-    in.push_back(buffer(mapped));
-  }
+/// The result of c with these input buffers (held by the caller, as a
+/// device holds a model's weights between calls).
+std::vector<float> execute(sy::backends::Backend& backend, const Case& c, std::vector<sy::backends::BufferPtr> in) {
   std::vector<sy::backends::BufferPtr> out(1);
   sy::OperationIr ir = c.ir;  // execute may annotate it
   const auto err = backend.execute(ir, in, out);
@@ -139,6 +133,18 @@ std::vector<float> run(sy::backends::Backend& backend, const Case& c, F f) {
   std::vector<float> values(bytes->size() / sizeof(float));
   if (!values.empty()) std::memcpy(values.data(), bytes->as<const uint8_t>(), bytes->size());
   return values;
+}
+
+/// The result of `c` on `backend`, with every input value passed through f.
+template <class F>
+std::vector<float> run(sy::backends::Backend& backend, const Case& c, F f) {
+  std::vector<sy::backends::BufferPtr> in;
+  for (const auto& v : c.inputs) {
+    std::vector<float> mapped(v.size());
+    for (size_t i = 0; i < v.size(); ++i) mapped[i] = f(v[i]);
+    in.push_back(buffer(mapped));
+  }
+  return execute(backend, c, std::move(in));
 }
 std::vector<float> run(sy::backends::Backend& backend, const Case& c) {
   return run(backend, c, [](float x) { return x; });
@@ -963,20 +969,6 @@ TEST_CASE("direct f32 convolution in row bands gives the native GEMM path's bits
       CHECK(diff.empty());
     }
   }
-}
-
-/// The result of c with these input buffers (held by the caller, as a
-/// device holds a model's weights between calls).
-std::vector<float> execute(sy::backends::Backend& b, const Case& c, std::vector<sy::backends::BufferPtr> in) {
-  std::vector<sy::backends::BufferPtr> out(1);
-  sy::OperationIr ir = c.ir;
-  const auto err = b.execute(ir, in, out);
-  INFO(err.message());
-  REQUIRE(!err);
-  const sy::Bytes* bytes = out[0]->host();
-  std::vector<float> values(bytes->size() / sizeof(float));
-  std::memcpy(values.data(), bytes->data(), bytes->size());
-  return values;
 }
 
 /// Runs c (whose input 1 is a weight) as a model does, call after call with

@@ -483,11 +483,6 @@ void transposed(Context& ctx, const ConvGeometry& g, const T* x, const T* w, T* 
 // y), for when the native GEMM is off: the same steps in the same order.
 bool depthwise_like(const ConvGeometry& g) { return g.c_in_group() == 1 && g.groups > 1; }
 
-// The weight's block, for a packing kept between calls, unless this op may
-// overwrite it: a last use (no later call has it) or a widened copy made
-// for this call alone.
-const Bytes* kept_weight(const Inputs& in) { return in.consumable[1] ? nullptr : in.bytes[1]; }
-
 }  // namespace
 
 bool conv_fusible_head(const ConvOp& op) {
@@ -505,7 +500,7 @@ Expected<Bytes> conv_fused(Context& ctx, ConvOp& op, const Inputs& in, const flo
   const float* w = in.bytes[1]->as<const float>();
   const float* bias = op.has_bias() ? in.bytes[2]->as<const float>() : nullptr;
   float* y = writable<float>(out);
-  if (!forward_native(ctx, g, x, w, bias, y, add, ep, kept_weight(in))) {
+  if (!forward_native(ctx, g, x, w, bias, y, add, ep, kept_block(in, 1))) {
     // Switched off since the chain was planned (the tests toggle it).
     init_output<float>(ctx, y, bias, g.batch, g.c_out, g.out_plane());
     forward<float>(ctx, g, x, w, y);
@@ -526,7 +521,7 @@ Expected<Bytes> conv(Context& ctx, ConvOp& op, const Inputs& in) {
     const bool depthwise_like = cpu::depthwise_like(g);
     if constexpr (std::is_same_v<T, float>) {
       if (!g.transposed && !depthwise_like && op.out.numel() > 0 && g.c_in > 0 &&
-          forward_native(ctx, g, x, w, bias, y, nullptr, {}, kept_weight(in)))
+          forward_native(ctx, g, x, w, bias, y, nullptr, {}, kept_block(in, 1)))
         return;
       if (!g.transposed && depthwise_like && depthwise_f32(ctx.pool, g, x, w, bias, y)) return;
     }

@@ -32,6 +32,13 @@ struct Inputs {
   std::span<const bool> consumable;
 };
 
+/// Input i's block, for a packing the kernel keeps between calls
+/// (Context::packed), unless the op may overwrite it: a last use (no later
+/// call has it) or a widened copy made for this call alone.
+[[nodiscard]] inline const Bytes* kept_block(const Inputs& in, size_t i) {
+  return in.consumable[i] ? nullptr : in.bytes[i];
+}
+
 // Elements per chunk below which threads cost more than they save.
 inline constexpr int64_t parallel_grain = 32768;
 

@@ -41,11 +41,6 @@ void int_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, con
 // Result columns below which OpenBLAS keeps f32 products (see above).
 constexpr int64_t native_min_n = 8;
 
-// The rhs's block, for a packing kept between calls, unless this op may
-// overwrite it: a last use (no later call has it) or a widened copy made
-// for this call alone.
-const Bytes* kept_rhs(const Inputs& in) { return in.consumable[1] ? nullptr : in.bytes[1]; }
-
 // c = a b [+ col_bias] for every batch entry on the native f32 GEMM, with
 // `ep` (and `add`, laid out as c) applied as it stores; false when the
 // kernel is off or the shape is one it is not used for. `b_block`, when
@@ -164,7 +159,7 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
       bool native = false, bias_added = false;
       if constexpr (std::is_same_v<T, float>) {
         const float* col_bias = bias_per_column(op) ? in.bytes[2]->as<const float>() : nullptr;
-        native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c, kept_rhs(in), col_bias);
+        native = c_mat > 0 && d.k > 0 && matmul_native(ctx, op, d, a, b, c, kept_block(in, 1), col_bias);
         bias_added = native && col_bias != nullptr;
       }
       if (d.k == 0) {
@@ -198,7 +193,7 @@ Expected<Bytes> matmul_fused(Context& ctx, MatmulOp& op, const Inputs& in, const
   // (matmul_fusible_head admitted only a bias per column.)
   const float* col_bias = op.has_bias() ? in.bytes[2]->as<const float>() : nullptr;
   float* c = writable<float>(out);
-  if (!matmul_native(ctx, op, d, in.bytes[0]->as<const float>(), in.bytes[1]->as<const float>(), c, kept_rhs(in),
+  if (!matmul_native(ctx, op, d, in.bytes[0]->as<const float>(), in.bytes[1]->as<const float>(), c, kept_block(in, 1),
                      col_bias, add, ep)) {
     // Switched off since the chain was planned (the tests toggle it).
     auto y = matmul(ctx, op, in);
