@@ -223,6 +223,10 @@ void Core::note_unavailable(std::string why) {
   unavailable_.push_back(std::move(why));
 }
 
+void Core::throw_unknown_device(DeviceId id) {
+  throw Error(Errc::unknown_device, "device #" + std::to_string(id) + " does not exist");
+}
+
 void Core::check_usable(DeviceId id) const {
   if (auto why = lost(id)) throw Error(Errc::device_lost, *why);
 }
@@ -265,8 +269,9 @@ void Core::check_dtypes(DeviceId id, OperationIr& op) const {
           // An output's element count is checked here, for every op, at the
           // call: a broadcast of [2^32, 1] and [1, 2^32] wrapped to 0
           // elements, and the kernel wrote past its 0-byte result.
-          if (auto err = check_shape(t.shape, "output"))
-            throw Error(Errc::shape_mismatch, op.name() + ": " + describe(err).message);
+          if constexpr (!keeps_shape_v<Op>)
+            if (auto err = check_shape(t.shape, "output"))
+              throw Error(Errc::shape_mismatch, op.name() + ": " + describe(err).message);
           check(t);
         });
       },

@@ -218,9 +218,12 @@ class Core : public std::enable_shared_from_this<Core> {
   };
 
   [[nodiscard]] Slot& slot(DeviceId id) const {
-    if (id >= device_count()) throw Error(Errc::unknown_device, "device #" + std::to_string(id) + " does not exist");
+    if (id >= device_count()) [[unlikely]]
+      throw_unknown_device(id);
     return slots_[id];
   }
+  // Out of line, so slot() inlines on the per-op path.
+  [[noreturn]] static void throw_unknown_device(DeviceId id);
   // Throws Errc::unsupported, naming device, op and dtype, when device `id`
   // cannot hold `t` or, where asked, compute or multiply with it.
   void check_dtype(DeviceId id, DType t, std::string_view what, bool arithmetic, bool matmul) const;

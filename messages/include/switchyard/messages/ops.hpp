@@ -545,6 +545,12 @@ inline constexpr bool computes_v =
     std::is_same_v<Op, ReduceOp> || std::is_same_v<Op, SoftmaxOp> || std::is_same_v<Op, MatmulOp> ||
     std::is_same_v<Op, ConvOp> || std::is_same_v<Op, PoolOp> || std::is_same_v<Op, NormOp> ||
     std::is_same_v<Op, AttentionOp> || std::is_same_v<Op, ScanOp> || std::is_same_v<Op, SortOp>;
+/// Element-wise ops of one input, whose output has the input's shape: an
+/// input's shape passed the element-count bound when it was made, so their
+/// outputs need no second check.
+template <class Op>
+inline constexpr bool keeps_shape_v =
+    std::is_same_v<Op, UnaryOp> || std::is_same_v<Op, ScalarOp> || std::is_same_v<Op, CastOp>;
 /// Ops built on matrix products: what a dtype's `matmul` support covers.
 template <class Op>
 inline constexpr bool multiplies_v =
