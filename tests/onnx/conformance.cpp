@@ -330,8 +330,9 @@ constexpr const char* kBlocked = R"(## What is not supported, and why
   No runtime reproduces the values ONNX's cases expect (numpy's stream), so those ten cases pass when their outputs
   keep the op's promise instead: the expected dtype and shape, Bernoulli's 0 or 1 (1 at probability 1, 0 at 0),
   Dropout's x / (1 - ratio) where kept and 0 where dropped, as its mask says, and both outcomes among 20 or more
-  elements. Training (BatchNormalization's training_mode, the ai.onnx.preview.training domain's Gradient) is
-  out of scope.
+  elements. Training: BatchNormalization's `training_mode=1` (batch statistics, updated running statistics) and
+  the ai.onnx.preview.training domain's optimizers (Adagrad, Adam, Momentum) run; its Gradient (automatic
+  differentiation) is out of scope.
 - **Strings**: TfIdfVectorizer runs on integer tokens; its string pools, like every STRING value, are refused.
 - **Not mapped yet** (opset 18 and later, beyond the supported opsets): CenterCropPad, Col2Im.
 - **Opset**: 7-17 of the default domain, and 6 (binary ops' `broadcast`/`axis` are honoured; its other

@@ -3364,6 +3364,47 @@ TEST_CASE("onnx: an initializer that is also a graph input is listed with a defa
   CHECK(code == sy::Errc::index_out_of_range);
 }
 
+TEST_CASE("onnx: a default input declared with fixed extents may be given with others", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  // w is declared [3] (and stored so) and is a graph input: a run may give
+  // any extent, as ValueInfo::has_default says; only its rank is checked.
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  m.input("w", pb::TensorProto::FLOAT, {int64_t{3}});
+  m.init("w", std::vector<float>{10, 20, 30}, {3});
+  m.node("Add", {"w", "x"}, {"y"}, "a");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  REQUIRE(model.inputs().size() == 2);
+  CHECK(model.inputs()[1].has_default);
+  auto x = sy::TensorData::from(std::vector<float>(6, 1.0f), {2, 3});
+  CHECK(run_doubles(model, {{"x", x}}, "y") == std::vector<double>{11, 21, 31, 11, 21, 31});
+  CHECK(run_doubles(model, {{"x", x}, {"w", sy::TensorData::from(std::vector<float>{5}, {1})}}, "y") ==
+        std::vector<double>{6, 6, 6, 6, 6, 6});
+  // An extent the graph cannot take fails in the node, not at the input.
+  sy::Errc code{};
+  CHECK_THAT(error_of(
+                 [&] {
+                   (void)model.run({{"x", x}, {"w", sy::TensorData::from(std::vector<float>(4, 1), {4})}});
+                 },
+                 &code),
+             Catch::Contains("node 'a' (Add)"));
+  CHECK(code == sy::Errc::shape_mismatch);
+  CHECK_THAT(error_of(
+                 [&] {
+                   (void)model.run({{"x", x}, {"w", sy::TensorData::from(std::vector<float>(3, 1), {1, 3})}});
+                 },
+                 &code),
+             Catch::Contains("input 'w' must have 1 axes"));
+  // A required input keeps its fixed extents.
+  CHECK_THAT(error_of(
+                 [&] {
+                   (void)model.run({{"x", sy::TensorData::from(std::vector<float>(3, 1), {1, 3})}});
+                 },
+                 &code),
+             Catch::Contains("input 'x' axis 0 must be 2"));
+}
+
 TEST_CASE("onnx: ONNX's type constraints are checked at load naming the node and the value", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0"}});
   struct Case {

@@ -1110,7 +1110,9 @@ void check_input(const ValueInfo& info, DType dtype, const Shape& shape) {
     if (shape.rank() != info.dims.size())
       throw Error(Errc::shape_mismatch, "onnx run: input '" + info.name + "' must have " +
                                             std::to_string(info.dims.size()) + " axes, got shape " + shape.to_string());
-    for (size_t a = 0; a < info.dims.size(); ++a)
+    // A default (an initializer that is also a graph input) may be given
+    // with other extents: the declared ones describe the stored value.
+    for (size_t a = 0; a < info.dims.size() && !info.has_default; ++a)
       if (info.dims[a] >= 0 && info.dims[a] != shape[a])
         throw Error(Errc::shape_mismatch, "onnx run: input '" + info.name + "' axis " + std::to_string(a) +
                                               " must be " + std::to_string(info.dims[a]) + ", got shape " +
