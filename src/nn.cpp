@@ -411,19 +411,24 @@ Tensor one_hot(const Tensor& tensor, int64_t num_classes) {
   if (num_classes <= 0 && tensor.numel() == 0)
     throw Error(Errc::invalid_argument,
                 "one_hot: cannot infer num_classes of an empty tensor (got " + std::to_string(num_classes) + ")");
-  if (num_classes == -1) {
+  const bool inferred = num_classes == -1;
+  if (inferred) {
+    // Read on the host anyway: the negative check costs no extra wait.
     num_classes = tensor.max().item<int64_t>() + 1;
+    if (tensor.min().item<int64_t>() < 0)
+      throw Error(Errc::invalid_argument, "one_hot: class values must be non-negative");
   }
-  // Negative classes: the scatter below would count them from the end.
-  if (tensor.numel() > 0 && tensor.min().item<int64_t>() < 0)
-    throw Error(Errc::invalid_argument, "one_hot: class values must be non-negative");
   Shape shape = h.ir.shape;
   shape.dims.push_back(num_classes);
   Shape index_shape = h.ir.shape;
   index_shape.dims.push_back(1);
   Device d = tensor.device();
   Tensor index = tensor.reshape(index_shape);
-  // A value >= num_classes fails the scatter at run time, naming it.
+  // A given class count reads nothing on the host (the call returns at
+  // once): a class c >= num_classes fails the scatter on the device, naming
+  // c, and a negative one, which the scatter would count from the end, is
+  // moved out of its range first, where it fails as c - num_classes.
+  if (!inferred) index = where(index.lt(Scalar(0)), index.sub(Scalar(num_classes)), index);
   return d.zeros(shape, DType::i64).scatter(-1, index, d.ones(index_shape, DType::i64));
 }
 

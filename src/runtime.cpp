@@ -111,6 +111,11 @@ std::string Device::kind() const {
   return core_->info(id_).kind;
 }
 
+bool Device::lost() const {
+  if (!core_) throw Error(Errc::unknown_device, "use of an empty Device");
+  return core_->lost(id_) != nullptr;
+}
+
 DTypeSupport Device::dtype_support(DType t) const {
   if (!core_) throw Error(Errc::unknown_device, "use of an empty Device");
   return core_->dtype_support(id_, t);

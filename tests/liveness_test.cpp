@@ -319,6 +319,17 @@ TEST_CASE("a continuation run at once on the thread calling then follows the sam
   });
   REQUIRE(f.ready());
   CHECK(f.get().find("inside a continuation") != std::string::npos);
+  // An on_complete callback run at once is a continuation too.
+  std::string seen;
+  done.future().on_complete([other, &seen](const std::exception_ptr&) {
+    try {
+      (void)other.get();
+      seen = "returned a value it could not have had";
+    } catch (const Error& e) {
+      seen = e.what();
+    }
+  });
+  CHECK(seen.find("inside a continuation") != std::string::npos);
   // Outside the continuation the thread is an ordinary client thread again.
   later.set_value(3);
   CHECK(other.get() == 3);

@@ -97,7 +97,10 @@ void Batcher::loop() {
     const auto deadline = queue_.front()->arrived + opts_.window;
     cv_.wait_until(lock, deadline,
                    [&] { return draining_ || queued_rows_ >= opts_.max_batch || queue_.front()->inject_fault; });
-    auto least_loaded = [&] { return serve::least_loaded(in_flight_, lost_, next_); };
+    auto least_loaded = [&] {
+      serve::mark_lost(lost_, [&](size_t i) { return replicas_[i].device; });
+      return serve::least_loaded(in_flight_, lost_, next_);
+    };
     // All replicas busy: keep the batch open (it may grow to max_batch).
     cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
     queued_rows_ -= drop_expired(queue_, opts_.give_up_after, [](const Job& j) { return j.n; });

@@ -711,7 +711,10 @@ void OnnxBatcher::loop() {
     if (batchable_ && !alone)
       cv_.wait_until(lock, deadline,
                      [&] { return draining_ || queue_.front()->alone || queued_rows() >= opts_.max_batch; });
-    auto least_loaded = [&] { return serve::least_loaded(in_flight_, lost_, next_); };
+    auto least_loaded = [&] {
+      serve::mark_lost(lost_, [&](size_t i) { return replicas_[i].device(); });
+      return serve::least_loaded(in_flight_, lost_, next_);
+    };
     cv_.wait(lock, [&] { return draining_ || in_flight_[least_loaded()] < opts_.max_inflight; });
     (void)drop_expired(queue_, opts_.give_up_after, [](const Job& j) { return j.rows; });
     if (queue_.empty()) continue;
@@ -760,13 +763,15 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
       fut = replicas_[replica].infer(batch);
     }
   } catch (...) {
-    if (jobs.size() > 1) return retry_alone(replica, jobs, std::current_exception());
-    jobs.front()->done.set_error(std::current_exception());
-    finish(replica, std::current_exception());
+    const auto e = std::current_exception();
+    if (jobs.size() > 1 || rerun_elsewhere(replica, jobs, e)) return retry_alone(replica, jobs, e);
+    jobs.front()->done.set_error(e);
+    finish(replica, e);
     return;
   }
   fut.on_complete([this, fut, jobs, replica](const std::exception_ptr& e) {
     if (jobs.size() == 1) {
+      if (e && rerun_elsewhere(replica, jobs, e)) return retry_alone(replica, jobs, e);
       if (e)
         jobs.front()->done.set_error(e);
       else
@@ -794,6 +799,16 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
     }
     finish(replica);
   });
+}
+
+bool OnnxBatcher::rerun_elsewhere(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,
+                                  const std::exception_ptr& failure) {
+  if (!device_lost(failure)) return false;
+  // The replica is retired (retry_alone marks it again); a request runs
+  // elsewhere as long as any replica is left, so this ends.
+  std::lock_guard lock(mu_);
+  lost_[replica] = 1;
+  return !jobs.empty() && any_left(lost_);
 }
 
 void OnnxBatcher::retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,

@@ -121,6 +121,11 @@ class OnnxBatcher {
   // another replica where `failure` was this one's device lost).
   void retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,
                    const std::exception_ptr& failure = nullptr);
+  // Whether a request that failed with `failure` runs again on another
+  // replica: `failure` is this one's device lost (which retires it) and a
+  // replica is left.
+  bool rerun_elsewhere(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,
+                       const std::exception_ptr& failure);
   [[nodiscard]] bool idle() const;  // under mu_: no batch in flight
 
   std::vector<switchyard::onnx::Model> replicas_;

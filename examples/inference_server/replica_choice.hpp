@@ -29,6 +29,22 @@ inline bool device_lost(const std::exception_ptr& e) {
   }
 }
 
+/// Marks the replicas whose device the runtime already knows is lost: a
+/// request arriving after the loss then goes to another replica, where a
+/// replica was retired only when one of its own batches failed.
+template <class DeviceOf>
+void mark_lost(std::vector<char>& lost, DeviceOf device_of) {
+  for (size_t i = 0; i < lost.size(); ++i)
+    if (lost[i] == 0 && device_of(i).lost()) lost[i] = 1;
+}
+
+/// Whether a replica other than the lost ones is left.
+inline bool any_left(const std::vector<char>& lost) {
+  for (char l : lost)
+    if (l == 0) return true;
+  return false;
+}
+
 /// The least loaded replica, from `next` round-robin among equals, leaving
 /// out lost ones while any other is left. A lost replica fails its batches
 /// at once, so it always looked least loaded and took every other batch.

@@ -402,8 +402,13 @@ int main(int argc, char** argv) {
       j["output_width"] = out_width;
     }
     json devs = json::array();
-    for (const auto& d : batch_devices()) devs.push_back(d.name());
+    json lost = json::array();
+    for (const auto& d : batch_devices()) {
+      devs.push_back(d.name());
+      if (d.lost()) lost.push_back(d.name());
+    }
     j["devices"] = devs;
+    j["lost_devices"] = lost;  // retired replicas: they take no more requests
     return json_reply(200, j.dump());
   };
 

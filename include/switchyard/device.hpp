@@ -38,6 +38,10 @@ class Device {
   /// arithmetic happens in). An op the device cannot run for a dtype throws
   /// Errc::unsupported at the call, naming device, op and dtype.
   [[nodiscard]] DTypeSupport dtype_support(DType t) const;
+  /// Whether the device is lost (a remote device whose worker connection
+  /// went): it never comes back (a reconnect adds new devices), its pending
+  /// futures failed, and every later call on it throws Errc::device_lost.
+  [[nodiscard]] bool lost() const;
   /// Its index in the runtime's device table.
   [[nodiscard]] DeviceId id() const noexcept { return id_; }
   /// False for a default-constructed Device.

@@ -416,6 +416,8 @@ class Future {
   void on_complete_impl(F f) const {
     auto src = state_;
     src->on_complete(detail::Task([src, f = std::move(f)]() mutable {
+      // A callback is a continuation wherever it runs (see invoke_with_value).
+      detail::ContinuationScope scope;
       try {
         f(src->error());
       } catch (...) {

@@ -267,6 +267,36 @@ TEST_CASE("index_select of a 0-d input gives a 0-d result", "[ops][layout][index
       DType::f64, {}, {5});
 }
 
+TEST_CASE("gather and scatters take a 1-D index into a 0-d input as PyTorch 1.13", "[ops][layout][index]") {
+  // torch.gather(tensor(3.5), 0, zeros(2)) is [3.5, 3.5]; the scatters keep the input's 0-d shape:
+  // scatter's last write wins (6), scatter_add sums (1 + 5 + 6).
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {}, {3.5}).gather(-1, make(d, DType::i64, {2}, {0, 0}));
+      },
+      DType::f64, {2}, {3.5, 3.5});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {}, {1})
+            .scatter(0, make(d, DType::i64, {2}, {0, 0}), make(d, DType::f64, {2}, {5, 6}));
+      },
+      DType::f64, {}, {6});
+  expect_all(
+      [](const Device& d) {
+        return make(d, DType::f64, {}, {1})
+            .scatter_add(0, make(d, DType::i64, {2}, {0, 0}), make(d, DType::f64, {2}, {5, 6}));
+      },
+      DType::f64, {}, {12});
+  // PyTorch: "index 1 is out of bounds for dimension 0 with size 1"; a 2-D index is refused.
+  expect_error([](const Device& d) { return make(d, DType::f64, {}, {3.5}).gather(0, make(d, DType::i64, {1}, {1})); },
+               sy::Errc::index_out_of_range);
+  expect_error(
+      [](const Device& d) {
+        return make(d, DType::f64, {}, {3.5}).gather(0, make(d, DType::i64, {1, 1}, {0}));
+      },
+      sy::Errc::shape_mismatch);
+}
+
 TEST_CASE("fill values outside an integer dtype wrap like casts", "[ops][creation][int]") {
   expect_all([](const Device& d) { return make(d, DType::u8, {1}, {7}).pad({1}, {0}, -1); }, DType::u8, {2}, {255, 7});
   expect_all([](const Device& d) { return d.full({2}, 300, DType::u8); }, DType::u8, {2}, {44, 44});

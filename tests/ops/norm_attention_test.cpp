@@ -420,7 +420,33 @@ TEST_CASE("one_hot and embedding", "[ops][nn]") {
       DType::i64, {2, 4}, {0, 1, 0, 0, 0, 1, 0, 0});
   expect_error([](const Device& d) { return nn::one_hot(make(d, DType::i64, {1}, {3}), 3); },
                sy::Errc::index_out_of_range);
-  CHECK_THROWS_WITH(nn::one_hot(make(reference(), DType::i64, {1}, {-1}), 3), Catch::Contains("non-negative"));
+  // With a class count, a negative class fails on the device (the call
+  // reads nothing), moved out of the scatter's range (-1 - 3 = -4), not
+  // counted from the end into class 2.
+  expect_error(
+      [](const Device& d) {
+        return nn::one_hot(make(d, DType::i64, {2}, {0, -1}), 3);
+      },
+      sy::Errc::index_out_of_range);
+  {
+    auto bad = nn::one_hot(make(reference(), DType::i64, {2}, {0, -1}), 3);
+    CHECK_THROWS_WITH(bad.read().get(), Catch::Contains("index -4 is out of range for extent 3"));
+  }
+  // Inferred, the class count is read on the host, and a negative class fails at the call.
+  CHECK_THROWS_WITH(nn::one_hot(make(reference(), DType::i64, {1}, {-1})), Catch::Contains("non-negative"));
+  {
+    // Nothing read on the host: a recording of it replays.
+    auto x = make(reference(), DType::i64, {3}, {0, 2, 1});
+    std::vector<Tensor> out;
+    auto given = sy::Recording::record(
+        std::span<const Tensor>(&x, 1),
+        [](std::span<const Tensor> in) { return std::vector<Tensor>{nn::one_hot(in[0], 3)}; }, out);
+    CHECK(given.replayable());
+    auto inferred = sy::Recording::record(
+        std::span<const Tensor>(&x, 1),
+        [](std::span<const Tensor> in) { return std::vector<Tensor>{nn::one_hot(in[0])}; }, out);
+    CHECK_FALSE(inferred.replayable());
+  }
   CHECK_THROWS_WITH(nn::one_hot(make(reference(), DType::i32, {1}, {1}), 3), Catch::Contains("i64"));
   expect_all(
       [](const Device& d) {

@@ -7,6 +7,7 @@
 #include <switchyard/onnx.hpp>
 
 #include "support.hpp"
+#include "worker_process.hpp"
 
 using namespace serve_test;
 
@@ -48,6 +49,36 @@ TEST_CASE("onnx: single-row requests within a window are batched and each gets i
   }
   // 64 requests in fewer than 64 batches: some were stacked.
   CHECK(metric(get_metrics(server.port()), "serve_batch_rows_count") < 64);
+}
+
+TEST_CASE("onnx: after a remote replica's device is lost every request goes to the replicas left", "[serve][onnx]") {
+  switchyard::testing::WorkerProcess worker({"--devices=cpu:0", "--threads=1"});
+  setenv("SWITCHYARD_WORKERS", worker.address().c_str(), 1);
+  ServerProcess server({"--model", onnx_model("mlp/model.onnx"), "--no-batching"});
+  unsetenv("SWITCHYARD_WORKERS");
+  auto c = client(server.port());
+  REQUIRE(json::parse(c.Get("/healthz")->body)["devices"].size() == 2);
+  auto x = stored("mlp", "test_data_set_1/input_0.pb");   // [64, 64]
+  auto y = stored("mlp", "test_data_set_1/output_0.pb");  // [64, 10]
+  auto xs = x.to_vector<float>(), ys = y.to_vector<float>();
+  const std::string body = json{{"inputs", json::array({row_json(xs, 64, 0)})}}.dump();
+  auto check_row = [&](const Reply& rep) {
+    INFO(rep.body);
+    REQUIRE(rep.status == 200);
+    auto got = json::parse(rep.body)["outputs"]["y"];
+    for (size_t col = 0; col < 10; ++col) CHECK(got[0][col].get<double>() == Approx(ys[col]).margin(1e-5));
+  };
+  for (int i = 0; i < 4; ++i) check_row(post(server.port(), body));  // both replicas served
+  worker.stop(SIGKILL);
+  json lost = json::array();
+  for (int i = 0; i < 500 && lost.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    lost = json::parse(c.Get("/healthz")->body)["lost_devices"];
+  }
+  REQUIRE(lost.size() == 1);
+  // The first request after the loss went to the retired replica and got
+  // 503 before (a replica was retired only by a batch of its own failing).
+  for (int i = 0; i < 10; ++i) check_row(post(server.port(), body));
 }
 
 TEST_CASE("onnx: integer token ids by name give PyTorch's logits", "[serve][onnx]") {
