@@ -56,6 +56,14 @@ struct Entry {
   std::unique_ptr<Rare> rare;
 };
 
+// A read handed to the backend, answered once: by the backend's callback,
+// by the failure it threw, or by the runner stopping first.
+struct Reader {
+  std::function<void(caf::expected<TensorData>)> done;
+  std::string device;  // failures name it, as an op's do (a custom backend's message may not)
+  std::atomic<bool> answered{false};
+};
+
 struct RunnerState {
   std::string name;
   // Client nodes that created tensors here, by number: an entry keeps the
@@ -103,8 +111,13 @@ struct RunnerState {
   std::unordered_map<TensorId, ReadSnapshot> read_snapshots;
   size_t transfer_chunk_bytes = 0;
   std::chrono::milliseconds transfer_timeout{120000};
-  BulkSend bulk_send;      // RunnerHooks::bulk_send
-  BulkExport bulk_export;  // RunnerHooks::bulk_export
+  BulkSend bulk_send;                               // RunnerHooks::bulk_send
+  BulkExport bulk_export;                           // RunnerHooks::bulk_export
+  std::function<void(const std::string&)> on_stop;  // RunnerHooks::on_stop
+  // Reads the backend has not answered yet (see read_entry), and how many
+  // were left at the last pruning.
+  std::vector<std::weak_ptr<Reader>> unanswered_reads;
+  size_t unanswered_kept = 0;
   // Waiting syncs, answered once nothing is deferred and every import
   // expected before them has arrived or failed (a request's response
   // promise, or a local client's reply), with the import count at their
@@ -592,17 +605,12 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
   // reader is answered once either way. The callback may come on another
   // thread, so what it needs is shared, not the runner's: one block, whose
   // pointer is all the callback holds (small enough not to allocate).
-  struct Reader {
-    std::function<void(caf::expected<TensorData>)> done;
-    std::string device;  // failures name it, as an op's do (a custom backend's message may not)
-    std::atomic<bool> answered{false};
-  };
   auto reader = std::make_shared<Reader>();
   reader->done = std::move(done);
   reader->device = self->state.name;
   try {
     self->state.backend->to_data(e.meta, e.buffer, [reader](backends::Expected<TensorData> r) {
-      reader->answered.store(true);
+      if (reader->answered.exchange(true)) return;
       if (r) {
         reader->done(std::move(*r));
         return;
@@ -611,8 +619,30 @@ void read_entry(Self self, Entry& e, std::function<void(caf::expected<TensorData
       reader->done(make_error(info.code, reader->device + ": " + info.message, info.tensor));
     });
   } catch (...) {
-    if (!reader->answered.load()) reader->done(on_device(self->state, to_caf(current_exception_error("read"))));
+    if (!reader->answered.exchange(true)) reader->done(on_device(self->state, to_caf(current_exception_error("read"))));
   }
+  // Answered later (a device that copies asynchronously): kept in view, so
+  // that if the runner stops first the read fails instead of waiting on a
+  // callback that may never come. Pruned as the list doubles.
+  if (!reader->answered.load()) {
+    auto& later = self->state.unanswered_reads;
+    if (later.size() >= 2 * self->state.unanswered_kept + 16) {
+      std::erase_if(later, [](const std::weak_ptr<Reader>& w) {
+        auto r = w.lock();
+        return !r || r->answered.load();
+      });
+      self->state.unanswered_kept = later.size();
+    }
+    later.push_back(reader);
+  }
+}
+
+// The runner stops (its backend failed): reads the backend has yet to
+// answer fail with the reason.
+void fail_unanswered_reads(RunnerState& st, const caf::error& err) {
+  for (auto& w : st.unanswered_reads)
+    if (auto r = w.lock(); r && !r->answered.exchange(true)) r->done(err);
+  st.unanswered_reads.clear();
 }
 
 // Reads tensor `id` once it is ready or failed, answering `done` with its
@@ -953,6 +983,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.bulk_send = std::move(hooks.bulk_send);
   self->state.bulk_export = std::move(hooks.bulk_export);
   self->state.abandon = std::move(hooks.abandon);
+  self->state.on_stop = std::move(hooks.on_stop);
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
@@ -969,7 +1000,19 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       err = make_error(Errc::device_lost, st.name + ": stopped: " + current_exception_error("backend").message());
     }
     st.log.log(LogLevel::error, [&] { return describe(err).message; });
+    if (st.on_stop) st.on_stop(describe(err).message);
+    fail_unanswered_reads(st, err);
     return err;
+  });
+  // Stopped from outside (the runtime's shutdown, a worker's client gone):
+  // reads the backend never answered fail rather than wait for ever, also
+  // where the backend keeps their callbacks beyond its own life.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (!msg.reason) return;  // as CAF's default handler: a normal exit is ignored
+    fail_unanswered_reads(
+        self->state, make_error(Errc::runtime_closed, self->state.name + ": the device stopped before the read was "
+                                                                         "answered"));
+    self->quit(msg.reason);
   });
   // The backend wakes us from its own threads; poll runs its completions here.
   // A weak handle: a backend may keep its waker past the runner (a copy in

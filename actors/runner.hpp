@@ -59,6 +59,12 @@ struct RunnerHooks {
   BulkSend bulk_send;
   /// The client's bulk lanes (empty: bridges to other nodes use BASP).
   BulkExport bulk_export;
+  /// Called on the runner's thread when its backend's failure stops it,
+  /// with the reason, before the requests it leaves unanswered are
+  /// dropped: a local client's reply, failing then, finds the device
+  /// already lost with that reason (the router's down message comes
+  /// later, from another thread). Empty: nothing to tell.
+  std::function<void(const std::string&)> on_stop;
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

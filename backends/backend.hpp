@@ -46,13 +46,16 @@ inline constexpr size_t max_cpu_threads = 1024;
                                                       std::vector<std::string>& unavailable);
 
 /// Calls `f`, an entry of a BackendKind (possibly a user's), and gives what
-/// it throws as an Error with `code` naming `what`; an Error passes as it is.
+/// it throws as an Error with `code` naming `what` (its own Error too, whose
+/// message follows).
 template <class F>
 auto call_kind_entry(Errc code, const std::string& what, F&& f) -> decltype(f()) {
   try {
     return f();
-  } catch (const Error&) {
-    throw;
+  } catch (const Error& e) {
+    // An entry's own Error too: the caller sees which device, kind and
+    // entry failed, with the entry's message.
+    throw Error(code, what + ": " + e.what());
   } catch (const std::exception& e) {
     throw Error(code, what + ": " + e.what());
   } catch (...) {

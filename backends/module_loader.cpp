@@ -135,6 +135,8 @@ Loaded load(const std::string& kind, const std::vector<std::string>& search_path
     registered = got->backend_kind();
   } catch (const std::exception& e) {
     return {{}, "backend module " + path + " failed to register: " + e.what()};
+  } catch (...) {
+    return {{}, "backend module " + path + " failed to register: it threw an exception that is not a std::exception"};
   }
   if (registered.name != kind || !registered.device_count || !registered.unavailable_reason || !registered.create)
     return {{}, "backend module " + path + " registered an incomplete kind '" + registered.name + "'"};

@@ -23,9 +23,13 @@ std::vector<BackendKind> backend_kinds(const std::vector<std::string>& module_di
 
 namespace {
 
-// A kind's own reason for having no devices (optional for custom kinds).
+// A kind's own reason for having no devices (optional for custom kinds);
+// one that throws says so, as an Error like the kind's other entries.
 std::string unavailable_reason(const BackendKind& kind) {
-  auto why = kind.unavailable_reason ? kind.unavailable_reason() : std::string{};
+  auto why = kind.unavailable_reason
+                 ? call_kind_entry(Errc::unknown_device, "backend kind '" + kind.name + "': unavailable_reason",
+                                   [&] { return kind.unavailable_reason(); })
+                 : std::string{};
   return why.empty() ? "no devices" : why;
 }
 

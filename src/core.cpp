@@ -211,7 +211,7 @@ Core::Core(RuntimeOptions options)
 void Core::on_lost(DeviceId id, const std::string& why) {
   if (id >= max_devices) return;
   auto& s = slots_[id];
-  if (s.lost.load(std::memory_order_acquire)) return;
+  if (s.losing.exchange(true, std::memory_order_acq_rel)) return;
   s.lost_reason = why;
   s.lost.store(true, std::memory_order_release);
   // Every device is "lost" as the runtime shuts down: not news then.
@@ -378,6 +378,11 @@ void Core::start() {
                               // Runners stop before this core goes (shut_down).
                               [this](const caf::actor_addr& target, TensorId dst, const TensorData& data) {
                                 return bulk_export(target, dst, data);
+                              },
+                              // In the words the router would use, before
+                              // the runner's unanswered requests fail.
+                              [this, id, device = name](const std::string& why) {
+                                on_lost(id, "device " + device + " lost: runner stopped: " + why);
                               }});
       add_device(name, kind->name, caf::actor_cast<caf::actor>(runner), true, std::move(custom_support));
       // (The name by init-capture: clang before 16 cannot capture a

@@ -207,6 +207,9 @@ class Core : public std::enable_shared_from_this<Core> {
     uint32_t remote_index = 0;
     std::string lost_reason;
     std::atomic<bool> lost{false};
+    // Who writes lost_reason: the router (a runner went down) or the runner
+    // itself (its backend failed), whichever comes first.
+    std::atomic<bool> losing{false};
   };
   struct Worker {
     std::string host;

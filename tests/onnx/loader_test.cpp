@@ -3805,3 +3805,97 @@ TEST_CASE("onnx: nearest Resize maps output to input coordinates in f32 as PyTor
     CHECK(y == std::vector<double>{0, 1, 3, 5});
   }
 }
+
+TEST_CASE("onnx: the hyperbolic ops keep f32's range and precision at their extremes", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // exp(x) - exp(-x) and log(x + sqrt(x^2 + 1)) overflowed (sinh(89),
+  // asinh(1e20): inf) or cancelled (sinh(1e-7), asinh(1e-7): 1.19e-7).
+  struct Case {
+    const char* op;
+    std::vector<float> in;
+    double (*want)(double);
+  };
+  const std::vector<Case> cases{
+      {"Sinh", {89.0f, 1e-7f, -1e-6f, 0.5f, -3.0f, 0.0f, -89.0f, 100.0f}, [](double v) { return std::sinh(v); }},
+      {"Cosh", {89.0f, 1e-7f, -1e-6f, 0.5f, -3.0f, 0.0f, -89.0f, 100.0f}, [](double v) { return std::cosh(v); }},
+      {"Asinh", {-1e4f, 1e20f, 1e-7f, -1e-6f, -1e5f, 0.5f, -3.0f, 3e38f}, [](double v) { return std::asinh(v); }},
+      {"Acosh", {1e20f, 1.0f, 1.0000001f, 1.5f, 3.0f, 3e38f, 0.5f, 1e4f}, [](double v) { return std::acosh(v); }},
+  };
+  for (const auto& c : cases) {
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{8}});
+    m.node(c.op, {"x"}, {"y"}, "h");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{8}});
+    for (const auto& d : rt.devices()) {
+      INFO(c.op << " on " << d.name());
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      auto got = run_doubles(model, {{"x", sy::TensorData::from(c.in, {8})}}, "y");
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("x = " << c.in[i]);
+        const auto want = static_cast<float>(c.want(c.in[i]));  // f64, rounded once to f32
+        if (std::isnan(want))
+          CHECK(std::isnan(got[i]));
+        else if (std::isinf(want))
+          CHECK(got[i] == want);
+        else
+          CHECK(got[i] == Approx(want).epsilon(1e-6).margin(0));
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "onnx: a zero vector normalised and Gemm with beta 0 and integer Einsum sums and Slice back from before the start",
+    "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  for (const auto& d : rt.devices()) {
+    INFO(d.name());
+    {  // A zero row stays zero (ONNX Runtime, F.normalize), not 0 / 0.
+      Builder m;
+      m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+      attr_i(m.node("LpNormalization", {"x"}, {"y"}, "n"), "p", 2);
+      m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{3}});
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      CHECK(run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{0, 0, 0, 3, 4, 0}, {2, 3})}}, "y") ==
+            std::vector<double>{0, 0, 0, 0.6000000238418579, 0.800000011920929, 0});
+    }
+    {  // beta = 0 leaves C out, its NaN too.
+      Builder m;
+      m.input("a", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}});
+      m.input("b", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{2}});
+      m.init("c", {std::numeric_limits<float>::quiet_NaN()}, {1});
+      attr_f(m.node("Gemm", {"a", "b", "c"}, {"y"}, "g"), "beta", 0.0f);
+      m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{2}});
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      CHECK(run_doubles(model,
+                        {{"a", sy::TensorData::from(std::vector<float>{1, 2}, {1, 2})},
+                         {"b", sy::TensorData::from(std::vector<float>{1, 2, 3, 4}, {2, 2})}},
+                        "y") == std::vector<double>{7, 10});
+    }
+    {  // ij->j on i32 is i32 (the output has the inputs' type), not i64.
+      Builder m(12);
+      m.input("x", pb::TensorProto::INT32, {int64_t{2}, int64_t{2}});
+      attr_s(m.node("Einsum", {"x"}, {"y"}, "e"), "equation", "ij->j");
+      m.output("y", pb::TensorProto::INT32, {int64_t{2}});
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      auto f = model.infer({{"x", sy::TensorData::from(std::vector<int32_t>{1, 2, 3, 4}, {2, 2})}});
+      REQUIRE(f.wait_for(kWait));
+      const auto y = f.get().at("y");
+      CHECK(y.dtype == sy::DType::i32);
+      CHECK(y.to_vector<double>() == std::vector<double>{4, 6});
+    }
+    {  // Step -1 from -5 on 3 elements: ONNX clamps the start to 0, so [x0].
+      Builder m;
+      m.input("x", pb::TensorProto::FLOAT, {int64_t{3}});
+      m.init_i64("s", {-5}, {1});
+      m.init_i64("e", {-10}, {1});
+      m.init_i64("a", {0}, {1});
+      m.init_i64("p", {-1}, {1});
+      m.node("Slice", {"x", "s", "e", "a", "p"}, {"y"}, "sl");
+      m.output("y", pb::TensorProto::FLOAT, {std::string("n")});
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      CHECK(run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{1, 2, 3}, {3})}}, "y") ==
+            std::vector<double>{1});
+    }
+  }
+}

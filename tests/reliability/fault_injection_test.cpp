@@ -424,6 +424,72 @@ TEST_CASE("reads and syncs of a device its backend stopped fail with device_lost
   }
 }
 
+TEST_CASE("a read its backend never answers fails when the device stops", "[reliability][fault]") {
+  using namespace std::chrono_literals;
+  // The backend keeps the reads' callbacks beyond its own life and the
+  // runtime's: the runner answers them when it stops, with the reason.
+  auto plan = std::make_shared<FaultPlan>();
+  auto runtime = [&] {
+    RuntimeOptions o;
+    o.devices = {"faulty:0"};
+    o.cpu_threads = 1;
+    o.shutdown_timeout = 200ms;
+    testing::add_faulty_backend(o, plan);
+    return std::make_unique<Runtime>(std::move(o));
+  };
+  auto message_of = [](const Future<TensorData>& f) {
+    try {
+      (void)f.get();
+    } catch (const Error& e) {
+      return std::string(e.what()) + " [" + std::to_string(static_cast<int>(e.code())) + "]";
+    }
+    return std::string("no error");
+  };
+  const auto lost_code = " [" + std::to_string(static_cast<int>(Errc::device_lost)) + "]";
+  {
+    auto rt = runtime();
+    auto d = rt->device("faulty:0");
+    auto t = d.tensor<float>({1, 2}, {2});
+    d.sync().get();
+    plan->hold_reads = true;
+    auto read = t.read();
+    CHECK_FALSE(read.wait_for(100ms));
+    plan->poll_throws = true;
+    {
+      std::lock_guard lock(plan->kept_mutex);
+      REQUIRE(plan->kept_waker);
+      plan->kept_waker();  // the runner polls, the backend throws, the device stops
+    }
+    REQUIRE(read.wait_for(30s));
+    auto msg = message_of(read);
+    CHECK_THAT(msg, Catch::Contains("poll boom") && Catch::EndsWith(lost_code));
+    // A read asked right after names the reason too, whether or not the
+    // router has heard of the loss yet.
+    auto later = t.read();
+    REQUIRE(later.wait_for(30s));
+    msg = message_of(later);
+    CHECK_THAT(msg, Catch::Contains("poll boom") && Catch::EndsWith(lost_code));
+    CHECK(d.lost());
+  }
+  {
+    // Shut down with a read the backend holds: it fails, it does not wait for ever.
+    plan->poll_throws = false;
+    plan->hold_reads = false;
+    auto rt = runtime();
+    auto d = rt->device("faulty:0");
+    auto t = d.tensor<float>({1, 2}, {2});
+    d.sync().get();
+    plan->hold_reads = true;
+    auto read = t.read();
+    CHECK_FALSE(read.wait_for(100ms));
+    rt.reset();
+    REQUIRE(read.wait_for(30s));
+    CHECK(message_of(read) != "no error");
+  }
+  std::lock_guard lock(plan->held_mutex);
+  CHECK(plan->held_reads.size() == 2);  // never called: the runner answered instead
+}
+
 TEST_CASE("a read error a backend returns names the device", "[reliability][fault]") {
   Faulty f;
   auto d = f.dev();
@@ -470,4 +536,18 @@ TEST_CASE("a backend kind whose entries throw fails the runtime's start with an 
   auto [c3, m3] = start([](auto&) { throw std::logic_error("bad extension"); });
   CHECK(c3 == Errc::invalid_argument);
   CHECK_THAT(m3, Catch::Contains("extend_backends") && Catch::Contains("bad extension"));
+  // An entry's own Error is named too (it passed through as it was).
+  auto [c4, m4] = start([&](auto& kinds) {
+    kinds.push_back(kind([] { return 1; }, [] { throw Error(Errc::out_of_memory, "card full"); }));
+  });
+  CHECK(c4 == Errc::unknown_device);
+  CHECK_THAT(m4, Catch::Contains("thrower:0") && Catch::Contains("create") && Catch::Contains("card full"));
+  // A kind without devices whose reason throws: still an Error naming it.
+  auto [c5, m5] = start([](auto& kinds) {
+    kinds.push_back(backends::BackendKind{
+        "thrower", [] { return 0; }, []() -> std::string { throw std::runtime_error("why boom"); },
+        [](int, const backends::DeviceOptions&) -> std::unique_ptr<backends::Backend> { return nullptr; }});
+  });
+  CHECK(c5 == Errc::unknown_device);
+  CHECK_THAT(m5, Catch::Contains("thrower") && Catch::Contains("unavailable_reason") && Catch::Contains("why boom"));
 }

@@ -396,6 +396,7 @@ TEST_CASE("a killed worker fails pending futures with device lost; the rest keep
   auto synced = remote.sync();
   auto from_remote = acc.to(local).sum().read();
   std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(remote.lost());
   w->stop(SIGKILL);
   REQUIRE(pending.wait_for(10s));
   REQUIRE(synced.wait_for(10s));
@@ -405,6 +406,8 @@ TEST_CASE("a killed worker fails pending futures with device lost; the rest keep
   CHECK(code_of([&] { (void)synced.get(); }) == sy::Errc::device_lost);
   CHECK(code_of([&] { (void)from_remote.get(); }) == sy::Errc::device_lost);
   // Removed: not listed, lookups and new ops fail clearly.
+  CHECK(remote.lost());
+  CHECK_FALSE(local.lost());
   CHECK(rt.devices().size() == 1);
   CHECK(code_of([&] { (void)rt.device(name); }) == sy::Errc::device_lost);
   CHECK(code_of([&] { (void)remote.zeros({2}); }) == sy::Errc::device_lost);

@@ -51,6 +51,11 @@ struct FaultPlan {
   std::atomic<bool> fusible_throws{false};
   // poll() throws: the device stops as lost.
   std::atomic<bool> poll_throws{false};
+  // Reads are never answered: their callbacks are kept here, past the
+  // backend and the runtime, as a backend's own queue might keep them.
+  std::atomic<bool> hold_reads{false};
+  std::mutex held_mutex;
+  std::vector<backends::ReadCallback> held_reads;
   // A copy of the runner's waker, kept past the runtime as a backend's own
   // thread might keep it.
   std::mutex kept_mutex;
@@ -80,6 +85,11 @@ class FaultyBackend final : public backends::Backend {
   }
 
   void to_data(const TensorIr& t, const backends::BufferPtr& buffer, backends::ReadCallback done) override {
+    if (plan_->hold_reads.load()) {
+      std::lock_guard lock(plan_->held_mutex);
+      plan_->held_reads.push_back(std::move(done));
+      return;
+    }
     if (hit(plan_->to_datas, plan_->fail_to_data_at)) {
       if (plan_->mode.load() == FaultPlan::Mode::foreign) {
         plan_->faults.fetch_add(1);

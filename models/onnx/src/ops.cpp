@@ -533,7 +533,9 @@ Value slice_value(Ctx& ctx, const Value& x, const Ints& starts, const Ints& ends
       b = std::clamp<int64_t>(b, 0, dim);
       e = std::clamp<int64_t>(e, 0, dim);
     } else {
-      b = std::clamp<int64_t>(b, -1, dim - 1);
+      // ONNX clamps a negative step's start to [0, dim - 1] (numpy's -1
+      // would make a start still below 0 after adding dim an empty slice).
+      b = dim == 0 ? -1 : std::clamp<int64_t>(b, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
     }
     st[a] = b;
@@ -1491,6 +1493,51 @@ std::string known_reduction(const ::onnx::NodeProto& n, int64_t) {
 // --- recurrent layers (RNN, GRU, LSTM), unrolled over the sequence ---
 
 // x / (1 + |x|).
+// The hyperbolic functions and their inverses, which the op set composes:
+// in f64 (a narrower input is widened and the result rounded once), by
+// formulas that neither overflow before the result does nor cancel near
+// their zeros: sinh(89) is 2.2e38 in f32, where exp(89) overflowed, and
+// asinh(1e-7) is 1e-7, where log(x + sqrt(x^2 + 1)) gave 1.19e-7.
+constexpr double kLn2 = 0.693147180559945309417;
+constexpr double kHuge = 268435456.0;  // 2^28: past it, sqrt(x^2 +- 1) is x in f64
+
+Tensor sinh_of(const Tensor& x) {
+  const Tensor ax = x.abs();
+  // Near 0 by expm1 (no cancellation); past it by exp(|x| - ln 2), which is
+  // e^|x| / 2 without overflowing first.
+  const Tensor near = x.expm1().sub(x.neg().expm1()).mul(Scalar(0.5));
+  const Tensor far = ax.sub(Scalar(kLn2)).exp().sub(ax.neg().sub(Scalar(kLn2)).exp()).mul(x.sign());
+  return where(ax.lt(Scalar(1.0)), near, far);
+}
+
+Tensor cosh_of(const Tensor& x) {
+  const Tensor ax = x.abs();
+  return ax.sub(Scalar(kLn2)).exp().add(ax.neg().sub(Scalar(kLn2)).exp());
+}
+
+Tensor asinh_of(const Tensor& x) {
+  const Tensor ax = x.abs();
+  // log1p(|x| + x^2 / (1 + sqrt(1 + x^2))) is log(|x| + sqrt(x^2 + 1)) without
+  // the cancellation near 0; a huge |x| takes log(|x|) + ln 2.
+  const Tensor sq = ax.mul(ax);
+  const Tensor small = ax.add(sq.div(sq.add(Scalar(1.0)).sqrt().add(Scalar(1.0)))).log1p();
+  const Tensor r = where(ax.gt(Scalar(kHuge)), ax.log().add(Scalar(kLn2)), small);
+  return where(x.lt(Scalar(0.0)), r.neg(), r);
+}
+
+Tensor acosh_of(const Tensor& x) {
+  // log1p(t + sqrt(2t + t^2)) with t = x - 1: exact near 1; NaN below it.
+  const Tensor t = x.sub(Scalar(1.0));
+  const Tensor near = t.add(t.mul(t).add(t.mul(Scalar(2.0))).sqrt()).log1p();
+  return where(x.gt(Scalar(kHuge)), x.log().add(Scalar(kLn2)), near);
+}
+
+template <class F>
+Tensor hyperbolic(const Tensor& x, F f) {
+  if (x.dtype() == DType::f64) return f(x);
+  return f(x.cast(DType::f64)).cast(x.dtype());
+}
+
 Tensor softsign(const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype(), 1))); }
 // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
 Tensor softplus(const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); }
@@ -3145,14 +3192,10 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       composed([](Ctx&, const Tensor& x) { return x.atan2(x.mul(x).neg().add(scalar_for(x.dtype(), 1)).sqrt()); });
   t["Acos"] =
       composed([](Ctx&, const Tensor& x) { return x.mul(x).neg().add(scalar_for(x.dtype(), 1)).sqrt().atan2(x); });
-  t["Sinh"] =
-      composed([](Ctx&, const Tensor& x) { return x.exp().sub(x.neg().exp()).mul(scalar_for(x.dtype(), 0.5)); });
-  t["Cosh"] =
-      composed([](Ctx&, const Tensor& x) { return x.exp().add(x.neg().exp()).mul(scalar_for(x.dtype(), 0.5)); });
-  t["Asinh"] =
-      composed([](Ctx&, const Tensor& x) { return x.add(x.mul(x).add(scalar_for(x.dtype(), 1)).sqrt()).log(); });
-  t["Acosh"] =
-      composed([](Ctx&, const Tensor& x) { return x.add(x.mul(x).sub(scalar_for(x.dtype(), 1)).sqrt()).log(); });
+  t["Sinh"] = composed([](Ctx&, const Tensor& x) { return hyperbolic(x, sinh_of); });
+  t["Cosh"] = composed([](Ctx&, const Tensor& x) { return hyperbolic(x, cosh_of); });
+  t["Asinh"] = composed([](Ctx&, const Tensor& x) { return hyperbolic(x, asinh_of); });
+  t["Acosh"] = composed([](Ctx&, const Tensor& x) { return hyperbolic(x, acosh_of); });
   t["Atanh"] = composed([](Ctx&, const Tensor& x) {
     Scalar one = scalar_for(x.dtype(), 1);
     return x.add(one).div(x.neg().add(one)).log().mul(scalar_for(x.dtype(), 0.5));
@@ -3814,6 +3857,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                             const int64_t axis = axis_of(ctx, ctx.attr_i("axis", -1), x.rank());
                             Tensor norm =
                                 ctx.attr_i("p", 2) == 1 ? x.abs().sum({axis}, true) : x.mul(x).sum({axis}, true).sqrt();
+                            // An all-zero vector stays zero (ONNX Runtime,
+                            // PyTorch's F.normalize), not 0 / 0.
+                            norm = norm.masked_fill(norm.eq(Scalar(0.0)), Scalar(1.0));
                             return Outs{dev_value(x.div(norm))};
                           }};
   t["Det"] = {{}, nullptr, det_node};
@@ -3852,7 +3898,11 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Einsum"] = {{"equation"}, nullptr, [](Ctx& ctx) {
                    std::vector<Tensor> operands;
                    for (size_t i = 0; i < ctx.num_inputs(); ++i) operands.push_back(ctx.dev(i));
-                   return Outs{dev_value(einsum(ctx, ctx.attr_s("equation", ""), std::move(operands)))};
+                   const DType t = operands.empty() ? DType::f32 : operands.front().dtype();
+                   Tensor y = einsum(ctx, ctx.attr_s("equation", ""), std::move(operands));
+                   // Its output has the inputs' type: a sum over an axis of
+                   // integers gave i64, as PyTorch's sum does.
+                   return Outs{dev_value(y.dtype() == t ? y : y.cast(t))};
                  }};
   t["Trilu"] = {{"upper"}, nullptr, [](Ctx& ctx) {
                   Tensor x = ctx.dev(0);
@@ -3891,7 +3941,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                  if (ctx.attr_i("transB", 0)) b = b.mT();
                  Tensor y = a.matmul(b);
                  if (alpha != 1) y = y.mul(scalar_for(y.dtype(), alpha));
-                 if (ctx.has(2)) {
+                 // beta = 0 leaves C out, NaN and inf included (ONNX
+                 // Runtime, PyTorch's addmm).
+                 if (ctx.has(2) && beta != 0) {
                    Tensor c = ctx.dev(2);
                    if (beta != 1) c = c.mul(scalar_for(c.dtype(), beta));
                    y = y.add(c);
