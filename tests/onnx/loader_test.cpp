@@ -3899,3 +3899,37 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("onnx: ceil_mode drops a last window that starts in wide end padding", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // Length 8, kernel 3, stride 2, pads (0, 2): ceil((8 + 2 - 3) / 2) + 1 = 5
+  // windows, the last starting at 8, past the input: dropped (ONNX Runtime,
+  // PyTorch), where it came out as -inf, NaN or 0.
+  std::vector<float> x(8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  struct Case {
+    const char* op;
+    int64_t include_pad;
+    std::vector<double> want;
+  };
+  for (const auto& c : std::vector<Case>{{"MaxPool", 0, {2, 4, 6, 7}},
+                                         {"AveragePool", 0, {1, 3, 5, 6.5}},
+                                         {"AveragePool", 1, {1, 3, 5, 13.0 / 3.0}}}) {
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{8}});
+    auto& n = m.node(c.op, {"x"}, {"y"}, "pool");
+    attr_ints(n, "kernel_shape", {3});
+    attr_ints(n, "strides", {2});
+    attr_ints(n, "pads", {0, 2});
+    attr_i(n, "ceil_mode", 1);
+    if (std::string(c.op) == "AveragePool") attr_i(n, "count_include_pad", c.include_pad);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, std::string("n")});
+    for (const auto& d : rt.devices()) {
+      INFO(c.op << " count_include_pad " << c.include_pad << " on " << d.name());
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      auto got = run_doubles(model, {{"x", sy::TensorData::from(x, {1, 1, 8})}}, "y");
+      REQUIRE(got.size() == c.want.size());
+      for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(c.want[i]).epsilon(1e-6));
+    }
+  }
+}

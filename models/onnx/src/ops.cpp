@@ -956,6 +956,24 @@ Tensor pad_spatial(const Tensor& x, nn::PoolOptions& o, double value) {
   return x.pad(before, after, value);
 }
 
+// With ceil_mode, a last window that would start in the end padding is
+// dropped (PyTorch's rule, and ONNX Runtime's); once wide pads became part
+// of the input, the op no longer knew where the input ended and kept it,
+// all padding (-inf, NaN or 0). Trims `y` to the lengths `o` (the options
+// before the pads were applied) gives an input of shape `in`.
+Tensor drop_padding_windows(Tensor y, const Shape& in, const nn::PoolOptions& o) {
+  if (!o.ceil_mode) return y;
+  for (size_t a = 0; a < o.kernel_size.size(); ++a) {
+    const int64_t extent = in[a + 2], reach = (o.kernel_size[a] - 1) * o.dilation[a] + 1;
+    const int64_t span = extent + o.pad_begin[a] + o.pad_end[a] - reach;
+    if (span < 0) continue;
+    int64_t n = (span + o.stride[a] - 1) / o.stride[a] + 1;
+    if ((n - 1) * o.stride[a] >= extent + o.pad_begin[a]) --n;
+    if (y.shape()[a + 2] > n) y = y.slice(static_cast<int64_t>(a + 2), Slice{0, n});
+  }
+  return y;
+}
+
 Outs max_pool_node(Ctx& ctx) {
   Tensor x = ctx.dev(0);
   const DType dtype = x.dtype();
@@ -965,8 +983,12 @@ Outs max_pool_node(Ctx& ctx) {
   auto o = pool_options(ctx, x, true);
   const bool wants_indices = ctx.node().output_size() > 1 && !ctx.node().output(1).empty();
   if (!wants_indices) {
-    if (pads_exceed_half(o)) x = pad_spatial(x, o, -std::numeric_limits<double>::infinity());
+    const auto asked = o;
+    const Shape in = x.shape();
+    const bool wide = pads_exceed_half(o);
+    if (wide) x = pad_spatial(x, o, -std::numeric_limits<double>::infinity());
     Tensor y = nn::max_pool(x, o);
+    if (wide) y = drop_padding_windows(y, in, asked);
     return Outs{dev_value(is_floating(dtype) ? y : y.cast(dtype))};
   }
   if (pads_exceed_half(o)) ctx.fail(Errc::unsupported, "Indices with pads wider than half the kernel");
@@ -1005,11 +1027,11 @@ Outs avg_pool_node(Ctx& ctx) {
   auto po = o;
   Tensor padded = pad_spatial(x, po, 0);
   po.count_include_pad = true;
-  Tensor sum_share = nn::avg_pool(padded, po);
+  Tensor sum_share = drop_padding_windows(nn::avg_pool(padded, po), x.shape(), o);
   if (include_pad) return Outs{dev_value(sum_share)};
   Tensor ones = ctx.device().full(x.shape(), 1, x.dtype());
   auto mo = o;
-  Tensor real_share = nn::avg_pool(pad_spatial(ones, mo, 0), po);
+  Tensor real_share = drop_padding_windows(nn::avg_pool(pad_spatial(ones, mo, 0), po), x.shape(), o);
   return Outs{dev_value(sum_share.div(real_share))};
 }
 
