@@ -446,45 +446,50 @@ TEST_CASE("a read its backend never answers fails when the device stops", "[reli
     return std::string("no error");
   };
   const auto lost_code = " [" + std::to_string(static_cast<int>(Errc::device_lost)) + "]";
-  {
-    auto rt = runtime();
-    auto d = rt->device("faulty:0");
-    auto t = d.tensor<float>({1, 2}, {2});
-    d.sync().get();
+  // A runtime whose device holds a read its backend will never answer.
+  struct Held {
+    std::unique_ptr<Runtime> rt;
+    Device d;
+    Tensor t;
+    Future<TensorData> read;
+  };
+  auto held_read = [&] {
+    plan->poll_throws = false;
+    plan->hold_reads = false;
+    Held h{runtime(), {}, {}, {}};
+    h.d = h.rt->device("faulty:0");
+    h.t = h.d.tensor<float>({1, 2}, {2});
+    h.d.sync().get();
     plan->hold_reads = true;
-    auto read = t.read();
-    CHECK_FALSE(read.wait_for(100ms));
+    h.read = h.t.read();
+    CHECK_FALSE(h.read.wait_for(100ms));
+    return h;
+  };
+  {
+    auto h = held_read();
     plan->poll_throws = true;
     {
       std::lock_guard lock(plan->kept_mutex);
       REQUIRE(plan->kept_waker);
       plan->kept_waker();  // the runner polls, the backend throws, the device stops
     }
-    REQUIRE(read.wait_for(30s));
-    auto msg = message_of(read);
+    REQUIRE(h.read.wait_for(30s));
+    auto msg = message_of(h.read);
     CHECK_THAT(msg, Catch::Contains("poll boom") && Catch::EndsWith(lost_code));
     // A read asked right after names the reason too, whether or not the
     // router has heard of the loss yet.
-    auto later = t.read();
+    auto later = h.t.read();
     REQUIRE(later.wait_for(30s));
     msg = message_of(later);
     CHECK_THAT(msg, Catch::Contains("poll boom") && Catch::EndsWith(lost_code));
-    CHECK(d.lost());
+    CHECK(h.d.lost());
   }
   {
     // Shut down with a read the backend holds: it fails, it does not wait for ever.
-    plan->poll_throws = false;
-    plan->hold_reads = false;
-    auto rt = runtime();
-    auto d = rt->device("faulty:0");
-    auto t = d.tensor<float>({1, 2}, {2});
-    d.sync().get();
-    plan->hold_reads = true;
-    auto read = t.read();
-    CHECK_FALSE(read.wait_for(100ms));
-    rt.reset();
-    REQUIRE(read.wait_for(30s));
-    CHECK(message_of(read) != "no error");
+    auto h = held_read();
+    h.rt.reset();
+    REQUIRE(h.read.wait_for(30s));
+    CHECK(message_of(h.read) != "no error");
   }
   std::lock_guard lock(plan->held_mutex);
   CHECK(plan->held_reads.size() == 2);  // never called: the runner answered instead
