@@ -382,7 +382,10 @@ void Core::start() {
                               // In the words the router would use, before
                               // the runner's unanswered requests fail.
                               [this, id, device = name](const std::string& why) {
-                                on_lost(id, "device " + device + " lost: runner stopped: " + why);
+                                std::string message = "device " + device;
+                                message += " lost: runner stopped: ";
+                                message += why;
+                                on_lost(id, message);
                               }});
       add_device(name, kind->name, caf::actor_cast<caf::actor>(runner), true, std::move(custom_support));
       // (The name by init-capture: clang before 16 cannot capture a
