@@ -3933,3 +3933,20 @@ TEST_CASE("onnx: ceil_mode drops a last window that starts in wide end padding",
     }
   }
 }
+
+TEST_CASE("onnx: an integer Range above 2^53 is exact", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0"}});
+  const int64_t big = (int64_t{1} << 53) + 1;  // not a double
+  Builder m;
+  m.init_i64("s", {big}, {});
+  m.init_i64("l", {big + 3}, {});
+  m.init_i64("d", {1}, {});
+  m.input("x", pb::TensorProto::INT64, {int64_t{3}});
+  m.node("Range", {"s", "l", "d"}, {"r"}, "range");
+  m.node("Add", {"r", "x"}, {"y"}, "add");
+  m.output("y", pb::TensorProto::INT64, {int64_t{3}});
+  auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.cpu());
+  auto f = model.infer({{"x", sy::TensorData::from(std::vector<int64_t>{0, 0, 0}, {3})}});
+  REQUIRE(f.wait_for(kWait));
+  CHECK(f.get().at("y").to_vector<int64_t>() == std::vector<int64_t>{big, big + 1, big + 2});
+}

@@ -3579,6 +3579,24 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
       }};
   t["Range"] = {{}, nullptr, [](Ctx& ctx) {
                   const TensorData& s = ctx.host(0);
+                  if (!is_floating(s.dtype)) {
+                    // Integers exactly (2^53 + 1 .. went through double).
+                    const int64_t first = ctx.ints(0).at(0), limit = ctx.ints(1).at(0), delta = ctx.ints(2).at(0);
+                    if (delta == 0) ctx.fail(Errc::invalid_argument, "delta 0");
+                    const __int128 span = static_cast<__int128>(limit) - first;
+                    const __int128 count = span / delta + (span % delta != 0 && (span > 0) == (delta > 0) ? 1 : 0);
+                    if (count > (__int128{1} << 40))
+                      ctx.fail(Errc::invalid_argument, "a range of more than 2^40 elements is too large (start " +
+                                                           std::to_string(first) + ", limit " + std::to_string(limit) +
+                                                           ", delta " + std::to_string(delta) + ")");
+                    const auto n = static_cast<int64_t>(std::max<__int128>(count, 0));
+                    if (n <= kHostMax) {
+                      Ints v(static_cast<size_t>(n));
+                      for (int64_t i = 0; i < n; ++i)
+                        v[static_cast<size_t>(i)] = static_cast<int64_t>(first + static_cast<__int128>(i) * delta);
+                      return Outs{host_value(host_ints(v, {n}, s.dtype))};
+                    }
+                  }
                   const double start = s.at(0), limit = ctx.host(1).at(0), delta = ctx.host(2).at(0);
                   if (delta == 0) ctx.fail(Errc::invalid_argument, "delta 0");
                   // In double first: a count past int64 (-2^62 to 2^62) cast
