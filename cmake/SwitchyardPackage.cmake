@@ -92,6 +92,9 @@ install(FILES ${SWITCHYARD_PUBLIC_MESSAGE_HEADERS}
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/switchyard")
 
 install(EXPORT SwitchyardTargets NAMESPACE Switchyard:: DESTINATION "${SWITCHYARD_CMAKE_DIR}")
+if(TARGET switchyard_onnx_shared)
+  install(EXPORT SwitchyardOnnxTargets NAMESPACE Switchyard:: DESTINATION "${SWITCHYARD_CMAKE_DIR}")
+endif()
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/SwitchyardConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/SwitchyardConfig.cmake" INSTALL_DESTINATION "${SWITCHYARD_CMAKE_DIR}"
   PATH_VARS CMAKE_INSTALL_BINDIR)
