@@ -60,7 +60,9 @@ constexpr double stall_bound_ms = 900;
 // Sanitizers slow every call several times over.
 constexpr double normal_bound_ms = stall_bound_ms;
 #else
-constexpr double normal_bound_ms = 100;
+// A third of the stalls it catches: the whole suite on two cores beside
+// another tenant (load 3.4) once kept a call off the CPU for 103 ms.
+constexpr double normal_bound_ms = 300;
 #endif
 
 // The 100 ms bound is for a machine that is not oversubscribed: at a load of
