@@ -65,7 +65,7 @@ constexpr double normal_bound_ms = stall_bound_ms;
 constexpr double normal_bound_ms = 300;
 #endif
 
-// The 100 ms bound is for a machine that is not oversubscribed: at a load of
+// The 300 ms bound is for a machine that is not oversubscribed: at a load of
 // 12 on 2 cores (other builds beside the suite) the kernel itself left a
 // call off the CPU for 184 ms. Such a run keeps the stall bound and says so.
 double longest_call_bound_ms(double load) {
