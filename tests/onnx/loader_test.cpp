@@ -3950,3 +3950,29 @@ TEST_CASE("onnx: an integer Range above 2^53 is exact", "[onnx]") {
   REQUIRE(f.wait_for(kWait));
   CHECK(f.get().at("y").to_vector<int64_t>() == std::vector<int64_t>{big, big + 1, big + 2});
 }
+
+TEST_CASE("onnx: a 3-D pool over an input shorter than its window before padding runs", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // Depth 2, kernel 3, one pad in front: one window of pad, d0, d1 (ONNX
+  // Runtime: [2, 3, 4, 5]); PyTorch's 3-D pools refuse such an input.
+  std::vector<float> x(8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  for (const char* op : {"AveragePool", "LpPool"}) {
+    Builder m;
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}});
+    auto& n = m.node(op, {"x"}, {"y"}, "pool");
+    attr_ints(n, "kernel_shape", {3, 1, 1});
+    attr_ints(n, "pads", {1, 0, 0, 0, 0, 0});
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+    const bool lp = std::string(op) == "LpPool";
+    const std::vector<double> want = lp ? std::vector<double>{4, std::sqrt(26.0), std::sqrt(40.0), std::sqrt(58.0)}
+                                        : std::vector<double>{2, 3, 4, 5};
+    for (const auto& d : rt.devices()) {
+      INFO(op << " on " << d.name());
+      auto model = sy::onnx::Model::load_bytes(m.bytes(), d);
+      auto got = run_doubles(model, {{"x", sy::TensorData::from(x, {1, 1, 2, 2, 2})}}, "y");
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-6));
+    }
+  }
+}

@@ -945,6 +945,15 @@ bool pads_exceed_half(const nn::PoolOptions& o) {
   return false;
 }
 
+// Also where an input is shorter than its window before padding: PyTorch's
+// 3-D pools (and so the op) refuse that, ONNX takes it (1-D and 2-D too).
+bool pad_input_first(const nn::PoolOptions& o, const Shape& in) {
+  if (pads_exceed_half(o)) return true;
+  for (size_t a = 0; a < o.kernel_size.size(); ++a)
+    if (in[a + 2] < (o.kernel_size[a] - 1) * o.dilation[a] + 1 && o.pad_begin[a] + o.pad_end[a] > 0) return true;
+  return false;
+}
+
 Tensor pad_spatial(const Tensor& x, nn::PoolOptions& o, double value) {
   Ints before(x.rank(), 0), after(x.rank(), 0);
   for (size_t a = 0; a < o.kernel_size.size(); ++a) {
@@ -985,7 +994,7 @@ Outs max_pool_node(Ctx& ctx) {
   if (!wants_indices) {
     const auto asked = o;
     const Shape in = x.shape();
-    const bool wide = pads_exceed_half(o);
+    const bool wide = pad_input_first(o, in);
     if (wide) x = pad_spatial(x, o, -std::numeric_limits<double>::infinity());
     Tensor y = nn::max_pool(x, o);
     if (wide) y = drop_padding_windows(y, in, asked);
@@ -1022,7 +1031,7 @@ Outs avg_pool_node(Ctx& ctx) {
   Tensor x = ctx.dev(0);
   auto o = pool_options(ctx, x, false);
   o.count_include_pad = ctx.attr_i("count_include_pad", 0) != 0;
-  if (!pads_exceed_half(o)) return Outs{dev_value(nn::avg_pool(x, o))};
+  if (!pad_input_first(o, x.shape())) return Outs{dev_value(nn::avg_pool(x, o))};
   const bool include_pad = o.count_include_pad;
   auto po = o;
   Tensor padded = pad_spatial(x, po, 0);
@@ -1349,7 +1358,7 @@ Outs lp_pool_node(Ctx& ctx) {
   const double p = static_cast<double>(ctx.attr_i("p", 2));
   const DType t = x.dtype();
   Tensor powed = p == 1 ? x.abs() : p == 2 ? x.mul(x) : x.abs().pow(scalar_for(t, p));
-  if (pads_exceed_half(o)) powed = pad_spatial(powed, o, 0);
+  if (pad_input_first(o, x.shape())) powed = pad_spatial(powed, o, 0);
   o.count_include_pad = true;
   int64_t window = 1;
   for (auto k : o.kernel_size) window *= k;
