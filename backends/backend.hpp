@@ -52,11 +52,7 @@ template <class F>
 auto call_kind_entry(Errc code, const std::string& what, F&& f) -> decltype(f()) {
   try {
     return f();
-  } catch (const Error& e) {
-    // An entry's own Error too: the caller sees which device, kind and
-    // entry failed, with the entry's message.
-    throw Error(code, what + ": " + e.what());
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // an Error too: named as well
     throw Error(code, what + ": " + e.what());
   } catch (...) {
     throw Error(code, what + ": threw an exception that is not a std::exception");

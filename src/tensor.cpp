@@ -720,9 +720,6 @@ bool vector_into_scalar(const TensorHandle& in, const TensorHandle& index, const
   return in.ir.shape.rank() == 0 && index.ir.shape.rank() == 1 && (src == nullptr || src->ir.shape.rank() == 1) &&
          (axis == 0 || axis == -1);
 }
-bool vector_into_scalar(const TensorHandle& in, const TensorHandle& index, const TensorHandle& src, int64_t axis) {
-  return vector_into_scalar(in, index, &src, axis);
-}
 }  // namespace
 
 Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
@@ -745,7 +742,7 @@ Tensor Tensor::scatter_add(int64_t axis, const Tensor& index, const Tensor& src)
   const auto& s = src.handle("scatter_add");
   same_device("scatter_add", h, i);
   same_device("scatter_add", h, s);
-  if (vector_into_scalar(h, i, s, axis)) return reshape(Shape{1}).scatter_add(0, index, src).reshape(Shape{});
+  if (vector_into_scalar(h, i, &s, axis)) return reshape(Shape{1}).scatter_add(0, index, src).reshape(Shape{});
   auto in = as_input(h), idx = as_input(i), sr = as_input(s);
   auto spec = unwrap(index_result(IndexKind::scatter_add, in, idx, &sr, axis));
   if (h.ir.shape.rank() == 0)  // as gather: through extent-1 vectors
@@ -831,7 +828,8 @@ Tensor Tensor::scatter_reduce(int64_t dim, const Tensor& index, const Tensor& sr
   const auto& s = src.handle(name);
   same_device(name, h, i);
   same_device(name, h, s);
-  if (vector_into_scalar(h, i, s, dim)) return reshape(Shape{1}).scatter_reduce(0, index, src, reduce).reshape(Shape{});
+  if (vector_into_scalar(h, i, &s, dim))
+    return reshape(Shape{1}).scatter_reduce(0, index, src, reduce).reshape(Shape{});
   auto in = as_input(h), idx = as_input(i), sr = as_input(s);
   auto spec = unwrap_as(name, index_result(k, in, idx, &sr, dim));
   if (h.ir.shape.rank() == 0)  // as gather: through extent-1 vectors

@@ -803,12 +803,11 @@ void OnnxBatcher::dispatch(size_t replica, std::vector<std::shared_ptr<Job>> job
 
 bool OnnxBatcher::rerun_elsewhere(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,
                                   const std::exception_ptr& failure) {
-  if (!device_lost(failure)) return false;
-  // The replica is retired (retry_alone marks it again); a request runs
-  // elsewhere as long as any replica is left, so this ends.
+  if (jobs.size() != 1 || !device_lost(failure)) return false;
+  // retry_alone or finish retires the replica either way; a request runs
+  // elsewhere while another is left, so this ends.
   std::lock_guard lock(mu_);
-  lost_[replica] = 1;
-  return !jobs.empty() && any_left(lost_);
+  return any_left(lost_, replica);
 }
 
 void OnnxBatcher::retry_alone(size_t replica, const std::vector<std::shared_ptr<Job>>& jobs,

@@ -38,10 +38,10 @@ void mark_lost(std::vector<char>& lost, DeviceOf device_of) {
     if (lost[i] == 0 && device_of(i).lost()) lost[i] = 1;
 }
 
-/// Whether a replica other than the lost ones is left.
-inline bool any_left(const std::vector<char>& lost) {
-  for (char l : lost)
-    if (l == 0) return true;
+/// Whether a replica other than `except` and the lost ones is left.
+inline bool any_left(const std::vector<char>& lost, size_t except) {
+  for (size_t i = 0; i < lost.size(); ++i)
+    if (i != except && lost[i] == 0) return true;
   return false;
 }
 
