@@ -1442,6 +1442,15 @@ TEST_CASE("onnx: a Loop carries a value and stacks a scan output reading an oute
   CHECK(out.at("sum").to_vector<float>() == std::vector<float>{3, 30});
   CHECK(out.at("steps").shape == sy::Shape{3, 2});
   CHECK(out.at("steps").to_vector<float>() == std::vector<float>{1, 10, 2, 20, 3, 30});
+  // No iteration: the carried value as given, and an empty scan output of
+  // the body's declared element shape (ONNX Runtime's answer).
+  auto none = model.infer({{"M", sy::TensorData::from(std::vector<int64_t>{0}, {})},
+                           {"x", sy::TensorData::from(std::vector<float>{1, 10}, {2})}});
+  REQUIRE(none.wait_for(kWait));
+  auto empty = none.get();
+  CHECK(empty.at("sum").to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(empty.at("steps").shape == sy::Shape{0, 2});
+  CHECK(empty.at("steps").dtype == sy::DType::f32);
 }
 
 TEST_CASE("onnx: a branch with the wrong number of outputs fails naming the node and the other runs", "[onnx]") {
@@ -3496,6 +3505,119 @@ TEST_CASE("onnx: ReduceLogSumExp gives +-inf where an infinite max shifts and -i
     auto empty = sy::onnx::Model::load_bytes(model_for({int64_t{2}, int64_t{0}}, 2), rt.device(dev));
     auto e = run_doubles(empty, {{"x", sy::TensorData::from(std::vector<float>{}, {2, 0})}}, "y");
     CHECK(e == std::vector<double>{-inf, -inf});
+  }
+}
+
+TEST_CASE("onnx: ReduceMax and ReduceMin over an empty axis give the dtype's extremes", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  auto model_for = [](const char* op, pb::TensorProto::DataType type) {
+    Builder m;
+    m.input("x", type, {int64_t{2}, int64_t{0}});
+    auto& n = m.node(op, {"x"}, {"y"}, "r");
+    auto* axes = n.add_attribute();
+    axes->set_name("axes");
+    axes->set_type(pb::AttributeProto::INTS);
+    axes->add_ints(1);
+    m.output("y", type, {int64_t{2}, int64_t{1}});
+    return m.bytes();
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto fmax = sy::onnx::Model::load_bytes(model_for("ReduceMax", pb::TensorProto::FLOAT), rt.device(dev));
+    CHECK(run_doubles(fmax, {{"x", sy::TensorData::from(std::vector<float>{}, {2, 0})}}, "y") ==
+          std::vector<double>{-inf, -inf});
+    auto fmin = sy::onnx::Model::load_bytes(model_for("ReduceMin", pb::TensorProto::FLOAT), rt.device(dev));
+    CHECK(run_doubles(fmin, {{"x", sy::TensorData::from(std::vector<float>{}, {2, 0})}}, "y") ==
+          std::vector<double>{inf, inf});
+    auto result = [&](const char* op, pb::TensorProto::DataType type, sy::TensorData x) {
+      auto model = sy::onnx::Model::load_bytes(model_for(op, type), rt.device(dev));
+      auto f = model.infer({{"x", std::move(x)}});
+      REQUIRE(f.wait_for(kWait));
+      return f.get().at("y");
+    };
+    const sy::TensorData none = sy::TensorData::from(std::vector<int64_t>{}, {2, 0});
+    CHECK(result("ReduceMax", pb::TensorProto::INT64, none).to_vector<int64_t>() ==
+          std::vector<int64_t>(2, std::numeric_limits<int64_t>::min()));
+    CHECK(result("ReduceMin", pb::TensorProto::INT64, none).to_vector<int64_t>() ==
+          std::vector<int64_t>(2, std::numeric_limits<int64_t>::max()));
+    CHECK(result("ReduceMin", pb::TensorProto::UINT8, sy::TensorData::from(std::vector<uint8_t>{}, {2, 0}))
+              .to_vector<uint8_t>() == std::vector<uint8_t>{255, 255});
+  }
+}
+
+TEST_CASE("onnx: Sign keeps NaN as ONNX Runtime does", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{4}});
+  m.node("Sign", {"x"}, {"y"}, "sign");
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{4}});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto y = run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{nan, -2, 0, 3}, {4})}}, "y");
+    REQUIRE(y.size() == 4);
+    CHECK(std::isnan(y[0]));
+    CHECK(std::vector<double>(y.begin() + 1, y.end()) == std::vector<double>{-1, 0, 1});
+  }
+}
+
+TEST_CASE("onnx: Pad fills int64 with a constant past 2^53 exactly", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  const int64_t big = (int64_t{1} << 62) + 1;  // 2^62 + 1 is no double
+  Builder m;
+  m.input("x", pb::TensorProto::INT64, {int64_t{2}});
+  m.init_i64("pads", {1, 2}, {2});
+  m.init_i64("value", {big}, {});
+  m.node("Pad", {"x", "pads", "value"}, {"y"}, "pad");
+  m.output("y", pb::TensorProto::INT64, {int64_t{5}});
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto f = model.infer({{"x", sy::TensorData::from(std::vector<int64_t>{-7, 9}, {2})}});
+    REQUIRE(f.wait_for(kWait));
+    CHECK(f.get().at("y").to_vector<int64_t>() == std::vector<int64_t>{big, -7, 9, big, big});
+  }
+}
+
+TEST_CASE("onnx: LSTM with input_forget and clip couples the gates and clips every activation's input", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // One unit, one feature; gates i, o, f, c. Weights large enough that
+  // clip=1.5 bounds each pre-activation; f's own weights are unused.
+  const std::vector<float> w = {2, 1.5f, 9, 4}, r = {0.5f, -1, 9, 2}, b = {0.1f, 0, 9, -0.2f, 0, 0.3f, 9, 0};
+  const float clip = 1.5f;
+  Builder m;
+  m.input("x", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{1}, int64_t{1}});
+  m.init("W", w, {1, 4, 1});
+  m.init("R", r, {1, 4, 1});
+  m.init("B", b, {1, 8});
+  auto& n = m.node("LSTM", {"x", "W", "R", "B"}, {"y", "h"}, "lstm");
+  attr_i(n, "hidden_size", 1);
+  attr_i(n, "input_forget", 1);
+  attr_f(n, "clip", clip);
+  m.output("y", pb::TensorProto::FLOAT, {int64_t{2}, int64_t{1}, int64_t{1}, int64_t{1}});
+  m.output("h", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{1}});
+  const std::vector<double> xs = {3, -2};
+  auto cl = [&](double v) { return std::clamp(v, -double{clip}, double{clip}); };
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  std::vector<double> want;
+  double h = 0, c = 0;
+  for (double x : xs) {
+    const double i = sig(cl(w[0] * x + r[0] * h + b[0] + b[4]));
+    const double cand = std::tanh(cl(w[3] * x + r[3] * h + b[3] + b[7]));
+    c = (1 - i) * c + i * cand;
+    const double o = sig(cl(w[1] * x + r[1] * h + b[1] + b[5]));
+    h = o * std::tanh(cl(c));
+    want.push_back(h);
+  }
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto y = run_doubles(model, {{"x", sy::TensorData::from(std::vector<float>{3, -2}, {2, 1, 1})}}, "y");
+    REQUIRE(y.size() == 2);
+    CHECK(y[0] == Approx(want[0]).epsilon(1e-5));
+    CHECK(y[1] == Approx(want[1]).epsilon(1e-5));
   }
 }
 

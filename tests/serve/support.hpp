@@ -36,11 +36,23 @@ constexpr uint32_t kIn = 16;
 constexpr uint32_t kOut = 8;
 
 /// The model file, written once per test run by the example's make_model.
+/// Removed at exit, so a thousand runs leave no thousand folders in /tmp.
+struct ModelDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("switchyard_serve_test_" + std::to_string(getpid()));
+  ModelDir() { std::filesystem::create_directories(path); }
+  ~ModelDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  ModelDir(const ModelDir&) = delete;
+  ModelDir& operator=(const ModelDir&) = delete;
+};
+
 inline const std::string& model_path() {
+  static const ModelDir dir;
   static const std::string path = [] {
-    auto dir = std::filesystem::temp_directory_path() / ("switchyard_serve_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir);
-    std::string p = (dir / "mlp.bin").string();
+    std::string p = (dir.path / "mlp.bin").string();
     std::string cmd = std::string("'") + SERVE_MAKE_MODEL_BIN + "' '" + p + "' --layers 16,32,24,8 --seed 7 >/dev/null";
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make_model failed: " + cmd);
     return p;

@@ -390,11 +390,30 @@ OpSpec variadic(BinaryKind k, bool mean) {
           }};
 }
 
+// ReduceMax / ReduceMin over no elements: the dtype's lowest / highest value
+// (-inf / inf for floats), as ONNX defines it from opset 18 and ONNX Runtime
+// answers at every opset. PyTorch refuses such a reduction.
+Tensor empty_extreme(const Tensor& x, const Shape& out, bool highest) {
+  const DType t = x.dtype();
+  if (is_floating(t)) return x.device().full(out, highest ? HUGE_VAL : -HUGE_VAL, t);
+  if (t == DType::boolean) return x.device().full(out, highest ? 1 : 0, t);
+  if (t == DType::u8) return x.device().full(out, highest ? 255 : 0, t);
+  // The signed minimum is a power of two (exact in a double); the maximum
+  // is its complement (INT64_MAX is not a double).
+  const double lowest = -std::ldexp(1.0, static_cast<int>(size_of(t) * 8 - 1));
+  Tensor low = x.device().full(out, lowest, t);
+  return highest ? low.bitwise_not() : low;
+}
+
 Tensor reduce(const Tensor& x, const std::string& op, const Ints& axes, bool keep) {
   const DType t = x.dtype();
   auto back = [&](const Tensor& r) { return r.dtype() == t ? r : r.cast(t); };
+  bool empty = false;
+  for (int64_t a : axes) empty = empty || x.shape()[static_cast<size_t>(a)] == 0;  // axes are normalised
   if (op == "ReduceSum") return back(x.sum(axes, keep));
   if (op == "ReduceMean") return x.mean(axes, keep);
+  if ((op == "ReduceMax" || op == "ReduceMin") && empty)
+    return empty_extreme(x, reduced_shape(x.shape(), axes, keep), op == "ReduceMin");
   if (op == "ReduceMax") return x.max(axes, keep);
   if (op == "ReduceMin") return x.min(axes, keep);
   if (op == "ReduceProd") return back(x.prod(axes, keep));
@@ -406,8 +425,6 @@ Tensor reduce(const Tensor& x, const std::string& op, const Ints& axes, bool kee
   // infinite max shifts by 0 instead (inf - inf would be NaN where the
   // answer is +-inf, as PyTorch's logsumexp does), and an empty reduction is
   // log(0) = -inf (there is no max to shift by).
-  bool empty = false;
-  for (int64_t a : axes) empty = empty || x.shape()[static_cast<size_t>(a)] == 0;  // axes are normalised
   if (empty) return x.exp().sum(axes, keep).log();
   Tensor m = x.max(axes, true);
   if (is_floating(t)) m = m.masked_fill(m.isinf(), 0);
@@ -1599,9 +1616,8 @@ std::string rnn_check(const ::onnx::NodeProto& n, int64_t) {
     if (a.name() == "direction") direction = a.s();
   const size_t directions = direction == "bidirectional" ? 2 : 1;
   for (const auto& a : n.attribute()) {
-    if (a.name() == "clip") return "attribute 'clip' (cell clipping)";
+    if (a.name() == "clip" && !(a.f() > 0)) return "clip=" + std::to_string(a.f()) + " (a clip must be positive)";
     if (a.name() == "activation_alpha" || a.name() == "activation_beta") return "attribute '" + a.name() + "'";
-    if (a.name() == "input_forget" && a.i() != 0) return "input_forget=1";
     if (a.name() == "activations") {
       const size_t want = rnn_default_activations(n.op_type()).size() * directions;
       if (static_cast<size_t>(a.strings_size()) != want)
@@ -1627,9 +1643,20 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
   if (auto a = ctx.attr("activations"); a && a->strings_size() > 0)
     for (size_t k = 0; k < names.size(); ++k)
       names[k] = a->strings(static_cast<int>(static_cast<size_t>(d) * names.size() + k));
-  const RnnActivation f = rnn_activation(names[0]);
-  const RnnActivation g = names.size() > 1 ? rnn_activation(names[1]) : nullptr;
-  const RnnActivation h_act = names.size() > 2 ? rnn_activation(names[2]) : nullptr;
+  // `clip` bounds every activation's input to [-clip, clip] (ONNX's cell
+  // clipping; ONNX Runtime clips the cell state before h too).
+  const RnnActivation f_act = rnn_activation(names[0]);
+  const RnnActivation g_act = names.size() > 1 ? rnn_activation(names[1]) : nullptr;
+  const RnnActivation h_raw = names.size() > 2 ? rnn_activation(names[2]) : nullptr;
+  const std::optional<double> clip =
+      ctx.attr("clip") ? std::optional<double>(ctx.attr_f("clip", 0)) : std::nullopt;
+  auto clipped = [clip](RnnActivation act) {
+    return [act, clip](const Tensor& t) { return act(clip ? t.clamp(-*clip, *clip) : t); };
+  };
+  const auto f = clipped(f_act);
+  const auto g = clipped(g_act);
+  const auto h_act = clipped(h_raw);
+  const bool input_forget = ctx.attr_i("input_forget", 0) != 0;
   const int64_t seq = x.shape()[0], batch = x.shape()[1];
   Tensor w = ctx.dev(1).slice(0, Slice{d, d + 1}).reshape({gates * hidden, -1});
   Tensor r = ctx.dev(2).slice(0, Slice{d, d + 1}).reshape({gates * hidden, hidden});
@@ -1714,7 +1741,8 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
         gi = gi.add(vec(p, 0).mul(c));
         gf = gf.add(vec(p, 2).mul(c));
       }
-      Tensor i = f(gi), forget = f(gf);
+      // input_forget couples the gates: f = 1 - i.
+      Tensor i = f(gi), forget = input_forget ? i.neg().add(Scalar(1.0)) : f(gf);
       c = forget.mul(c).add(i.mul(g(gc)));
       if (p.defined()) go = go.add(vec(p, 1).mul(c));
       h = f(go).mul(h_act(c));
@@ -2559,6 +2587,22 @@ Outs if_node(Ctx& ctx) {
                                 taken ? "then_branch" : "else_branch"));
 }
 
+// A scan output of a loop that ran no iteration: no element was made, so
+// its dtype and element shape come from the body's declared output (unknown
+// extents 0, no shape: rank 1), as ONNX Runtime makes it.
+Value empty_scan_output(Ctx& ctx, size_t body_output) {
+  const auto& outputs = ctx.attr("body")->g().output();
+  const auto& type = outputs.at(static_cast<int>(body_output)).type();
+  const std::optional<DType> dtype = type.has_tensor_type() ? to_dtype(type.tensor_type().elem_type()) : std::nullopt;
+  if (!dtype)
+    ctx.fail(Errc::unsupported, "scan output '" + outputs.at(static_cast<int>(body_output)).name() +
+                                    "' of a loop that ran no iteration: the body declares no tensor type for it");
+  Ints dims{0};
+  if (type.tensor_type().has_shape())
+    for (const auto& d : type.tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : 0);
+  return dev_value(ctx.device().zeros(Shape(dims), *dtype));
+}
+
 // Loop: body(iteration, cond, carried...) -> (cond, carried..., scan...),
 // while the trip count (M) and the condition allow; scan outputs stacked.
 Outs loop_node(Ctx& ctx) {
@@ -2581,10 +2625,9 @@ Outs loop_node(Ctx& ctx) {
     for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(out[1 + carried.size() + k]);
   }
   Values result = carried;
-  for (auto& parts : scans) {
-    if (parts.empty()) ctx.fail(Errc::unsupported, "scan outputs of a loop that ran no iteration");
-    result.push_back(stack_values(ctx, parts, 0));
-  }
+  for (size_t k = 0; k < scans.size(); ++k)
+    result.push_back(scans[k].empty() ? empty_scan_output(ctx, 1 + carried.size() + k)
+                                      : stack_values(ctx, scans[k], 0));
   return to_outs(std::move(result));
 }
 
@@ -3204,7 +3247,12 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Floor"] = rounding(UnaryKind::floor, [](double x) { return std::floor(x); });
   t["Ceil"] = rounding(UnaryKind::ceil, [](double x) { return std::ceil(x); });
   t["Round"] = unary(UnaryKind::round);
-  t["Sign"] = unary(UnaryKind::sign);
+  // NaN stays NaN, as numpy and ONNX Runtime give it (the runtime's sign,
+  // as PyTorch's, maps NaN to 0).
+  t["Sign"] = composed([](Ctx&, const Tensor& x) {
+    Tensor s = x.sign();
+    return is_floating(x.dtype()) ? where(x.isnan(), x, s) : s;
+  });
   t["Not"] = unary(UnaryKind::logical_not);
   t["IsNaN"] = unary(UnaryKind::isnan);
   t["IsInf"] = composed(
@@ -3812,9 +3860,20 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
                 const size_t r = x.rank();
                 if (pads.size() != 2 * r) ctx.fail(Errc::shape_mismatch, "pads must have 2 * rank entries");
                 const std::string mode = ctx.attr_s("mode", "constant");
-                if (mode == "constant")
-                  return Outs{dev_value(
-                      x.pad(Ints(pads.begin(), pads.begin() + r), Ints(pads.begin() + r, pads.end()), value))};
+                if (mode == "constant") {
+                  const Ints lo(pads.begin(), pads.begin() + r), hi(pads.begin() + r, pads.end());
+                  // An int64 fill beyond 2^53 is not a double: the given
+                  // value goes in where a padded mask of ones says "not x".
+                  constexpr int64_t exact = int64_t{1} << 53;
+                  if (ctx.opset() >= 11 && ctx.has(2) && x.dtype() == DType::i64) {
+                    const int64_t v = ctx.host(2).to_vector<int64_t>().at(0);
+                    if (v > exact || v < -exact) {
+                      Tensor inside = x.device().ones(x.shape(), DType::boolean).pad(lo, hi, 0);
+                      return Outs{dev_value(where(inside, x.pad(lo, hi, 0), ctx.dev(2).reshape(Shape{})))};
+                    }
+                  }
+                  return Outs{dev_value(x.pad(lo, hi, value))};
+                }
                 // edge / reflect, axis by axis: slices of the border (flipped for
                 // reflect) concatenated on both sides; negative widths crop first.
                 for (size_t a = 0; a < r; ++a) {
