@@ -170,7 +170,23 @@ Tensor Device::ones(Shape shape, DType dtype) const { return full(std::move(shap
 Tensor Device::arange(double start, double end, double step, DType dtype) const {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(end))
     throw Error(Errc::invalid_argument, "arange: step must be non-zero and finite, and bounds finite");
-  const double count = std::max(0.0, std::ceil((end - start) / step));
+  if ((step > 0 && end < start) || (step < 0 && end > start))
+    throw Error(Errc::invalid_argument, "arange(" + std::to_string(start) + ", " + std::to_string(end) + ", " +
+                                            std::to_string(step) + "): the bounds run against the step's sign");
+  // PyTorch's rule for integer dtypes: start and step truncated to integers
+  // first; the count from the truncated bounds for i64 and from the given
+  // ones for the narrower types (arange(-3, 3, 1.5) is -3..2 in i64 and
+  // -3, -2, -1, 0 in i32).
+  double count = std::ceil((end - start) / step);
+  if (!is_floating(dtype) && !is_bool(dtype)) {
+    if (std::trunc(step) == 0)
+      throw Error(Errc::invalid_argument, "arange: step " + std::to_string(step) + " truncates to 0 in " +
+                                              std::string(name_of(dtype)));
+    if (dtype == DType::i64) count = std::ceil((std::trunc(end) - std::trunc(start)) / std::trunc(step));
+    start = std::trunc(start);
+    step = std::trunc(step);
+  }
+  count = std::max(0.0, count);
   // Checked as a double: a count of 2^63 or more does not convert.
   if (!(count < 9223372036854775808.0))
     throw Error(Errc::shape_mismatch, "arange(" + std::to_string(start) + ", " + std::to_string(end) + ", " +

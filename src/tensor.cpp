@@ -392,9 +392,14 @@ Tensor Tensor::addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar
   if (a.ir.shape.rank() != 2 || b.ir.shape.rank() != 2)
     throw Error(Errc::shape_mismatch,
                 "addmm: mat1 and mat2 must be 2-D, got " + a.ir.shape.to_string() + " and " + b.ir.shape.to_string());
+  // Half types round once, as PyTorch's addmm (a GEMM with beta): the
+  // product, its scaling and the sum stay in f32 until the end. Operands of
+  // other dtypes go the plain way, whose matmul refuses the mix.
+  const DType t = a.ir.dtype;
+  const bool half = (t == DType::f16 || t == DType::bf16) && b.ir.dtype == t && x.ir.dtype == t;
   Tensor product;
   try {
-    product = mat1.matmul(mat2);
+    product = half ? mat1.cast(DType::f32).matmul(mat2.cast(DType::f32)) : mat1.matmul(mat2);
   } catch (const Error& e) {  // name the op the caller called
     std::string msg = e.what();
     if (msg.rfind("matmul", 0) == 0) msg = "addmm" + msg.substr(6);
@@ -404,14 +409,26 @@ Tensor Tensor::addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar
   if (!bc || *bc != product.shape())
     throw Error(Errc::shape_mismatch, "addmm: input " + x.ir.shape.to_string() + " does not broadcast to the product " +
                                           product.shape().to_string());
+  // As PyTorch: beta and alpha must fit the result's dtype, and on integers
+  // a float one is truncated (the dtype stays).
+  const DType result = half ? t : product.dtype();
+  auto factor = [result](Scalar s, const char* name) {
+    if (!s.fits(result))
+      throw Error(Errc::invalid_argument,
+                  std::string("addmm: ") + name + " " + s.to_string() + " does not fit " + std::string(name_of(result)));
+    return !is_floating(result) && s.kind == ScalarKind::floating ? Scalar(s.as<int64_t>()) : s;
+  };
+  beta = factor(beta, "beta");
+  alpha = factor(alpha, "alpha");
   const Scalar one = 1;
   Tensor scaled_product = alpha == one ? product : product.mul(alpha);
   // beta = 0 ignores the input, NaN and infinities included (PyTorch's rule;
   // 0 * NaN would be NaN). Its shape was checked above, and where its dtype
   // is the product's, skipping it changes nothing else.
-  if (beta.to_double() == 0.0 && x.ir.dtype == product.dtype()) return scaled_product;
-  Tensor scaled_input = beta == one ? *this : mul(beta);
-  return scaled_product.add(scaled_input);
+  if (beta.is_zero() && x.ir.dtype == result) return half ? scaled_product.cast(t) : scaled_product;
+  const Tensor input = half ? cast(DType::f32) : *this;
+  Tensor sum = scaled_product.add(beta == one ? input : input.mul(beta));
+  return half ? sum.cast(t) : sum;
 }
 
 Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {

@@ -63,7 +63,11 @@ class Device {
   [[nodiscard]] Tensor zeros(Shape shape, DType dtype = DType::f32) const;
   /// full(shape, 1).
   [[nodiscard]] Tensor ones(Shape shape, DType dtype = DType::f32) const;
-  /// start, start + step, ... below end.
+  /// start, start + step, ... below end (above it for a negative step);
+  /// bounds against the step's sign are refused (invalid_argument). Integer
+  /// dtypes take PyTorch's rule: start and step truncated first, a step
+  /// truncating to 0 refused, the count from the truncated bounds for i64
+  /// and from the given ones otherwise.
   [[nodiscard]] Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64) const;
   /// n x m (m < 0: n x n) with ones on the diagonal.
   [[nodiscard]] Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::f32) const;

@@ -235,7 +235,8 @@ TEST_CASE("onnx: an unsupported attribute or attribute value fails at load namin
     Builder r(opset);
     r.input("x", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
     r.init("scales", {1, 1, 2, 2}, {4});
-    attr_s(r.node("Resize", {"x", "", "scales"}, {"y"}, "rz"), attribute, value);
+    r.init("roi", {}, {0});  // required before opset 13
+    attr_s(r.node("Resize", {"x", opset < 13 ? "roi" : "", "scales"}, {"y"}, "rz"), attribute, value);
     r.output("y", pb::TensorProto::FLOAT, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
     return r.bytes();
   };
@@ -2647,6 +2648,16 @@ TEST_CASE("onnx: graphs that break ONNX's rules are refused at load naming what 
     m.node("Add", {"x", "x", "x"}, {"y"}, "add3");
     m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
     CHECK_THAT(load_error(m.bytes(), rt.cpu()), Catch::Contains("node 'add3'") && Catch::Contains("3 inputs"));
+  }
+  {
+    // A required input given as empty (PyTorch 1.13's export of LayerNorm
+    // without affine): ONNX's checker and ONNX Runtime refuse it too.
+    Builder m(17);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{2}});
+    m.node("LayerNormalization", {"x", "", ""}, {"y"}, "ln");
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{2}});
+    CHECK_THAT(load_error(m.bytes(), rt.cpu()),
+               Catch::Contains("node 'ln'") && Catch::Contains("input 1 ('Scale') is required but given as empty"));
   }
   {
     auto m = base();  // an input listed twice

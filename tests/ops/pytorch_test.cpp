@@ -255,6 +255,8 @@ Tensor build(const Device& d, const json& c) {
   if (op == "log_softmax") return in[0].log_softmax(a["axis"]);
   if (op == "matmul") return in[0].matmul(in[1]);
   if (op == "linear") return in.size() == 3 ? in[0].linear(in[1], in[2]) : in[0].linear(in[1]);
+  if (op == "addmm")
+    return in[0].addmm(in[1], in[2], scalar_of(a["beta"], a["beta_kind"]), scalar_of(a["alpha"], a["alpha_kind"]));
   if (op == "cast") return in[0].cast(dtype_of(a["dtype"]));
   if (op == "reshape") return in[0].reshape(sy::Shape(ints(a["shape"])));
   if (op == "permute") return in[0].permute(ints(a["axes"]));

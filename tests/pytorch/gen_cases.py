@@ -1299,6 +1299,29 @@ with fresh():
                     x, scale_factor=tuple(scale) if len(scale) > 1 else scale[0], mode=mode, align_corners=corners),
                 exact=dt == "f32", tol=[1e-12, 1e-12] if dt == "f64" else None)
 
+# addmm: half types round once (PyTorch's GEMM with beta); integers truncate
+# a float beta or alpha and keep their dtype.
+for dt in FLOATS + INTS:
+    for beta, alpha in ((1, 1), (0.5, 2.7), (-1.5, 1), (0, 3)):
+        with fresh():
+            kinds = {"beta": beta, "beta_kind": "int" if isinstance(beta, int) else "float", "alpha": alpha,
+                     "alpha_kind": "int" if isinstance(alpha, int) else "float"}
+            add("addmm", [rand(dt, [3, 4]), rand(dt, [3, 5]), rand(dt, [5, 4])], kinds,
+                lambda x, a, b, beta=beta, alpha=alpha: torch.addmm(x, a, b, beta=beta, alpha=alpha),
+                tol=[1e-5, 1e-5])
+            add("addmm", [rand(dt, [4]), rand(dt, [2, 3]), rand(dt, [3, 4])], kinds,
+                lambda x, a, b, beta=beta, alpha=alpha: torch.addmm(x, a, b, beta=beta, alpha=alpha),
+                tol=[1e-5, 1e-5])
+
+# arange into integer dtypes truncates start and step first (the count from
+# the truncated bounds for i64 only); bounds against the step's sign and a
+# step truncating to 0 are refused.
+for start, end, step in ((-3, 3, 1.5), (0, 10, 2.5), (-2.5, 3, 1), (0.5, 3, 1), (-3, 3, 0.5), (5, 0, 1),
+                         (0, 5, -1), (7, -4.5, -2.5)):
+    for dt in ("i64", "i32", "i8", "u8", "f32"):
+        add("arange", [], {"start": start, "end": end, "step": step, "dtype": dt},
+            lambda start=start, end=end, step=step, dt=dt: torch.arange(start, end, step, dtype=DT[dt]))
+
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pytorch_cases.json")
 with open(out, "w") as f:
     json.dump({"torch": torch.__version__, "cases": cases}, f, separators=(",", ":"))

@@ -289,6 +289,15 @@ struct Compiler {
         };
         refuse_count("inputs", node.input_size(), schema->min_input(), schema->max_input());
         refuse_count("outputs", node.output_size(), schema->min_output(), schema->max_output());
+        // An empty name skips an optional input only (ONNX's checker and
+        // ONNX Runtime refuse the model otherwise; PyTorch 1.13 exports
+        // LayerNorm without affine so).
+        const auto& formal = schema->inputs();
+        for (int i = 0; i < node.input_size() && i < static_cast<int>(formal.size()); ++i)
+          if (node.input(i).empty() && formal[static_cast<size_t>(i)].GetOption() == ::onnx::OpSchema::Single)
+            throw Error(Errc::invalid_argument, label + ": input " + std::to_string(i) + " ('" +
+                                                    formal[static_cast<size_t>(i)].GetName() +
+                                                    "') is required but given as empty");
         // A Constant's type is its value's: opsets before 9 listed floats
         // only, and PyTorch's exports of then held int64 shapes in them.
         if (node.op_type() != "Constant") check_types(*schema, node, label);
