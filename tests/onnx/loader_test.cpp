@@ -3917,6 +3917,40 @@ TEST_CASE("onnx: an unnamed node's run-time error names it by position as the lo
   CHECK_THAT(inside, Catch::Contains("node '#1' (Multinomial)") && Catch::Contains("[batch_size, class_size]"));
 }
 
+TEST_CASE("onnx: linear Resize of u8 truncates once after both axes as ONNX Runtime", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  Builder m(13);
+  m.input("x", pb::TensorProto::UINT8, {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  m.init("scales", {1, 1, 2, 2}, {4});
+  auto& n = m.node("Resize", {"x", "", "scales"}, {"y"}, "rz");
+  attr_s(n, "mode", "linear");
+  attr_s(n, "coordinate_transformation_mode", "asymmetric");
+  m.output("y", pb::TensorProto::UINT8, {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+  const std::vector<uint8_t> x = {1, 2, 2, 3};
+  // Bilinear in doubles, truncated once: (1, 1) reads all four at 0.5 and is
+  // 2 (a truncation after the first axis made it 1).
+  std::vector<uint8_t> want;
+  for (int oy = 0; oy < 4; ++oy)
+    for (int ox = 0; ox < 4; ++ox) {
+      const double sy_ = oy / 2.0, sx = ox / 2.0, fy = std::floor(sy_), fx = std::floor(sx);
+      double v = 0;
+      for (int dy = 0; dy < 2; ++dy)
+        for (int dx = 0; dx < 2; ++dx) {
+          const int iy = std::min(1, static_cast<int>(fy) + dy), ix = std::min(1, static_cast<int>(fx) + dx);
+          v += (dy ? sy_ - fy : 1 - (sy_ - fy)) * (dx ? sx - fx : 1 - (sx - fx)) * x[static_cast<size_t>(iy * 2 + ix)];
+        }
+      want.push_back(static_cast<uint8_t>(v));
+    }
+  REQUIRE(want[5] == 2);
+  for (const char* dev : {"cpu:0", "reference:0"}) {
+    INFO(dev);
+    auto model = sy::onnx::Model::load_bytes(m.bytes(), rt.device(dev));
+    auto f = model.infer({{"x", sy::TensorData::from(x, {1, 1, 2, 2})}});
+    REQUIRE(f.wait_for(kWait));
+    CHECK(f.get().at("y").to_vector<uint8_t>() == want);
+  }
+}
+
 TEST_CASE("onnx: nearest Resize maps output to input coordinates in f32 as PyTorch and ONNX Runtime", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
   // interpolate(scale_factor=0.6, mode='nearest') as PyTorch exports it:

@@ -1914,8 +1914,8 @@ Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double 
   const Device& d = ctx.device();
   Ints wshape(x.rank(), 1);
   wshape[axis] = out;
-  // Integers are interpolated in f32 and cast back.
-  const DType t = is_floating(x.dtype()) || m.mode == "nearest" ? x.dtype() : DType::f32;
+  // Integers come widened to f32 (resize()) but for nearest, which copies.
+  const DType t = x.dtype();
   Tensor y;
   for (size_t k = 0; k < taps; ++k) {
     Tensor v = x.index_select(axis, d.from_data(TensorData::from(index[k], {out})));
@@ -1926,7 +1926,7 @@ Tensor resize_axis(Ctx& ctx, const Tensor& x, int64_t axis, int64_t out, double 
     Tensor mask = d.from_data(TensorData::from(outside, {out})).reshape(Shape(wshape));
     y = where(mask, d.full({}, m.extrapolation, t), y);
   }
-  return y.dtype() == x.dtype() ? y : y.cast(x.dtype());
+  return y;
 }
 
 // A shape a node computed from its inputs' values: no negative extent and
@@ -1962,10 +1962,16 @@ Tensor resize(Ctx& ctx, Tensor x, const Ints& out_dims, const std::vector<double
   // with host tables as long as its extent, so sizes of 2^40 (or scales of
   // 1e9) ran for a minute and several GB before anything refused them.
   check_result_shape(ctx, "output shape", Shape(out_dims));
+  // Integers are interpolated in f32 over every axis and truncated once at
+  // the end, as ONNX's reference and ONNX Runtime do (a truncation per axis
+  // gave values one lower).
+  const DType t = x.dtype();
+  const bool widen = !is_floating(t) && m.mode != "nearest";
+  if (widen) x = x.cast(DType::f32);
   for (size_t a = 0; a < x.rank(); ++a)
     if (out_dims[a] != x.shape()[a] || scales[a] != 1.0 || m.coord == "tf_crop_and_resize")
       x = resize_axis(ctx, x, static_cast<int64_t>(a), out_dims[a], scales[a], m);
-  return x;
+  return widen ? x.cast(t) : x;
 }
 
 // --- window functions (opset 17): computed on the host in f64 from the
