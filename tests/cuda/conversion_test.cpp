@@ -75,9 +75,16 @@ TEST_CASE("shared conversion: arange wraps like the CPU (u8 from -3)", "[convers
   CHECK(d.to_vector<uint8_t>() == std::vector<uint8_t>{253, 254, 255, 0, 1, 2});
   for (int64_t i = 0; i < 6; ++i)
     CHECK(sb::from_double<uint8_t>(-3.0 + static_cast<double>(i)) == d.to_vector<uint8_t>()[i]);
-  for (DType t : {DType::i32, DType::i64, DType::u8, DType::f32}) {
-    auto a = cpu.arange(-7, 5, 0.75, t).read().get();
-    for (int64_t i = 0; i < a.numel(); ++i) CHECK(bits_at(a, i) == shared_bits(t, -7 + 0.75 * static_cast<double>(i)));
+  auto f = cpu.arange(-7, 5, 0.75, DType::f32).read().get();
+  REQUIRE(f.numel() == 16);
+  for (int64_t i = 0; i < f.numel(); ++i)
+    CHECK(bits_at(f, i) == shared_bits(DType::f32, -7 + 0.75 * static_cast<double>(i)));
+  // Integer dtypes truncate start and step first (PyTorch's rule); the count
+  // comes from the truncated bounds for i64 only.
+  for (DType t : {DType::i32, DType::i64, DType::u8}) {
+    auto a = cpu.arange(-7.5, 5, 1.5, t).read().get();
+    CHECK(a.numel() == (t == DType::i64 ? 12 : 9));
+    for (int64_t i = 0; i < a.numel(); ++i) CHECK(bits_at(a, i) == shared_bits(t, -7 + static_cast<double>(i)));
   }
 }
 
