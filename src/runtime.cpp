@@ -229,7 +229,12 @@ Tensor Device::bernoulli(Shape shape, double p, DType dtype) const {
   return create(core_, id_, ir, RandomOp{RandomKind::bernoulli, ir, p, 0});
 }
 
-void Device::seed(uint64_t seed) const { core_of(core_).submit(id_, SeedOp{seed}); }
+void Device::seed(uint64_t seed) const {
+  // Not an op, so emit's check does not cover it: a lost device throws here.
+  auto& core = core_of(core_);
+  core.check_usable(id_);
+  core.submit(id_, SeedOp{seed});
+}
 
 Future<void> Device::sync() const { return core_of(core_).sync(id_); }
 

@@ -411,6 +411,7 @@ TEST_CASE("a killed worker fails pending futures with device lost; the rest keep
   CHECK(rt.devices().size() == 1);
   CHECK(code_of([&] { (void)rt.device(name); }) == sy::Errc::device_lost);
   CHECK(code_of([&] { (void)remote.zeros({2}); }) == sy::Errc::device_lost);
+  CHECK(code_of([&] { remote.seed(1); }) == sy::Errc::device_lost);  // not an op, checked too
   CHECK(code_of([&] { (void)acc.read().get(); }) == sy::Errc::device_lost);
   // The local device never noticed.
   CHECK(local.ones({3}).sum().to_vector<float>() == std::vector<float>{3});
