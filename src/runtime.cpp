@@ -180,8 +180,8 @@ Tensor Device::arange(double start, double end, double step, DType dtype) const 
   double count = std::ceil((end - start) / step);
   if (!is_floating(dtype) && !is_bool(dtype)) {
     if (std::trunc(step) == 0)
-      throw Error(Errc::invalid_argument, "arange: step " + std::to_string(step) + " truncates to 0 in " +
-                                              std::string(name_of(dtype)));
+      throw Error(Errc::invalid_argument,
+                  "arange: step " + std::to_string(step) + " truncates to 0 in " + std::string(name_of(dtype)));
     if (dtype == DType::i64) count = std::ceil((std::trunc(end) - std::trunc(start)) / std::trunc(step));
     start = std::trunc(start);
     step = std::trunc(step);

@@ -414,8 +414,8 @@ Tensor Tensor::addmm(const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar
   const DType result = half ? t : product.dtype();
   auto factor = [result](Scalar s, const char* name) {
     if (!s.fits(result))
-      throw Error(Errc::invalid_argument,
-                  std::string("addmm: ") + name + " " + s.to_string() + " does not fit " + std::string(name_of(result)));
+      throw Error(Errc::invalid_argument, std::string("addmm: ") + name + " " + s.to_string() + " does not fit " +
+                                              std::string(name_of(result)));
     return !is_floating(result) && s.kind == ScalarKind::floating ? Scalar(s.as<int64_t>()) : s;
   };
   beta = factor(beta, "beta");

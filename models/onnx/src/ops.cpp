@@ -1648,8 +1648,7 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
   const RnnActivation f_act = rnn_activation(names[0]);
   const RnnActivation g_act = names.size() > 1 ? rnn_activation(names[1]) : nullptr;
   const RnnActivation h_raw = names.size() > 2 ? rnn_activation(names[2]) : nullptr;
-  const std::optional<double> clip =
-      ctx.attr("clip") ? std::optional<double>(ctx.attr_f("clip", 0)) : std::nullopt;
+  const std::optional<double> clip = ctx.attr("clip") ? std::optional<double>(ctx.attr_f("clip", 0)) : std::nullopt;
   auto clipped = [clip](RnnActivation act) {
     return [act, clip](const Tensor& t) { return act(clip ? t.clamp(-*clip, *clip) : t); };
   };
