@@ -64,6 +64,10 @@ struct Options {
   bool batching = true;
   std::chrono::milliseconds request_timeout{30000};
   bool fault_injection = false;
+  // A reply's JSON is ~20 bytes per value and its tree several times that:
+  // a 1 MiB request for many rows of a wide output (token ids in, logits
+  // out) asked for a 250 MB reply. 4M values: at most ~100 MB of JSON.
+  int64_t max_reply_values = int64_t{1} << 22;
   http::Options http;  // host and port are copied in from the fields above
 };
 
@@ -116,6 +120,14 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
   app.add_option("--max-connections", o.http.max_connections,
                  "open connections at most; more wait in the listen backlog")
       ->check(integer_in<size_t>(1, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--max-connections-per-address", o.http.max_connections_per_address,
+                 "open connections from one peer address at most (0: no limit); more are closed at accept")
+      ->check(integer_in<size_t>(0, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--max-reply-values", o.max_reply_values,
+                 "values (tensor elements) one reply may hold; a request whose outputs hold more gets 413")
+      ->check(integer_in<int64_t>(1, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--listen-backlog", o.http.backlog, "connections the kernel queues before they are accepted")
       ->check(integer_in<int>(1, 65535))
@@ -432,9 +444,18 @@ int main(int argc, char** argv) {
       auto fut = onnx_batcher->submit(std::move(p.inputs), p.rows);
       respond.on_deadline(opt.request_timeout,
                           [reply] { reply(504, serve::error_body("timed out waiting for the model")); });
-      fut.on_complete([fut, reply](const std::exception_ptr& e) {
+      fut.on_complete([fut, reply, max_reply_values = opt.max_reply_values](const std::exception_ptr& e) {
         try {
-          if (!e) return reply(200, serve::onnx_outputs_body(fut.get()));
+          if (!e) {
+            const auto& outputs = fut.get();
+            int64_t values = 0;
+            for (const auto& [name, d] : outputs) values += d.numel();
+            if (values > max_reply_values)
+              return reply(413, serve::error_body("the reply would hold " + std::to_string(values) +
+                                                  " values, more than --max-reply-values (" +
+                                                  std::to_string(max_reply_values) + "): send fewer rows"));
+            return reply(200, serve::onnx_outputs_body(outputs));
+          }
           std::rethrow_exception(e);
         } catch (const sy::Error& err) {
           // The request ran alone (a failed batch is run again request by
@@ -562,7 +583,10 @@ int main(int argc, char** argv) {
           << "serve_http_accept_pauses_total " << h.accept_pauses << '\n'
           << "# HELP serve_http_accept_errors_total Failed accepts (e.g. out of file descriptors)\n"
           << "# TYPE serve_http_accept_errors_total counter\n"
-          << "serve_http_accept_errors_total " << h.accept_errors << '\n';
+          << "serve_http_accept_errors_total " << h.accept_errors << '\n'
+          << "# HELP serve_http_address_refusals_total Connections closed at accept by --max-connections-per-address\n"
+          << "# TYPE serve_http_address_refusals_total counter\n"
+          << "serve_http_address_refusals_total " << h.address_refusals << '\n';
     }
     return http::Response{200, "text/plain; version=0.0.4", out.str(), {}};
   };

@@ -46,11 +46,20 @@ class RawConn {
  public:
   /// Blocking connect (bounded by the kernel's SYN retries; the server's
   /// backlog is large, so this is quick on loopback).
-  explicit RawConn(int port, bool nonblocking_connect = false) {
+  /// `source`: the local address to connect from (another 127.x.y.z is
+  /// another peer to the server).
+  explicit RawConn(int port, bool nonblocking_connect = false, const char* source = nullptr) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     if (fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      inet_pton(AF_INET, source, &from.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0)
+        throw std::runtime_error(std::string("bind ") + source + ": " + std::strerror(errno));
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -765,6 +774,39 @@ TEST_CASE("at --max-connections new connections wait in the backlog and are serv
   CHECK(r->status == 200);
   idle.clear();
   CHECK(metric(get_metrics(port), "serve_http_accept_pauses_total") >= 1);
+}
+
+TEST_CASE("one address holds at most --max-connections-per-address; other addresses are still served",
+          "[serve][hostile]") {
+  ServerProcess server({"--max-connections", "20", "--max-connections-per-address", "4", "--idle-timeout-ms", "60000"});
+  const int port = server.port();
+  std::vector<RawConn> held;
+  for (int i = 0; i < 4; ++i) {
+    held.emplace_back(port);
+    REQUIRE(held.back().send_all(get_request("/healthz")));
+    REQUIRE(held.back().read_response());
+  }
+  // A fifth from 127.0.0.1 is closed at accept, unanswered.
+  RawConn over(port);
+  (void)over.send_all(get_request("/healthz"));
+  CHECK(over.closed_within(5000ms));
+  // Another address is served while 127.0.0.1 holds its share.
+  RawConn other(port, false, "127.0.0.2");
+  REQUIRE(other.send_all(get_request("/healthz")));
+  auto r = other.read_response(5000ms);
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  // A slot of 127.0.0.1 freed is a slot again.
+  held.pop_back();
+  bool served = false;
+  for (int attempt = 0; attempt < 50 && !served; ++attempt) {  // the close reaches the server first
+    RawConn again(port);
+    if (again.send_all(get_request("/healthz")))
+      if (auto a = again.read_response(2000ms)) served = a->status == 200;
+    if (!served) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(served);
+  CHECK(metric_reaching(port, "serve_http_address_refusals_total", 1) >= 1);
 }
 
 TEST_CASE("garbage floods get 400 and closed connections while legitimate clients are served", "[serve][hostile]") {

@@ -102,6 +102,18 @@ TEST_CASE("onnx: integer token ids by name give PyTorch's logits", "[serve][onnx
   CHECK(health["model"]["inputs"][0]["dtype"] == "i64");
 }
 
+TEST_CASE("onnx: a reply over --max-reply-values is 413 naming the limit and smaller ones are served",
+          "[serve][onnx]") {
+  // Each row of token ids gives 50 logits: 2 rows are 100 values.
+  ServerProcess server({"--model", onnx_model("gpt_step/model.onnx"), "--max-reply-values", "100"});
+  Reply fits = post(server.port(), R"({"inputs": {"ids": [[1, 2], [3, 4]]}})");
+  INFO(fits.body);
+  CHECK(fits.status == 200);
+  check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 2], [3, 4], [5, 6]]}})"), 413,
+                 "the reply would hold 150 values, more than --max-reply-values (100)");
+  CHECK(post(server.port(), R"({"inputs": {"ids": [[1, 2]]}})").status == 200);
+}
+
 TEST_CASE("onnx: bad inputs are refused naming the input", "[serve][onnx]") {
   ServerProcess server({"--model", onnx_model("gpt_step/model.onnx")});
   check_rejected(post(server.port(), R"({"inputs": {"ids": [[1, 2.5]]}})"), 400, "input 'ids' must hold integers");

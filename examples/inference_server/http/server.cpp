@@ -7,6 +7,7 @@
 #include <boost/beast/http.hpp>
 #include <cstdio>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -74,7 +75,8 @@ std::string_view Request::path() const {
 struct StatsCounters {
   std::atomic<int64_t> open{0};
   std::atomic<uint64_t> accepted{0}, requests{0}, idle_timeouts{0}, header_timeouts{0}, body_timeouts{0},
-      write_timeouts{0}, bad_requests{0}, too_large{0}, body_memory_refusals{0}, accept_pauses{0}, accept_errors{0};
+      write_timeouts{0}, bad_requests{0}, too_large{0}, body_memory_refusals{0}, accept_pauses{0}, accept_errors{0},
+      address_refusals{0};
 };
 
 class Session;
@@ -86,7 +88,7 @@ struct ServerCore {
 
   void do_accept();
   void on_accept(error_code ec, tcp::socket socket);
-  void session_closed();
+  void session_closed(const asio::ip::address& peer);
   void stop();
 
   Options opts;
@@ -102,6 +104,10 @@ struct ServerCore {
 
   std::mutex sessions_mu;
   std::list<std::weak_ptr<Session>> sessions;
+  // Open connections by peer address (max_connections_per_address). Taken
+  // on the acceptor's strand, released by sessions on any thread.
+  std::mutex per_address_mu;
+  std::map<asio::ip::address, size_t> per_address;
 };
 }  // namespace detail
 
@@ -127,7 +133,8 @@ struct ReplySlot {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(detail::ServerCore& srv, tcp::socket socket) : srv_(srv), stream_(std::move(socket)), buffer_(limit()) {}
+  Session(detail::ServerCore& srv, tcp::socket socket, asio::ip::address peer)
+      : srv_(srv), peer_(std::move(peer)), stream_(std::move(socket)), buffer_(limit()) {}
 
   ~Session() {
     release_body();
@@ -135,7 +142,7 @@ class Session : public std::enable_shared_from_this<Session> {
       std::lock_guard lock(srv_.sessions_mu);
       srv_.sessions.erase(self_in_registry_);
     }
-    srv_.session_closed();
+    srv_.session_closed(peer_);
   }
 
   void start() {
@@ -408,6 +415,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   detail::ServerCore& srv_;
+  asio::ip::address peer_;  // counted in srv_.per_address while this session lives
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -494,13 +502,30 @@ void detail::ServerCore::on_accept(error_code ec, tcp::socket socket) {
     }
     return do_accept();  // that one connection failed (e.g. reset before accept)
   }
+  error_code peer_ec;
+  asio::ip::address peer = socket.remote_endpoint(peer_ec).address();  // unspecified if it is gone already
+  if (const size_t limit = opts.max_connections_per_address; limit > 0) {
+    std::lock_guard lock(per_address_mu);
+    size_t& held = per_address[peer];
+    if (held >= limit) {
+      ++stats.address_refusals;
+      error_code ignored;
+      socket.close(ignored);
+      return do_accept();
+    }
+    ++held;
+  }
   ++stats.accepted;
   ++stats.open;
-  std::make_shared<Session>(*this, std::move(socket))->start();
+  std::make_shared<Session>(*this, std::move(socket), std::move(peer))->start();
   do_accept();
 }
 
-void detail::ServerCore::session_closed() {
+void detail::ServerCore::session_closed(const asio::ip::address& peer) {
+  if (opts.max_connections_per_address > 0) {
+    std::lock_guard lock(per_address_mu);
+    if (auto it = per_address.find(peer); it != per_address.end() && --it->second == 0) per_address.erase(it);
+  }
   --stats.open;
   asio::post(acceptor.get_executor(), [this] {
     if (accept_paused && !stopping && static_cast<size_t>(stats.open.load()) < opts.max_connections) {
@@ -604,6 +629,7 @@ Stats Server::stats() const {
   s.body_memory_refusals = c.body_memory_refusals;
   s.accept_pauses = c.accept_pauses;
   s.accept_errors = c.accept_errors;
+  s.address_refusals = c.address_refusals;
   return s;
 }
 

@@ -21,7 +21,10 @@
 //   Content-Length, a body without a length on POST) gets 400/411 at once;
 // - at max_connections the server stops accepting, so new connections wait
 //   in the kernel's listen backlog (of `backlog`), until one closes; nothing
-//   spins when the process runs out of file descriptors.
+//   spins when the process runs out of file descriptors;
+// - one peer address holds at most max_connections_per_address of them: a
+//   connection beyond it is closed at accept, so one address cannot keep
+//   the whole cap full and everyone else in the backlog.
 // Requests on one connection are handled one after another, so pipelined
 // requests are all answered, in order. No thread ever blocks on a peer: a
 // few threads run every connection, and a handler answers whenever it likes
@@ -103,6 +106,10 @@ struct Options {
   size_t threads = 2;
   /// Open connections at most; beyond it new ones wait in the backlog.
   size_t max_connections = 4096;
+  /// Open connections from one peer address at most (0: no limit); beyond
+  /// it a new one is closed at once. Behind a proxy every peer is the proxy:
+  /// raise it or pass 0 there.
+  size_t max_connections_per_address = 1024;
   size_t max_header_bytes = 16 * 1024;
   size_t max_body_bytes = 1 << 20;
   /// Request bodies being received or handled, all connections together;
@@ -132,6 +139,7 @@ struct Stats {
   uint64_t body_memory_refusals = 0;  ///< 503: max_body_memory reached
   uint64_t accept_pauses = 0;         ///< times max_connections stopped the accept loop
   uint64_t accept_errors = 0;         ///< failed accepts (e.g. out of file descriptors)
+  uint64_t address_refusals = 0;      ///< closed at accept: max_connections_per_address reached
 };
 
 class Server {
