@@ -749,15 +749,21 @@ void import_part(Self self, DataPart part) {
   TensorData data;
   data.shape = std::move(whole.shape);
   data.dtype = whole.dtype;
-  if (whole.parts.size() == 1) {
-    data.bytes = std::move(whole.parts.front());
-  } else {
+  // Into the device's own block even from one part: the device's memory
+  // limit (DeviceOptions::memory_limit) then counts what clients upload as
+  // it counts what their ops make. A block the device refuses fails this
+  // import, not the runner.
+  try {
     data.bytes = st.backend->host_block(whole.total);
-    auto* out = data.bytes.mutable_data();
-    for (const auto& b : whole.parts) {
-      if (!b.empty()) std::memcpy(out, b.data(), b.size());
-      out += b.size();
-    }
+  } catch (...) {
+    auto err = current_exception_error("import of " + id_str(id));
+    import(self, id, on_device(st, to_caf(err)), whole.bridge);
+    return;
+  }
+  auto* out = data.bytes.mutable_data();
+  for (const auto& b : whole.parts) {
+    if (!b.empty()) std::memcpy(out, b.data(), b.size());
+    out += b.size();
   }
   canonicalize_bools(data);
   import(self, id, std::move(data), whole.bridge);

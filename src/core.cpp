@@ -342,6 +342,7 @@ void Core::start() {
       backends::DeviceOptions opts;
       opts.threads =
           options_.cpu_threads != 0 ? options_.cpu_threads : std::max<size_t>(1, hw / std::max<size_t>(cpu_devices, 1));
+      if (kind->name == "cpu") opts.memory_limit = options_.cpu_memory_limit;
       if (kind->name == "cuda") {
         opts.memory_limit = options_.cuda_memory_limit;
         opts.allow_tf32 = options_.cuda_allow_tf32;

@@ -302,6 +302,27 @@ TEST_CASE("an op whose output the host cannot hold fails with out_of_memory nami
   CHECK(values<double>(d.zeros({3}, DType::f64) + 1.0) == std::vector<double>{1, 1, 1});
 }
 
+TEST_CASE("RuntimeOptions::cpu_memory_limit fails an op past it with out_of_memory and the device goes on", "[api]") {
+  sy::Runtime rt(sy::RuntimeOptions{.devices = {"cpu:0"}, .cpu_memory_limit = uint64_t{64} << 20});
+  auto d = rt.device("cpu:0");
+  auto held = d.full({int64_t{8} << 20}, 1.0);  // 32 MiB
+  CHECK(held.sum().item<float>() == 8.0f * 1024 * 1024);
+  auto over = d.full({int64_t{12} << 20}, 2.0);  // 48 MiB more: past 64
+  try {
+    (void)over.sum().item<float>();
+    FAIL("no error");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::out_of_memory);
+    CHECK_THAT(e.what(), Catch::Contains("memory limit of 64.0 MiB") && Catch::Contains("cpu:0") &&
+                             Catch::Contains("32.0 MiB in use"));
+  }
+  // Freed memory is room again, and the device goes on.
+  held = sy::Tensor();
+  over = sy::Tensor();
+  auto fits = d.full({int64_t{12} << 20}, 2.0);
+  CHECK(fits.sum().item<float>() == 24.0f * 1024 * 1024);
+}
+
 TEST_CASE("a runtime refuses options it cannot honour at construction and names the field", "[api]") {
   using namespace std::chrono_literals;
   auto base = [] { return sy::RuntimeOptions{.devices = {"cpu:0"}}; };

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -63,6 +64,8 @@ struct WorkerOptions {
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
   std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
+  // 0 on the command line: none; unset: default_device_bytes().
+  std::optional<uint64_t> max_device_bytes;
   size_t transfer_chunk_bytes = 0;
   size_t max_connections = 0;
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
@@ -146,6 +149,10 @@ void add_options(CLI::App& app, WorkerOptions& o) {
                  "output queued toward one peer before it is disconnected, in bytes")
       ->check(integer_in<size_t>(1, most))
       ->capture_default_str();
+  app.add_option("--max-device-bytes", o.max_device_bytes,
+                 "tensor bytes each cpu device holds at most, all clients together; an op past it fails with "
+                 "out_of_memory (0: no limit; default: 3/4 of physical memory shared among the cpu devices)")
+      ->check(integer_in<uint64_t>(0, uint64_t{1} << 50));
   app.add_option("--max-connections", o.max_connections,
                  "connections held at once (0: open-file limit less 64, at most 4096)")
       ->check(integer_in<size_t>(0, most))
@@ -184,6 +191,14 @@ std::vector<std::string> split(const std::string& list) {
 }
 
 // "kind:index" / "kind:*" -> backends to create; errors name the bad entry.
+// 3/4 of physical memory shared among `cpu_devices` (0 where the machine
+// does not say).
+uint64_t default_device_bytes(size_t cpu_devices) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 * 3 / cpu_devices;
+}
+
 caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>>> make_backends(
     const WorkerOptions& cfg) {
   std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>> out;
@@ -202,7 +217,13 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
   backends::DeviceOptions opts;
   opts.threads = cfg.threads != 0 ? cfg.threads : std::max<size_t>(1, hw / names.size());
   opts.allow_tf32 = cfg.cuda_allow_tf32;
+  // Ops of any client allocate here: without a cap, a peer's `full` of
+  // 1 GiB, three times, took the worker's RSS to 3 GiB (session 33's audit).
+  size_t cpu_devices = 0;
+  for (const auto& planned : plan) cpu_devices += planned.kind->name == "cpu" ? 1 : 0;
+  const uint64_t device_bytes = cfg.max_device_bytes.value_or(default_device_bytes(std::max<size_t>(cpu_devices, 1)));
   for (const auto& [name, kind, index] : plan) {
+    opts.memory_limit = kind->name == "cpu" ? device_bytes : 0;
     auto backend = kind->create(index, opts);
     if (!backend) return make_error(Errc::unknown_device, "device '" + name + "': its backend could not be created");
     out.emplace_back(name, std::move(backend));

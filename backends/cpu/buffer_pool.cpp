@@ -43,6 +43,7 @@ struct BufferPool::State {
   uint64_t cached = 0;
   uint64_t in_use = 0;
   uint64_t limit = 0;
+  uint64_t memory_limit = 0;
 
   ~State() {
     for (size_t cls = 0; cls < num_classes; ++cls)
@@ -50,7 +51,10 @@ struct BufferPool::State {
   }
 };
 
-BufferPool::BufferPool(uint64_t cache_limit) : state_(std::make_shared<State>()) { state_->limit = cache_limit; }
+BufferPool::BufferPool(uint64_t cache_limit, uint64_t memory_limit) : state_(std::make_shared<State>()) {
+  state_->limit = cache_limit;
+  state_->memory_limit = memory_limit;
+}
 
 BufferPool::~BufferPool() = default;
 
@@ -59,10 +63,12 @@ Bytes BufferPool::allocate(size_t size) {
   if (size < min_class_bytes) return Bytes::allocate(size);
   size_t cls = std::bit_width(size - 1) - std::bit_width(min_class_bytes - 1);
   size_t class_bytes = min_class_bytes << cls;
-  if (cls >= num_classes) return Bytes::allocate(size);
+  if (cls >= num_classes) throw HostAllocationFailed(size);  // 4 PiB and up: no machine has it
   std::byte* raw = nullptr;
   {
     std::lock_guard lock(state_->mutex);
+    if (const uint64_t cap = state_->memory_limit; cap != 0 && state_->in_use + class_bytes > cap)
+      throw HostAllocationFailed(size, cap, state_->in_use);
     auto& list = state_->free_lists[cls];
     if (!list.empty()) {
       raw = list.back();

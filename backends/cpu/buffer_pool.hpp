@@ -18,8 +18,11 @@ namespace switchyard::backends::cpu {
 /// last reference drops, possibly on a client thread, hence the mutex.
 class BufferPool {
  public:
-  /// Keeps at most `cache_limit` bytes of freed blocks (0: none).
-  explicit BufferPool(uint64_t cache_limit);
+  /// Keeps at most `cache_limit` bytes of freed blocks (0: none); refuses
+  /// an allocation that would take the blocks in use past `memory_limit`
+  /// (0: none) with HostAllocationFailed. Blocks under 4 KiB are malloc's
+  /// and not counted.
+  explicit BufferPool(uint64_t cache_limit, uint64_t memory_limit = 0);
   ~BufferPool();
 
   /// Uninitialised bytes from the pool.

@@ -61,7 +61,7 @@ class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(const DeviceOptions& options)
       : pool_(options.threads == 0 ? static_cast<unsigned>(available_cpus()) : options.threads),
-        buffers_(options.cache_limit),
+        buffers_(options.cache_limit, options.memory_limit),
         packed_(options.cache_limit),
         ctx_{pool_, buffers_, 0, 0, &packed_} {
     // GEMM runs on the runner's thread while this device's pool is idle, so

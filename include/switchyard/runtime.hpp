@@ -42,6 +42,11 @@ struct RuntimeOptions {
   /// memory is the limit). An op that would exceed it fails with
   /// out_of_memory; the device keeps working.
   uint64_t cuda_memory_limit = 0;
+  /// Cap on the tensor bytes each CPU device holds (0: none, the host's
+  /// memory is the limit). An op whose output would pass it fails with
+  /// out_of_memory naming the limit; the device keeps working. Tensors
+  /// under 4 KiB are not counted.
+  uint64_t cpu_memory_limit = 0;
   /// Let f32 matmul (and linear, addmm) on CUDA devices use TF32 tensor
   /// cores: several times faster on Ampere and later, with products rounded
   /// to 10 mantissa bits (PyTorch's torch.backends.cuda.matmul.allow_tf32).

@@ -22,16 +22,35 @@ constexpr size_t huge_threshold = size_t{4} << 20;
 
 }  // namespace
 
-HostAllocationFailed::HostAllocationFailed(uint64_t bytes) noexcept : bytes_(bytes), what_{} {
-  const char* unit = "KiB";
-  double scaled = static_cast<double>(bytes) / 1024;
+namespace {
+struct Scaled {
+  double value;
+  const char* unit;
+};
+Scaled scaled(uint64_t bytes) {
+  Scaled s{static_cast<double>(bytes) / 1024, "KiB"};
   for (const char* next : {"MiB", "GiB", "TiB", "PiB"}) {
-    if (scaled < 1024) break;
-    scaled /= 1024;
-    unit = next;
+    if (s.value < 1024) break;
+    s.value /= 1024;
+    s.unit = next;
   }
+  return s;
+}
+}  // namespace
+
+HostAllocationFailed::HostAllocationFailed(uint64_t bytes) noexcept : bytes_(bytes), what_{} {
+  const Scaled s = scaled(bytes);
   (void)std::snprintf(what_, sizeof what_, "out of host memory allocating %llu bytes (%.1f %s)",
-                      static_cast<unsigned long long>(bytes), scaled, unit);
+                      static_cast<unsigned long long>(bytes), s.value, s.unit);
+}
+
+HostAllocationFailed::HostAllocationFailed(uint64_t bytes, uint64_t limit, uint64_t in_use) noexcept
+    : bytes_(bytes), what_{} {
+  const Scaled b = scaled(bytes), l = scaled(limit), u = scaled(in_use);
+  (void)std::snprintf(what_, sizeof what_,
+                      "allocating %llu bytes (%.1f %s) would pass the device's memory limit of %.1f %s "
+                      "(%.1f %s in use)",
+                      static_cast<unsigned long long>(bytes), b.value, b.unit, l.value, l.unit, u.value, u.unit);
 }
 
 Bytes Bytes::allocate(size_t size) {

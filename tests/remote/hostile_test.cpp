@@ -257,6 +257,46 @@ TEST_CASE("a message above --max-message-bytes closes only that client's connect
   CHECK(legit_session(w));
 }
 
+TEST_CASE("a worker's --max-device-bytes bounds what clients' ops and uploads hold and the device goes on",
+          "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-device-bytes=67108864"});
+  sy::Runtime rt(client_options());
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  auto held = dev.full({int64_t{8} << 20}, 1.0);  // 32 MiB
+  CHECK(held.sum().to_vector<float>()[0] == 8.0f * 1024 * 1024);
+  auto refused = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const sy::Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(sy::Errc{}, std::string());
+  };
+  // An op's output past the limit (a peer's `full` of 1 GiB, three times,
+  // took the worker to 3 GiB before).
+  auto [op_code, op_msg] = refused([&] { (void)dev.full({int64_t{12} << 20}, 2.0).sum().to_vector<float>(); });
+  CHECK(op_code == sy::Errc::out_of_memory);
+  CHECK_THAT(op_msg, Catch::Contains("memory limit of 64.0 MiB"));
+  // An upload past it, over the bulk lane and in parts over BASP.
+  for (uint64_t lane_min : {uint64_t{0}, uint64_t{1} << 40}) {
+    auto options = client_options();
+    options.bulk_lane_min_bytes = lane_min;
+    sy::Runtime up(options);
+    up.connect(w.host(), w.port());
+    auto remote = up.device(w.address() + "/cpu:0");
+    auto [code, msg] = refused(
+        [&] { (void)remote.tensor<float>(std::vector<float>(12 << 20, 1.0f), {12 << 20}).sum().to_vector<float>(); });
+    INFO("bulk_lane_min_bytes " << lane_min << ": " << msg);
+    CHECK(code == sy::Errc::out_of_memory);
+  }
+  // The device goes on, and freed memory is room again.
+  CHECK(dev.ones({4}).sum().to_vector<float>()[0] == 4.0f);
+  held = sy::Tensor();
+  CHECK(dev.full({int64_t{12} << 20}, 2.0).sum().to_vector<float>()[0] == 24.0f * 1024 * 1024);
+  CHECK(legit_session(w));
+}
+
 // ---- 2. a client that stops reading ---------------------------------------------------------
 
 TEST_CASE("a client that stops reading is disconnected and its tensors freed", "[remote][hostile]") {

@@ -23,13 +23,16 @@ struct KernelAccess;
 class HostAllocationFailed : public std::bad_alloc {
  public:
   explicit HostAllocationFailed(uint64_t bytes) noexcept;
+  /// Refused by a device's memory limit (DeviceOptions::memory_limit) with
+  /// `in_use` bytes already held, not by the system.
+  HostAllocationFailed(uint64_t bytes, uint64_t limit, uint64_t in_use) noexcept;
   [[nodiscard]] const char* what() const noexcept override { return what_; }
   [[nodiscard]] uint64_t bytes() const noexcept { return bytes_; }
 
  private:
   uint64_t bytes_;
   // Not a std::string: copying an exception must not throw.
-  char what_[96];
+  char what_[160];
 };
 
 /// Shared, 64-byte aligned host memory. Copies share the block: a read
