@@ -276,8 +276,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
     assembly_.insert(assembly_.end(), bytes, bytes + n);
     mark_progress();
     if (assembly_.size() < assembly_want_) {
-      stream_.configure_read(
-          caf::io::receive_policy::exactly(std::min(piece_bytes, assembly_want_ - assembly_.size())));
+      stream_.configure_read(caf::io::receive_policy::exactly(std::min(piece_bytes, assembly_want_ - assembly_.size())));
       return true;
     }
     assembly_want_ = 0;
@@ -304,9 +303,9 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   static constexpr size_t piece_bytes = size_t{1} << 20;
 
   void mark_progress() {
-    progress_ns_.store(std::max<int64_t>(
-        1, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-               .count()));
+    progress_ns_.store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now().time_since_epoch())
+                                                .count()));
   }
 
   // One unit as the broker asked for it (a header, or a whole payload).
@@ -328,6 +327,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
     }
     return caf::io::scribe::consume(ctx, buf, n);
   }
+
 
  public:
   void ack_writes(bool enable) override { stream_.ack_writes(enable); }
