@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -50,6 +51,10 @@ struct GuardLimits {
   double max_connect_rate_per_address = 20;
   /// Time from accept to a completed BASP handshake (TLS included).
   std::chrono::milliseconds handshake_timeout{5000};
+  /// A payload over one piece (1 MiB) arrives piece by piece, assembled by
+  /// the transport, so what it holds follows the bytes the peer has sent;
+  /// a connection whose next piece does not complete within this is closed.
+  std::chrono::milliseconds payload_stall_timeout{30000};
 };
 
 /// What the guard did, for logs and tests (printed at exit).
@@ -62,6 +67,7 @@ struct GuardCounters {
   uint64_t closed_framing = 0;
   uint64_t closed_output = 0;
   uint64_t closed_handshake_timeout = 0;
+  uint64_t closed_payload_stall = 0;
   size_t open = 0;
   size_t peak_open = 0;
 };
@@ -76,6 +82,9 @@ class GuardedConnection {
   virtual void expire() = 0;
   [[nodiscard]] virtual bool handshake_done() const = 0;
   [[nodiscard]] virtual std::chrono::steady_clock::time_point opened_at() const = 0;
+  /// While a payload is being assembled: when its last piece arrived (or
+  /// its header); otherwise nullopt.
+  [[nodiscard]] virtual std::optional<std::chrono::steady_clock::time_point> payload_progress() const = 0;
 };
 
 /// Shared state of all guarded connections of one worker: limits, counts

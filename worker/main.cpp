@@ -70,6 +70,7 @@ struct WorkerOptions {
   size_t max_connections = 0;
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
   size_t handshake_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.handshake_timeout.count());
+  size_t payload_stall_timeout_ms = static_cast<size_t>(worker::GuardLimits{}.payload_stall_timeout.count());
   size_t max_connect_rate_per_address = static_cast<size_t>(worker::GuardLimits{}.max_connect_rate_per_address);
   bool no_bulk_lane = false;
   uint16_t bulk_port = 0;
@@ -178,6 +179,11 @@ void add_options(CLI::App& app, WorkerOptions& o) {
                  "time a new connection has to complete its handshake")
       ->check(integer_in<size_t>(1, most))
       ->capture_default_str();
+  app.add_option("--payload-stall-timeout-ms", o.payload_stall_timeout_ms,
+                 "a message over 1 MiB arrives in pieces of 1 MiB; a connection whose next piece takes longer is "
+                 "closed")
+      ->check(integer_in<size_t>(1, most))
+      ->capture_default_str();
 }
 
 std::vector<std::string> split(const std::string& list) {
@@ -234,9 +240,10 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
 void log_counters(const worker::GuardCounters& c) {
   spdlog::info(
       "connections accepted {}, peak open {}, refused (total limit) {}, refused (per-address limit) {}, refused (rate "
-      "limit) {}, shed (no descriptors) {}, closed (framing) {}, closed (output) {}, closed (handshake timeout) {}",
+      "limit) {}, shed (no descriptors) {}, closed (framing) {}, closed (output) {}, closed (handshake timeout) {}, "
+      "closed (payload stall) {}",
       c.accepted, c.peak_open, c.refused_total_limit, c.refused_address_limit, c.refused_rate_limit, c.shed_no_fds,
-      c.closed_framing, c.closed_output, c.closed_handshake_timeout);
+      c.closed_framing, c.closed_output, c.closed_handshake_timeout, c.closed_payload_stall);
 }
 
 void log_lane_counters(const worker::BulkLaneCounters& c) {
@@ -309,6 +316,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
   limits.max_connections = cfg.max_connections;
   limits.max_connections_per_address = cfg.max_connections_per_address;
   limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);
+  limits.payload_stall_timeout = std::chrono::milliseconds(cfg.payload_stall_timeout_ms);
   limits.max_connect_rate_per_address = static_cast<double>(cfg.max_connect_rate_per_address);
   auto guard =
       std::make_shared<worker::ConnectionGuard>(limits, [](const std::string& line) { spdlog::warn("{}", line); });

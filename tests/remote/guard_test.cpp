@@ -97,6 +97,9 @@ class CountedConnection : public switchyard::worker::GuardedConnection {
   void expire() override {}
   [[nodiscard]] bool handshake_done() const override { return true; }
   [[nodiscard]] std::chrono::steady_clock::time_point opened_at() const override { return at_; }
+  [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> payload_progress() const override {
+    return std::nullopt;
+  }
 
  private:
   std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();

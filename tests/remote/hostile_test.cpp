@@ -235,6 +235,37 @@ TEST_CASE("a BASP header declaring a huge payload is refused before anything is 
   CHECK(legit_session(w));
 }
 
+TEST_CASE("a declared payload costs what has arrived and a stalled one is closed at the stall deadline",
+          "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--payload-stall-timeout-ms=1000"});
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::mt19937 rng(33);
+  const long before = rss_kib(w.pid());
+  // Eight peers complete a handshake, declare a 200 MiB direct message each,
+  // send 2 MiB of it and go silent (CAF allocated and zeroed the whole
+  // payload at the header: 8 such held 2 GiB for as long as they stayed).
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i < 8; ++i) {
+    peers.push_back(std::make_unique<RawPeer>("127.0.0.4", w.port()));
+    REQUIRE(peers.back()->connected());
+    auto bytes = fake_client_handshake(sys, rng);
+    auto h = basp_header(2, 200u << 20, 0, rng() | 1, rng() | 1);
+    bytes.insert(bytes.end(), h.begin(), h.end());
+    bytes.resize(bytes.size() + (2u << 20), 0x5a);
+    REQUIRE(peers.back()->send(bytes));
+  }
+  std::this_thread::sleep_for(300ms);
+  const long holding = rss_kib(w.pid());
+  int closed = 0;
+  for (auto& p : peers) closed += p->closed_by_peer(5s) ? 1 : 0;
+  std::printf("figure: 8 stalled 200 MiB payloads: RSS %ld -> %ld KiB while held, %d of 8 closed at the deadline\n",
+              before, holding, closed);
+  if (check_rss) CHECK(holding - before < 64 * 1024);  // 8 x 200 MiB before
+  CHECK(closed == 8);
+  CHECK(legit_session(w));
+}
+
 TEST_CASE("a message above --max-message-bytes closes only that client's connection", "[remote][hostile]") {
   WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-message-bytes=1048576"});
   {
