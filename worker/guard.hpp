@@ -51,9 +51,10 @@ struct GuardLimits {
   double max_connect_rate_per_address = 20;
   /// Time from accept to a completed BASP handshake (TLS included).
   std::chrono::milliseconds handshake_timeout{5000};
-  /// A payload over one piece (1 MiB) arrives piece by piece, assembled by
+  /// A payload over 1 MiB is read in pieces of at most 1 MiB, assembled by
   /// the transport, so what it holds follows the bytes the peer has sent;
-  /// a connection whose next piece does not complete within this is closed.
+  /// a connection whose payload in progress gets no byte for this long is
+  /// closed.
   std::chrono::milliseconds payload_stall_timeout{30000};
 };
 

@@ -180,8 +180,8 @@ void add_options(CLI::App& app, WorkerOptions& o) {
       ->check(integer_in<size_t>(1, most))
       ->capture_default_str();
   app.add_option("--payload-stall-timeout-ms", o.payload_stall_timeout_ms,
-                 "a message over 1 MiB arrives in pieces of 1 MiB; a connection whose next piece takes longer is "
-                 "closed")
+                 "a message over 1 MiB is read in pieces of at most 1 MiB; a connection whose message in progress "
+                 "receives no byte for this long is closed")
       ->check(integer_in<size_t>(1, most))
       ->capture_default_str();
 }
