@@ -61,6 +61,25 @@ TEST_CASE("cgroup v1: cfs quota over period, -1 is no limit", "[cpus]") {
   CHECK_FALSE(cgroup_cpu_limit(fake.root.string(), self).has_value());
 }
 
+TEST_CASE("cgroup memory limits: v2 memory.max and v1 limit_in_bytes, none and garbage are no limit", "[cpus]") {
+  using switchyard::cgroup_memory_limit;
+  FakeCgroupRoot fake;
+  fake.write("memory.max", "max");
+  fake.write("svc/memory.max", "8589934592");
+  fake.write("svc/job/memory.max", "max");
+  CHECK(cgroup_memory_limit(fake.root.string(), "0::/svc/job\n") == uint64_t{8} << 30);
+  CHECK_FALSE(cgroup_memory_limit(fake.root.string(), "0::/\n").has_value());
+  fake.write("svc/job/memory.max", "1073741824");
+  CHECK(cgroup_memory_limit(fake.root.string(), "0::/svc/job\n") == uint64_t{1} << 30);
+  fake.write("memory/box/memory.limit_in_bytes", "2147483648");
+  fake.write("memory/memory.limit_in_bytes", "9223372036854771712");  // v1's "no limit"
+  CHECK(cgroup_memory_limit(fake.root.string(), "5:memory:/box\n3:cpu:/box\n") == uint64_t{2} << 30);
+  CHECK_FALSE(cgroup_memory_limit(fake.root.string(), "5:memory:/\n").has_value());
+  fake.write("memory/box/memory.limit_in_bytes", "plenty");
+  CHECK_FALSE(cgroup_memory_limit(fake.root.string(), "5:memory:/box\n").has_value());
+  CHECK(switchyard::available_memory() > 0);
+}
+
 TEST_CASE("available_cpus counts the affinity mask (taskset -c 0 gives 1)", "[cpus]") {
   cpu_set_t original;
   CPU_ZERO(&original);

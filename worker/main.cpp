@@ -152,7 +152,8 @@ void add_options(CLI::App& app, WorkerOptions& o) {
       ->capture_default_str();
   app.add_option("--max-device-bytes", o.max_device_bytes,
                  "tensor bytes each cpu device holds at most, all clients together; an op past it fails with "
-                 "out_of_memory (0: no limit; default: 3/4 of physical memory shared among the cpu devices)")
+                 "out_of_memory (0: no limit; default: 3/4 of physical memory, or of the cgroup's memory limit when "
+                 "lower, shared among the cpu devices)")
       ->check(integer_in<uint64_t>(0, uint64_t{1} << 50));
   app.add_option("--max-connections", o.max_connections,
                  "connections held at once (0: open-file limit less 64, at most 4096)")
@@ -197,13 +198,10 @@ std::vector<std::string> split(const std::string& list) {
 }
 
 // "kind:index" / "kind:*" -> backends to create; errors name the bad entry.
-// 3/4 of physical memory shared among `cpu_devices` (0 where the machine
-// does not say).
-uint64_t default_device_bytes(size_t cpu_devices) {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 * 3 / cpu_devices;
-}
+// 3/4 of the memory the process may use (physical, capped by its cgroup's
+// limit) shared among `cpu_devices` (0, no limit, where the system does not
+// say).
+uint64_t default_device_bytes(size_t cpu_devices) { return available_memory() / 4 * 3 / cpu_devices; }
 
 caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>>> make_backends(
     const WorkerOptions& cfg) {

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace switchyard {
@@ -57,10 +58,20 @@ std::optional<size_t> v1_limit(const std::string& dir) {
   return cpus_of(*q, *p);
 }
 
+// A byte count from a memory limit file: "max", garbage and v1's "no
+// limit" (PAGE_COUNTER_MAX pages, just under 2^63) are none.
+std::optional<uint64_t> bytes_limit(const std::string& file) {
+  auto line = read_first_line(file);
+  if (!line) return std::nullopt;
+  auto v = parse_int(*line);
+  if (!v || *v <= 0 || *v >= (int64_t{1} << 62)) return std::nullopt;
+  return static_cast<uint64_t>(*v);
+}
+
 // The smallest limit from `dir` up to `root` (a parent's quota bounds its children).
 template <class Read>
-std::optional<size_t> min_along_path(const std::string& root, std::string rel, Read read) {
-  std::optional<size_t> best;
+auto min_along_path(const std::string& root, std::string rel, Read read) {
+  decltype(read(root)) best;
   while (true) {
     if (auto v = read(root + rel)) best = best ? std::min(*best, *v) : *v;
     if (rel.empty() || rel == "/") break;
@@ -100,6 +111,46 @@ std::optional<size_t> cgroup_cpu_limit(const std::string& cgroup_root, const std
       take(min_along_path(cgroup_root + mount, path, v1_limit));
   }
   return best;
+}
+
+std::optional<uint64_t> cgroup_memory_limit(const std::string& cgroup_root, const std::string& proc_self_cgroup) {
+  std::optional<uint64_t> best;
+  auto take = [&](std::optional<uint64_t> v) {
+    if (v) best = best ? std::min(*best, *v) : *v;
+  };
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  // As cgroup_cpu_limit: "0::path" for v2, "memory" among v1's controllers.
+  while (std::getline(lines, line)) {
+    auto first = line.find(':');
+    auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (path == "/") path.clear();
+    if (controllers.empty()) {
+      take(min_along_path(cgroup_root, path, [](const std::string& dir) { return bytes_limit(dir + "/memory.max"); }));
+      continue;
+    }
+    std::vector<std::string> names;
+    std::istringstream list(controllers);
+    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+    if (std::find(names.begin(), names.end(), "memory") == names.end()) continue;
+    take(min_along_path(cgroup_root + "/memory", path,
+                        [](const std::string& dir) { return bytes_limit(dir + "/memory.limit_in_bytes"); }));
+  }
+  return best;
+}
+
+uint64_t available_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  uint64_t bytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  std::ifstream self("/proc/self/cgroup");
+  std::stringstream text;
+  text << self.rdbuf();
+  if (auto limit = cgroup_memory_limit("/sys/fs/cgroup", text.str()))
+    bytes = bytes == 0 ? *limit : std::min(bytes, *limit);
+  return bytes;
 }
 
 size_t available_cpus() {

@@ -7,6 +7,7 @@
 // many more threads than there are CPUs to run them.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -24,5 +25,16 @@ namespace switchyard {
 /// tests can feed it a fake hierarchy.
 [[nodiscard]] std::optional<size_t> cgroup_cpu_limit(const std::string& cgroup_root,
                                                      const std::string& proc_self_cgroup);
+
+/// The memory limit of the cgroup the process is in, in bytes, or nullopt
+/// when none is set: cgroup v2's memory.max ("max": none) and v1's
+/// memory.limit_in_bytes (2^62 and up: none), the smallest along the path
+/// up to the root. Parameters as cgroup_cpu_limit's.
+[[nodiscard]] std::optional<uint64_t> cgroup_memory_limit(const std::string& cgroup_root,
+                                                          const std::string& proc_self_cgroup);
+
+/// Physical memory, capped by the cgroup memory limit; 0 where the system
+/// does not say.
+[[nodiscard]] uint64_t available_memory();
 
 }  // namespace switchyard
