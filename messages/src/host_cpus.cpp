@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <fstream>
+#include <initializer_list>
 #include <sched.h>
 #include <sstream>
 #include <thread>
@@ -81,17 +82,21 @@ auto min_along_path(const std::string& root, std::string rel, Read read) {
   return best;
 }
 
-}  // namespace
-
-std::optional<size_t> cgroup_cpu_limit(const std::string& cgroup_root, const std::string& proc_self_cgroup) {
-  std::optional<size_t> best;
-  auto take = [&](std::optional<size_t> v) {
+// The tightest limit of `controller` over the cgroups /proc/self/cgroup
+// names: lines are "id:controllers:path"; v2 is "0::path" (read by
+// `read_v2` along the path under `root`), v1 lists the controller among
+// the line's controllers (read by `read_v1` under root + each of
+// `v1_mounts`).
+template <class T, class ReadV2, class ReadV1>
+std::optional<T> tightest_limit(const std::string& root, const std::string& proc_self_cgroup,
+                                const std::string& controller, std::initializer_list<const char*> v1_mounts,
+                                ReadV2 read_v2, ReadV1 read_v1) {
+  std::optional<T> best;
+  auto take = [&](std::optional<T> v) {
     if (v) best = best ? std::min(*best, *v) : *v;
   };
   std::istringstream lines(proc_self_cgroup);
   std::string line;
-  // Lines are "id:controllers:path"; v2 is "0::path", v1 lists "cpu" among
-  // the controllers (mounted at <root>/cpu or <root>/cpu,cpuacct).
   while (std::getline(lines, line)) {
     auto first = line.find(':');
     auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
@@ -100,46 +105,31 @@ std::optional<size_t> cgroup_cpu_limit(const std::string& cgroup_root, const std
     std::string path = line.substr(second + 1);
     if (path == "/") path.clear();
     if (controllers.empty()) {
-      take(min_along_path(cgroup_root, path, v2_limit));
+      take(min_along_path(root, path, read_v2));
       continue;
     }
     std::vector<std::string> names;
     std::istringstream list(controllers);
     for (std::string name; std::getline(list, name, ',');) names.push_back(name);
-    if (std::find(names.begin(), names.end(), "cpu") == names.end()) continue;
-    for (const char* mount : {"/cpu", "/cpu,cpuacct", "/cpuacct,cpu"})
-      take(min_along_path(cgroup_root + mount, path, v1_limit));
+    if (std::find(names.begin(), names.end(), controller) == names.end()) continue;
+    for (const char* mount : v1_mounts) take(min_along_path(root + mount, path, read_v1));
   }
   return best;
 }
 
+}  // namespace
+
+std::optional<size_t> cgroup_cpu_limit(const std::string& cgroup_root, const std::string& proc_self_cgroup) {
+  // v1's cpu controller is mounted at <root>/cpu or <root>/cpu,cpuacct.
+  return tightest_limit<size_t>(cgroup_root, proc_self_cgroup, "cpu", {"/cpu", "/cpu,cpuacct", "/cpuacct,cpu"},
+                                v2_limit, v1_limit);
+}
+
 std::optional<uint64_t> cgroup_memory_limit(const std::string& cgroup_root, const std::string& proc_self_cgroup) {
-  std::optional<uint64_t> best;
-  auto take = [&](std::optional<uint64_t> v) {
-    if (v) best = best ? std::min(*best, *v) : *v;
-  };
-  std::istringstream lines(proc_self_cgroup);
-  std::string line;
-  // As cgroup_cpu_limit: "0::path" for v2, "memory" among v1's controllers.
-  while (std::getline(lines, line)) {
-    auto first = line.find(':');
-    auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
-    if (second == std::string::npos) continue;
-    std::string controllers = line.substr(first + 1, second - first - 1);
-    std::string path = line.substr(second + 1);
-    if (path == "/") path.clear();
-    if (controllers.empty()) {
-      take(min_along_path(cgroup_root, path, [](const std::string& dir) { return bytes_limit(dir + "/memory.max"); }));
-      continue;
-    }
-    std::vector<std::string> names;
-    std::istringstream list(controllers);
-    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
-    if (std::find(names.begin(), names.end(), "memory") == names.end()) continue;
-    take(min_along_path(cgroup_root + "/memory", path,
-                        [](const std::string& dir) { return bytes_limit(dir + "/memory.limit_in_bytes"); }));
-  }
-  return best;
+  return tightest_limit<uint64_t>(
+      cgroup_root, proc_self_cgroup, "memory", {"/memory"},
+      [](const std::string& dir) { return bytes_limit(dir + "/memory.max"); },
+      [](const std::string& dir) { return bytes_limit(dir + "/memory.limit_in_bytes"); });
 }
 
 uint64_t available_memory() {
