@@ -88,10 +88,19 @@ struct RunnerState {
     caf::expected<TensorData> data;
     caf::node_id owner;
     bool bridged = true;
+    uint64_t bytes = 0;  // counted in staged_bytes
   };
+  // Records of tensors and bytes of imports in transit that peers may make
+  // this runner hold (RunnerHooks::max_records, max_staged_bytes; 0: none),
+  // and the bytes staged now: parts received, early imports' data.
+  uint64_t max_records = 0;
+  uint64_t max_staged_bytes = 0;
+  uint64_t staged_bytes = 0;
   std::unordered_map<TensorId, EarlyImport> early_imports;
-  // Imports arriving in parts: what came so far. Memory is only what a peer
-  // actually sent; freed with the sender's node.
+  // Imports arriving in parts: the tensor's block, taken from the device at
+  // the first part (counted by its memory limit; of a block never filled
+  // only the pages written are resident), and how much came; freed with the
+  // sender's node.
   struct PartialImport {
     Shape shape;
     DType dtype = DType::f32;
@@ -99,7 +108,7 @@ struct RunnerState {
     uint64_t received = 0;
     bool bridge = true;
     caf::node_id owner;
-    std::vector<Bytes> parts;
+    Bytes block;  // the whole tensor's, from the device (Backend::host_block)
   };
   std::unordered_map<TensorId, PartialImport> partial_imports;
   // Reads served in parts: the data read at offset 0, kept until its last
@@ -174,6 +183,40 @@ std::string id_str(TensorId id) { return "tensor #" + std::to_string(id.value); 
 caf::error on_device(const RunnerState& st, const caf::error& err) {
   auto info = describe(err);
   return make_error(info.code, st.name + ": " + info.message, info.tensor);
+}
+
+// Room for `more` records under RunnerHooks::max_records: `full` at the
+// limit (what would be made fails with out_of_memory, a record that says
+// why), `none` past it by a sixteenth (nothing is recorded: a peer that
+// ignores the failures cannot grow the table of failures either).
+enum class Room : uint8_t { free, full, none };
+
+uint64_t records(const RunnerState& st) {
+  return st.table.size() + st.early_imports.size() + st.partial_imports.size();
+}
+
+Room record_room(const RunnerState& st, uint64_t more) {
+  if (st.max_records == 0) return Room::free;
+  const uint64_t wanted = records(st) + more;
+  if (wanted <= st.max_records) return Room::free;
+  return wanted <= st.max_records + st.max_records / 16 + 16 ? Room::full : Room::none;
+}
+
+caf::error records_full(const RunnerState& st, const std::string& what) {
+  return make_error(Errc::out_of_memory, st.name + ": " + what + ": the device holds " + std::to_string(records(st)) +
+                                             " tensors, its limit is " + std::to_string(st.max_records) +
+                                             " (drop tensors to make room)");
+}
+
+caf::error staging_full(const RunnerState& st, const std::string& what, uint64_t bytes) {
+  return make_error(Errc::out_of_memory, st.name + ": " + what + ": " + std::to_string(bytes) +
+                                             " more bytes in transit would pass the device's limit of " +
+                                             std::to_string(st.max_staged_bytes) + " (" +
+                                             std::to_string(st.staged_bytes) + " held)");
+}
+
+bool staging_fits(const RunnerState& st, uint64_t bytes) {
+  return st.max_staged_bytes == 0 || (bytes <= st.max_staged_bytes && st.staged_bytes <= st.max_staged_bytes - bytes);
 }
 
 void erase_if_unused(RunnerState& st, TensorId id, Entry& e) {
@@ -503,12 +546,29 @@ void submit_one(Self self, OperationIr& op, bool local) {
     st.backend->seed(seed->seed);
     return;
   }
+  Room room = Room::free;
+  if (st.max_records != 0) {
+    uint64_t outputs = 0;
+    op.each_output([&](const TensorIr&) { ++outputs; });
+    room = record_room(st, outputs);
+    if (room == Room::none) {
+      ++st.stats.ops_failed;
+      st.log.log(LogLevel::debug, [&] { return describe(records_full(st, "op " + op.name() + " refused")).message; });
+      release_last_uses(st, op);
+      return;
+    }
+  }
   if (!declare_outputs(st, op)) {
     ++st.stats.ops_failed;
     st.log.log(LogLevel::debug,
                [&] { return st.name + ": op " + op.name() + " refused: it names an output id that exists"; });
     release_last_uses(st, op);
     return;  // duplicate output id: a misbehaving client; the existing tensor stays intact
+  }
+  if (room == Room::full) {
+    release_last_uses(st, op);
+    fail_op(st, op, records_full(st, op.name()));
+    return;
   }
   if (auto err = local ? validate_local(op) : validate(op)) {
     release_last_uses(st, op);
@@ -540,6 +600,8 @@ size_t run_chain(RunnerState& st, std::span<OperationIr> ops, size_t first, bool
                      return it != nullptr && it->state == Entry::State::ready && matches(*it, t);
                    },
                    [&](TensorId id) { return find(id) == nullptr; }, local};
+  // Near the record limit every op goes alone, through submit_one's check.
+  if (st.max_records != 0 && records(st) + 1 >= st.max_records) return 0;
   auto chain = find_chain(ops, first, ctx);
   if (!chain) return 0;
   auto chain_ops = ops.subspan(first, chain->size);
@@ -662,8 +724,36 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
   auto& st = self->state;
   auto it = st.table.find(id);
   if (it == nullptr) {
-    // The data overtook its expect message (different senders): keep it.
-    st.early_imports.try_emplace(id, RunnerState::EarlyImport{std::move(data), owner, bridged});
+    // The data overtook its expect message (different senders): keep it,
+    // within the peer bounds (what stays over them is why it failed).
+    if (st.early_imports.contains(id)) return;
+    const Room room = record_room(st, 1);
+    if (room == Room::none) {
+      st.log.log(LogLevel::debug,
+                 [&] { return describe(records_full(st, "import of " + id_str(id) + " dropped")).message; });
+      return;
+    }
+    uint64_t bytes = data ? data->bytes.size() : 0;
+    if (room == Room::full) {
+      data = records_full(st, "import of " + id_str(id));
+      bytes = 0;
+    } else if (!staging_fits(st, bytes)) {
+      data = staging_full(st, "import of " + id_str(id), bytes);
+      bytes = 0;
+    } else if (bytes > 0) {
+      // Held in the device's memory, counted by its limit as uploads in
+      // parts are (the decoder's block is not).
+      try {
+        Bytes counted = st.backend->host_block(bytes);
+        std::memcpy(counted.mutable_data(), data->bytes.data(), bytes);
+        data->bytes = std::move(counted);
+      } catch (...) {
+        data = on_device(st, to_caf(current_exception_error("import of " + id_str(id))));
+        bytes = 0;
+      }
+    }
+    st.early_imports.try_emplace(id, RunnerState::EarlyImport{std::move(data), owner, bridged, bytes});
+    st.staged_bytes += bytes;
     return;
   }
   if (it->state != Entry::State::pending) {
@@ -713,13 +803,30 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
 void import_part(Self self, DataPart part) {
   auto& st = self->state;
   const auto id = part.id;
-  auto fail = [&](const std::string& why) {
+  auto unstage = [&] {
+    if (auto it = st.partial_imports.find(id); it != st.partial_imports.end()) {
+      st.staged_bytes -= it->second.received;
+      st.partial_imports.erase(it);
+    }
+  };
+  auto fail_with = [&](caf::error err) {
     const bool bridge = part.bridge;
-    st.partial_imports.erase(id);
-    import(self, id, make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " in parts: " + why),
-           bridge);
+    unstage();
+    import(self, id, std::move(err), bridge);
+  };
+  auto fail = [&](const std::string& why) {
+    fail_with(make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + " in parts: " + why));
   };
   if (auto sender = sender_node(self); sender && st.detached.contains(sender)) return;  // a detached client's late part
+  if (!st.partial_imports.contains(id)) {
+    const Room room = record_room(st, 1);
+    if (room == Room::none) {
+      st.log.log(LogLevel::debug,
+                 [&] { return describe(records_full(st, "part of " + id_str(id) + " dropped")).message; });
+      return;
+    }
+    if (room == Room::full) return fail_with(records_full(st, "import of " + id_str(id)));
+  }
   auto [it, fresh] = st.partial_imports.try_emplace(id);
   auto& p = it->second;
   if (fresh) {
@@ -728,6 +835,23 @@ void import_part(Self self, DataPart part) {
     p.total = part.total;
     p.bridge = part.bridge;
     p.owner = sender_node(self);
+    // What the first part announces is checked before it sizes anything.
+    if (!is_valid(p.dtype)) return fail("an unknown dtype");
+    if (auto err = check_shape(p.shape, "part's")) return fail(describe(err).message);
+    if (const uint64_t want = static_cast<uint64_t>(p.shape.numel()) * size_of(p.dtype); p.total != want)
+      return fail("announces " + std::to_string(p.total) + " bytes for " + p.shape.to_string() + " " +
+                  std::string(name_of(p.dtype)) + ", which holds " + std::to_string(want));
+    // The tensor's block at its first part, from the device: its memory
+    // limit (DeviceOptions::memory_limit) counts an upload in transit as
+    // it counts what ops make, and refuses one announced past it at once.
+    // Parts are copied in as they come, so the tensor is whole at its last
+    // part with no join; of a block announced and never filled only the
+    // pages written are resident.
+    try {
+      p.block = st.backend->host_block(p.total);
+    } catch (...) {
+      return fail_with(on_device(st, to_caf(current_exception_error("import of " + id_str(id)))));
+    }
   } else if (part.total != p.total || part.dtype != p.dtype || part.shape != p.shape) {
     return fail("a part names another shape, dtype or size than the first");
   }
@@ -736,10 +860,14 @@ void import_part(Self self, DataPart part) {
   if (part.bytes.size() > p.total - p.received)
     return fail("parts exceed the announced " + std::to_string(p.total) + " bytes");
   if (part.bytes.empty() && p.total > 0) return fail("an empty part");
+  if (!staging_fits(st, part.bytes.size()))
+    return fail_with(staging_full(st, "import of " + id_str(id) + " in parts", part.bytes.size()));
+  if (!part.bytes.empty()) std::memcpy(p.block.mutable_data() + p.received, part.bytes.data(), part.bytes.size());
   p.received += part.bytes.size();
-  p.parts.push_back(std::move(part.bytes));
+  st.staged_bytes += part.bytes.size();
   if (p.received < p.total) return;
   auto whole = std::move(p);
+  st.staged_bytes -= whole.received;
   st.partial_imports.erase(it);
   if (!is_valid(whole.dtype)) {
     import(self, id, make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + ": unknown dtype"),
@@ -749,22 +877,7 @@ void import_part(Self self, DataPart part) {
   TensorData data;
   data.shape = std::move(whole.shape);
   data.dtype = whole.dtype;
-  // Into the device's own block even from one part: the device's memory
-  // limit (DeviceOptions::memory_limit) then counts what clients upload as
-  // it counts what their ops make. A block the device refuses fails this
-  // import, not the runner.
-  try {
-    data.bytes = st.backend->host_block(whole.total);
-  } catch (...) {
-    auto err = current_exception_error("import of " + id_str(id));
-    import(self, id, on_device(st, to_caf(err)), whole.bridge);
-    return;
-  }
-  auto* out = data.bytes.mutable_data();
-  for (const auto& b : whole.parts) {
-    if (!b.empty()) std::memcpy(out, b.data(), b.size());
-    out += b.size();
-  }
+  data.bytes = std::move(whole.block);
   canonicalize_bools(data);
   import(self, id, std::move(data), whole.bridge);
 }
@@ -843,8 +956,16 @@ void detach_client(Self self, const caf::node_id& client) {
       st.detached_order.pop_front();
     }
   }
-  std::erase_if(st.partial_imports, [&](const auto& kv) { return kv.second.owner == client; });
-  std::erase_if(st.early_imports, [&](const auto& kv) { return kv.second.owner == client; });
+  std::erase_if(st.partial_imports, [&](const auto& kv) {
+    if (kv.second.owner != client) return false;
+    st.staged_bytes -= kv.second.received;
+    return true;
+  });
+  std::erase_if(st.early_imports, [&](const auto& kv) {
+    if (kv.second.owner != client) return false;
+    st.staged_bytes -= kv.second.bytes;
+    return true;
+  });
   auto known = st.owners.find(client);
   if (known == st.owners.end()) return;
   const uint32_t number = known->second;
@@ -990,6 +1111,8 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
   self->state.bulk_export = std::move(hooks.bulk_export);
   self->state.abandon = std::move(hooks.abandon);
   self->state.on_stop = std::move(hooks.on_stop);
+  self->state.max_records = hooks.max_records;
+  self->state.max_staged_bytes = hooks.max_staged_bytes;
   if (self->state.tracer) self->state.tracer->name_track(hooks.track, self->state.name);
   self->state.backend = std::move(backend);
   self->state.stats.device = self->state.name;
@@ -1153,21 +1276,34 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         s.live_handles = st.table.size();
         s.live_bytes = st.live_bytes;
         s.cached_bytes = st.backend->memory().bytes_cached;
-        for (const auto& [id, p] : st.partial_imports) s.bytes_staged += p.received;
+        s.bytes_staged = st.staged_bytes;
         return s;
       },
       [self](expect_atom, TensorIr& ir) {
         auto& st = self->state;
         auto owner = owner_number(st, sender_node(self));
         if (!owner) return;  // a detached client's late message
+        // (An early import of it already holds the record it moves into.)
+        const Room room = st.early_imports.contains(ir.id) ? Room::free : record_room(st, 1);
+        if (room == Room::none) {
+          st.log.log(LogLevel::debug,
+                     [&] { return describe(records_full(st, "upload of " + id_str(ir.id) + " refused")).message; });
+          return;
+        }
         auto [it, inserted] = st.table.try_emplace(ir.id, ir, *owner);
         if (!inserted) return;  // duplicate id from a misbehaving client
+        if (room == Room::full) {
+          // Failed now: its data, when it comes, is a second import (ignored).
+          resolve(st, ir.id, nullptr, records_full(st, "upload of " + id_str(ir.id)));
+          return;
+        }
         const uint64_t order = st.imports_expected++;
         st.awaited_imports.emplace(ir.id, order);
         st.awaited_order.insert(order);
         if (auto early = st.early_imports.find(ir.id); early != st.early_imports.end()) {
           auto data = std::move(early->second.data);
           const bool bridged = early->second.bridged;
+          st.staged_bytes -= early->second.bytes;
           st.early_imports.erase(early);
           import(self, ir.id, std::move(data), bridged);
         }

@@ -65,6 +65,19 @@ struct RunnerHooks {
   /// already lost with that reason (the router's down message comes
   /// later, from another thread). Empty: nothing to tell.
   std::function<void(const std::string&)> on_stop;
+  /// Bounds on what peers make this runner hold besides its device's
+  /// buffers (the worker's; 0: none). Records: tensors in the table (an
+  /// op's output, a view or a failed result costs ~0.5 KiB however small),
+  /// imports that came before their expect, imports arriving in parts. At
+  /// the limit an op's outputs or an import fail with out_of_memory; past
+  /// it by a sixteenth (a peer that ignores those failures) ops and imports
+  /// are refused without a record, so a read of what they would have made
+  /// fails with unknown_tensor.
+  uint64_t max_records = 0;
+  /// Bytes of imports not yet joined into the device (parts received so
+  /// far, imports that came before their expect): a part or import past it
+  /// fails that tensor with out_of_memory.
+  uint64_t max_staged_bytes = 0;
 };
 
 [[nodiscard]] runner_actor spawn_runner(caf::actor_system& sys, std::string device_name,

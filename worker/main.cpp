@@ -66,6 +66,9 @@ struct WorkerOptions {
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
   // 0 on the command line: none; unset: default_device_bytes().
   std::optional<uint64_t> max_device_bytes;
+  // Unset: derived from the device bytes (device_peer_bounds()).
+  std::optional<uint64_t> max_device_tensors;
+  std::optional<uint64_t> max_staged_bytes;
   size_t transfer_chunk_bytes = 0;
   size_t max_connections = 0;
   size_t max_connections_per_address = worker::GuardLimits{}.max_connections_per_address;
@@ -155,6 +158,16 @@ void add_options(CLI::App& app, WorkerOptions& o) {
                  "out_of_memory (0: no limit; default: 3/4 of physical memory, or of the cgroup's memory limit when "
                  "lower, shared among the cpu devices)")
       ->check(integer_in<uint64_t>(0, uint64_t{1} << 50));
+  app.add_option("--max-device-tensors", o.max_device_tensors,
+                 "tensors each device holds at most, all clients together (views, failed results and imports in "
+                 "transit included); past it ops fail with out_of_memory (0: no limit; default: --max-device-bytes / "
+                 "4096)")
+      ->check(integer_in<uint64_t>(0, uint64_t{1} << 40));
+  app.add_option("--max-staged-bytes", o.max_staged_bytes,
+                 "bytes of uploads and bridges in transit each device holds at most (parts received before the last, "
+                 "data before its announcement); past it that tensor fails with out_of_memory (0: no limit; default: "
+                 "--max-device-bytes)")
+      ->check(integer_in<uint64_t>(0, uint64_t{1} << 50));
   app.add_option("--max-connections", o.max_connections,
                  "connections held at once (0: open-file limit less 64, at most 4096)")
       ->check(integer_in<size_t>(0, most))
@@ -203,8 +216,24 @@ std::vector<std::string> split(const std::string& list) {
 // say).
 uint64_t default_device_bytes(size_t cpu_devices) { return available_memory() / 4 * 3 / cpu_devices; }
 
-caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>>> make_backends(
-    const WorkerOptions& cfg) {
+struct WorkerDevices {
+  std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>> backends;
+  uint64_t device_bytes = 0;  // --max-device-bytes, resolved
+};
+
+// What a device's runner may hold for peers beside its buffers. A tensor's
+// record costs ~0.5 KiB however small the tensor (a view, a failed result:
+// 1M of them took a worker to 480 MiB), so by default one per 4 KiB of the
+// device budget: records then add at most an eighth to it. Uploads in
+// transit sit in the device's memory (counted there on cpu devices); the
+// staging cap bounds them on the others too, and lets an operator keep
+// them to less.
+void device_peer_bounds(const WorkerOptions& cfg, uint64_t device_bytes, actors::RunnerHooks& hooks) {
+  hooks.max_records = cfg.max_device_tensors.value_or(device_bytes / 4096);
+  hooks.max_staged_bytes = cfg.max_staged_bytes.value_or(device_bytes);
+}
+
+caf::expected<WorkerDevices> make_backends(const WorkerOptions& cfg) {
   std::vector<std::pair<std::string, std::unique_ptr<backends::Backend>>> out;
   auto kinds = backends::backend_kinds();
   auto names = split(cfg.devices);
@@ -232,7 +261,7 @@ caf::expected<std::vector<std::pair<std::string, std::unique_ptr<backends::Backe
     if (!backend) return make_error(Errc::unknown_device, "device '" + name + "': its backend could not be created");
     out.emplace_back(name, std::move(backend));
   }
-  return out;
+  return WorkerDevices{std::move(out), device_bytes};
 }
 
 void log_counters(const worker::GuardCounters& c) {
@@ -336,13 +365,14 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
     std::vector<worker::LocalDevice> devices;
     std::vector<caf::actor> actors;
     std::vector<worker::BulkLane::Device> lane_devices;
-    for (auto& [name, backend] : *backends) {
+    for (auto& [name, backend] : backends->backends) {
       std::shared_ptr<backends::Backend> shared = std::move(backend);
       lane_devices.push_back({{}, [shared](size_t size) { return shared->host_block(size); }});
       actors::RunnerHooks hooks;
       hooks.transfer_chunk_bytes = cfg.transfer_chunk_bytes;
       hooks.fuse_elementwise = !cfg.no_fuse_elementwise;
       hooks.log = library_log;
+      device_peer_bounds(cfg, backends->device_bytes, hooks);
       if (lane)
         hooks.bulk_send = [weak = std::weak_ptr(lane)](const caf::node_id& client, uint64_t ticket, TensorData data) {
           auto l = weak.lock();
@@ -387,7 +417,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
       rc = 1;
     } else {
       std::string names;
-      for (const auto& [name, backend] : *backends) names += (names.empty() ? "" : ",") + name;
+      for (const auto& [name, backend] : backends->backends) names += (names.empty() ? "" : ",") + name;
       // The first line is for scripts and tests: "listening on HOST:PORT",
       // HOST being the numeric address actually bound.
       std::cout << "listening on " << bind_address << ":" << *port << std::endl;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/cpu/buffer_pool.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <new>
@@ -60,7 +61,7 @@ BufferPool::~BufferPool() = default;
 
 Bytes BufferPool::allocate(size_t size) {
   // Small buffers come straight from malloc, which has its own fast bins.
-  if (size < min_class_bytes) return Bytes::allocate(size);
+  if (size < min_class_bytes) return state_->memory_limit == 0 ? Bytes::allocate(size) : allocate_counted(size);
   size_t cls = std::bit_width(size - 1) - std::bit_width(min_class_bytes - 1);
   size_t class_bytes = min_class_bytes << cls;
   if (cls >= num_classes) throw HostAllocationFailed(size);  // 4 PiB and up: no machine has it
@@ -99,6 +100,40 @@ Bytes BufferPool::allocate(size_t size) {
       }
     }
     release(p, class_bytes);
+  });
+  return Bytes::adopt(std::move(block), size);
+}
+
+// A small buffer under a memory limit: still malloc's, but counted at its
+// size in cache lines, so that a peer's millions of tiny tensors cannot
+// hold memory the limit does not see (session 34: 1M `full({1})` took a
+// worker to 480 MiB, its limit seeing none of it).
+Bytes BufferPool::allocate_counted(size_t size) {
+  constexpr size_t line = Bytes::alignment;
+  const size_t rounded = std::max(line, (size + line - 1) / line * line);
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->in_use + rounded > state_->memory_limit)
+      throw HostAllocationFailed(size, state_->memory_limit, state_->in_use);
+    state_->in_use += rounded;
+  }
+  std::weak_ptr<State> weak = state_;
+  auto uncount = [weak, rounded] {
+    if (auto s = weak.lock()) {
+      std::lock_guard lock(s->mutex);
+      s->in_use -= rounded;
+    }
+  };
+  std::byte* raw = nullptr;
+  try {
+    raw = static_cast<std::byte*>(::operator new[](rounded, std::align_val_t{line}));
+  } catch (const std::bad_alloc&) {
+    uncount();
+    throw HostAllocationFailed(size);
+  }
+  std::shared_ptr<std::byte> block(raw, [uncount](std::byte* p) {
+    uncount();
+    ::operator delete[](p, std::align_val_t{line});
   });
   return Bytes::adopt(std::move(block), size);
 }

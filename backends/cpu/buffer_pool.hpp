@@ -20,8 +20,8 @@ class BufferPool {
  public:
   /// Keeps at most `cache_limit` bytes of freed blocks (0: none); refuses
   /// an allocation that would take the blocks in use past `memory_limit`
-  /// (0: none) with HostAllocationFailed. Blocks under 4 KiB are malloc's
-  /// and not counted.
+  /// (0: none) with HostAllocationFailed. Blocks under 4 KiB are malloc's,
+  /// counted (under a limit) at their size rounded up to 64 bytes.
   explicit BufferPool(uint64_t cache_limit, uint64_t memory_limit = 0);
   ~BufferPool();
 
@@ -34,6 +34,8 @@ class BufferPool {
   void trim();
 
  private:
+  [[nodiscard]] Bytes allocate_counted(size_t size);
+
   struct State;
   std::shared_ptr<State> state_;
 };

@@ -44,8 +44,9 @@ struct RuntimeOptions {
   uint64_t cuda_memory_limit = 0;
   /// Cap on the tensor bytes each CPU device holds (0: none, the host's
   /// memory is the limit). An op whose output would pass it fails with
-  /// out_of_memory naming the limit; the device keeps working. Tensors
-  /// under 4 KiB are not counted.
+  /// out_of_memory naming the limit; the device keeps working. Buffers of
+  /// 4 KiB and up count at their pooled size (the next power of two),
+  /// smaller ones at their size rounded up to 64 bytes.
   uint64_t cpu_memory_limit = 0;
   /// Let f32 matmul (and linear, addmm) on CUDA devices use TF32 tensor
   /// cores: several times faster on Ampere and later, with products rounded

@@ -324,7 +324,115 @@ TEST_CASE("a worker's --max-device-bytes bounds what clients' ops and uploads ho
   // The device goes on, and freed memory is room again.
   CHECK(dev.ones({4}).sum().to_vector<float>()[0] == 4.0f);
   held = sy::Tensor();
-  CHECK(dev.full({int64_t{12} << 20}, 2.0).sum().to_vector<float>()[0] == 24.0f * 1024 * 1024);
+  // (Its 64 MiB pooled block fills the limit: a sum's 4-byte output, counted
+  // too, would not fit beside it, so the tensor itself is read.)
+  auto again = dev.full({int64_t{12} << 20}, 2.0).to_vector<float>();
+  CHECK(again.size() == size_t{12} << 20);
+  CHECK(again.back() == 2.0f);
+  CHECK(legit_session(w));
+}
+
+TEST_CASE("a worker bounds how many tensors clients hold: small ones, views and failures included",
+          "[remote][hostile]") {
+  // Each tensor costs the worker a record of ~0.5 KiB however small it is:
+  // 1M `full({1})` took a worker to 480 MiB before, its byte limit seeing
+  // none of it. --max-device-tensors counts every record.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-device-tensors=1000"});
+  sy::Runtime rt(client_options());
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  auto base = dev.full({1}, 7.0);
+  std::vector<sy::Tensor> held;
+  for (int i = 0; i < 1300; ++i) held.push_back(i % 2 == 0 ? dev.full({1}, 1.0) : base.reshape({1, 1}));
+  (void)dev.sync().get();
+  int ok = 0, out_of_memory = 0, unknown = 0, other = 0;
+  std::string oom_message, unknown_message;
+  for (auto& t : held) {
+    try {
+      (void)t.to_vector<float>();
+      ++ok;
+    } catch (const sy::Error& e) {
+      if (e.code() == sy::Errc::out_of_memory) {
+        ++out_of_memory;
+        oom_message = e.what();
+      } else if (e.code() == sy::Errc::unknown_tensor) {
+        ++unknown;
+        unknown_message = e.what();
+      } else {
+        ++other;
+      }
+    }
+  }
+  INFO("ok " << ok << ", out_of_memory " << out_of_memory << ", unknown " << unknown << ": " << oom_message << " / "
+             << unknown_message);
+  // Up to the limit they are made, for a sixteenth more they fail saying
+  // why, past that they are refused without a record.
+  CHECK(ok >= 990);
+  CHECK(ok <= 1000);
+  CHECK(out_of_memory >= 70);
+  CHECK(out_of_memory <= 80);
+  CHECK(ok + out_of_memory + unknown == 1300);
+  CHECK(other == 0);
+  CHECK_THAT(oom_message, Catch::Contains("its limit is 1000") && Catch::Contains("drop tensors"));
+  // Dropped tensors are room again, and the device goes on.
+  held.clear();
+  CHECK((dev.full({4}, 2.0) + base).to_vector<float>() == std::vector<float>{9, 9, 9, 9});
+  CHECK(legit_session(w));
+}
+
+TEST_CASE("a worker's --max-device-bytes counts tensors under 4 KiB", "[remote][hostile]") {
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-device-bytes=65536", "--max-device-tensors=100000"});
+  sy::Runtime rt(client_options());
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  std::vector<sy::Tensor> held;
+  for (int i = 0; i < 1100; ++i) held.push_back(dev.full({1}, 1.0));  // 64 bytes each, as counted
+  int ok = 0, out_of_memory = 0;
+  std::string message;
+  for (auto& t : held) {
+    try {
+      (void)t.to_vector<float>();
+      ++ok;
+    } catch (const sy::Error& e) {
+      if (e.code() == sy::Errc::out_of_memory) ++out_of_memory;
+      message = e.what();
+    }
+  }
+  INFO(message);
+  CHECK(ok <= 1024);
+  CHECK(ok >= 1000);
+  CHECK(ok + out_of_memory == 1100);
+  CHECK_THAT(message, Catch::Contains("memory limit of 64.0 KiB"));
+  held.clear();
+  CHECK(dev.full({4}, 2.0).to_vector<float>() == std::vector<float>{2, 2, 2, 2});
+}
+
+TEST_CASE("a worker's --max-staged-bytes bounds uploads in transit and the device goes on", "[remote][hostile]") {
+  // Parts of a tensor wait on the worker until its last part comes; a peer
+  // that sends many first parts held all of them before.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-staged-bytes=1048576"});
+  auto options = client_options();
+  options.bulk_lane_min_bytes = uint64_t{1} << 40;  // every byte over BASP, in parts
+  options.transfer_chunk_bytes = 256 << 10;
+  sy::Runtime rt(options);
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  // 4 parts: the last is joined, not staged, so 768 KiB is the most held.
+  auto fits = dev.tensor<float>(std::vector<float>(256 << 10, 1.0f), {256 << 10});
+  CHECK(fits.sum().to_vector<float>()[0] == 262144.0f);
+  std::string message;
+  sy::Errc code{};
+  try {
+    (void)dev.tensor<float>(std::vector<float>(1 << 20, 1.0f), {1 << 20}).sum().to_vector<float>();  // 4 MiB
+  } catch (const sy::Error& e) {
+    code = e.code();
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(code == sy::Errc::out_of_memory);
+  CHECK_THAT(message, Catch::Contains("in transit would pass the device's limit of 1048576"));
+  CHECK(dev.stats().get().bytes_staged == 0);
+  CHECK(fits.sum().to_vector<float>()[0] == 262144.0f);
   CHECK(legit_session(w));
 }
 

@@ -766,9 +766,9 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
     auto& self = peer.self;
     auto runner = peer.runner();
     const sy::Shape shape{{1024}};
-    auto part = [&](uint64_t id, uint64_t offset, size_t n, uint64_t total = 4096) {
+    auto part = [&](uint64_t id, uint64_t offset, size_t n, uint64_t total = 4096, sy::Shape of = sy::Shape{{1024}}) {
       return sy::DataPart{sy::TensorId{id},
-                          shape,
+                          of,
                           sy::DType::f32,
                           total,
                           offset,
@@ -787,7 +787,7 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
     // A gap between parts, parts beyond the announced size, parts that
     // change the shape: each fails its tensor with protocol_error.
     const sy::TensorIr meta{sy::TensorId{7001}, shape, sy::DType::f32, sy::TensorStatus::not_init};
-    for (uint64_t id : {7001, 7002, 7003}) {
+    for (uint64_t id : {7001, 7002, 7003, 7004}) {
       auto ir = meta;
       ir.id = sy::TensorId{id};
       self->send(runner, sy::expect_atom::value, ir);
@@ -803,14 +803,18 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
     other.shape = sy::Shape{{2048}};
     send(std::move(other));
     CHECK(read_code(7003) == sy::Errc::protocol_error);
+    // A first part announcing more bytes than its shape holds (it would
+    // size the tensor's block).
+    send(part(7004, 0, 1024, uint64_t{1} << 30));
+    CHECK(read_code(7004) == sy::Errc::protocol_error);
     // A bye in another node's name (here: for the worker's own runner) is
     // refused: it would free that client's tensors.
     sy::Errc bye_code{};
     self->request(peer.entry, 5s, sy::bye_atom::value, caf::actor_cast<caf::actor>(runner))
         .receive([](sy::done_atom) {}, [&](caf::error& e) { bye_code = sy::describe(e).code; });
     CHECK(bye_code == sy::Errc::protocol_error);
-    // Parts of tensors nobody expects: 64 x 1 MiB announced as 1 GiB each.
-    for (uint64_t id = 8000; id < 8064; ++id) send(part(id, 0, 1 << 20, uint64_t{1} << 30));
+    // Parts of tensors nobody expects: 64 x 1 MiB of 4 MiB each.
+    for (uint64_t id = 8000; id < 8064; ++id) send(part(id, 0, 1 << 20, uint64_t{4} << 20, sy::Shape{{1 << 20}}));
     CHECK(dev.stats().get().bytes_staged == uint64_t{64} << 20);
   }
   // That raw client is gone: its partial imports went with it, and the

@@ -22,7 +22,9 @@ struct DeviceStats {
   uint64_t cached_bytes = 0;
   uint64_t bytes_bridged_in = 0;
   uint64_t bytes_bridged_out = 0;
-  /// Bytes of tensors arriving in parts whose last part has not come yet.
+  /// Bytes of imports not yet joined into the device: parts of tensors
+  /// whose last part has not come yet, and tensors whose data came before
+  /// their announcement.
   uint64_t bytes_staged = 0;
   /// Of ops_executed, those run inside fused element-wise chains (last, so
   /// positional initialisers of the fields above keep their meaning).
