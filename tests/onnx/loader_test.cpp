@@ -3632,6 +3632,81 @@ TEST_CASE("onnx: LSTM with input_forget and clip couples the gates and clips eve
   }
 }
 
+TEST_CASE("onnx: RNN activations with alpha and beta consume the lists in order, as ONNX Runtime", "[onnx]") {
+  sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
+  // One unit, one feature, three steps; direction 0: W 0.8, R 0.5, biases
+  // 0.1 and -0.2; direction 1: W -1.1, R 0.7, biases 0.05 and 0.3.
+  auto build = [](const std::vector<std::string>& acts, const std::vector<float>& alphas,
+                  const std::vector<float>& betas, bool bidirectional) {
+    const int64_t d = bidirectional ? 2 : 1;
+    std::vector<float> w = {0.8f, -1.1f}, r = {0.5f, 0.7f}, b = {0.1f, -0.2f, 0.05f, 0.3f};
+    w.resize(static_cast<size_t>(d));
+    r.resize(static_cast<size_t>(d));
+    b.resize(static_cast<size_t>(2 * d));
+    Builder m(14);
+    m.input("x", pb::TensorProto::FLOAT, {int64_t{3}, int64_t{1}, int64_t{1}});
+    m.init("W", w, {d, 1, 1});
+    m.init("R", r, {d, 1, 1});
+    m.init("B", b, {d, 2});
+    auto& n = m.node("RNN", {"x", "W", "R", "B"}, {"y"}, "rnn");
+    attr_i(n, "hidden_size", 1);
+    if (bidirectional) attr_s(n, "direction", "bidirectional");
+    auto* a = n.add_attribute();
+    a->set_name("activations");
+    a->set_type(pb::AttributeProto::STRINGS);
+    for (const auto& s : acts) a->add_strings(s);
+    auto floats = [&](const char* name, const std::vector<float>& v) {
+      if (v.empty()) return;
+      auto* f = n.add_attribute();
+      f->set_name(name);
+      f->set_type(pb::AttributeProto::FLOATS);
+      for (float x : v) f->add_floats(x);
+    };
+    floats("activation_alpha", alphas);
+    floats("activation_beta", betas);
+    m.output("y", pb::TensorProto::FLOAT, {int64_t{3}, d, int64_t{1}, int64_t{1}});
+    return m.bytes();
+  };
+  struct Case {
+    std::vector<std::string> acts;
+    std::vector<float> alphas, betas;
+    bool bidirectional;
+    std::vector<double> want;  // Y [3, directions, 1, 1], ONNX Runtime 1.30's
+  };
+  const std::vector<Case> cases = {
+      // LeakyRelu takes alpha 0.3; HardSigmoid the next alpha and the first beta.
+      {{"LeakyRelu", "HardSigmoid"}, {0.3f, 0.25f}, {0.6f}, true, {1.1, 0.45, -0.345, 1.0, 0.2875, 0.495}},
+      {{"ThresholdedRelu"}, {0.9f}, {}, false, {1.1, 0, 0}},
+      // Elu takes alpha 0.4, ScaledTanh alpha 0.8 and beta 1.2.
+      {{"elu", "SCALEDTANH"},
+       {0.4f, 0.8f},
+       {1.2f},
+       true,
+       {1.1, -0.5704943, -0.2733453, 0.7934532, 0.3233274, -0.3722056}},
+      {{"Affine"}, {0.5f}, {0.1f}, false, {0.65, -0.5875, 0.183125}},
+      // No values: ThresholdedRelu's own default, alpha 1 (ONNX Runtime
+      // takes 0 and gives 1.1, 0, 0.46).
+      {{"ThresholdedRelu"}, {}, {}, false, {1.1, 0, 0}},
+  };
+  for (const auto& c : cases) {
+    for (const char* dev : {"cpu:0", "reference:0"}) {
+      INFO(c.acts.front() << " on " << dev);
+      auto m = sy::onnx::Model::load_bytes(build(c.acts, c.alphas, c.betas, c.bidirectional), rt.device(dev));
+      auto y = run_doubles(m, {{"x", sy::TensorData::from(std::vector<float>{1.5f, -2.0f, 0.7f}, {3, 1, 1})}}, "y");
+      REQUIRE(y.size() == c.want.size());
+      for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == Approx(c.want[i]).margin(1e-6));
+    }
+  }
+  // A name outside ONNX's list still fails at load, naming it.
+  try {
+    (void)sy::onnx::Model::load_bytes(build({"Swish"}, {}, {}, false), rt.cpu());
+    FAIL("loaded");
+  } catch (const sy::Error& e) {
+    CHECK(e.code() == sy::Errc::unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("activation Swish"));
+  }
+}
+
 TEST_CASE("onnx: Softmax and LogSoftmax before opset 13 take an empty batch", "[onnx]") {
   sy::Runtime rt({.devices = {"cpu:0", "reference:0"}});
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {

@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numbers>
 #include <numeric>
+#include <string_view>
 
 #include "onnx_internal.hpp"
 #include "switchyard/nn.hpp"
@@ -1590,16 +1593,73 @@ Tensor softsign(const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype()
 // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
 Tensor softplus(const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); }
 
-// The activations a recurrent op's `activations` may name: those without
-// alpha or beta (PyTorch exports RNN's nonlinearity='relu' as Relu).
-using RnnActivation = Tensor (*)(const Tensor&);
-RnnActivation rnn_activation(const std::string& name) {
-  if (name == "Tanh") return [](const Tensor& x) { return x.tanh(); };
-  if (name == "Sigmoid") return [](const Tensor& x) { return x.sigmoid(); };
-  if (name == "Relu") return [](const Tensor& x) { return x.relu(); };
-  if (name == "Softsign") return softsign;
-  if (name == "Softplus") return softplus;
+// The activations a recurrent op's `activations` may name (PyTorch exports
+// RNN's nonlinearity='relu' as Relu), case-insensitively as ONNX Runtime
+// reads them, with whether each takes an alpha and a beta from the node's
+// activation_alpha / activation_beta and its defaults when those lists run
+// out: its ONNX operator's, as the spec says (ONNX Runtime has 0 for the
+// three without an entry in its table: Affine, ThresholdedRelu and
+// ScaledTanh, which makes an Affine or a ScaledTanh without values 0).
+struct RnnActivationKind {
+  const char* name;
+  bool takes_alpha, takes_beta;
+  float alpha, beta;
+};
+constexpr std::array<RnnActivationKind, 11> rnn_activation_kinds{{{"tanh", false, false, 0, 0},
+                                                                  {"sigmoid", false, false, 0, 0},
+                                                                  {"relu", false, false, 0, 0},
+                                                                  {"softsign", false, false, 0, 0},
+                                                                  {"softplus", false, false, 0, 0},
+                                                                  {"affine", true, true, 1.0f, 0},
+                                                                  {"leakyrelu", true, false, 0.01f, 0},
+                                                                  {"thresholdedrelu", true, false, 1.0f, 0},
+                                                                  {"scaledtanh", true, true, 1.0f, 1.0f},
+                                                                  {"hardsigmoid", true, true, 0.2f, 0.5f},
+                                                                  {"elu", true, false, 1.0f, 0}}};
+
+const RnnActivationKind* rnn_activation_kind(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& k : rnn_activation_kinds)
+    if (name == k.name) return &k;
   return nullptr;
+}
+
+using RnnActivation = std::function<Tensor(const Tensor&)>;
+
+RnnActivation rnn_activation(const RnnActivationKind& kind, double alpha, double beta) {
+  const std::string_view name = kind.name;
+  auto times = [](const Tensor& x, double k) { return x.mul(scalar_for(x.dtype(), k)); };
+  if (name == "tanh") return [](const Tensor& x) { return x.tanh(); };
+  if (name == "sigmoid") return [](const Tensor& x) { return x.sigmoid(); };
+  if (name == "relu") return [](const Tensor& x) { return x.relu(); };
+  if (name == "softsign") return softsign;
+  if (name == "softplus") return softplus;
+  if (name == "affine") return [=](const Tensor& x) { return times(x, alpha).add(scalar_for(x.dtype(), beta)); };
+  if (name == "leakyrelu") return [=](const Tensor& x) { return where(x.lt(Scalar(0.0)), times(x, alpha), x); };
+  if (name == "thresholdedrelu")
+    return [=](const Tensor& x) { return where(x.gt(Scalar(alpha)), x, zeros_like_scalar(x)); };
+  if (name == "scaledtanh") return [=](const Tensor& x) { return times(times(x, beta).tanh(), alpha); };
+  if (name == "hardsigmoid")
+    return [=](const Tensor& x) { return times(x, alpha).add(scalar_for(x.dtype(), beta)).clamp(0, 1); };
+  return [=](const Tensor& x) { return where(x.lt(Scalar(0.0)), times(x.expm1(), alpha), x); };  // elu
+}
+
+// The node's activations in its list's order (both directions), each with
+// the alpha and beta it consumes from activation_alpha / activation_beta
+// in that order, as ONNX Runtime reads them; `names` as the node gives
+// them or the op's defaults per direction.
+std::vector<RnnActivation> rnn_activations(const std::vector<std::string>& names, const std::vector<float>& alphas,
+                                           const std::vector<float>& betas) {
+  std::vector<RnnActivation> out;
+  size_t next_alpha = 0, next_beta = 0;
+  for (const auto& name : names) {
+    const auto* kind = rnn_activation_kind(name);
+    double alpha = kind->alpha, beta = kind->beta;
+    if (kind->takes_alpha && next_alpha < alphas.size()) alpha = alphas[next_alpha++];
+    if (kind->takes_beta && next_beta < betas.size()) beta = betas[next_beta++];
+    out.push_back(rnn_activation(*kind, alpha, beta));
+  }
+  return out;
 }
 
 // f (gates), g (cell input) and h (cell output) as ONNX names them: RNN
@@ -1617,15 +1677,16 @@ std::string rnn_check(const ::onnx::NodeProto& n, int64_t) {
   const size_t directions = direction == "bidirectional" ? 2 : 1;
   for (const auto& a : n.attribute()) {
     if (a.name() == "clip" && !(a.f() > 0)) return "clip=" + std::to_string(a.f()) + " (a clip must be positive)";
-    if (a.name() == "activation_alpha" || a.name() == "activation_beta") return "attribute '" + a.name() + "'";
     if (a.name() == "activations") {
       const size_t want = rnn_default_activations(n.op_type()).size() * directions;
       if (static_cast<size_t>(a.strings_size()) != want)
         return "activations lists " + std::to_string(a.strings_size()) + " functions; direction '" + direction +
                "' takes " + std::to_string(want);
       for (const auto& name : a.strings())
-        if (rnn_activation(name) == nullptr)
-          return "activation " + name + " (Tanh, Sigmoid, Relu, Softsign and Softplus are supported)";
+        if (rnn_activation_kind(name) == nullptr)
+          return "activation " + name +
+                 " (Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign "
+                 "and Softplus are supported)";
     }
   }
   return "";
@@ -1639,15 +1700,25 @@ struct RnnState {
 RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t d, int64_t hidden, bool reverse) {
   const int64_t gates = op == "RNN" ? 1 : op == "GRU" ? 3 : 4;
   // This direction's f, g, h (the defaults where the node names none).
-  std::vector<std::string> names = rnn_default_activations(op);
+  const size_t per_direction = rnn_default_activations(op).size();
+  std::vector<std::string> names;
   if (auto a = ctx.attr("activations"); a && a->strings_size() > 0)
-    for (size_t k = 0; k < names.size(); ++k)
-      names[k] = a->strings(static_cast<int>(static_cast<size_t>(d) * names.size() + k));
+    names.assign(a->strings().begin(), a->strings().end());
+  else
+    for (int64_t k = 0; k <= d; ++k)
+      for (const auto& name : rnn_default_activations(op)) names.push_back(name);
+  auto floats = [&](const char* attr) {
+    std::vector<float> v;
+    if (auto a = ctx.attr(attr)) v.assign(a->floats().begin(), a->floats().end());
+    return v;
+  };
+  const auto acts = rnn_activations(names, floats("activation_alpha"), floats("activation_beta"));
+  const size_t first = static_cast<size_t>(d) * per_direction;
   // `clip` bounds every activation's input to [-clip, clip] (ONNX's cell
   // clipping; ONNX Runtime clips the cell state before h too).
-  const RnnActivation f_act = rnn_activation(names[0]);
-  const RnnActivation g_act = names.size() > 1 ? rnn_activation(names[1]) : nullptr;
-  const RnnActivation h_raw = names.size() > 2 ? rnn_activation(names[2]) : nullptr;
+  const RnnActivation f_act = acts[first];
+  const RnnActivation g_act = per_direction > 1 ? acts[first + 1] : nullptr;
+  const RnnActivation h_raw = per_direction > 2 ? acts[first + 2] : nullptr;
   const std::optional<double> clip = ctx.attr("clip") ? std::optional<double>(ctx.attr_f("clip", 0)) : std::nullopt;
   auto clipped = [clip](RnnActivation act) {
     return [act, clip](const Tensor& t) { return act(clip ? t.clamp(-*clip, *clip) : t); };
