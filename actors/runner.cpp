@@ -96,6 +96,10 @@ struct RunnerState {
   uint64_t max_records = 0;
   uint64_t max_staged_bytes = 0;
   uint64_t staged_bytes = 0;
+  // Reads, bridges and syncs waiting on a pending tensor or an import; as
+  // many as max_records may wait (a peer's reads of a tensor whose data it
+  // never sends would otherwise pile up for as long as it stays).
+  uint64_t waiting_requests = 0;
   std::unordered_map<TensorId, EarlyImport> early_imports;
   // Imports arriving in parts: the tensor's block, taken from the device at
   // the first part (counted by its memory limit; of a block never filled
@@ -215,6 +219,11 @@ caf::error staging_full(const RunnerState& st, const std::string& what, uint64_t
                                              std::to_string(st.staged_bytes) + " held)");
 }
 
+caf::error requests_full(const RunnerState& st, const std::string& what) {
+  return make_error(Errc::out_of_memory, st.name + ": " + what + ": " + std::to_string(st.waiting_requests) +
+                                             " requests already wait on tensors not ready yet, the device's limit");
+}
+
 bool staging_fits(const RunnerState& st, uint64_t bytes) {
   return st.max_staged_bytes == 0 || (bytes <= st.max_staged_bytes && st.staged_bytes <= st.max_staged_bytes - bytes);
 }
@@ -249,6 +258,7 @@ void settle(RunnerState& st, TensorId id, Entry& e) {
   }
   auto waiters = std::move(e.rare->waiters);
   e.rare->waiters.clear();
+  st.waiting_requests -= waiters.size();
   for (auto& w : waiters) w(e);
   if (auto* again = st.table.find(id)) erase_if_unused(st, id, *again);
 }
@@ -506,6 +516,7 @@ void complete_syncs(Self self) {
                 std::make_move_iterator(st.syncs.begin() + static_cast<ptrdiff_t>(ready)));
     st.syncs.erase(st.syncs.begin(), st.syncs.begin() + static_cast<ptrdiff_t>(ready));
   }
+  st.waiting_requests -= done.size();
   for (auto& sync : done) sync.done(err);
 }
 
@@ -650,7 +661,12 @@ void when_resolved(Self self, TensorId id, F f, const std::function<void(caf::er
     return;
   }
   if (it->state == Entry::State::pending) {
+    if (st.max_records != 0 && st.waiting_requests >= st.max_records) {
+      missing(requests_full(st, "a request for " + id_str(id)));
+      return;
+    }
     it->rare_part().waiters.emplace_back(std::move(f));
+    ++st.waiting_requests;
     return;
   }
   f(*it);
@@ -1246,7 +1262,10 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
         return rp;
       },
       [self](sync_atom) -> caf::result<done_atom> {
+        auto& st = self->state;
+        if (st.max_records != 0 && st.waiting_requests >= st.max_records) return requests_full(st, "sync");
         auto rp = self->make_response_promise<done_atom>();
+        ++st.waiting_requests;
         self->state.syncs.push_back({[rp](const caf::error& err) mutable {
                                        if (err)
                                          rp.deliver(err);
@@ -1259,6 +1278,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
       },
       [self](sync_atom, std::vector<OperationIr>& ops, LocalReply<done_atom>& reply) {
         take_in_request(self, ops);
+        ++self->state.waiting_requests;
         self->state.syncs.push_back({[deliver = std::move(reply.deliver)](const caf::error& err) {
                                        if (err)
                                          deliver(err);

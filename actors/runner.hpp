@@ -72,7 +72,8 @@ struct RunnerHooks {
   /// the limit an op's outputs or an import fail with out_of_memory; past
   /// it by a sixteenth (a peer that ignores those failures) ops and imports
   /// are refused without a record, so a read of what they would have made
-  /// fails with unknown_tensor.
+  /// fails with unknown_tensor. As many reads, bridges and syncs may wait
+  /// on tensors not ready yet; more fail with out_of_memory.
   uint64_t max_records = 0;
   /// Bytes of imports not yet joined into the device (parts received so
   /// far, imports that came before their expect): a part or import past it

@@ -828,6 +828,47 @@ TEST_CASE("parts that do not continue a tensor fail its import, and a leaving cl
   CHECK((dev.arange(0, 4) * 2.0).to_vector<float>() == std::vector<float>{0, 2, 4, 6});
 }
 
+TEST_CASE("reads and syncs waiting on a tensor whose data never comes are bounded", "[remote][hostile]") {
+  // A peer announces an upload, never sends it, and asks for it again and
+  // again: each read (and each sync, waiting for the upload) was kept for
+  // as long as the peer stayed.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-device-tensors=1000"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  {
+    RawPeer peer(w, false);
+    auto& self = peer.self;
+    auto runner = peer.runner();
+    const sy::TensorIr never{sy::TensorId{9001}, sy::Shape{{4}}, sy::DType::f32, sy::TensorStatus::not_init};
+    self->send(runner, sy::expect_atom::value, never);
+    for (int i = 0; i < 1000; ++i) self->send(runner, sy::read_atom::value, never.id);
+    sy::Errc read_code{}, sync_code{};
+    std::string message;
+    self->request(runner, 5s, sy::read_atom::value, never.id)
+        .receive([](sy::TensorData&) {},
+                 [&](caf::error& e) {
+                   read_code = sy::describe(e).code;
+                   message = sy::describe(e).message;
+                 });
+    self->request(runner, 5s, sy::sync_atom::value)
+        .receive([](sy::done_atom) {}, [&](caf::error& e) { sync_code = sy::describe(e).code; });
+    INFO(message);
+    CHECK(read_code == sy::Errc::out_of_memory);
+    CHECK_THAT(message, Catch::Contains("1000 requests already wait"));
+    CHECK(sync_code == sy::Errc::out_of_memory);
+    // Other clients' work goes on meanwhile.
+    CHECK((dev.arange(0, 4) * 2.0).to_vector<float>() == std::vector<float>{0, 2, 4, 6});
+  }
+  // The peer went: its waiting reads failed with it, and there is room again.
+  for (int i = 0; i < 100; ++i) {
+    if (dev.stats().get().live_handles < 10) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK((dev.ones({3}) + 1.0).to_vector<float>() == std::vector<float>{2, 2, 2});
+  CHECK(dev.sync().wait_for(5s));
+}
+
 TEST_CASE("a non-loopback address without TLS is refused", "[remote]") {
   CHECK_THROWS_WITH(WorkerProcess({"--host=0.0.0.0"}), Catch::Contains("did not report its address"));
 }
