@@ -602,6 +602,52 @@ TEST_CASE("native f32 GEMM propagates NaN and Inf as IEEE says, 0 times Inf incl
   CHECK(std::isinf(native[25 + 6]));   // channel 1 at (1, 1): Inf times tap (2, 2), which is not zero
 }
 
+TEST_CASE("one-row products on OpenBLAS (its gemv) match the reference, NaN and Inf included", "[cpu][f32_gemm]") {
+  // A batch-1 linear or matmul goes to OpenBLAS's gemv off the native
+  // kernel (other CPUs, SWITCHYARD_CPU_F32_GEMM=0): every transpose, with a
+  // bias, at sizes around gemv's blocking, and a zero operand still
+  // multiplied (0 * Inf = NaN).
+  Draw r{11};
+  const float inf = std::numeric_limits<float>::infinity();
+  for (auto [n, k] : {std::array<int64_t, 2>{1, 1}, {3, 5}, {17, 33}, {128, 64}, {1000, 512}, {257, 1031}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (bool bias : {false, true}) {
+          Case c = matmul_case(r, ta ? Shape{k, 1} : Shape{1, k}, tb ? Shape{n, k} : Shape{k, n}, ta, tb,
+                               bias ? std::optional<Shape>(Shape{n}) : std::nullopt);
+          INFO(c.what);
+          const auto blas = run_openblas(c);
+          const auto magnitude = run(*backends().reference, c, [](float x) { return std::fabs(x); });
+          const auto diff = differences(blas, run(*backends().reference, c), magnitude, k, "OpenBLAS vs reference");
+          CHECK(diff.empty());
+        }
+      }
+    }
+  }
+  for (bool tb : {false, true}) {
+    const int64_t n = 9, k = 7;
+    Case c = matmul_case(r, Shape{1, k}, tb ? Shape{n, k} : Shape{k, n}, false, tb);
+    auto& a = c.inputs[0];
+    auto& b = c.inputs[1];
+    std::fill(a.begin(), a.end(), 0.0f);
+    std::fill(b.begin(), b.end(), 1.0f);
+    a[2] = inf;                                                 // Inf times B's row 2 ...
+    b[static_cast<size_t>(tb ? 4 * k + 2 : 2 * n + 4)] = 0.0f;  // ... 0 in column 4: NaN there
+    b[static_cast<size_t>(tb ? 6 * k + 5 : 5 * n + 6)] = inf;   // a zero times Inf in column 6: NaN
+    INFO(c.what);
+    const auto blas = run_openblas(c);
+    const auto reference = run(*backends().reference, c);
+    for (size_t i = 0; i < blas.size(); ++i) {
+      INFO("element " << i << ": OpenBLAS " << blas[i] << ", reference " << reference[i]);
+      CHECK(std::isnan(blas[i]) == std::isnan(reference[i]));
+      if (!std::isnan(reference[i])) CHECK(blas[i] == reference[i]);
+    }
+    CHECK(std::isnan(blas[4]));
+    CHECK(std::isnan(blas[6]));
+    CHECK(std::isinf(blas[0]));
+  }
+}
+
 TEST_CASE("native f32 GEMM conv multiplies zero padding like the OpenBLAS path", "[cpu][f32_gemm]") {
   if (skip_without_avx512f()) return;
   // An Inf weight over the zero padding: both cpu paths multiply the

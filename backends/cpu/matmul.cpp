@@ -149,12 +149,31 @@ Expected<Bytes> matmul(Context& ctx, MatmulOp& op, const Inputs& in) {
         const auto lda = static_cast<blasint>(op.transpose_lhs ? d.m : d.k);
         const auto ldb = static_cast<blasint>(op.transpose_rhs ? d.k : d.n);
         const auto m = static_cast<blasint>(d.m), n = static_cast<blasint>(d.n), k = static_cast<blasint>(d.k);
-        if constexpr (std::is_same_v<T, float>)
-          cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
-        else if constexpr (std::is_same_v<T, double>)
-          cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
-        else
+        // One row (a linear at batch 1): a matrix-vector product. OpenBLAS's
+        // gemm packs the whole right operand on every call (the MLP's three
+        // batch-1 linears: ~89k instructions a call in sgemm's copy and kernel);
+        // its gemv reads it once. The lhs row is contiguous either way (as
+        // [1, k], or transposed as [k, 1]). y is zeroed first: gemv's beta of 0
+        // need not clear a NaN left in fresh memory.
+        const auto gemv_rows = op.transpose_rhs ? n : k, gemv_cols = op.transpose_rhs ? k : n;
+        const auto gemv_trans = op.transpose_rhs ? CblasNoTrans : CblasTrans;
+        if constexpr (std::is_same_v<T, float>) {
+          if (m == 1) {
+            std::fill(pc, pc + n, 0.0f);
+            cblas_sgemv(CblasRowMajor, gemv_trans, gemv_rows, gemv_cols, 1.0f, pb, ldb, pa, 1, 0.0f, pc, 1);
+          } else {
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
+          }
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (m == 1) {
+            std::fill(pc, pc + n, 0.0);
+            cblas_dgemv(CblasRowMajor, gemv_trans, gemv_rows, gemv_cols, 1.0, pb, ldb, pa, 1, 0.0, pc, 1);
+          } else {
+            cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
+          }
+        } else {
           int_gemm(op.transpose_lhs, op.transpose_rhs, d.m, d.n, d.k, pa, pb, pc);
+        }
       };
       bool native = false, bias_added = false;
       if constexpr (std::is_same_v<T, float>) {
