@@ -857,17 +857,6 @@ void import_part(Self self, DataPart part) {
     if (const uint64_t want = static_cast<uint64_t>(p.shape.numel()) * size_of(p.dtype); p.total != want)
       return fail("announces " + std::to_string(p.total) + " bytes for " + p.shape.to_string() + " " +
                   std::string(name_of(p.dtype)) + ", which holds " + std::to_string(want));
-    // The tensor's block at its first part, from the device: its memory
-    // limit (DeviceOptions::memory_limit) counts an upload in transit as
-    // it counts what ops make, and refuses one announced past it at once.
-    // Parts are copied in as they come, so the tensor is whole at its last
-    // part with no join; of a block announced and never filled only the
-    // pages written are resident.
-    try {
-      p.block = st.backend->host_block(p.total);
-    } catch (...) {
-      return fail_with(on_device(st, to_caf(current_exception_error("import of " + id_str(id)))));
-    }
   } else if (part.total != p.total || part.dtype != p.dtype || part.shape != p.shape) {
     return fail("a part names another shape, dtype or size than the first");
   }
@@ -878,6 +867,19 @@ void import_part(Self self, DataPart part) {
   if (part.bytes.empty() && p.total > 0) return fail("an empty part");
   if (!staging_fits(st, part.bytes.size()))
     return fail_with(staging_full(st, "import of " + id_str(id) + " in parts", part.bytes.size()));
+  if (fresh) {
+    // The tensor's block at its first part (checked above to start it),
+    // from the device: its memory limit (DeviceOptions::memory_limit)
+    // counts an upload in transit as it counts what ops make, and refuses
+    // one announced past it at once. Parts are copied in as they come, so
+    // the tensor is whole at its last part with no join; of a block
+    // announced and never filled only the pages written are resident.
+    try {
+      p.block = st.backend->host_block(p.total);
+    } catch (...) {
+      return fail_with(on_device(st, to_caf(current_exception_error("import of " + id_str(id)))));
+    }
+  }
   if (!part.bytes.empty()) std::memcpy(p.block.mutable_data() + p.received, part.bytes.data(), part.bytes.size());
   p.received += part.bytes.size();
   st.staged_bytes += part.bytes.size();
@@ -885,11 +887,6 @@ void import_part(Self self, DataPart part) {
   auto whole = std::move(p);
   st.staged_bytes -= whole.received;
   st.partial_imports.erase(it);
-  if (!is_valid(whole.dtype)) {
-    import(self, id, make_error(Errc::protocol_error, st.name + ": import of " + id_str(id) + ": unknown dtype"),
-           whole.bridge);
-    return;
-  }
   TensorData data;
   data.shape = std::move(whole.shape);
   data.dtype = whole.dtype;
