@@ -1720,7 +1720,7 @@ RnnState rnn_direction(Ctx& ctx, const std::string& op, const Tensor& x, int64_t
   const RnnActivation g_act = per_direction > 1 ? acts[first + 1] : nullptr;
   const RnnActivation h_raw = per_direction > 2 ? acts[first + 2] : nullptr;
   const std::optional<double> clip = ctx.attr("clip") ? std::optional<double>(ctx.attr_f("clip", 0)) : std::nullopt;
-  auto clipped = [clip](RnnActivation act) {
+  auto clipped = [clip](const RnnActivation& act) {
     return [act, clip](const Tensor& t) { return act(clip ? t.clamp(-*clip, *clip) : t); };
   };
   const auto f = clipped(f_act);
