@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <netinet/in.h>
 #include <random>
@@ -144,6 +145,35 @@ long rss_kib(pid_t pid) {
   while (std::getline(in, line))
     if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
   return 0;
+}
+
+/// Reads every tensor: how many succeeded, and per error kind how many
+/// failed with it and the last message it came with.
+struct ReadOutcomes {
+  int ok = 0;
+  std::map<sy::Errc, std::pair<int, std::string>> failed;
+  [[nodiscard]] int count(sy::Errc code) const {
+    auto it = failed.find(code);
+    return it == failed.end() ? 0 : it->second.first;
+  }
+  [[nodiscard]] std::string message(sy::Errc code) const {
+    auto it = failed.find(code);
+    return it == failed.end() ? std::string() : it->second.second;
+  }
+};
+ReadOutcomes read_each(const std::vector<sy::Tensor>& tensors) {
+  ReadOutcomes r;
+  for (const auto& t : tensors) {
+    try {
+      (void)t.to_vector<float>();
+      ++r.ok;
+    } catch (const sy::Error& e) {
+      auto& [n, last] = r.failed[e.code()];
+      ++n;
+      last = e.what();
+    }
+  }
+  return r;
 }
 
 /// CPU time `pid` used so far (user + system), in seconds.
@@ -345,26 +375,13 @@ TEST_CASE("a worker bounds how many tensors clients hold: small ones, views and 
   std::vector<sy::Tensor> held;
   for (int i = 0; i < 1300; ++i) held.push_back(i % 2 == 0 ? dev.full({1}, 1.0) : base.reshape({1, 1}));
   (void)dev.sync().get();
-  int ok = 0, out_of_memory = 0, unknown = 0, other = 0;
-  std::string oom_message, unknown_message;
-  for (auto& t : held) {
-    try {
-      (void)t.to_vector<float>();
-      ++ok;
-    } catch (const sy::Error& e) {
-      if (e.code() == sy::Errc::out_of_memory) {
-        ++out_of_memory;
-        oom_message = e.what();
-      } else if (e.code() == sy::Errc::unknown_tensor) {
-        ++unknown;
-        unknown_message = e.what();
-      } else {
-        ++other;
-      }
-    }
-  }
+  const auto reads = read_each(held);
+  const int ok = reads.ok, out_of_memory = reads.count(sy::Errc::out_of_memory),
+            unknown = reads.count(sy::Errc::unknown_tensor);
+  const int other = static_cast<int>(held.size()) - ok - out_of_memory - unknown;
+  const std::string oom_message = reads.message(sy::Errc::out_of_memory);
   INFO("ok " << ok << ", out_of_memory " << out_of_memory << ", unknown " << unknown << ": " << oom_message << " / "
-             << unknown_message);
+             << reads.message(sy::Errc::unknown_tensor));
   // Up to the limit they are made, for a sixteenth more they fail saying
   // why, past that they are refused without a record.
   CHECK(ok >= 990);
@@ -387,17 +404,9 @@ TEST_CASE("a worker's --max-device-bytes counts tensors under 4 KiB", "[remote][
   auto dev = rt.device(w.address() + "/cpu:0");
   std::vector<sy::Tensor> held;
   for (int i = 0; i < 1100; ++i) held.push_back(dev.full({1}, 1.0));  // 64 bytes each, as counted
-  int ok = 0, out_of_memory = 0;
-  std::string message;
-  for (auto& t : held) {
-    try {
-      (void)t.to_vector<float>();
-      ++ok;
-    } catch (const sy::Error& e) {
-      if (e.code() == sy::Errc::out_of_memory) ++out_of_memory;
-      message = e.what();
-    }
-  }
+  const auto reads = read_each(held);
+  const int ok = reads.ok, out_of_memory = reads.count(sy::Errc::out_of_memory);
+  const std::string message = reads.message(sy::Errc::out_of_memory);
   INFO(message);
   CHECK(ok <= 1024);
   CHECK(ok >= 1000);
