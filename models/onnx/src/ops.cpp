@@ -1593,6 +1593,19 @@ Tensor softsign(const Tensor& x) { return x.div(x.abs().add(scalar_for(x.dtype()
 // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
 Tensor softplus(const Tensor& x) { return x.relu().add(x.abs().neg().exp().log1p()); }
 
+// The activations with an alpha (and beta), for the ops of those names and
+// for a recurrent op's `activations` alike.
+Tensor leaky_relu(const Tensor& x, double alpha) {
+  return where(x.lt(Scalar(0.0)), x.mul(scalar_for(x.dtype(), alpha)), x);
+}
+Tensor elu(const Tensor& x, double alpha) {
+  return where(x.lt(Scalar(0.0)), x.expm1().mul(scalar_for(x.dtype(), alpha)), x);
+}
+Tensor thresholded_relu(const Tensor& x, double alpha) { return where(x.gt(Scalar(alpha)), x, zeros_like_scalar(x)); }
+Tensor hard_sigmoid(const Tensor& x, double alpha, double beta) {
+  return x.mul(scalar_for(x.dtype(), alpha)).add(scalar_for(x.dtype(), beta)).clamp(0, 1);
+}
+
 // The activations a recurrent op's `activations` may name (PyTorch exports
 // RNN's nonlinearity='relu' as Relu), case-insensitively as ONNX Runtime
 // reads them, with whether each takes an alpha and a beta from the node's
@@ -1635,13 +1648,11 @@ RnnActivation rnn_activation(const RnnActivationKind& kind, double alpha, double
   if (name == "softsign") return softsign;
   if (name == "softplus") return softplus;
   if (name == "affine") return [=](const Tensor& x) { return times(x, alpha).add(scalar_for(x.dtype(), beta)); };
-  if (name == "leakyrelu") return [=](const Tensor& x) { return where(x.lt(Scalar(0.0)), times(x, alpha), x); };
-  if (name == "thresholdedrelu")
-    return [=](const Tensor& x) { return where(x.gt(Scalar(alpha)), x, zeros_like_scalar(x)); };
+  if (name == "leakyrelu") return [=](const Tensor& x) { return leaky_relu(x, alpha); };
+  if (name == "thresholdedrelu") return [=](const Tensor& x) { return thresholded_relu(x, alpha); };
   if (name == "scaledtanh") return [=](const Tensor& x) { return times(times(x, beta).tanh(), alpha); };
-  if (name == "hardsigmoid")
-    return [=](const Tensor& x) { return times(x, alpha).add(scalar_for(x.dtype(), beta)).clamp(0, 1); };
-  return [=](const Tensor& x) { return where(x.lt(Scalar(0.0)), times(x.expm1(), alpha), x); };  // elu
+  if (name == "hardsigmoid") return [=](const Tensor& x) { return hard_sigmoid(x, alpha, beta); };
+  return [=](const Tensor& x) { return elu(x, alpha); };
 }
 
 // The node's activations in its list's order (both directions), each with
@@ -3358,16 +3369,9 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
   t["Softsign"] = composed([](Ctx&, const Tensor& x) { return softsign(x); });
   t["Softplus"] = composed([](Ctx&, const Tensor& x) { return softplus(x); });
   t["Mish"] = composed([](Ctx&, const Tensor& x) { return x.mul(softplus(x).tanh()); });
-  t["LeakyRelu"] = composed(
-      [](Ctx& ctx, const Tensor& x) {
-        return where(x.lt(Scalar(0.0)), x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.01f))), x);
-      },
-      {"alpha"});
-  t["Elu"] = composed(
-      [](Ctx& ctx, const Tensor& x) {
-        return where(x.lt(Scalar(0.0)), x.expm1().mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 1.0f))), x);
-      },
-      {"alpha"});
+  t["LeakyRelu"] =
+      composed([](Ctx& ctx, const Tensor& x) { return leaky_relu(x, ctx.attr_f("alpha", 0.01f)); }, {"alpha"});
+  t["Elu"] = composed([](Ctx& ctx, const Tensor& x) { return elu(x, ctx.attr_f("alpha", 1.0f)); }, {"alpha"});
   t["Selu"] = composed(
       [](Ctx& ctx, const Tensor& x) {
         const double alpha = ctx.attr_f("alpha", 1.67326319217681884765625f);
@@ -3383,17 +3387,10 @@ std::map<std::string, OpSpec, std::less<>> build_table() {
         return x.relu().add(neg);
       },
       {"alpha"});
-  t["ThresholdedRelu"] = composed(
-      [](Ctx& ctx, const Tensor& x) {
-        return where(x.gt(Scalar(static_cast<double>(ctx.attr_f("alpha", 1.0f)))), x, zeros_like_scalar(x));
-      },
-      {"alpha"});
+  t["ThresholdedRelu"] =
+      composed([](Ctx& ctx, const Tensor& x) { return thresholded_relu(x, ctx.attr_f("alpha", 1.0f)); }, {"alpha"});
   t["HardSigmoid"] = composed(
-      [](Ctx& ctx, const Tensor& x) {
-        return x.mul(scalar_for(x.dtype(), ctx.attr_f("alpha", 0.2f)))
-            .add(scalar_for(x.dtype(), ctx.attr_f("beta", 0.5f)))
-            .clamp(0, 1);
-      },
+      [](Ctx& ctx, const Tensor& x) { return hard_sigmoid(x, ctx.attr_f("alpha", 0.2f), ctx.attr_f("beta", 0.5f)); },
       {"alpha", "beta"});
   t["HardSwish"] = composed([](Ctx&, const Tensor& x) {
     return x.mul(x.mul(scalar_for(x.dtype(), 1.0 / 6)).add(scalar_for(x.dtype(), 0.5)).clamp(0, 1));
