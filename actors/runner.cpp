@@ -756,17 +756,6 @@ void import(Self self, TensorId id, caf::expected<TensorData> data, bool bridged
     } else if (!staging_fits(st, bytes)) {
       data = staging_full(st, "import of " + id_str(id), bytes);
       bytes = 0;
-    } else if (bytes > 0) {
-      // Held in the device's memory, counted by its limit as uploads in
-      // parts are (the decoder's block is not).
-      try {
-        Bytes counted = st.backend->host_block(bytes);
-        std::memcpy(counted.mutable_data(), data->bytes.data(), bytes);
-        data->bytes = std::move(counted);
-      } catch (...) {
-        data = on_device(st, to_caf(current_exception_error("import of " + id_str(id))));
-        bytes = 0;
-      }
     }
     st.early_imports.try_emplace(id, RunnerState::EarlyImport{std::move(data), owner, bridged, bytes});
     st.staged_bytes += bytes;
@@ -1325,7 +1314,28 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
           import(self, ir.id, std::move(data), bridged);
         }
       },
-      [self](import_atom, TensorId id, TensorData& data) { import(self, id, std::move(data)); },
+      [self](import_atom, TensorId id, TensorData& data) {
+        // From another node, the bytes are the decoder's: into the
+        // device's memory, so its limit counts them as it counts uploads
+        // in parts and ops' outputs (a peer's whole imports of up to a
+        // message each were held uncounted). A bridge from this process
+        // already lies in its device's memory.
+        auto sender = sender_node(self);
+        if (!sender || sender == self->node() || data.bytes.empty()) {
+          import(self, id, std::move(data));
+          return;
+        }
+        auto& st = self->state;
+        try {
+          Bytes counted = st.backend->host_block(data.bytes.size());
+          std::memcpy(counted.mutable_data(), data.bytes.data(), data.bytes.size());
+          data.bytes = std::move(counted);
+        } catch (...) {
+          import(self, id, on_device(st, to_caf(current_exception_error("import of " + id_str(id)))));
+          return;
+        }
+        import(self, id, std::move(data));
+      },
       [self](import_atom, TensorId id, caf::error& err) { import(self, id, std::move(err)); },
       [self](import_atom, DataPart& part) -> done_atom {
         import_part(self, std::move(part));

@@ -869,6 +869,55 @@ TEST_CASE("reads and syncs waiting on a tensor whose data never comes are bounde
   CHECK(dev.sync().wait_for(5s));
 }
 
+TEST_CASE("a peer's whole imports count against the worker's device bytes", "[remote][hostile]") {
+  // An import sent in one message (not in parts) was held in the decoder's
+  // block, outside --max-device-bytes: a peer could announce tensors and
+  // send each whole, up to a message apiece.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-device-bytes=67108864"});
+  sy::Runtime rt(local_cpu());
+  rt.connect(w.host(), w.port());
+  auto dev = rt.device(w.address() + "/cpu:0");
+  {
+    RawPeer peer(w, false);
+    auto& self = peer.self;
+    auto runner = peer.runner();
+    const sy::Shape shape{{int64_t{6} << 20}};  // 24 MiB each, pooled at 32 MiB
+    auto read_code = [&](uint64_t id) {
+      sy::Errc code{};
+      std::string message;
+      self->request(runner, 30s, sy::read_atom::value, sy::TensorId{id})
+          .receive([](sy::TensorData&) {},
+                   [&](caf::error& e) {
+                     code = sy::describe(e).code;
+                     message = sy::describe(e).message;
+                   });
+      return std::make_pair(code, message);
+    };
+    for (uint64_t id : {9101, 9102, 9103}) {
+      self->send(runner, sy::expect_atom::value,
+                 sy::TensorIr{sy::TensorId{id}, shape, sy::DType::f32, sy::TensorStatus::not_init});
+      self->send(runner, sy::import_atom::value, sy::TensorId{id},
+                 sy::TensorData::from(std::vector<float>(size_t{6} << 20, 1.0f), shape));
+    }
+    CHECK(read_code(9101).first == sy::Errc{});
+    CHECK(read_code(9102).first == sy::Errc{});
+    const auto [code, message] = read_code(9103);
+    INFO(message);
+    CHECK(code == sy::Errc::out_of_memory);
+    CHECK_THAT(message, Catch::Contains("memory limit of 64.0 MiB"));
+  }
+  // The peer went with its tensors: the device has room again.
+  bool room = false;
+  for (int i = 0; i < 100 && !room; ++i) {
+    try {
+      room = dev.full({int64_t{12} << 20}, 1.0).to_vector<float>().size() == size_t{12} << 20;
+    } catch (const sy::Error&) {
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  CHECK(room);
+}
+
 TEST_CASE("a non-loopback address without TLS is refused", "[remote]") {
   CHECK_THROWS_WITH(WorkerProcess({"--host=0.0.0.0"}), Catch::Contains("did not report its address"));
 }
