@@ -98,6 +98,13 @@ LogLevel library_level(spdlog::level::level_enum level) {
   }
 }
 
+/// One line on stderr in one write: stderr is unbuffered, and a line sent
+/// piece by piece can reach a reader (a supervisor, a test) split in two.
+void report_error(const std::string& message) {
+  const std::string line = "switchyard-worker: " + message + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+}
+
 spdlog::level::level_enum spdlog_level(LogLevel level) {
   switch (level) {
     case LogLevel::trace:
@@ -301,8 +308,8 @@ class TeardownWatchdog {
     thread_ = std::thread([this, limit, rc] {
       std::unique_lock lock(mutex_);
       if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
-      std::cerr << "switchyard-worker: CAF teardown still waiting after " << limit.count()
-                << " ms (a detached actor thread in await_detached_threads); exiting without it\n";
+      report_error("CAF teardown still waiting after " + std::to_string(limit.count()) +
+                   " ms (a detached actor thread in await_detached_threads); exiting without it");
       // Also on the status stream, where scripts and tests read the stop.
       std::cout << "teardown cut short after " << limit.count() << " ms" << std::endl;
       std::cout.flush();
@@ -334,7 +341,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
         const std::string& bind_address) {
   auto backends = make_backends(cfg);
   if (!backends) {
-    std::cerr << "switchyard-worker: " << describe(backends.error()).message << "\n";
+    report_error(describe(backends.error()).message);
     return 2;
   }
   worker::GuardLimits limits;
@@ -389,7 +396,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
         entry_lane = {lane, lane->listen(bind_address, cfg.bulk_port, std::move(lane_devices))};
         spdlog::info("bulk lane listening on {}:{}", bind_address, entry_lane.port);
       } catch (const std::exception& e) {
-        std::cerr << "switchyard-worker: " << e.what() << "\n";
+        report_error(e.what());
         for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
         return 1;
       }
@@ -412,8 +419,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
                   caf::actor_cast<caf::strong_actor_ptr>(entry), std::set<std::string>{}, bind_address, true)
         .receive([&](uint16_t p) { port = p; }, [&](caf::error& e) { port = std::move(e); });
     if (!port) {
-      std::cerr << "switchyard-worker: cannot listen on " << cfg.host << ":" << cfg.port << ": "
-                << sys.render(port.error()) << "\n";
+      report_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " + sys.render(port.error()));
       rc = 1;
     } else {
       std::string names;
@@ -502,14 +508,14 @@ int main(int argc, char** argv) {
     std::string missing;
     for (const auto& [option, value] : {std::pair{"--cert", &cfg.cert}, {"--key", &cfg.key}, {"--ca", &cfg.ca}})
       if (value->empty()) missing += std::string(missing.empty() ? "" : ", ") + option;
-    std::cerr << "switchyard-worker: TLS needs --cert, --key and --ca together (missing: " << missing << ")\n";
+    report_error("TLS needs --cert, --key and --ca together (missing: " + missing + ")");
     return 2;
   }
   if (tls) {
     // Checked now, not on the first connection: a worker that says it
     // listens with TLS must be able to.
     if (auto err = worker::check_tls_files(cfg.cert, cfg.key, cfg.ca); !err.empty()) {
-      std::cerr << "switchyard-worker: " << err << "\n";
+      report_error(err);
       return 2;
     }
   }
@@ -519,14 +525,14 @@ int main(int argc, char** argv) {
   // then binds that numeric address, so DNS cannot change it in between.
   auto resolved = worker::resolve_listen_host(cfg.host);
   if (!resolved.error.empty()) {
-    std::cerr << "switchyard-worker: --host: " << resolved.error << "\n";
+    report_error("--host: " + resolved.error);
     return 2;
   }
   if (!tls && !cfg.insecure_listen_any) {
     for (const auto& a : resolved.addresses) {
       if (!worker::is_loopback_address(a)) {
-        std::cerr << "switchyard-worker: refusing to listen on " << cfg.host << " (" << a
-                  << ", not a loopback address) without TLS: give --cert/--key/--ca, or --insecure-listen-any\n";
+        report_error("refusing to listen on " + cfg.host + " (" + a +
+                     ", not a loopback address) without TLS: give --cert/--key/--ca, or --insecure-listen-any");
         return 2;
       }
     }

@@ -214,12 +214,7 @@ bool legit_session(const WorkerProcess& w, std::string* error = nullptr,
 std::pair<int, std::string> run_worker_to_exit(const std::string& args) {
   std::string cmd = std::string(SWITCHYARD_WORKER_PATH) + " " + args + " 2>&1";
   ChildProcess p({"/bin/sh", "-c", "exec " + cmd});
-  std::string out;
-  for (int i = 0; i < 50; ++i) {
-    auto line = p.read_line(200ms);
-    if (!line.empty()) out += line + "\n";
-    if (out.find("listening on") != std::string::npos) break;
-  }
+  std::string out = p.read_until_exit(20s, "listening on");
   int status = p.stop(SIGTERM);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }

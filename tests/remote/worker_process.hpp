@@ -71,6 +71,27 @@ class ChildProcess {
     return status;
   }
 
+  /// What the child writes until it closes its stdout (it exits), a whole
+  /// line containing `stop_at` arrives, or `limit` passes. Read as bytes,
+  /// not lines: a line written in pieces arrives whole.
+  std::string read_until_exit(std::chrono::milliseconds limit, const std::string& stop_at = {}) {
+    std::string out;
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(out_, buffer, sizeof buffer);
+      if (n <= 0) break;
+      out.append(buffer, static_cast<size_t>(n));
+      if (!stop_at.empty()) {
+        const auto at = out.find(stop_at);
+        if (at != std::string::npos && out.find('\n', at) != std::string::npos) break;
+      }
+    }
+    return out;
+  }
+
   /// The next line of the child's stdout, or what arrived of it by `limit`.
   std::string read_line(std::chrono::milliseconds limit) {
     std::string line;
