@@ -752,8 +752,7 @@ TEST_CASE("SIGTERM stops a worker with busy clients within 5 s every time", "[re
     worst = std::max(worst, took);
     // What it printed while stopping; a teardown its watchdog had to cut
     // short (CAF still holding a runner) is not a clean stop either.
-    std::string said;
-    for (auto line = w.read_line(200ms); !line.empty(); line = w.read_line(200ms)) said += line + "\n";
+    const std::string said = w.read_until_exit(2s);
     const bool cut_short = said.find("teardown cut short") != std::string::npos;
     if (cut_short) std::printf("figure: SIGTERM run %d: %s", i, said.c_str());
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && took < 5.0 && !cut_short)
