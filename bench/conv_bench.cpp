@@ -31,6 +31,8 @@ struct Workload {
   /// relu(conv(x) + x) as a ResNet basic block ends (the input as the
   /// residual, so input and output shapes agree); else the conv alone.
   bool residual_relu = false;
+  /// A max pool of the weight's last two extents (no weight) instead.
+  bool max_pool = false;
 };
 
 // Mirrored in bench/conv_compare.
@@ -51,6 +53,8 @@ const Workload workloads[] = {
     {"conv7x7_s2_3to64_224_b1", {1, 3, 224, 224}, {64, 3, 7, 7}, 3, 1, 2},
     // the end of ResNet-18's first basic block: relu(conv(x) + x)
     {"conv3x3_add_relu_64ch_56_b1", {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, true},
+    // ResNet's max pool after the stem: 3x3 stride 2 over 64 planes of 112x112
+    {"maxpool3x3_s2_64ch_112_b1", {1, 64, 112, 112}, {1, 1, 3, 3}, 1, 1, 2, false, true},
 };
 
 }  // namespace
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
     auto k = dev.uniform(w.weight, -1, 1);
     auto b = dev.uniform({w.weight.dims[0]}, -1, 1);
     const auto call = [&] {
+      if (w.max_pool) return sy::nn::max_pool2d(x, {w.weight.dims[2], w.weight.dims[3]}, {w.stride}, {w.padding});
       if (w.residual_relu) return (sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups) + x).relu();
       return sy::nn::conv2d(x, k, b, w.stride, w.padding, 1, w.groups);
     };

@@ -60,124 +60,126 @@ T nan_max(T best, T v) {
 // inline AVX-512 code into baseline code.
 #define SY_POOL_ENTRY SY_POOL_TARGET __attribute__((noinline))
 
-/// nan_max on 16 lanes: v where v > best or v is NaN, else best.
+/// nan_max on 16 lanes: v where v > best or v is NaN, else best. vmaxps
+/// returns its second operand on ties and when either is NaN, so best stays
+/// on equal values and when it is the NaN; a NaN v's lanes keep v.
 SY_POOL_TARGET inline __m512 nan_max16(__m512 best, __m512 v) {
-  const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_mov_ps(best, take, v);
+  return _mm512_mask_max_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v, best);
 }
 
-/// m[c] = nan_max(m[c], row[c]) for c < n, 16 at a time.
-SY_POOL_ENTRY void max_into_avx512(float* m, const float* row, int64_t n) {
-  for (int64_t c = 0; c < n; c += 16) {
-    const __mmask16 k = n - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - c)) - 1u);
-    _mm512_mask_storeu_ps(m + c, k, nan_max16(_mm512_maskz_loadu_ps(k, m + c), _mm512_maskz_loadu_ps(k, row + c)));
-  }
+SY_POOL_TARGET inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u);
 }
 
-/// The column pass for outputs [ox, end) whose windows lie inside the row
-/// (column ox * stride - pad onwards, `kernel` wide), stride 1 or 2, 16
-/// outputs at a time, each window folded in the scalar loop's order;
-/// returns the first output it left to that loop. A stride-2 window's
-/// columns come from two loads and a permute, the second load masked to
-/// the columns a window reads.
-SY_POOL_ENTRY int64_t window_max_avx512(const float* m, int64_t stride, int64_t pad, int64_t kernel, int64_t ox,
-                                        int64_t end, float* out) {
+SY_POOL_TARGET inline void column_max_block(float* m, const float* const* rows, int64_t count, int64_t c, __mmask16 k) {
+  __m512 best = _mm512_maskz_loadu_ps(k, rows[0] + c);
+  for (int64_t r = 1; r < count; ++r) best = nan_max16(best, _mm512_maskz_loadu_ps(k, rows[r] + c));
+  _mm512_mask_storeu_ps(m + c, k, best);
+}
+
+/// m[c] = the nan_max of rows[0][c], rows[1][c], ... in that order, c < n.
+SY_POOL_ENTRY void column_max_avx512(float* m, const float* const* rows, int64_t count, int64_t n) {
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) column_max_block(m, rows, count, c, 0xffff);
+  if (c < n) column_max_block(m, rows, count, c, first_lanes(n - c));
+}
+
+/// out[ox] for ox < out_w, 16 at a time: the nan_max of m[ox * stride + j]
+/// for j < kernel in that order (stride 1 or 2). m holds -inf past the
+/// row wherever a vector of outputs reads (max_pool_rows sizes it).
+/// Stride 2 takes a window's columns from two loads and two permutes
+/// (even and odd columns), and its third column from the even ones
+/// shifted by a lane.
+SY_POOL_ENTRY void window_max_avx512(const float* m, int64_t stride, int64_t kernel, int64_t out_w, float* out) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  for (; ox + 16 <= end; ox += 16) {
-    const float* base = m + ox * stride - pad;
-    __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t j = 0; j < kernel; ++j) {
-      const __m512 v = stride == 1 ? _mm512_loadu_ps(base + j)
-                                   : _mm512_permutex2var_ps(_mm512_loadu_ps(base + j), even,
-                                                            _mm512_maskz_loadu_ps(0x7fff, base + j + 16));
-      best = nan_max16(best, v);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t ox = 0; ox < out_w; ox += 16) {
+    const float* base = m + ox * stride;
+    __m512 best;
+    if (stride == 1) {
+      best = _mm512_loadu_ps(base);
+      for (int64_t j = 1; j < kernel; ++j) best = nan_max16(best, _mm512_loadu_ps(base + j));
+    } else {
+      const __m512 lo = _mm512_loadu_ps(base), hi = _mm512_loadu_ps(base + 16);
+      const __m512 evens = _mm512_permutex2var_ps(lo, even, hi);
+      best = evens;
+      if (kernel > 1) best = nan_max16(best, _mm512_permutex2var_ps(lo, odd, hi));
+      if (kernel > 2) {
+        const __m512i next = _mm512_castps_si512(_mm512_loadu_ps(base + 32));
+        best = nan_max16(best,
+                         _mm512_castsi512_ps(_mm512_maskz_alignr_epi32(0xffff, next, _mm512_castps_si512(evens), 1)));
+      }
+      for (int64_t j = 3; j < kernel; ++j)
+        best = nan_max16(best, _mm512_permutex2var_ps(_mm512_loadu_ps(base + j), even, _mm512_loadu_ps(base + j + 16)));
     }
-    _mm512_storeu_ps(out + ox, best);
+    _mm512_mask_storeu_ps(out + ox, first_lanes(out_w - ox), best);
   }
-  // The last 1-15 outputs in one masked pass: scalar, their NaN tests
-  // mispredicted on half the lanes and took half the pool's time. Loads
-  // are masked to the columns those windows read (inside the row).
-  if (const int64_t rest = end - ox; rest > 0) {
-    const float* base = m + ox * stride - pad;
-    const int64_t span = stride * (rest - 1) + 1;  // columns from each window's j-th
-    const auto mask = [](int64_t n) {
-      return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u);
-    };
-    const __mmask16 lo = mask(span), hi = mask(std::min<int64_t>(span - 16, 15));
-    __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t j = 0; j < kernel; ++j) {
-      const __m512 v = stride == 1 ? _mm512_maskz_loadu_ps(lo, base + j)
-                                   : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, base + j), even,
-                                                            _mm512_maskz_loadu_ps(hi, base + j + 16));
-      best = nan_max16(best, v);
-    }
-    _mm512_mask_storeu_ps(out + ox, mask(rest), best);
-    ox = end;
-  }
-  return ox;
 }
 #endif
 
 /// Max pooling of floats over 1-D and 2-D windows without dilation or
 /// indices (a CNN's max pool), separably: each output row first takes the
-/// maximum down its window's input rows (contiguous, vectorised), then
-/// across each output's columns. The same values as the window loop: a max
-/// of the same set, with a NaN winning.
+/// maximum down its window's input rows, then across each output's
+/// columns. The same values as the window loop: a max of the same set, with
+/// a NaN winning. The column maxima sit in a buffer with -inf on both sides
+/// of the row, so padding and the last vector's extra lanes add nothing to
+/// a max and no output needs a clipped window.
 template <class T>
 void max_pool_rows(Context& ctx, const PoolGeometry& g, const T* x, T* y) {
   const int64_t in_h = g.in[1], in_w = g.in[2], out_h = g.out[1], out_w = g.out[2];
+  const int64_t kernel = g.kernel[2], stride = g.stride[2], pad = g.pad[2];
   const int64_t grain = std::max<int64_t>(1, parallel_grain / std::max<int64_t>(g.kernel[1] * in_w, 1));
   // f32 on AVX-512F: both passes 16 at a time (a ResNet's 3x3 stride-2
-  // pool took 1.7 ms of CPU per image element by element), the columns for
-  // the outputs whose windows lie inside the row.
+  // pool took 1.7 ms of CPU per image element by element).
   [[maybe_unused]] bool vector = false;
-  [[maybe_unused]] int64_t inside_lo = 0, inside_hi = 0;
 #ifdef SY_POOL_AVX512
-  if constexpr (std::is_same_v<T, float>) {
-    vector = cpu_has_avx512f() && (g.stride[2] == 1 || g.stride[2] == 2);
-    inside_lo = std::min(out_w, (g.pad[2] + g.stride[2] - 1) / g.stride[2]);
-    const int64_t last = in_w + g.pad[2] - g.kernel[2];  // the last window start inside, as ox * stride
-    inside_hi = last < 0 ? inside_lo : std::clamp(last / g.stride[2] + 1, inside_lo, out_w);
-  }
+  if constexpr (std::is_same_v<T, float>) vector = cpu_has_avx512f() && (stride == 1 || stride == 2);
 #endif
+  // Columns of the buffer the windows read (a vector of outputs reads up
+  // to 48 past its stride-2 start), the row at [pad, pad + in_w).
+  const int64_t out_blocks = (out_w + 15) / 16 * 16;
+  const auto size = static_cast<size_t>(std::max(pad + in_w, out_blocks * stride + kernel + 48));
   ctx.pool.parallel_for(g.planes * out_h, grain, [&](int64_t b, int64_t e) {
-    std::vector<T> column_max(static_cast<size_t>(in_w));
+    std::vector<T> column_max(size, -std::numeric_limits<T>::infinity());
+    T* m = column_max.data() + pad;
     for (int64_t idx = b; idx < e; ++idx) {
       const int64_t p = idx / out_h, oy = idx % out_h;
       const int64_t start = oy * g.stride[1] - g.pad[1];
       const int64_t lo = std::max<int64_t>(start, 0), hi = std::min(start + g.kernel[1], in_h);
-      T* m = column_max.data();
-      std::fill(m, m + in_w, -std::numeric_limits<T>::infinity());
-      for (int64_t r = lo; r < hi; ++r) {
-        const T* row = x + (p * in_h + r) * in_w;
+      const T* rows[16];  // window rows; more take the loop below
+      const int64_t count = hi - lo;
+      for (int64_t r = 0; r < std::min<int64_t>(count, 16); ++r) rows[r] = x + (p * in_h + lo + r) * in_w;
+      bool done = false;
 #ifdef SY_POOL_AVX512
-        if constexpr (std::is_same_v<T, float>) {
-          if (vector) {
-            max_into_avx512(m, row, in_w);
-            continue;
-          }
+      if constexpr (std::is_same_v<T, float>) {
+        if (vector && count >= 1 && count <= 16) {
+          column_max_avx512(m, rows, count, in_w);
+          done = true;
         }
+      }
 #endif
-        for (int64_t c = 0; c < in_w; ++c) m[c] = nan_max(m[c], row[c]);
+      if (!done) {
+        std::fill(m, m + in_w, -std::numeric_limits<T>::infinity());
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* row = x + (p * in_h + r) * in_w;
+          for (int64_t c = 0; c < in_w; ++c) m[c] = nan_max(m[c], row[c]);
+        }
       }
       T* out = y + idx * out_w;
-      const auto window_max = [&](int64_t ox) {
-        const int64_t cs = ox * g.stride[2] - g.pad[2];
-        const int64_t c_lo = std::max<int64_t>(cs, 0), c_hi = std::min(cs + g.kernel[2], in_w);
-        T best = -std::numeric_limits<T>::infinity();
-        for (int64_t c = c_lo; c < c_hi; ++c) best = nan_max(best, m[c]);
-        out[ox] = best;
-      };
-      int64_t ox = 0;
 #ifdef SY_POOL_AVX512
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          for (; ox < inside_lo; ++ox) window_max(ox);
-          ox = window_max_avx512(m, g.stride[2], g.pad[2], g.kernel[2], ox, inside_hi, out);
+          window_max_avx512(column_max.data(), stride, kernel, out_w, out);
+          continue;
         }
       }
 #endif
-      for (; ox < out_w; ++ox) window_max(ox);
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        const T* window = column_max.data() + ox * stride;
+        T best = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < kernel; ++j) best = nan_max(best, window[j]);
+        out[ox] = best;
+      }
     }
   });
 }

@@ -358,13 +358,14 @@ TEST_CASE("pools agree with the reference on random shapes and arguments", "[ops
 
 // The cpu backend takes 1-D and 2-D float max pools without dilation
 // separably (down the rows, then across): every stride, pad and ceil_mode
-// of small kernels, with NaN and -inf in the data, against the reference.
+// of kernels up to 4 (stride 2's third column and beyond take other
+// paths), with NaN and -inf in the data, against the reference.
 // Rows of 61 and 75 take f32's AVX-512 passes (16 outputs at a time where
 // the windows lie inside the row) on a CPU that has it.
 TEST_CASE("separable max pools agree with the reference around NaN and -inf", "[ops][pool]") {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   for (DType t : {DType::f32, DType::f64})
-    for (int64_t k = 1; k <= 3; ++k)
+    for (int64_t k = 1; k <= 4; ++k)
       for (int64_t stride = 1; stride <= 3; ++stride)
         for (int64_t pad = 0; pad <= k / 2; ++pad)
           for (bool ceil : {false, true})
@@ -397,6 +398,17 @@ TEST_CASE("separable max pools agree with the reference around NaN and -inf", "[
                                   << " shape " << xs.to_string());
               agree([&](const Device& d) { return nn::max_pool(make(d, t, xs, v), o); });
             }
+  // Windows of more than 16 rows (the vector pass takes at most 16).
+  const sy::Shape tall{1, 2, 40, 37};
+  std::vector<double> v(static_cast<size_t>(tall.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(static_cast<double>(i) * 0.7) * 5;
+  v[300] = std::numeric_limits<double>::quiet_NaN();
+  nn::PoolOptions o;
+  o.kernel_size = {17, 3};
+  o.stride = {3, 2};
+  o.pad_begin = o.pad_end = {8, 1};
+  o.dilation = {1, 1};
+  agree([&](const Device& d) { return nn::max_pool(make(d, DType::f32, tall, v), o); });
 }
 
 // PyTorch 1.13's CPU convolutions differ here, and so does Switchyard (the
