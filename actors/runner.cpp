@@ -1371,6 +1371,7 @@ runner_actor::behavior_type runner(Self self, std::string name, std::shared_ptr<
                       });
       },
       [self](poll_atom) { self->state.backend->poll(); },
+      [](ingress_atom, LocalReply<done_atom>& reply) { reply.deliver(done_atom::value); },
       [self](detach_atom, const caf::node_id& client) {
         // Only the worker itself may say a client is gone; a remote peer
         // could otherwise free another client's tensors.

@@ -22,9 +22,11 @@ bool BaspFraming::on_unit(const void* data, size_t n) {
   if (refused()) return false;
   if (n != read_limit())
     return refuse("unit of " + std::to_string(n) + " bytes, " + std::to_string(read_limit()) + " expected");
+  delivered_to_ = 0;
   if (expect_payload_) {
     expect_payload_ = false;
     if (payload_op_ == (accepted_ ? BaspOp::client_handshake : BaspOp::server_handshake)) handshake_done_ = true;
+    if (payload_op_ == BaspOp::direct_message || payload_op_ == BaspOp::routed_message) delivered_to_ = payload_dest_;
     return true;
   }
   const auto* bytes = static_cast<const uint8_t*>(data);
@@ -47,6 +49,9 @@ bool BaspFraming::on_unit(const void* data, size_t n) {
   expect_payload_ = true;
   payload_op_ = static_cast<BaspOp>(op);
   payload_len_ = len;
+  // The header ends with the source and the destination actor's ids.
+  payload_dest_ = 0;
+  for (size_t i = 24; i < basp_header_size; ++i) payload_dest_ = payload_dest_ << 8 | bytes[i];
   return true;
 }
 

@@ -67,6 +67,10 @@ class BaspFraming {
   [[nodiscard]] const std::string& error() const { return error_; }
   /// The most this connection may ask the transport to read right now.
   [[nodiscard]] size_t read_limit() const;
+  /// The unit on_unit last accepted was the payload of a message to one
+  /// actor of this node (a direct or routed message): that actor's id,
+  /// else 0.
+  [[nodiscard]] uint64_t delivered_to() const { return delivered_to_; }
 
  private:
   bool refuse(std::string why);
@@ -77,6 +81,8 @@ class BaspFraming {
   bool expect_payload_ = false;  // else: a header comes next
   BaspOp payload_op_ = BaspOp::heartbeat;
   uint32_t payload_len_ = 0;
+  uint64_t payload_dest_ = 0;
+  uint64_t delivered_to_ = 0;
   std::string error_;
 };
 

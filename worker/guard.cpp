@@ -18,6 +18,8 @@
 #include <caf/openssl/session.hpp>
 #include <caf/policy/tcp.hpp>
 
+#include "switchyard/messages/protocol.hpp"
+
 namespace switchyard::worker {
 
 namespace net = caf::io::network;
@@ -146,6 +148,20 @@ void ConnectionGuard::count_output_close() {
   ++counters_.closed_output;
 }
 
+void ConnectionGuard::count_pause() {
+  std::lock_guard lock(mutex_);
+  ++counters_.paused_queued;
+}
+
+void ConnectionGuard::set_runners(const std::vector<caf::actor>& runners) {
+  for (const auto& r : runners) runners_.emplace(r.id(), caf::actor_cast<caf::weak_actor_ptr>(r));
+}
+
+caf::actor ConnectionGuard::runner(caf::actor_id id) const {
+  auto it = runners_.find(id);
+  return it == runners_.end() ? caf::actor{} : caf::actor_cast<caf::actor>(it->second.lock());
+}
+
 void ConnectionGuard::shed_one(int listen_fd) {
   std::lock_guard lock(mutex_);
   ++counters_.shed_no_fds;
@@ -229,8 +245,133 @@ struct GuardedAcceptPolicy {
 
 // ---- the scribe -----------------------------------------------------------------
 
+// ---- queued bytes (GuardLimits::max_queued_bytes) -----------------------------
+
+/// What reaches a scribe from other threads (a runner's barrier, the
+/// guard's sweep), always posted to the scribe's multiplexer thread and
+/// called there while the scribe lives.
+class IngressGate {
+ public:
+  virtual ~IngressGate() = default;
+  /// The barrier sent to `runner` when `bytes` of this connection were
+  /// counted there has been taken from its mailbox.
+  virtual void barrier_passed(caf::actor_id runner, size_t bytes) = 0;
+  /// The connection was expired: read it again, so its end is seen.
+  virtual void resume_expired() = 0;
+  /// Reading was resumed: read what is already there.
+  virtual void read_after_resume() = 0;
+};
+
+/// The way to a scribe from other threads: cleared under the mutex when the
+/// scribe goes. A live gate means a live scribe, and with it its
+/// multiplexer.
+struct IngressLink {
+  std::mutex mutex;
+  IngressGate* gate = nullptr;
+  net::default_multiplexer* mpx = nullptr;
+};
+
+/// Runs f(gate) on the multiplexer's thread if the scribe still lives then.
+/// f runs without the mutex (it may post again): a scribe handed to its
+/// broker is released only on that thread, so it cannot go meanwhile.
+template <class F>
+void post_to_gate(const std::shared_ptr<IngressLink>& link, F f) {
+  std::lock_guard lock(link->mutex);
+  if (link->gate == nullptr) return;
+  link->mpx->post([weak = std::weak_ptr(link), f = std::move(f)] {
+    auto l = weak.lock();
+    if (!l) return;
+    IngressGate* gate = nullptr;
+    {
+      std::lock_guard lock(l->mutex);
+      gate = l->gate;
+    }
+    if (gate != nullptr) f(*gate);
+  });
+}
+
+/// One barrier: passes when the runner answers it, or when its message is
+/// destroyed unanswered (the runner stopped), so a connection never waits on
+/// a runner that is gone.
+class IngressBarrier {
+ public:
+  IngressBarrier(std::weak_ptr<IngressLink> link, caf::actor_id runner, size_t bytes)
+      : link_(std::move(link)), runner_(runner), bytes_(bytes) {}
+  ~IngressBarrier() { pass(); }
+  IngressBarrier(const IngressBarrier&) = delete;
+  IngressBarrier& operator=(const IngressBarrier&) = delete;
+
+  void pass() {
+    if (passed_.exchange(true)) return;
+    if (auto link = link_.lock())
+      post_to_gate(link, [runner = runner_, bytes = bytes_](IngressGate& g) { g.barrier_passed(runner, bytes); });
+  }
+
+ private:
+  std::weak_ptr<IngressLink> link_;
+  caf::actor_id runner_;
+  size_t bytes_;
+  std::atomic<bool> passed_{false};
+};
+
+/// CAF's stream with reading paused and resumed by its scribe. Pausing is
+/// consume() returning false, after which the stream removes its read
+/// registration; the multiplexer applies that later, and until it has, the
+/// stream still holds its reader, so a resume asked for before then is done
+/// when the removal arrives (a registration added now would be removed by
+/// it).
 template <class Policy>
-class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
+class PausableStream final : public net::stream_impl<Policy> {
+ public:
+  using net::stream_impl<Policy>::stream_impl;
+
+  void removed_from_loop(net::operation op) override {
+    if (op == net::operation::read) {
+      if (resume_at_removal_ && !closing_) {
+        resume_at_removal_ = false;
+        net::event_handler::activate();  // the reader stays set
+        on_resumed_();
+        return;
+      }
+      reading_ = false;
+    }
+    net::stream_impl<Policy>::removed_from_loop(op);
+  }
+
+  void started() { reading_ = true; }
+  void paused() { pausing_ = true; }
+
+  /// Reads again (now, or when the pause's removal arrives); calls
+  /// `on_resumed` once it does.
+  void resume_reading(net::stream_manager* reader, std::function<void()> on_resumed) {
+    if (closing_ || !pausing_) return;
+    pausing_ = false;
+    on_resumed_ = std::move(on_resumed);
+    if (reading_) {
+      resume_at_removal_ = true;
+      return;
+    }
+    reading_ = true;
+    this->activate(reader);
+    on_resumed_();
+  }
+
+  /// The stream holds its reader and is registered (or about to be) for
+  /// reads.
+  [[nodiscard]] bool reading() const { return reading_ && !pausing_ && !resume_at_removal_ && !closing_; }
+  /// The connection is ending: a pending resume must not register it again.
+  void closing() { closing_ = true; }
+
+ private:
+  bool reading_ = false;
+  bool pausing_ = false;
+  bool resume_at_removal_ = false;
+  bool closing_ = false;
+  std::function<void()> on_resumed_;
+};
+
+template <class Policy>
+class GuardedScribe final : public caf::io::scribe, public GuardedConnection, public IngressGate {
  public:
   template <class... Ts>
   GuardedScribe(net::default_multiplexer& mpx, net::native_socket fd, std::shared_ptr<ConnectionGuard> guard,
@@ -243,10 +384,19 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
         accepted_(accepted),
         tls_(tls),
         fd_(fd),
-        opened_at_(std::chrono::steady_clock::now()) {
+        opened_at_(std::chrono::steady_clock::now()),
+        link_(std::make_shared<IngressLink>()) {
+    link_->gate = this;
+    link_->mpx = &mpx;
     guard_->opened(this, peer_, accepted_);
   }
-  ~GuardedScribe() override { guard_->closed(this, peer_, accepted_); }
+  ~GuardedScribe() override {
+    {
+      std::lock_guard lock(link_->mutex);
+      link_->gate = nullptr;
+    }
+    guard_->closed(this, peer_, accepted_);
+  }
 
   void configure_read(caf::io::receive_policy::config config) override {
     // The broker asks for the next unit; the framing already saw the header
@@ -328,7 +478,67 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
       caf::binary_deserializer source{ctx, static_cast<const char*>(buf), n};
       if (source(peer_node_)) peer_node_ = caf::node_id{};
     }
-    return caf::io::scribe::consume(ctx, buf, n);
+    const caf::actor_id to = framing_.delivered_to();
+    if (!caf::io::scribe::consume(ctx, buf, n)) return false;
+    return count_queued(to, n);
+  }
+
+  // The broker has put a message for actor `to` into its mailbox (BASP
+  // delivers before consume returns). From half the bound on, each runner
+  // holding some of the counted bytes gets a barrier, and once all have
+  // passed those bytes have left the mailboxes; past the bound, reading
+  // stops until they have.
+  bool count_queued(caf::actor_id to, size_t n) {
+    const size_t limit = guard_->limits().max_queued_bytes;
+    if (to == 0 || limit == 0 || !guard_->is_runner(to)) return true;
+    queued_[to] += n;
+    queued_total_ += n;
+    send_barriers(limit);
+    if (queued_total_ <= limit) return true;
+    paused_ = true;
+    stream_.paused();
+    guard_->count_pause();
+    return false;  // the stream stops reading
+  }
+
+  void send_barriers(size_t limit) {
+    if (barriers_out_ > 0 || queued_total_ < limit / 2) return;
+    for (const auto& [runner, bytes] : queued_) {
+      if (bytes == 0) continue;
+      ++barriers_out_;
+      // A runner that is gone passes its barrier at once (the barrier's
+      // destructor), as does one that stops before taking it.
+      auto barrier = std::make_shared<IngressBarrier>(link_, runner, bytes);
+      if (auto to = guard_->runner(runner))
+        caf::anon_send(caf::actor_cast<runner_actor>(to), ingress_atom::value,
+                       LocalReply<done_atom>{[barrier](const caf::expected<done_atom>&) { barrier->pass(); }});
+    }
+  }
+
+  void resume() {
+    paused_ = false;
+    stream_.resume_reading(this, [link = link_] { post_to_gate(link, [](IngressGate& g) { g.read_after_resume(); }); });
+  }
+
+ public:
+  // IngressGate, on the multiplexer's thread.
+  void barrier_passed(caf::actor_id runner, size_t bytes) override {
+    auto& queued = queued_[runner];
+    const size_t taken = std::min(queued, bytes);
+    queued -= taken;
+    queued_total_ -= taken;
+    if (barriers_out_ == 0 || --barriers_out_ > 0) return;
+    const size_t limit = guard_->limits().max_queued_bytes;
+    send_barriers(limit);
+    if (paused_ && queued_total_ <= limit) resume();
+  }
+  void resume_expired() override {
+    if (paused_) resume();
+  }
+  // What TLS decrypted before the pause is not on the socket any more, so
+  // no event would announce it.
+  void read_after_resume() override {
+    if (stream_.reading()) stream_.handle_event(net::operation::read);
   }
 
  public:
@@ -337,6 +547,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   std::vector<char>& rd_buf() override { return stream_.rd_buf(); }
 
   void graceful_shutdown() override {
+    stream_.closing();
     stream_.graceful_shutdown();
     detach(&stream_.backend(), false);
   }
@@ -368,12 +579,18 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
     return x ? *x : 0;
   }
   void add_to_loop() override { stream_.activate(this); }
-  void remove_from_loop() override { leave_loop(stream_); }
+  void remove_from_loop() override {
+    stream_.closing();
+    leave_loop(stream_);
+  }
 
   // GuardedConnection
   void expire() override {
     expired_.store(true);
     ::shutdown(fd_, SHUT_RDWR);
+    // A paused connection is not read, so the event loop would not see the
+    // end (any thread may expire a connection).
+    post_to_gate(link_, [](IngressGate& g) { g.resume_expired(); });
   }
   bool handshake_done() const override { return handshake_done_.load(); }
   std::chrono::steady_clock::time_point opened_at() const override { return opened_at_; }
@@ -382,6 +599,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   void launch() {
     launched_ = true;
     stream_.start(this);
+    stream_.started();
     // TLS: schedules the first write so SSL_accept/SSL_connect can progress
     // before any data is queued (as caf::openssl's own scribe does).
     if (tls_) stream_.force_empty_write(this);
@@ -406,6 +624,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   // the broker closing it, the broker's own shutdown) detaches the scribe
   // from the broker here, on the broker's thread.
   void detach_from(caf::io::abstract_broker* broker) override {
+    stream_.closing();
     forget_spawn_server(broker);
     caf::io::scribe::detach_from(broker);
   }
@@ -436,7 +655,7 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   }
 
   bool launched_ = false;
-  net::stream_impl<Policy> stream_;
+  PausableStream<Policy> stream_;
   std::shared_ptr<ConnectionGuard> guard_;
   BaspFraming framing_;
   std::string peer_;
@@ -453,6 +672,13 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection {
   size_t assembly_want_ = 0;
   std::vector<char> assembly_;
   std::atomic<int64_t> progress_ns_{0};
+  // Queued bytes: per runner, those not known to be taken yet, and the
+  // barriers not back yet (multiplexer's thread only).
+  std::map<caf::actor_id, size_t> queued_;
+  size_t queued_total_ = 0;
+  size_t barriers_out_ = 0;
+  bool paused_ = false;
+  std::shared_ptr<IngressLink> link_;
 };
 
 caf::io::scribe_ptr make_scribe(net::default_multiplexer& mpx, caf::actor_system& sys, net::native_socket fd,

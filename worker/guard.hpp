@@ -27,7 +27,9 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman_actor.hpp>
 
@@ -56,6 +58,12 @@ struct GuardLimits {
   /// a connection whose payload in progress gets no byte for this long is
   /// closed.
   std::chrono::milliseconds payload_stall_timeout{30000};
+  /// Bytes of messages (as received) one connection may have sent to the
+  /// worker's runners that the runners have not taken from their mailboxes
+  /// yet; past it the connection is not read until they have (0: no
+  /// bound). A runner busy with a long op would otherwise queue whatever
+  /// a peer sends meanwhile, ~0.6 KiB per op however cheap to send.
+  size_t max_queued_bytes = size_t{4} << 20;
 };
 
 /// What the guard did, for logs and tests (printed at exit).
@@ -69,6 +77,8 @@ struct GuardCounters {
   uint64_t closed_output = 0;
   uint64_t closed_handshake_timeout = 0;
   uint64_t closed_payload_stall = 0;
+  /// Times a connection stopped being read at max_queued_bytes.
+  uint64_t paused_queued = 0;
   size_t open = 0;
   size_t peak_open = 0;
 };
@@ -121,6 +131,15 @@ class ConnectionGuard {
   void expire_all();
   void count_framing_close();
   void count_output_close();
+  void count_pause();
+  /// The actors whose mailboxes max_queued_bytes bounds (the worker's
+  /// runners), held weakly: the guard outlives the actor system, and a
+  /// strong reference would keep a stopped runner's thread waited for.
+  /// Set once, before any connection is accepted.
+  void set_runners(const std::vector<caf::actor>& runners);
+  [[nodiscard]] bool is_runner(caf::actor_id id) const { return runners_.count(id) != 0; }
+  /// The runner with this id while it lives, else null.
+  [[nodiscard]] caf::actor runner(caf::actor_id id) const;
   /// EMFILE/ENFILE on accept: frees the reserve descriptor, accepts and
   /// closes one pending connection, takes the reserve back. Without it the
   /// listening socket stays readable and the event loop spins.
@@ -140,6 +159,7 @@ class ConnectionGuard {
   };
   std::map<std::string, Bucket> buckets_;
   GuardCounters counters_;
+  std::map<caf::actor_id, caf::weak_actor_ptr> runners_;
   int reserve_fd_ = -1;
   // Above any descriptor number, so no id collides with a handle CAF derives
   // from a socket elsewhere in the process.

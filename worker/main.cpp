@@ -64,6 +64,7 @@ struct WorkerOptions {
   size_t max_message_bytes = worker::FramingLimits{}.max_message_bytes;
   std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
+  size_t max_queued_bytes = worker::GuardLimits{}.max_queued_bytes;
   // 0 on the command line: none; unset: default_device_bytes().
   std::optional<uint64_t> max_device_bytes;
   // Unset: derived from the device bytes (device_peer_bounds()).
@@ -159,6 +160,11 @@ void add_options(CLI::App& app, WorkerOptions& o) {
   app.add_option("--max-output-bytes", o.max_output_bytes,
                  "output queued toward one peer before it is disconnected, in bytes")
       ->check(integer_in<size_t>(1, most))
+      ->capture_default_str();
+  app.add_option("--max-queued-bytes", o.max_queued_bytes,
+                 "bytes of messages (as received) one connection may have queued for the devices; past it the "
+                 "connection is not read until the devices have taken them (0: no limit)")
+      ->check(integer_in<size_t>(0, most))
       ->capture_default_str();
   app.add_option("--max-device-bytes", o.max_device_bytes,
                  "tensor bytes each cpu device holds at most, all clients together; an op past it fails with "
@@ -275,9 +281,9 @@ void log_counters(const worker::GuardCounters& c) {
   spdlog::info(
       "connections accepted {}, peak open {}, refused (total limit) {}, refused (per-address limit) {}, refused (rate "
       "limit) {}, shed (no descriptors) {}, closed (framing) {}, closed (output) {}, closed (handshake timeout) {}, "
-      "closed (payload stall) {}",
+      "closed (payload stall) {}, paused (queued bytes) {}",
       c.accepted, c.peak_open, c.refused_total_limit, c.refused_address_limit, c.refused_rate_limit, c.shed_no_fds,
-      c.closed_framing, c.closed_output, c.closed_handshake_timeout, c.closed_payload_stall);
+      c.closed_framing, c.closed_output, c.closed_handshake_timeout, c.closed_payload_stall, c.paused_queued);
 }
 
 void log_lane_counters(const worker::BulkLaneCounters& c) {
@@ -347,6 +353,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
   worker::GuardLimits limits;
   limits.framing.max_message_bytes = cfg.max_message_bytes;
   limits.max_output_bytes = cfg.max_output_bytes;
+  limits.max_queued_bytes = cfg.max_queued_bytes;
   limits.max_connections = cfg.max_connections;
   limits.max_connections_per_address = cfg.max_connections_per_address;
   limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);
@@ -401,6 +408,8 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
         return 1;
       }
     }
+    // Before any connection: what each one may queue for them is bounded.
+    guard->set_runners(actors);
     // Listens and connects to peer workers: every connection is guarded.
     auto connector = worker::spawn_guarded_middleman(sys, guard, tls);
     worker::EntryLog log;

@@ -11,7 +11,10 @@
 //          reading;
 //   upload: starts sending a 64 MiB tensor to the worker in 256 KiB parts,
 //           with ops on it queued behind, prints "uploading" and holds, so
-//           that it can be killed in the middle of the transfer.
+//           that it can be killed in the middle of the transfer;
+//   flood: submits 300,000 products of 128 x 128 matrices (cheap to send,
+//          ~40 us each to run), prints "flooded" and holds without reading,
+//          as a peer that sends ops faster than the device runs them.
 // A mode ending in "-lane" sends its large tensors on the worker's bulk
 // lane; otherwise every byte goes over BASP.
 #include <csignal>
@@ -29,8 +32,9 @@ int main(int argc, char** argv) try {
   // "-lane": the same over the worker's bulk lane.
   const bool lane = mode.ends_with("-lane");
   if (lane) mode.resize(mode.size() - 5);
-  if ((argc != 4 && argc != 5) || (mode != "hold" && mode != "busy" && mode != "stall" && mode != "upload")) {
-    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall|upload][-lane]\n", argv[0]);
+  if ((argc != 4 && argc != 5) ||
+      (mode != "hold" && mode != "busy" && mode != "stall" && mode != "upload" && mode != "flood")) {
+    std::fprintf(stderr, "usage: %s HOST PORT COUNT [hold|busy|stall|upload|flood][-lane]\n", argv[0]);
     return 2;
   }
   const std::string host = argv[1];
@@ -58,6 +62,12 @@ int main(int argc, char** argv) try {
     held.push_back(there);
     held.push_back(total);
     std::printf("uploading\n");
+    std::fflush(stdout);
+  }
+  if (mode == "flood") {
+    auto x = device.ones({128, 128});
+    for (int i = 0; i < 300000; ++i) (void)x.matmul(x);
+    std::printf("flooded\n");
     std::fflush(stdout);
   }
   if (mode == "stall") {

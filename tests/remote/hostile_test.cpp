@@ -440,6 +440,39 @@ TEST_CASE("a worker's --max-staged-bytes bounds uploads in transit and the devic
   CHECK(legit_session(w));
 }
 
+TEST_CASE("a peer sending ops faster than the device runs them is read no further than --max-queued-bytes",
+          "[remote][hostile]") {
+  // 300,000 products of 128 x 128 matrices, ~40 us each to run and ~100
+  // bytes each to send: a worker that read them all as they came held them
+  // in its runner's mailbox, 18 -> 330 MiB measured before the bound.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-queued-bytes=1048576"}, true);
+  const long rss_before = rss_kib(w.pid());
+  ChildProcess flood({SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "1", "flood"});
+  REQUIRE(flood.read_line(30s) == "ready");
+  REQUIRE(flood.read_line(60s) == "flooded");
+  long rss_peak = rss_before;
+  for (int i = 0; i < 30; ++i) {
+    rss_peak = std::max(rss_peak, rss_kib(w.pid()));
+    std::this_thread::sleep_for(100ms);
+  }
+  std::printf("figure: op flood at --max-queued-bytes=1048576: worker RSS %ld -> peak %ld KiB\n", rss_before, rss_peak);
+  // 1 MiB as received is ~10 MiB of ops in memory (32 MiB measured in all).
+  if (check_rss) CHECK(rss_peak - rss_before < 96 * 1024);
+  // Other clients are served meanwhile (behind the ops the device took).
+  std::string error;
+  CHECK(legit_session(w, &error));
+  INFO(error);
+  flood.stop(SIGKILL);
+  CHECK(legit_session(w, &error));
+  const int status = w.stop(SIGTERM);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const std::string log = w.read_until_exit(5s);
+  INFO(log);
+  const auto at = log.find("paused (queued bytes) ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::atoll(log.c_str() + at + 22) > 0);
+}
+
 // ---- 2. a client that stops reading ---------------------------------------------------------
 
 TEST_CASE("a client that stops reading is disconnected and its tensors freed", "[remote][hostile]") {

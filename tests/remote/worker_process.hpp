@@ -127,8 +127,17 @@ class WorkerProcess : public ChildProcess {
  public:
   /// Runs the worker with `args` and waits (up to 20 s) for its
   /// "listening on HOST:PORT" line; throws if it exits or stays silent.
-  explicit WorkerProcess(std::vector<std::string> args) : ChildProcess(with_path(std::move(args))) {
-    auto line = read_line(std::chrono::seconds(20));
+  /// With `with_log`, its log (stderr) comes on the same stream, read
+  /// past here with read_line or read_until_exit.
+  explicit WorkerProcess(std::vector<std::string> args, bool with_log = false)
+      : ChildProcess(command(std::move(args), with_log)) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::string line;
+    do {
+      line =
+          read_line(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    } while (with_log && !line.empty() && !line.starts_with("listening on ") &&
+             std::chrono::steady_clock::now() < deadline);
     auto pos = line.find("listening on ");
     auto colon = line.rfind(':');
     if (pos == std::string::npos || colon == std::string::npos) {
@@ -144,9 +153,12 @@ class WorkerProcess : public ChildProcess {
   [[nodiscard]] std::string address() const { return host_ + ":" + std::to_string(port_); }
 
  private:
-  static std::vector<std::string> with_path(std::vector<std::string> args) {
+  static std::vector<std::string> command(std::vector<std::string> args, bool with_log) {
     args.insert(args.begin(), SWITCHYARD_WORKER_PATH);
-    return args;
+    if (!with_log) return args;
+    std::string line = "exec";
+    for (const auto& a : args) line += " '" + a + "'";  // the tests' arguments hold no quote
+    return {"/bin/sh", "-c", line + " 2>&1"};
   }
 
   std::string host_;

@@ -44,6 +44,7 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using peer_atom = caf::atom_constant<caf::atom("peer")>;
 using bye_atom = caf::atom_constant<caf::atom("bye")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using ingress_atom = caf::atom_constant<caf::atom("ingress")>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeviceStats& x) {
@@ -163,6 +164,11 @@ using runner_actor = caf::typed_actor<
     caf::reacts_to<export_atom, TensorId, caf::actor, TensorId, LocalReply<done_atom>>,
     // An async backend has completions ready (sent by its waker).
     caf::reacts_to<poll_atom>,
+    // A mark in the mailbox from the worker's transport, which bounds what
+    // one connection may have queued here (worker/guard.hpp): answered when
+    // it is taken, i.e. once every message queued before it has been. Only
+    // this process can send one (a LocalReply cannot be decoded).
+    caf::reacts_to<ingress_atom, LocalReply<done_atom>>,
     // Gives the backend's cached memory back to the system, after the ops
     // received before it.
     caf::replies_to<trim_atom>::with<done_atom>,
