@@ -464,13 +464,10 @@ TEST_CASE("a peer sending ops faster than the device runs them is read no furthe
   INFO(error);
   flood.stop(SIGKILL);
   CHECK(legit_session(w, &error));
-  const int status = w.stop(SIGTERM);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  const std::string log = w.read_until_exit(5s);
-  INFO(log);
-  const auto at = log.find("paused (queued bytes) ");
-  REQUIRE(at != std::string::npos);
-  CHECK(std::atoll(log.c_str() + at + 22) > 0);
+  const auto exit = w.stop_logged("paused (queued bytes) ");
+  INFO(exit.log);
+  CHECK(exit.clean);
+  CHECK(exit.counted > 0);
 }
 
 // ---- 2. a client that stops reading ---------------------------------------------------------

@@ -76,13 +76,10 @@ long queued_behind_slow_op(WorkerProcess& w, sy::Runtime& rt) {
   CHECK(up.slice(0, {262140, 262144}).to_vector<float>() == std::vector<float>{262140, 262141, 262142, 262143});
   const auto s = slow.slice({{0, 1}, {0, 2}}).to_vector<float>();
   CHECK_THAT(s[0], Catch::WithinRel(1.0f / 640, 1e-3f));
-  const int status = w.stop(SIGTERM);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  const std::string log = w.read_until_exit(5s);
-  INFO(log);
-  const auto at = log.find("paused (queued bytes) ");
-  REQUIRE(at != std::string::npos);
-  return std::atol(log.c_str() + at + 22);
+  const auto exit = w.stop_logged("paused (queued bytes) ");
+  INFO(exit.log);
+  CHECK(exit.clean);
+  return exit.counted;
 }
 
 sy::Errc code_of(const std::function<void()>& f) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -146,6 +147,24 @@ class WorkerProcess : public ChildProcess {
     }
     host_ = line.substr(pos + 13, colon - pos - 13);
     port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  }
+
+  /// How a worker started with its log ended (stop_logged).
+  struct Exit {
+    bool clean = false;  ///< exited 0
+    std::string log;     ///< what it printed from the stop on
+    long counted = -1;   ///< the number after the counter's name in the log, -1 if absent
+  };
+  /// Stops the worker (SIGTERM) and reads its log to the end, for the
+  /// number its exit log gives after `counter` (e.g. "paused (queued bytes) ").
+  Exit stop_logged(const std::string& counter) {
+    Exit e;
+    const int status = stop(SIGTERM);
+    e.clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    e.log = read_until_exit(std::chrono::seconds(5));
+    if (const auto at = e.log.find(counter); at != std::string::npos)
+      e.counted = std::atol(e.log.c_str() + at + counter.size());
+    return e;
   }
 
   [[nodiscard]] const std::string& host() const { return host_; }
