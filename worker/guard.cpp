@@ -192,7 +192,12 @@ void ConnectionGuard::sweep_loop() {
       else
         ++it;
     }
+    // Bytes a quiet connection queued below half its bound would stay in
+    // the worker's total, and hold other connections back, until it next
+    // sent something: covered by barriers once a sweep.
+    const bool queued = queued_total_->load(std::memory_order_relaxed) > 0;
     for (auto* c : live_) {
+      if (queued) c->cover_queued();
       if (!c->handshake_done() && now - c->opened_at() > limits_.handshake_timeout) {
         c->expire();
         ++counters_.closed_handshake_timeout;
@@ -260,6 +265,8 @@ class IngressGate {
   virtual void resume_expired() = 0;
   /// Reading was resumed: read what is already there.
   virtual void read_after_resume() = 0;
+  /// GuardedConnection::cover_queued, on the multiplexer's thread.
+  virtual void cover_now() = 0;
 };
 
 /// The way to a scribe from other threads: cleared under the mutex when the
@@ -269,6 +276,10 @@ struct IngressLink {
   std::mutex mutex;
   IngressGate* gate = nullptr;
   net::default_multiplexer* mpx = nullptr;
+  /// Bytes of barriers that passed and whose report has not run on the
+  /// multiplexer's thread yet: a thread busy reading runs its posted work
+  /// only between reads, so the scribe counts these as taken at once.
+  std::atomic<size_t> passed{0};
 };
 
 /// Runs f(gate) on the multiplexer's thread if the scribe still lives then.
@@ -292,23 +303,29 @@ void post_to_gate(const std::shared_ptr<IngressLink>& link, F f) {
 
 /// One barrier: passes when the runner answers it, or when its message is
 /// destroyed unanswered (the runner stopped), so a connection never waits on
-/// a runner that is gone.
+/// a runner that is gone. Its bytes leave the worker's total when it passes,
+/// also after its connection has gone (their messages may still wait).
 class IngressBarrier {
  public:
-  IngressBarrier(std::weak_ptr<IngressLink> link, caf::actor_id runner, size_t bytes)
-      : link_(std::move(link)), runner_(runner), bytes_(bytes) {}
+  IngressBarrier(std::weak_ptr<IngressLink> link, std::shared_ptr<std::atomic<size_t>> total, caf::actor_id runner,
+                 size_t bytes)
+      : link_(std::move(link)), total_(std::move(total)), runner_(runner), bytes_(bytes) {}
   ~IngressBarrier() { pass(); }
   IngressBarrier(const IngressBarrier&) = delete;
   IngressBarrier& operator=(const IngressBarrier&) = delete;
 
   void pass() {
     if (passed_.exchange(true)) return;
-    if (auto link = link_.lock())
+    total_->fetch_sub(bytes_, std::memory_order_relaxed);
+    if (auto link = link_.lock()) {
+      link->passed.fetch_add(bytes_, std::memory_order_relaxed);
       post_to_gate(link, [runner = runner_, bytes = bytes_](IngressGate& g) { g.barrier_passed(runner, bytes); });
+    }
   }
 
  private:
   std::weak_ptr<IngressLink> link_;
+  std::shared_ptr<std::atomic<size_t>> total_;
   caf::actor_id runner_;
   size_t bytes_;
   std::atomic<bool> passed_{false};
@@ -395,6 +412,10 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection, pu
       std::lock_guard lock(link_->mutex);
       link_->gate = nullptr;
     }
+    // What no barrier covers yet leaves the worker's total when the runner
+    // has taken it, not now: a peer reconnecting could queue on otherwise.
+    for (auto& [runner, bytes] : queued_)
+      if (bytes > covered_[runner]) send_barrier(runner, bytes - covered_[runner], {});
     guard_->closed(this, peer_, accepted_);
   }
 
@@ -484,35 +505,53 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection, pu
   }
 
   // The broker has put a message for actor `to` into its mailbox (BASP
-  // delivers before consume returns). From half the bound on, each runner
-  // holding some of the counted bytes gets a barrier, and once all have
-  // passed those bytes have left the mailboxes; past the bound, reading
-  // stops until they have.
+  // delivers before consume returns). Every byte counted is later covered
+  // by one barrier, which the runner answers once it has taken everything
+  // queued before it: then those bytes are no longer counted, here and in
+  // the worker's total. Barriers go from half the bound on; past the bound,
+  // or past the worker's total, reading stops until this connection's
+  // barriers are back.
   bool count_queued(caf::actor_id to, size_t n) {
-    const size_t limit = guard_->limits().max_queued_bytes;
-    if (to == 0 || limit == 0 || !guard_->is_runner(to)) return true;
+    const auto& limits = guard_->limits();
+    if (to == 0 || limits.max_queued_bytes == 0 || !guard_->is_runner(to)) return true;
     queued_[to] += n;
     queued_total_ += n;
-    send_barriers(limit);
-    if (queued_total_ <= limit) return true;
+    const size_t total = guard_->queued_total()->fetch_add(n, std::memory_order_relaxed) + n;
+    const bool over_total = limits.max_queued_bytes_total != 0 && total > limits.max_queued_bytes_total;
+    if (queued_total_ < limits.max_queued_bytes / 2 && !over_total) return true;
+    send_barriers();
+    // A message alone does not stop reading, whatever its size: an upload's
+    // parts (16 MiB by default) would each wait for the runner to take the
+    // one before, where the next part's transfer and the runner's copy of
+    // the last overlap. So what waits is at most the bound plus a message.
+    const size_t waiting = queued_total_ - std::min(queued_total_, link_->passed.load(std::memory_order_relaxed));
+    if ((waiting <= limits.max_queued_bytes && !over_total) || waiting <= n) return true;
     paused_ = true;
     stream_.paused();
     guard_->count_pause();
     return false;  // the stream stops reading
   }
 
-  void send_barriers(size_t limit) {
-    if (barriers_out_ > 0 || queued_total_ < limit / 2) return;
-    for (const auto& [runner, bytes] : queued_) {
-      if (bytes == 0) continue;
+  // A barrier to each runner for the bytes no barrier covers yet (one
+  // round at a time).
+  void send_barriers() {
+    if (barriers_out_ > 0) return;
+    for (auto& [runner, bytes] : queued_) {
+      const size_t uncovered = bytes - covered_[runner];
+      if (uncovered == 0) continue;
+      covered_[runner] = bytes;
       ++barriers_out_;
-      // A runner that is gone passes its barrier at once (the barrier's
-      // destructor), as does one that stops before taking it.
-      auto barrier = std::make_shared<IngressBarrier>(link_, runner, bytes);
-      if (auto to = guard_->runner(runner))
-        caf::anon_send(caf::actor_cast<runner_actor>(to), ingress_atom::value,
-                       LocalReply<done_atom>{[barrier](const caf::expected<done_atom>&) { barrier->pass(); }});
+      send_barrier(runner, uncovered, link_);
     }
+  }
+
+  void send_barrier(caf::actor_id runner, size_t bytes, std::weak_ptr<IngressLink> link) {
+    // A runner that is gone passes its barrier at once (the barrier's
+    // destructor), as does one that stops before taking it.
+    auto barrier = std::make_shared<IngressBarrier>(std::move(link), guard_->queued_total(), runner, bytes);
+    if (auto to = guard_->runner(runner))
+      caf::anon_send(caf::actor_cast<runner_actor>(to), ingress_atom::value,
+                     LocalReply<done_atom>{[barrier](const caf::expected<done_atom>&) { barrier->pass(); }});
   }
 
   void resume() {
@@ -523,17 +562,27 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection, pu
  public:
   // IngressGate, on the multiplexer's thread.
   void barrier_passed(caf::actor_id runner, size_t bytes) override {
-    auto& queued = queued_[runner];
-    const size_t taken = std::min(queued, bytes);
-    queued -= taken;
-    queued_total_ -= taken;
+    queued_[runner] -= bytes;
+    covered_[runner] -= bytes;
+    queued_total_ -= bytes;
+    link_->passed.fetch_sub(bytes, std::memory_order_relaxed);
     if (barriers_out_ == 0 || --barriers_out_ > 0) return;
-    const size_t limit = guard_->limits().max_queued_bytes;
-    send_barriers(limit);
-    if (paused_ && queued_total_ <= limit) resume();
+    const auto& limits = guard_->limits();
+    const bool over_total = limits.max_queued_bytes_total != 0 &&
+                            guard_->queued_total()->load(std::memory_order_relaxed) > limits.max_queued_bytes_total;
+    // With nothing of its own queued a connection reads on whatever the
+    // total: the others' barriers bring that down.
+    if (paused_ && queued_total_ <= limits.max_queued_bytes && (!over_total || queued_total_ == 0)) {
+      resume();
+      return;
+    }
+    if (paused_ || queued_total_ >= limits.max_queued_bytes / 2) send_barriers();
   }
   void resume_expired() override {
     if (paused_) resume();
+  }
+  void cover_now() override {
+    if (queued_total_ > 0) send_barriers();
   }
   // What TLS decrypted before the pause is not on the socket any more, so
   // no event would announce it.
@@ -585,6 +634,9 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection, pu
   }
 
   // GuardedConnection
+  void cover_queued() override {
+    post_to_gate(link_, [](IngressGate& g) { g.cover_now(); });
+  }
   void expire() override {
     expired_.store(true);
     ::shutdown(fd_, SHUT_RDWR);
@@ -673,8 +725,10 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection, pu
   std::vector<char> assembly_;
   std::atomic<int64_t> progress_ns_{0};
   // Queued bytes: per runner, those not known to be taken yet, and the
-  // barriers not back yet (multiplexer's thread only).
+  // barriers not back yet (multiplexer's thread only; queued_total_ is
+  // this connection's, guard_->queued_total() the worker's).
   std::map<caf::actor_id, size_t> queued_;
+  std::map<caf::actor_id, size_t> covered_;  // of queued_, what barriers on their way cover
   size_t queued_total_ = 0;
   size_t barriers_out_ = 0;
   bool paused_ = false;

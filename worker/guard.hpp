@@ -64,6 +64,11 @@ struct GuardLimits {
   /// bound). A runner busy with a long op would otherwise queue whatever
   /// a peer sends meanwhile, ~0.6 KiB per op however cheap to send.
   size_t max_queued_bytes = size_t{4} << 20;
+  /// The same for all connections together: past it, a connection that
+  /// delivers one more message stops being read until the devices have
+  /// taken its own (0: no bound). Without it the worst case was the
+  /// connections held times max_queued_bytes.
+  size_t max_queued_bytes_total = size_t{64} << 20;
 };
 
 /// What the guard did, for logs and tests (printed at exit).
@@ -96,6 +101,10 @@ class GuardedConnection {
   /// While a payload is being assembled: when its last piece arrived (or
   /// its header); otherwise nullopt.
   [[nodiscard]] virtual std::optional<std::chrono::steady_clock::time_point> payload_progress() const = 0;
+  /// From any thread: bytes this connection queued for the runners that no
+  /// barrier covers yet get one (see GuardLimits::max_queued_bytes_total),
+  /// so a connection gone quiet does not keep them in the worker's total.
+  virtual void cover_queued() = 0;
 };
 
 /// Shared state of all guarded connections of one worker: limits, counts
@@ -132,6 +141,10 @@ class ConnectionGuard {
   void count_framing_close();
   void count_output_close();
   void count_pause();
+  /// Bytes queued for the runners by all connections, as counted by their
+  /// scribes until a barrier passes (shared with the barriers, which may
+  /// pass after their connection has gone).
+  [[nodiscard]] const std::shared_ptr<std::atomic<size_t>>& queued_total() const { return queued_total_; }
   /// The actors whose mailboxes max_queued_bytes bounds (the worker's
   /// runners), held weakly: the guard outlives the actor system, and a
   /// strong reference would keep a stopped runner's thread waited for.
@@ -160,6 +173,7 @@ class ConnectionGuard {
   std::map<std::string, Bucket> buckets_;
   GuardCounters counters_;
   std::map<caf::actor_id, caf::weak_actor_ptr> runners_;
+  std::shared_ptr<std::atomic<size_t>> queued_total_ = std::make_shared<std::atomic<size_t>>(0);
   int reserve_fd_ = -1;
   // Above any descriptor number, so no id collides with a handle CAF derives
   // from a socket elsewhere in the process.

@@ -65,6 +65,7 @@ struct WorkerOptions {
   std::string log_level = "info";
   size_t max_output_bytes = worker::GuardLimits{}.max_output_bytes;
   size_t max_queued_bytes = worker::GuardLimits{}.max_queued_bytes;
+  size_t max_queued_bytes_total = worker::GuardLimits{}.max_queued_bytes_total;
   // 0 on the command line: none; unset: default_device_bytes().
   std::optional<uint64_t> max_device_bytes;
   // Unset: derived from the device bytes (device_peer_bounds()).
@@ -163,7 +164,13 @@ void add_options(CLI::App& app, WorkerOptions& o) {
       ->capture_default_str();
   app.add_option("--max-queued-bytes", o.max_queued_bytes,
                  "bytes of messages (as received) one connection may have queued for the devices; past it the "
-                 "connection is not read until the devices have taken them (0: no limit)")
+                 "connection is not read until the devices have taken them (0: no limit, and none for all "
+                 "connections either)")
+      ->check(integer_in<size_t>(0, most))
+      ->capture_default_str();
+  app.add_option("--max-queued-bytes-total", o.max_queued_bytes_total,
+                 "the same for all connections together: past it, a connection that sends the devices one more "
+                 "message is not read until they have taken its own (0: no limit)")
       ->check(integer_in<size_t>(0, most))
       ->capture_default_str();
   app.add_option("--max-device-bytes", o.max_device_bytes,
@@ -354,6 +361,7 @@ int run(caf::actor_system_config& sys_cfg, const WorkerOptions& cfg, const Logge
   limits.framing.max_message_bytes = cfg.max_message_bytes;
   limits.max_output_bytes = cfg.max_output_bytes;
   limits.max_queued_bytes = cfg.max_queued_bytes;
+  limits.max_queued_bytes_total = cfg.max_queued_bytes_total;
   limits.max_connections = cfg.max_connections;
   limits.max_connections_per_address = cfg.max_connections_per_address;
   limits.handshake_timeout = std::chrono::milliseconds(cfg.handshake_timeout_ms);

@@ -95,6 +95,7 @@ namespace {
 class CountedConnection : public switchyard::worker::GuardedConnection {
  public:
   void expire() override {}
+  void cover_queued() override {}
   [[nodiscard]] bool handshake_done() const override { return true; }
   [[nodiscard]] std::chrono::steady_clock::time_point opened_at() const override { return at_; }
   [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> payload_progress() const override {

@@ -470,6 +470,39 @@ TEST_CASE("a peer sending ops faster than the device runs them is read no furthe
   CHECK(exit.counted > 0);
 }
 
+TEST_CASE("peers flooding ops over several connections are held to --max-queued-bytes-total together",
+          "[remote][hostile]") {
+  // Each connection may queue 16 MiB as received (~170 MiB in the
+  // mailbox), the worker 1 MiB for all: two floods grew it by ~340 MiB
+  // without the total.
+  WorkerProcess w({"--devices=cpu:0", "--threads=1", "--max-queued-bytes=16777216", "--max-queued-bytes-total=1048576"},
+                  true);
+  const long rss_before = rss_kib(w.pid());
+  std::vector<std::unique_ptr<ChildProcess>> floods;
+  for (int i = 0; i < 2; ++i)
+    floods.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "1", "flood"}));
+  for (auto& f : floods) REQUIRE(f->read_line(30s) == "ready");
+  for (auto& f : floods) REQUIRE(f->read_line(60s) == "flooded");
+  long rss_peak = rss_before;
+  for (int i = 0; i < 30; ++i) {
+    rss_peak = std::max(rss_peak, rss_kib(w.pid()));
+    std::this_thread::sleep_for(100ms);
+  }
+  std::printf("figure: two op floods at --max-queued-bytes-total=1048576: worker RSS %ld -> peak %ld KiB\n", rss_before,
+              rss_peak);
+  if (check_rss) CHECK(rss_peak - rss_before < 128 * 1024);
+  std::string error;
+  CHECK(legit_session(w, &error));
+  INFO(error);
+  for (auto& f : floods) f->stop(SIGKILL);
+  CHECK(legit_session(w, &error));
+  const auto exit = w.stop_logged("paused (queued bytes) ");
+  INFO(exit.log);
+  CHECK(exit.clean);
+  CHECK(exit.counted > 0);
+}
+
 // ---- 2. a client that stops reading ---------------------------------------------------------
 
 TEST_CASE("a client that stops reading is disconnected and its tensors freed", "[remote][hostile]") {
