@@ -504,8 +504,12 @@ class GuardedScribe final : public caf::io::scribe, public GuardedConnection, pu
     return count_queued(to, n);
   }
 
-  // The broker has put a message for actor `to` into its mailbox (BASP
-  // delivers before consume returns). Every byte counted is later covered
+  // The broker has put a message for actor `to` into its mailbox before
+  // consume returns, or handed it to one of CAF's BASP workers, which
+  // deserialize a message each off this thread (when none is free, the
+  // broker does it here): a barrier may pass before those few messages
+  // are in, so the bound is loose by a message per BASP worker. Every
+  // byte counted is later covered
   // by one barrier, which the runner answers once it has taken everything
   // queued before it: then those bytes are no longer counted, here and in
   // the worker's total. Barriers go from half the bound on; past the bound,
