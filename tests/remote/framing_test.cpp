@@ -74,6 +74,40 @@ TEST_CASE("framing: after the handshake messages up to the bound pass and larger
   CHECK_THAT(f.error(), Catch::Contains("1001 bytes declared, limit 1000"));
 }
 
+// What the queued-bytes bound counts (worker/guard.cpp): the unit just
+// accepted was a message's payload to one actor, named by the header's
+// last eight bytes; every other unit names none.
+TEST_CASE("framing: a message's payload names the actor it goes to, other units none", "[framing]") {
+  BaspFraming f(FramingLimits{}, true);
+  auto hs = header(1, 24);
+  std::vector<uint8_t> node(24, 1);
+  REQUIRE(f.allow_read(32));
+  REQUIRE(f.on_unit(hs.data(), hs.size()));
+  CHECK(f.delivered_to() == 0);
+  REQUIRE(f.allow_read(24));
+  REQUIRE(f.on_unit(node.data(), node.size()));
+  CHECK(f.delivered_to() == 0);  // the handshake's payload
+  for (uint8_t op : {uint8_t{2}, uint8_t{3}, uint8_t{4}}) {
+    auto msg = header(op, 8);
+    for (int i = 0; i < 8; ++i) msg[24 + i] = static_cast<uint8_t>(0x11 * (i + 1));  // 0x1122334455667788
+    msg[16] = 0xFF;  // the source actor's id is not the destination
+    REQUIRE(f.allow_read(32));
+    REQUIRE(f.on_unit(msg.data(), msg.size()));
+    CHECK(f.delivered_to() == 0);  // a header alone
+    std::vector<uint8_t> body(8);
+    REQUIRE(f.allow_read(8));
+    REQUIRE(f.on_unit(body.data(), body.size()));
+    INFO("BASP operation " << int{op});
+    // Direct and routed messages go to an actor here; a monitor message
+    // does not deliver anything to it.
+    CHECK(f.delivered_to() == (op == 4 ? 0 : 0x1122334455667788ull));
+  }
+  auto hb = header(6, 0);
+  REQUIRE(f.allow_read(32));
+  REQUIRE(f.on_unit(hb.data(), hb.size()));
+  CHECK(f.delivered_to() == 0);
+}
+
 TEST_CASE("framing: a read size nobody announced is refused", "[framing]") {
   BaspFraming f(FramingLimits{}, true);
   CHECK_FALSE(f.allow_read(1 << 30));
