@@ -9,13 +9,18 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
+#include "remote/worker_process.hpp"
 #include "switchyard/switchyard.hpp"
 
 using namespace switchyard;
@@ -300,12 +305,24 @@ class Client {
   std::vector<Future<void>> syncs_;
 };
 
-void soak(std::chrono::seconds duration) {
+/// `worker`: the second device is a worker's instead of cpu:1, started with
+/// these extra arguments.
+void soak(std::chrono::seconds duration, const std::vector<std::string>* worker = nullptr) {
   if (const char* env = std::getenv("SWITCHYARD_SOAK_SECONDS")) duration = std::chrono::seconds(std::atoi(env));
+  std::unique_ptr<testing::WorkerProcess> w;
+  if (worker != nullptr) {
+    std::vector<std::string> args = {"--devices=cpu:0", "--threads=1"};
+    args.insert(args.end(), worker->begin(), worker->end());
+    w = std::make_unique<testing::WorkerProcess>(args, true);
+  }
   RuntimeOptions options;
-  options.devices = {"cpu:0", "cpu:1"};
+  options.devices = {"cpu:0"};
+  if (!w) options.devices.push_back("cpu:1");
   options.cpu_threads = 1;
+  options.connect_timeout = 10s;
+  options.remote_timeout = 60s;
   Runtime rt(options);
+  if (w) rt.connect(w->host(), w->port());
   auto devices = rt.devices();
   Totals totals;
   std::mutex report;
@@ -340,12 +357,27 @@ void soak(std::chrono::seconds duration) {
     CHECK(s.ops_failed == 0);
   }
   if (!sanitized) CHECK(end_rss - warm_rss < 64L * 1024 * 1024);
+  if (w) {
+    const auto exit = w->stop_logged("paused (queued bytes) ");
+    INFO(exit.log);
+    CHECK(exit.clean);
+    std::printf("figure: remote soak: worker paused the connection %ld times\n", exit.counted);
+  }
 }
 
 }  // namespace
 
 TEST_CASE("soak (short): 8 clients, random graphs over two devices, every result right", "[reliability][soak_short]") {
   soak(5s);
+}
+
+// The same with the second device a worker's that reads the client's
+// connection only while its runner has taken all but 16 KiB of it: reading
+// paused and resumed many times under 8 client threads, bridges both ways.
+TEST_CASE("soak (short, remote): 8 clients over a local device and a worker's that keeps pausing, every result right",
+          "[reliability][soak_short]") {
+  const std::vector<std::string> args = {"--max-queued-bytes=16384", "--max-queued-bytes-total=32768"};
+  soak(5s, &args);
 }
 
 // Hidden from the default run; registered as ctest `soak_long` (label soak)
