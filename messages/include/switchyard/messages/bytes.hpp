@@ -79,7 +79,16 @@ class Bytes {
   /// Read-only view of the block.
   [[nodiscard]] const std::byte* data() const noexcept { return block_.get(); }
   /// Whether this is the block's only holder (so writing is unobservable).
-  [[nodiscard]] bool unique() const noexcept { return block_.use_count() == 1; }
+  /// A holder on another thread (a device the block was bridged to or
+  /// from) may just have let go, and use_count() is a relaxed load, which
+  /// orders nothing: its last reads of the block and our writes would race.
+  /// A copy released again does: its decrement (acquire and release) reads
+  /// from that holder's release of its reference.
+  [[nodiscard]] bool unique() const noexcept {
+    if (block_.use_count() != 1) return false;
+    { [[maybe_unused]] const auto synchronize = block_; }
+    return true;
+  }
   [[nodiscard]] long use_count() const noexcept { return block_.use_count(); }
 
   template <class T>
