@@ -147,6 +147,15 @@ long rss_kib(pid_t pid) {
   return 0;
 }
 
+/// The most RSS a process reaches over `span`, sampled every 100 ms,
+/// starting from `from`.
+long peak_rss_kib(pid_t pid, long from, std::chrono::milliseconds span) {
+  long peak = from;
+  for (auto until = Clock::now() + span; Clock::now() < until; std::this_thread::sleep_for(100ms))
+    peak = std::max(peak, rss_kib(pid));
+  return peak;
+}
+
 /// Reads every tensor: how many succeeded, and per error kind how many
 /// failed with it and the last message it came with.
 struct ReadOutcomes {
@@ -450,11 +459,7 @@ TEST_CASE("a peer sending ops faster than the device runs them is read no furthe
   ChildProcess flood({SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "1", "flood"});
   REQUIRE(flood.read_line(30s) == "ready");
   REQUIRE(flood.read_line(60s) == "flooded");
-  long rss_peak = rss_before;
-  for (int i = 0; i < 30; ++i) {
-    rss_peak = std::max(rss_peak, rss_kib(w.pid()));
-    std::this_thread::sleep_for(100ms);
-  }
+  const long rss_peak = peak_rss_kib(w.pid(), rss_before, 3s);
   std::printf("figure: op flood at --max-queued-bytes=1048576: worker RSS %ld -> peak %ld KiB\n", rss_before, rss_peak);
   // 1 MiB as received is ~10 MiB of ops in memory (32 MiB measured in all).
   if (check_rss) CHECK(rss_peak - rss_before < 96 * 1024);
@@ -484,11 +489,7 @@ TEST_CASE("peers flooding ops over several connections are held to --max-queued-
         std::vector<std::string>{SWITCHYARD_CLIENT_PROCESS_PATH, w.host(), std::to_string(w.port()), "1", "flood"}));
   for (auto& f : floods) REQUIRE(f->read_line(30s) == "ready");
   for (auto& f : floods) REQUIRE(f->read_line(60s) == "flooded");
-  long rss_peak = rss_before;
-  for (int i = 0; i < 30; ++i) {
-    rss_peak = std::max(rss_peak, rss_kib(w.pid()));
-    std::this_thread::sleep_for(100ms);
-  }
+  const long rss_peak = peak_rss_kib(w.pid(), rss_before, 3s);
   std::printf("figure: two op floods at --max-queued-bytes-total=1048576: worker RSS %ld -> peak %ld KiB\n", rss_before,
               rss_peak);
   if (check_rss) CHECK(rss_peak - rss_before < 128 * 1024);
